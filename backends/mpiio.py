@@ -1,0 +1,249 @@
+"""Native backend: ckptio's own self-describing format written with MPI-IO (``backend="mpiio"``).
+
+File layout (all integers little-endian)::
+
+    offset 0      header, HEADER_SIZE bytes: magic b"\\x89CKPTIO\\n", u32 format version, u32 header size
+    HEADER_SIZE   data: every rank's blocks in one region per rank (rank order), each block contiguous in
+                  C order (or compressed), 8-byte aligned; a rank's region starts on a stripe boundary when
+                  it is at least one stripe long, so no two ranks' large writes share a stripe (no lock
+                  ping-pong on Lustre)
+    index_offset  index: the metadata document (JSON, see ckptio.meta), with every block's file offset,
+                  stored size, codec and checksum
+    EOF - 64      trailer: magic b"CKPTEND\\0", u32 format version, u32 flags, u64 index offset,
+                  u64 index length, u64 xxh3-64 of the index, u64 data end, 16 reserved bytes
+
+The trailer is the completion mark: it is written last, by rank 0, after all data was written and synced.
+A file without a valid trailer is incomplete; an index whose checksum does not match is corrupt.
+
+Data is written with one collective ``MPI_File_write_all`` per checkpoint: each rank's file view is an
+hindexed type over its blocks' file offsets, its memory type an hindexed type over its arrays' addresses,
+so there is no packing copy; collective buffering (``romio_cb_write``) lets ``cb_nodes`` aggregators do
+the file I/O.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from ckptio import meta as metamod
+from ckptio.coord import agree
+from ckptio.errors import CheckpointIOError, CorruptCheckpointError, FormatVersionError, IncompleteCheckpointError
+from ckptio.hints import COLLECTIVE_ONLY_HINTS, info_to_dict
+from ckptio.plan import BlockPlan, Extent, VariablePlan
+
+from .base import Backend, Capabilities, ExtentReader, WriteSession, WrittenBlock, register
+from .rawio import RawExtentReader, SerialRawReader, transfer
+
+MAGIC = b"\x89CKPTIO\n"
+TRAILER_MAGIC = b"CKPTEND\x00"
+FORMAT_VERSION = 1
+HEADER_SIZE = 4096
+_HEADER = struct.Struct("<8sII")
+_TRAILER = struct.Struct("<8sIIQQQQ16s")
+TRAILER_SIZE = _TRAILER.size  # 64
+BLOCK_ALIGN = 8
+
+
+def _align(value: int, alignment: int) -> int:
+    return (value + alignment - 1) // alignment * alignment
+
+
+def header_bytes() -> bytes:
+    return _HEADER.pack(MAGIC, FORMAT_VERSION, HEADER_SIZE).ljust(HEADER_SIZE, b"\0")
+
+
+class _NativeWriteSession(WriteSession):
+    def __init__(self, path: str, comm, info, layout: Mapping[str, Any]):
+        from mpi4py import MPI
+
+        self.path, self.comm, self.layout = path, comm, layout
+        self.fh = MPI.File.Open(comm, path, MPI.MODE_CREATE | MPI.MODE_WRONLY, info if info is not None else MPI.INFO_NULL)
+
+    def write_blocks(self, blocks: Sequence[tuple[BlockPlan, np.ndarray]]) -> list[WrittenBlock]:
+        rank = self.comm.Get_rank()
+        offsets = self.layout["offsets"]
+        pieces: list[tuple[int, int]] = []
+        buffers: list[Any] = []
+        written: list[WrittenBlock] = []
+        header = np.frombuffer(header_bytes(), dtype=np.uint8) if rank == 0 else None
+        if header is not None:
+            pieces.append((0, HEADER_SIZE))
+            buffers.append(header)
+        for block, data in blocks:
+            off = offsets[f"{rank}:{block.local_index}"]
+            buf = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
+            pieces.append((off, buf.nbytes))
+            buffers.append(buf)
+            written.append(WrittenBlock(off, buf.nbytes, block.codec))
+        transfer(self.fh, pieces, buffers, write=True)
+        self.fh.Sync()
+        return written
+
+    def effective_hints(self) -> dict[str, str]:
+        info = self.fh.Get_info()
+        try:
+            return info_to_dict(info)
+        finally:
+            info.Free()
+
+    def commit(self, meta: Mapping[str, Any]) -> None:
+        """Rank 0 writes the index, everyone syncs, rank 0 writes the trailer (completion mark), sync, close."""
+        from mpi4py import MPI
+
+        self.fh.Set_view(0, MPI.BYTE, MPI.BYTE)
+        index = metamod.dumps(meta)
+        index_offset = _align(self.layout["data_end"], BLOCK_ALIGN)
+        trailer = _TRAILER.pack(TRAILER_MAGIC, FORMAT_VERSION, 0, index_offset, len(index),
+                                xxhash.xxh3_64_intdigest(index), self.layout["data_end"], b"")
+        for what, offset, payload in (("index", index_offset, index),
+                                      ("completion mark", index_offset + len(index), trailer)):
+            # collective even though only rank 0 has bytes: with romio_no_indep_rw=true (deferred open) only
+            # the aggregators have the file open, so independent writes are not allowed
+            error: BaseException | None = None
+            mine = np.frombuffer(payload, np.uint8) if self.comm.Get_rank() == 0 else np.empty(0, np.uint8)
+            try:
+                status = MPI.Status()
+                self.fh.Write_at_all(offset, [mine, mine.size, MPI.BYTE], status)
+                if status.Get_count(MPI.BYTE) != mine.size:
+                    raise CheckpointIOError(f"short write of the checkpoint {what} (file system full?)")
+            except Exception as exc:
+                error = exc
+            agree(self.comm, f"write {what}", error)
+            self.fh.Sync()  # the index is durable before the completion mark is written
+        self.fh.Close()
+        self.fh = None
+
+    def abort(self) -> None:
+        fh, self.fh = self.fh, None
+        if fh is not None:
+            try:
+                fh.Close()
+            except Exception:
+                pass
+
+
+@register
+class NativeBackend(Backend):
+    name = "mpiio"
+    format_version = FORMAT_VERSION
+    capabilities = Capabilities(compression=True, segments=True, readable_by=("ckptio",))
+    extra_hints = COLLECTIVE_ONLY_HINTS  # every access is collective: ROMIO may open on the aggregators only
+
+    @classmethod
+    def sniff(cls, head: bytes) -> bool:
+        return head.startswith(MAGIC)
+
+    def layout(self, variables: Mapping[str, VariablePlan], stripe_unit: int, nprocs: int) -> dict[str, Any]:
+        """Rank-major placement: rank 0's blocks, then rank 1's, ... (see the module docstring)."""
+        per_rank: dict[int, list[tuple[int, int]]] = {}
+        for var in variables.values():
+            itemsize = np.dtype(var.dtype).itemsize
+            for b in var.blocks:
+                stored = b.stored_nbytes if b.stored_nbytes is not None else b.box.size * itemsize
+                per_rank.setdefault(b.rank, []).append((b.local_index, stored))
+        offsets: dict[str, int] = {}
+        pos = HEADER_SIZE
+        for rank in sorted(per_rank):
+            blocks = sorted(per_rank[rank])
+            region = sum(_align(n, BLOCK_ALIGN) for _, n in blocks)
+            if region >= stripe_unit:
+                pos = _align(pos, stripe_unit)
+            for local_index, stored in blocks:
+                pos = _align(pos, BLOCK_ALIGN)
+                offsets[f"{rank}:{local_index}"] = pos
+                pos += stored
+        return {"offsets": offsets, "data_end": pos}
+
+    def create(self, path: str, comm, info, variables: Mapping[str, VariablePlan], layout: Mapping[str, Any],
+               options: Mapping[str, Any]) -> WriteSession:
+        return _NativeWriteSession(path, comm, info, layout)
+
+    def read_metadata(self, path: str) -> dict[str, Any]:
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                head = f.read(_HEADER.size)
+                if size < HEADER_SIZE + TRAILER_SIZE:
+                    raise IncompleteCheckpointError(f"{path}: {size} bytes is too short to be a complete checkpoint "
+                                                    "(truncated or never committed)")
+                magic, version, header_size = _HEADER.unpack(head)
+                if magic != MAGIC:
+                    raise CorruptCheckpointError(f"{path}: header magic is damaged ({magic!r})")
+                if version > FORMAT_VERSION:
+                    raise FormatVersionError(f"{path}: native format version {version} is newer than this ckptio "
+                                             f"supports (version {FORMAT_VERSION})")
+                if version < 1 or header_size != HEADER_SIZE:
+                    raise CorruptCheckpointError(f"{path}: header is damaged (version {version}, size {header_size})")
+                f.seek(size - TRAILER_SIZE)
+                tmagic, tversion, _flags, ioff, ilen, ihash, data_end, _ = _TRAILER.unpack(f.read(TRAILER_SIZE))
+                if tmagic != TRAILER_MAGIC:
+                    raise IncompleteCheckpointError(f"{path}: no completion mark (trailer missing): the checkpoint "
+                                                    "was not committed or the file is truncated")
+                if tversion != version:
+                    raise CorruptCheckpointError(f"{path}: trailer version {tversion} differs from header {version}")
+                if ioff + ilen + TRAILER_SIZE != size or ioff < HEADER_SIZE or data_end > ioff:
+                    raise CorruptCheckpointError(f"{path}: trailer is damaged (index at {ioff}+{ilen}, file {size} "
+                                                 "bytes)")
+                f.seek(ioff)
+                index = f.read(ilen)
+        except OSError as exc:
+            if isinstance(exc, IncompleteCheckpointError):
+                raise
+            raise CheckpointIOError(f"{path}: cannot read checkpoint: {exc.strerror or exc}") from None
+        if xxhash.xxh3_64_intdigest(index) != ihash:
+            raise CorruptCheckpointError(f"{path}: index checksum mismatch (the index is damaged)")
+        try:
+            meta = metamod.loads(index)
+        except FormatVersionError:
+            raise
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise CorruptCheckpointError(f"{path}: index is not valid metadata ({exc})") from None
+        check_block_table(path, meta, HEADER_SIZE, ioff)
+        return meta
+
+    def extents(self, meta: Mapping[str, Any]) -> list[Extent]:
+        from ckptio.layout import Box
+
+        out = []
+        for name, var in meta["variables"].items():
+            for i, b in enumerate(var["blocks"]):
+                box = Box(tuple(b["offset"]), tuple(b["shape"]))
+                if box.size == 0:
+                    continue
+                out.append(Extent(name, box, int(b["file_offset"]), int(b["stored_nbytes"]),
+                                  ((i, box, b["checksum"]),), None, b.get("codec")))
+        out.sort(key=lambda e: e.file_offset)
+        return out
+
+    def open_extent_reader(self, path: str, comm, info, meta: Mapping[str, Any]) -> ExtentReader:
+        return RawExtentReader(path, comm, info, meta)
+
+    def serial_extent_reader(self, path: str, meta: Mapping[str, Any]) -> ExtentReader:
+        return SerialRawReader(path, meta)
+
+
+def check_block_table(path: str, meta: Mapping[str, Any], data_start: int, data_end: int) -> None:
+    """Structural sanity of the block table, so a damaged index fails here and not deep in a read."""
+    try:
+        for name, var in meta["variables"].items():
+            dtype = np.dtype(var["dtype"])
+            shape = [int(s) for s in var["shape"]]
+            for i, b in enumerate(var["blocks"]):
+                off, n = int(b["file_offset"]), int(b["stored_nbytes"])
+                raw = int(np.prod(b["shape"], dtype=np.int64)) * dtype.itemsize
+                if len(b["offset"]) != len(shape) or len(b["shape"]) != len(shape):
+                    raise ValueError(f"block {i} has the wrong number of dimensions")
+                if raw and (off < data_start or off + n > data_end):
+                    raise ValueError(f"block {i} lies outside the data region")
+                if b.get("codec") is None and n != raw:
+                    raise ValueError(f"block {i} stores {n} bytes for {raw} bytes of data")
+                if not isinstance(b["checksum"], str):
+                    raise ValueError(f"block {i} has no checksum")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptCheckpointError(f"{path}: block table is inconsistent: variable {name!r}: {exc}") from None

@@ -1,0 +1,44 @@
+"""ckptio: checkpoint/restart I/O for parallel simulation codes.
+
+Write distributed N-d arrays, per-rank variable-length segments and attributes into one shared file with
+collective MPI-IO (native format), parallel HDF5 or PnetCDF; restart on any rank count through two-phase
+aggregated reads. See README.md.
+"""
+
+from .api import create, open
+from .catalog import latest
+from .errors import (
+    CapabilityError,
+    CheckpointError,
+    CheckpointIOError,
+    CollectiveError,
+    CorruptCheckpointError,
+    DeclarationError,
+    FormatVersionError,
+    IncompleteCheckpointError,
+    ReadRequestError,
+    UnknownFormatError,
+)
+from .meta import __version__
+from .reader import Reader, VariableInfo
+from .writer import Writer
+
+__all__ = [
+    "CapabilityError",
+    "CheckpointError",
+    "CheckpointIOError",
+    "CollectiveError",
+    "CorruptCheckpointError",
+    "DeclarationError",
+    "FormatVersionError",
+    "IncompleteCheckpointError",
+    "ReadRequestError",
+    "Reader",
+    "UnknownFormatError",
+    "VariableInfo",
+    "Writer",
+    "__version__",
+    "create",
+    "latest",
+    "open",
+]

@@ -1,0 +1,34 @@
+"""The public entry points. Everything here is collective over ``comm`` unless said otherwise."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from .reader import Reader
+from .writer import Writer
+
+
+def create(path: str | os.PathLike, comm, backend: str = "mpiio", attrs: Mapping[str, Any] | None = None,
+           hints: Mapping[str, Any] | None = None, compression: object = None) -> Writer:
+    """Start a checkpoint at ``path`` (a single shared file). Called by every rank of ``comm``.
+
+    Returns a :class:`Writer`: declare blocks with ``write()`` (local), then ``close()`` or leave the
+    ``with`` block (collective: validation, I/O, atomic commit). ``backend`` is ``"mpiio"`` (native),
+    ``"hdf5"`` or ``"pnetcdf"``; ``hints`` override the MPI-IO hints (see :mod:`ckptio.hints`);
+    ``compression`` (native backend) is ``"zstd"``, ``"zstd+shuffle"``, optionally with ``":LEVEL"``.
+    """
+    return Writer(path, comm, backend=backend, attrs=attrs, hints=hints, compression=compression)
+
+
+def open(path: str | os.PathLike, comm, hints: Mapping[str, Any] | None = None, aggregators: int | None = None,
+         buffer_bytes: int | None = None, verify: bool = True) -> Reader:
+    """Open a committed checkpoint for restart (collective). The backend is detected from the file.
+
+    Rank 0 reads the metadata and broadcasts it; reads are two-phase aggregated: only ``aggregators``
+    ranks (default ``min(nprocs, stripe count, 80)``, also set by ``CKPTIO_AGGREGATORS`` or ``cb_nodes`` in
+    ``CKPTIO_HINTS``) open the file, in rounds of at most ``buffer_bytes`` (default 64 MiB, also
+    ``CKPTIO_BUFFER_BYTES``). ``verify`` checks the checksum of every whole block read.
+    """
+    return Reader(path, comm, hints=hints, aggregators=aggregators, buffer_bytes=buffer_bytes, verify=verify)

@@ -1,0 +1,198 @@
+"""``ckptio`` command line: ``inspect`` a checkpoint, ``plan`` a hypothetical job's I/O.
+
+Exit status of ``inspect``: 0 valid, 1 corrupt or incomplete (the message names the variable and block),
+2 usage error or file not found / not a checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+EXIT_OK, EXIT_BAD, EXIT_USAGE = 0, 1, 2
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def inspect_report(path: str, verify: bool) -> tuple[int, dict[str, Any]]:
+    """Build the inspect document (the same fields for every backend) and the exit status."""
+    from .backends import detect_backend
+    from .errors import CheckpointError, CorruptCheckpointError, IncompleteCheckpointError, UnknownFormatError
+    from .verify import verify_blocks
+
+    report: dict[str, Any] = {"path": path, "format": None, "status": None, "error": None, "verified": False,
+                              "problems": []}
+    if not os.path.exists(path):
+        report.update(status="missing", error=f"{path}: no such file")
+        return EXIT_USAGE, report
+    try:
+        backend = detect_backend(path)
+    except (UnknownFormatError, OSError) as exc:
+        report.update(status="unknown", error=str(exc))
+        return EXIT_USAGE, report
+    report["format"] = backend.name
+    try:
+        meta = backend.read_metadata(path)
+    except IncompleteCheckpointError as exc:
+        report.update(status="incomplete", error=str(exc))
+        return EXIT_BAD, report
+    except CheckpointError as exc:
+        report.update(status="corrupt", error=str(exc))
+        return EXIT_BAD, report
+    variables = {}
+    for name, var in meta["variables"].items():
+        import numpy as np
+
+        nbytes = int(np.prod(var["shape"], dtype=np.int64)) * np.dtype(var["dtype"]).itemsize
+        stored = sum(int(b.get("stored_nbytes") or 0) for b in var["blocks"])
+        codecs = sorted({b.get("codec") for b in var["blocks"] if b.get("codec")})
+        variables[name] = {"dtype": var["dtype"], "shape": var["shape"], "kind": var["kind"],
+                           "nblocks": len(var["blocks"]), "nbytes": nbytes, "stored_nbytes": stored,
+                           "codec": codecs[0] if codecs else None,
+                           "compression_ratio": (nbytes / stored) if codecs and stored else None}
+    report.update(status="complete", format_version=meta.get("backend_format_version"), schema=meta["schema"],
+                  ckptio_version=meta.get("ckptio_version"), created=meta.get("created"), nprocs=meta.get("nprocs"),
+                  byteorder=meta.get("byteorder"), checksum=meta.get("checksum"), attrs=meta.get("attrs", {}),
+                  layout=meta.get("layout", {}), hints=meta.get("hints", {}), variables=variables,
+                  stats=meta.get("stats", {}))
+    if verify:
+        try:
+            problems = verify_blocks(backend, path, meta)
+        except CorruptCheckpointError as exc:
+            problems = [exc]
+        except IncompleteCheckpointError as exc:
+            report.update(status="incomplete", error=str(exc))
+            return EXIT_BAD, report
+        report["verified"] = True
+        report["problems"] = [p.to_json() if hasattr(p, "to_json") else {"message": str(p)} for p in problems]
+        if problems:
+            report.update(status="corrupt", error=f"{len(problems)} block(s) failed verification: {problems[0]}")
+            return EXIT_BAD, report
+    return EXIT_OK, report
+
+
+def _print_inspect(report: dict[str, Any], show_stats: bool) -> None:
+    out = sys.stdout
+    print(f"checkpoint  {report['path']}", file=out)
+    if report["format"] is None or report["status"] in ("missing", "unknown"):
+        print(f"status      {report['status']}: {report['error']}", file=out)
+        return
+    if report["status"] != "complete" and "variables" not in report:
+        print(f"format      {report['format']}", file=out)
+        print(f"status      {report['status'].upper()}: {report['error']}", file=out)
+        return
+    print(f"format      {report['format']} (format version {report['format_version']}, metadata schema "
+          f"{report['schema']}), written by ckptio {report['ckptio_version']} on {report['nprocs']} ranks at "
+          f"{report['created']}, byte order {report['byteorder']}", file=out)
+    status = report["status"]
+    if report["verified"] and status == "complete":
+        status += f" and verified ({report['checksum']} of every block)"
+    print(f"status      {status}" + (f": {report['error']}" if report["error"] else ""), file=out)
+    for p in report["problems"][:20]:
+        print(f"  PROBLEM   {p.get('variable', '')} block {p.get('block')} (rank {p.get('rank')}): {p['message']}",
+              file=out)
+    attrs = report.get("attrs", {})
+    print("attributes  " + (", ".join(f"{k}={v!r}" for k, v in attrs.items()) or "(none)"), file=out)
+    print(f"variables   {len(report['variables'])}", file=out)
+    width = max((len(n) for n in report["variables"]), default=4)
+    print(f"  {'name':<{width}}  {'dtype':<6} {'kind':<8} {'global shape':<22} {'blocks':>6} {'bytes':>12}  stored",
+          file=out)
+    for name, v in report["variables"].items():
+        stored = ("" if v["codec"] is None else
+                  f"{_human(v['stored_nbytes'])} ({v['codec']}, ratio {v['compression_ratio']:.2f})")
+        print(f"  {name:<{width}}  {v['dtype']:<6} {v['kind']:<8} {tuple(v['shape'])!s:<22} {v['nblocks']:>6} "
+              f"{_human(v['nbytes']):>12}  {stored}", file=out)
+    layout = report.get("layout", {})
+    print(f"layout      stripe count {layout.get('stripe_count')}, stripe unit {layout.get('stripe_unit')}", file=out)
+    hints = report.get("hints", {})
+    print(f"io          {hints.get('io_component', '?')}", file=out)
+    print("hints asked " + " ".join(f"{k}={v}" for k, v in sorted(hints.get("requested", {}).items())), file=out)
+    print("hints got   " + (" ".join(f"{k}={v}" for k, v in sorted(hints.get("effective", {}).items())) or "(none)"),
+          file=out)
+    if show_stats:
+        w = report.get("stats", {}).get("write", {})
+        secs = w.get("seconds", {})
+        print("write stats " + ", ".join(f"{k} {v:.4f} s" for k, v in secs.items()), file=out)
+        per_rank = w.get("bytes_per_rank", [])
+        if per_rank:
+            print(f"            bytes per rank min {_human(min(per_rank))} max {_human(max(per_rank))} total "
+                  f"{_human(sum(per_rank))}; file-write calls per rank {max(w.get('calls_per_rank', [0]))}", file=out)
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    code, report = inspect_report(args.path, args.verify)
+    if args.json:
+        if not args.stats:
+            report.pop("stats", None)
+        json.dump(report, sys.stdout, indent=2, sort_keys=True, default=str)
+        print()
+    else:
+        _print_inspect(report, args.stats)
+    return code
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from .simulate import PlanScenario, format_comparison, simulate
+
+    scenario = PlanScenario.from_args(args)
+    result = simulate(scenario)
+    if args.json:
+        json.dump(result, sys.stdout, indent=2, sort_keys=True)
+        print()
+    else:
+        print(format_comparison(result))
+    if args.plot:
+        from .simulate import plot_ost_load
+
+        plot_ost_load(result, args.plot)
+        if not args.json:
+            print(f"per-OST load plot written to {args.plot}")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ckptio", description="Inspect ckptio checkpoints and plan their I/O.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("inspect", help="list and verify a checkpoint (any backend)")
+    p.add_argument("path")
+    p.add_argument("--verify", action="store_true", help="read every block and check every checksum")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.add_argument("--stats", action="store_true", help="show the write statistics stored in the checkpoint")
+    p.set_defaults(func=cmd_inspect)
+    q = sub.add_parser("plan", help="run the I/O planner for a hypothetical job (no MPI, no data)")
+    q.add_argument("--ranks", type=int, required=True, help="number of MPI ranks")
+    q.add_argument("--bytes", required=True, help="checkpoint size, e.g. 189G, 500M")
+    q.add_argument("--stripe-count", type=int, default=None, help="Lustre stripe count (default min(ranks, 80))")
+    q.add_argument("--stripe-size", default="1M", help="Lustre stripe size (default 1M)")
+    q.add_argument("--variables", type=int, default=24, help="variables per block (FLASH: ~24 unknowns)")
+    q.add_argument("--readers", type=int, default=None, help="restart rank count (default: --ranks)")
+    q.add_argument("--decomposition", choices=("blocks", "shifted"), default="shifted",
+                   help="restart decomposition: 'blocks' = same as the writer's, 'shifted' = an uneven other one")
+    q.add_argument("--aggregators", type=int, default=None, help="override the aggregator count")
+    q.add_argument("--buffer", default="64M", help="aggregator buffer per round (default 64M)")
+    q.add_argument("--json", action="store_true")
+    q.add_argument("--plot", metavar="FILE.png", help="write a per-OST load picture")
+    q.set_defaults(func=cmd_plan)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return EXIT_USAGE if exc.code not in (0, None) else EXIT_OK
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

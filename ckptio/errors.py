@@ -1,0 +1,111 @@
+"""Exception hierarchy.
+
+Every error ckptio raises derives from :class:`CheckpointError`; the subclasses also derive from the matching
+built-in so that ``except ValueError`` in user code keeps working (the zarr / h5py convention).
+
+Errors raised inside a collective phase are turned into the same exception on every rank by
+:mod:`ckptio.coord`; the message names the variable, the rank(s) and the cause.
+"""
+
+from __future__ import annotations
+
+
+class CheckpointError(Exception):
+    """Base class of every ckptio error."""
+
+
+class DeclarationError(CheckpointError, ValueError):
+    """A rank declared something inconsistent: shape, dtype, overlap, coverage, name, attrs."""
+
+
+class CorruptCheckpointError(CheckpointError, ValueError):
+    """The checkpoint's bytes do not match what its index says (checksum, header, index, trailer)."""
+
+
+class IncompleteCheckpointError(CheckpointError, OSError):
+    """The checkpoint was never committed (no completion mark) or is truncated."""
+
+
+class FormatVersionError(CheckpointError, ValueError):
+    """The file was written in a format version this ckptio does not understand."""
+
+
+class UnknownFormatError(CheckpointError, ValueError):
+    """The file is not a checkpoint of any registered backend."""
+
+
+class CapabilityError(CheckpointError, NotImplementedError):
+    """The chosen backend does not offer the requested feature (e.g. compression)."""
+
+
+class ReadRequestError(CheckpointError, KeyError):
+    """A read asked for a variable that does not exist or a hyperslab outside its shape."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
+        return str(self.args[0]) if self.args else ""
+
+
+class CheckpointIOError(CheckpointError, OSError):
+    """The file system refused an operation (full disk, permissions, missing directory)."""
+
+
+class CollectiveError(CheckpointError):
+    """One or more ranks failed inside a collective phase; raised identically on every rank.
+
+    ``failures`` maps rank -> (exception class name, message). The class raised is also a subclass of the
+    most specific ckptio error seen on any rank (see :func:`collective_error_class`), so
+    ``except CorruptCheckpointError`` works on every rank, whichever rank saw the corruption.
+    """
+
+    def __init__(self, phase: str, failures: dict[int, tuple[str, str]]):
+        self.phase = phase
+        self.failures = dict(failures)
+        lines = [f"{phase} failed on {len(failures)} rank(s):"]
+        for rank in sorted(failures)[:16]:
+            cls, msg = failures[rank]
+            lines.append(f"  rank {rank}: {cls}: {msg}")
+        if len(failures) > 16:
+            lines.append(f"  ... and {len(failures) - 16} more rank(s)")
+        self.message = "\n".join(lines)
+        Exception.__init__(self, self.message)
+        self.args = (self.message,)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+_SPECIFIC: tuple[type[CheckpointError], ...] = (
+    CorruptCheckpointError,
+    IncompleteCheckpointError,
+    FormatVersionError,
+    UnknownFormatError,
+    ReadRequestError,
+    DeclarationError,
+    CapabilityError,
+    CheckpointIOError,
+)
+_OS_ERROR_NAMES = {"OSError", "PermissionError", "FileNotFoundError", "IsADirectoryError",
+                   "NotADirectoryError", "FileExistsError", "Exception"}
+_SUBCLASS_CACHE: dict[type, type[CollectiveError]] = {}
+
+
+def collective_error_class(class_names: list[str]) -> type[CollectiveError]:
+    """The CollectiveError subclass to raise for failures whose exception classes are ``class_names``.
+
+    Picks the most specific ckptio error among them (corruption first, then incompleteness, ...); OS errors
+    (full disk, permissions) map to :class:`CheckpointIOError`, and MPI errors (``mpi4py.MPI.Exception``, whose
+    class is named ``Exception``) too, because MPI-IO reports file-system failures that way.
+    """
+    names = set(class_names)
+    for cls in _SPECIFIC:
+        if cls.__name__ in names or f"Collective{cls.__name__}" in names:
+            return _subclass(cls)
+    if names & _OS_ERROR_NAMES:
+        return _subclass(CheckpointIOError)
+    return CollectiveError
+
+
+def _subclass(base: type[CheckpointError]) -> type[CollectiveError]:
+    if base not in _SUBCLASS_CACHE:
+        _SUBCLASS_CACHE[base] = type(f"Collective{base.__name__}", (CollectiveError, base), {})
+    return _SUBCLASS_CACHE[base]

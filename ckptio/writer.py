@@ -1,0 +1,299 @@
+"""The checkpoint writer: declare blocks locally, then one collective close() does all I/O and commits.
+
+Phases of :meth:`Writer.close` (every one collective, every failure raised on every rank, see ckptio.coord):
+
+1. *declare*  each rank prepares its blocks (C order, checksum, optional compression) and sends their
+   descriptions to rank 0, which validates them all (shapes, dtypes, overlaps, coverage, attrs), picks a
+   temporary file name next to the target and lays the blocks out (backend-specific);
+2. *create*   the backend creates the temporary file with the MPI hints (striping, collective buffering);
+3. *write*    one collective write of every rank's blocks, then a file sync;
+4. *index*    block checksums and statistics are gathered on rank 0, which builds the metadata document;
+5. *commit*   the backend stores the metadata and then the completion mark, syncing in between; all ranks
+   agree that it succeeded (the vote);
+6. *rename*   rank 0 renames the temporary file to its final name and syncs the directory.
+
+A failure at any phase removes the temporary file and leaves an existing checkpoint of the same name and
+every other checkpoint untouched; nothing at the final name ever claims to be complete unless it is.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import codec as codecs
+from . import coord
+from . import hints as hintsmod
+from . import meta as metamod
+from .backends import get_backend
+from .errors import CapabilityError, CheckpointError, CheckpointIOError, DeclarationError
+from .plan import SEGMENT, VariablePlan, declaration, plan_write
+
+
+@dataclass
+class _Pending:
+    decl: dict[str, Any]
+    data: np.ndarray  # C-contiguous (a reference to the user's array when it already was)
+    stored: Any = None  # compressed bytes, or the array itself
+
+
+@dataclass
+class WriteStats:
+    """Per-phase seconds (max over ranks), bytes and file-write calls per rank."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    bytes_per_rank: list[int] = field(default_factory=list)
+    calls_per_rank: list[int] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seconds": self.seconds, "bytes_per_rank": self.bytes_per_rank, "calls_per_rank": self.calls_per_rank,
+                "bytes_total": sum(self.bytes_per_rank)}
+
+
+class Writer:
+    """A checkpoint being declared. Create with :func:`ckptio.create` on every rank of ``comm``.
+
+    :meth:`write` is local (no communication); :meth:`close` is collective.
+    """
+
+    def __init__(self, path: str | os.PathLike, comm, backend: str = "mpiio", attrs: Mapping[str, Any] | None = None,
+                 hints: Mapping[str, Any] | None = None, compression: object = None):
+        self.path = os.fspath(path)
+        self.comm = comm
+        self.backend = get_backend(backend)
+        self.hints = hintsmod.resolve_hints(comm.Get_size(), hints)
+        for key, value in self.backend.extra_hints.items():
+            self.hints.setdefault(key, value)
+        self.attrs: dict[str, Any] = {}
+        self._pending: list[_Pending] = []
+        self._error: BaseException | None = None
+        self._closed = False
+        self.stats = WriteStats()
+        self.compression = codecs.parse_compression(compression)
+        if self.compression is not None and not self.backend.capabilities.compression:
+            raise CapabilityError(f"backend {self.backend.name!r} does not support compression "
+                                  f"(compression={compression!r}); use backend='mpiio'")
+        try:
+            self.attrs = metamod.normalize_attrs(attrs)
+        except CheckpointError as exc:
+            self._error = exc
+            raise
+
+    # ------------------------------------------------------------------------------------------- local API
+    def write(self, name: str, array: np.ndarray, offset: Sequence[int] | None = None,
+              global_shape: Sequence[int] | None = None) -> None:
+        """Declare one block of a global N-d array (``offset`` + ``global_shape``), or, with neither, this
+        rank's 1-D variable-length segment of ``name``. Local: no I/O and no communication happen here.
+
+        The array must stay unchanged until :meth:`close` returns (it is referenced, not copied).
+        """
+        try:
+            d = declaration(name, array, offset, global_shape, self.comm.Get_rank())
+            self.backend.check_dtype(name, array.dtype)
+            if d["kind"] == SEGMENT and not self.backend.capabilities.segments:
+                raise CapabilityError(f"variable {name!r}: backend {self.backend.name!r} has no per-rank segments")
+            self._pending.append(_Pending(d, array))
+        except CheckpointError as exc:
+            self._error = self._error or exc
+            raise
+
+    def set_attr(self, key: str, value: Any) -> None:
+        """Set one attribute (JSON-compatible; must be the same on every rank). Local."""
+        try:
+            self.attrs.update(metamod.normalize_attrs({key: value}))
+        except CheckpointError as exc:
+            self._error = self._error or exc
+            raise
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc is None:
+            self.close()
+            return False
+        # This rank failed inside the with-block: tell the others (they are, or will be, in close()).
+        if not self._closed:
+            self._error = self._error or exc
+            try:
+                self.close()
+            except CheckpointError:
+                pass
+        return False
+
+    # ------------------------------------------------------------------------------------------ collective
+    def close(self) -> None:
+        """Collective: validate, write, commit and rename. Raises the same error on every rank on failure."""
+        if self._closed:
+            return
+        self._closed = True
+        comm = self.comm
+        rank = comm.Get_rank()
+        t0 = time.perf_counter()
+        timings: dict[str, float] = {}
+
+        variables, layout, tmp = coord.gather_and_plan(comm, f"checkpoint {self.path}: declare", self._prepare_local,
+                                                       self._plan_global)
+        timings["declare"] = time.perf_counter() - t0
+        session = None
+        info = hintsmod.to_info(self.hints)
+        try:
+            t = time.perf_counter()
+            session = coord.run(comm, f"checkpoint {self.path}: create file",
+                                lambda: self.backend.create(tmp, comm, info, variables, layout,
+                                                            {"hints": self.hints, "nprocs": comm.Get_size(),
+                                                             "attrs": self.attrs}))
+            timings["open"] = time.perf_counter() - t
+            t = time.perf_counter()
+            mine = self._my_blocks(variables, rank)
+            written = coord.run(comm, f"checkpoint {self.path}: write data", lambda: session.write_blocks(mine))
+            timings["write"] = time.perf_counter() - t
+            effective = session.effective_hints() if rank == 0 else {}
+            local_report = {"blocks": [(p.decl["name"], bp.local_index, p.decl["checksum"], w.file_offset,
+                                        w.stored_nbytes, w.codec)
+                                       for (bp, _), p, w in zip(mine, self._pending, written, strict=True)],
+                            "bytes": sum(w.stored_nbytes for w in written), "timings": timings}
+            t = time.perf_counter()
+            meta = coord.gather_and_plan(comm, f"checkpoint {self.path}: build index", lambda: local_report,
+                                         lambda reports: self._build_meta(variables, reports, effective,
+                                                                          session.storage_info()))
+            coord.run(comm, f"checkpoint {self.path}: commit", lambda: session.commit(meta))
+            session = None
+            timings["commit"] = time.perf_counter() - t
+            coord.bcast_from_root(comm, f"checkpoint {self.path}: rename", lambda: _rename_durably(tmp, self.path))
+            self.stats = WriteStats({k: v for k, v in meta["stats"]["write"]["seconds"].items()},
+                                    meta["stats"]["write"]["bytes_per_rank"], meta["stats"]["write"]["calls_per_rank"])
+            self.stats.seconds["commit"] = timings["commit"]
+            self.stats.seconds["total"] = time.perf_counter() - t0
+            self.meta = meta
+        except BaseException:
+            if session is not None:
+                session.abort()
+            if rank == 0:
+                _remove_quietly(tmp)
+            raise
+        finally:
+            info.Free()
+            self._pending = []
+
+    # ------------------------------------------------------------------------------------------- helpers
+    def _prepare_local(self) -> dict[str, Any]:
+        """Local part of the declare phase: C order, checksums, compression; returns what rank 0 needs."""
+        if self._error is not None:
+            raise self._error
+        t = time.perf_counter()
+        for p in self._pending:
+            data = np.ascontiguousarray(p.data)
+            p.data = data
+            p.decl["checksum"] = metamod.checksum(data) if data.size else metamod.checksum(b"")
+            if self.compression is not None:
+                codec, level = self.compression
+                p.stored = np.frombuffer(codecs.compress(data, codec, level), np.uint8)
+                p.decl["stored_nbytes"], p.decl["codec"] = int(p.stored.nbytes), f"{codec}:{level}"
+            else:
+                p.stored = data
+        check_dir = _directory_problem(self.path) if self.comm.Get_rank() == 0 else None
+        return {"decls": [p.decl for p in self._pending], "attrs": self.attrs, "dir_problem": check_dir,
+                "prepare_seconds": time.perf_counter() - t}
+
+    def _plan_global(self, gathered: list[dict[str, Any]]):
+        """Rank 0: validate everything, choose the temporary name and the file layout."""
+        if gathered[0]["dir_problem"]:
+            raise CheckpointIOError(gathered[0]["dir_problem"])
+        for r, g in enumerate(gathered):
+            if g["attrs"] != gathered[0]["attrs"]:
+                a0, ar = gathered[0]["attrs"], g["attrs"]
+                key = next(k for k in sorted(set(a0) | set(ar)) if a0.get(k, "<unset>") != ar.get(k, "<unset>"))
+                raise DeclarationError(f"attribute {key!r} differs between rank 0 ({a0.get(key, '<unset>')!r}) and "
+                                       f"rank {r} ({ar.get(key, '<unset>')!r}); attrs must be identical on every rank")
+        variables = plan_write([g["decls"] for g in gathered])
+        if not variables and not gathered[0]["attrs"]:
+            warnings.warn(f"checkpoint {self.path} holds no variables and no attributes", stacklevel=4)
+        _stripe_count, stripe_unit = hintsmod.stripe_layout(self.hints)
+        layout = self.backend.layout(variables, stripe_unit, len(gathered))
+        directory, base = os.path.split(os.path.abspath(self.path))
+        tmp = os.path.join(directory, f".{base}.ckptio-tmp-{uuid.uuid4().hex[:12]}")
+        self._prepare_seconds = max(g["prepare_seconds"] for g in gathered)
+        return variables, layout, tmp
+
+    def _my_blocks(self, variables: Mapping[str, VariablePlan], rank: int):
+        """This rank's (BlockPlan, stored bytes) in declaration order."""
+        by_index = {b.local_index: b for v in variables.values() for b in v.blocks if b.rank == rank}
+        return [(by_index[i], p.stored) for i, p in enumerate(self._pending)]
+
+    def _build_meta(self, variables: Mapping[str, VariablePlan], reports: list[dict[str, Any]],
+                    effective: Mapping[str, str], storage: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+        """Rank 0: the metadata document (schema in ckptio.meta)."""
+        table: dict[tuple[int, int], tuple] = {}
+        for rank, rep in enumerate(reports):
+            for _name, local_index, checksum, file_offset, stored, codec in rep["blocks"]:
+                table[(rank, local_index)] = (checksum, file_offset, stored, codec)
+        out_vars: dict[str, Any] = {}
+        for name, var in variables.items():
+            blocks = []
+            for b in var.blocks:
+                checksum, file_offset, stored, codec = table[(b.rank, b.local_index)]
+                blocks.append({"rank": b.rank, "offset": list(b.box.offset), "shape": list(b.box.shape),
+                               "checksum": checksum, "file_offset": file_offset, "stored_nbytes": stored,
+                               "codec": codec})
+            out_vars[name] = {"dtype": var.dtype, "shape": list(var.shape), "kind": var.kind, "blocks": blocks}
+            if name in storage:
+                out_vars[name]["storage"] = storage[name]
+        stripe_count, stripe_unit = hintsmod.stripe_layout(self.hints)
+        seconds = {"prepare": getattr(self, "_prepare_seconds", 0.0)}
+        for phase in ("declare", "open", "write"):
+            seconds[phase] = max(rep["timings"].get(phase, 0.0) for rep in reports)
+        return {
+            "schema": metamod.SCHEMA_VERSION,
+            "ckptio_version": metamod.__version__,
+            "backend": self.backend.name,
+            "backend_format_version": self.backend.format_version,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "nprocs": len(reports),
+            "byteorder": __import__("sys").byteorder,
+            "checksum": metamod.CHECKSUM_ALGORITHM,
+            "attrs": self.attrs,
+            "layout": {"stripe_count": stripe_count, "stripe_unit": stripe_unit},
+            "hints": {"requested": dict(self.hints), "effective": dict(effective),
+                      "io_component": hintsmod.io_component()},
+            "stats": {"write": {"seconds": seconds, "bytes_per_rank": [rep["bytes"] for rep in reports],
+                                "calls_per_rank": [1 for _ in reports]}},
+            "variables": out_vars,
+        }
+
+
+def _directory_problem(path: str) -> str | None:
+    """Why a checkpoint cannot be created at ``path`` (checked on rank 0 before any file is touched)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        return f"{path}: is a directory; give a file name for the checkpoint"
+    if not os.path.exists(directory):
+        return f"{path}: directory {directory} does not exist"
+    if not os.path.isdir(directory):
+        return f"{path}: {directory} is not a directory"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return f"{path}: directory {directory} is not writable"
+    return None
+
+
+def _rename_durably(tmp: str, path: str) -> None:
+    os.replace(tmp, path)
+    fd = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -1,0 +1,39 @@
+"""Hint policy: the FLASH stripe rule, user and environment overrides (no MPI)."""
+
+import pytest
+
+from ckptio.errors import DeclarationError
+from ckptio.hints import aggregator_override, parse_hint_string, resolve_hints
+
+
+@pytest.mark.parametrize("nprocs, factor", [(1, 1), (4, 4), (80, 80), (7620, 80)])
+def test_striping_factor_is_min_nprocs_80(nprocs, factor):
+    h = resolve_hints(nprocs, environ={})
+    assert h["striping_factor"] == str(factor)
+    assert h["cb_nodes"] == str(factor)
+    assert h["striping_unit"] == str(1 << 20)
+    assert h["romio_cb_write"] == h["romio_cb_read"] == "enable"
+
+
+def test_precedence_defaults_then_user_then_environment():
+    h = resolve_hints(100, {"striping_unit": 4 << 20, "cb_buffer_size": 1 << 20},
+                      environ={"CKPTIO_HINTS": "striping_unit=2097152; striping_factor=16"})
+    assert h["striping_unit"] == "2097152"
+    assert h["cb_buffer_size"] == str(1 << 20)
+    assert h["striping_factor"] == "16"
+    assert h["cb_nodes"] == "16"  # follows the striping factor unless set explicitly
+
+
+def test_parse_errors_are_clear():
+    assert parse_hint_string("a=1;\n b = 2 ;#c=3") == {"a": "1", "b": "2"}
+    with pytest.raises(DeclarationError, match="key=value"):
+        parse_hint_string("novalue")
+    with pytest.raises(DeclarationError, match="positive integer"):
+        resolve_hints(4, {"striping_factor": "many"}, environ={})
+
+
+def test_aggregator_override_sources():
+    assert aggregator_override(None, environ={}) is None
+    assert aggregator_override(None, environ={"CKPTIO_AGGREGATORS": "3"}) == 3
+    assert aggregator_override(None, environ={"CKPTIO_HINTS": "cb_nodes=5"}) == 5
+    assert aggregator_override({"cb_nodes": 2}, environ={}) == 2
