@@ -1,0 +1,76 @@
+"""Only the aggregator ranks touch the checkpoint file on restart: checked independently with strace (every
+openat/read syscall of every process) and from ckptio's own statistics, for every backend."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+from mpi_helpers import BACKENDS, REPO, mpi_env, run_script
+
+WRITE = """
+import sys, numpy as np, ckptio
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+r, n = comm.Get_rank(), comm.Get_size()
+with ckptio.create(sys.argv[1], comm, backend=sys.argv[2]) as ck:
+    ck.write("u", np.full((50, 100), r, np.float64), offset=(50 * r, 0), global_shape=(50 * n, 100))
+"""
+
+READ = """
+import os, sys, json, numpy as np, ckptio
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+r, n = comm.Get_rank(), comm.Get_size()
+with ckptio.open(sys.argv[1], comm, aggregators=2) as ck:
+    rows = ck.variables["u"].shape[0]
+    lo, hi = r * rows // n, (r + 1) * rows // n
+    got = ck.read("u", offset=(lo, 0), shape=(hi - lo, 100))
+    assert (got == (np.arange(lo, hi) // 50)[:, None]).all()
+    info = {"rank": r, "pid": os.getpid(), "aggregator": r in ck.aggregators, "stats": ck.stats.to_json()}
+print("INFO " + json.dumps(info), flush=True)
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is installed by ci/install.sh")
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("nprocs", [4, 8])
+def test_only_aggregators_open_and_read_the_file(backend, nprocs, tmp_path):
+    path = tmp_path / "chk_000001"
+    run_script(4, WRITE, tmp_path, str(path), backend)
+    script = tmp_path / "read.py"
+    script.write_text(READ)
+    prefix = tmp_path / "trace"
+    cmd = ["strace", "-f", "-qq", "-e", "trace=openat,open,read,pread64,preadv,preadv2", "-ff", "-o", str(prefix),
+           "mpirun", "-n", str(nprocs), sys.executable, str(script), str(path)]
+    proc = subprocess.run(cmd, cwd=REPO, env=mpi_env(), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    import json
+
+    infos = [json.loads(line[5:]) for line in proc.stdout.splitlines() if line.startswith("INFO ")]
+    assert len(infos) == nprocs
+    aggregators = {i["rank"] for i in infos if i["aggregator"]}
+    assert len(aggregators) == 2
+    name = re.escape(str(path))
+    touched = {}
+    for info in infos:
+        trace = (tmp_path / f"trace.{info['pid']}").read_text()
+        fds = set(re.findall(rf'open(?:at)?\(.*"{name}", [^)]*\) = (\d+)', trace))
+        reads = [m for fd in fds for m in re.findall(rf"^p?readv?2?\({fd}, .*\) = (\d+)", trace, re.M)]
+        touched[info["rank"]] = (len(fds), sum(int(x) for x in reads))
+    for info in infos:
+        opens, nbytes = touched[info["rank"]]
+        st = info["stats"]
+        if info["rank"] in aggregators:
+            assert st["opened_file"] and st["file_bytes"] > 0, info
+            assert opens >= 1 and nbytes > 0, (info["rank"], touched)
+        else:
+            assert opens == 0 and nbytes == 0, f"non-aggregator rank {info['rank']} touched the file: {touched}"
+            assert not st["opened_file"] and st["file_bytes"] == 0 and st["bytes_received"] > 0, info
+    total = sum(i["stats"]["file_bytes"] for i in infos)
+    assert total >= 50 * 4 * 100 * 8  # the whole array was read once, by the aggregators
