@@ -20,7 +20,9 @@ from .errors import (
     UnknownFormatError,
 )
 from .meta import __version__
+from .async_io import wait_all
 from .reader import Reader, VariableInfo
+from .series import Series
 from .writer import Writer
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "IncompleteCheckpointError",
     "ReadRequestError",
     "Reader",
+    "Series",
     "UnknownFormatError",
     "VariableInfo",
     "Writer",
@@ -41,4 +44,5 @@ __all__ = [
     "create",
     "latest",
     "open",
+    "wait_all",
 ]

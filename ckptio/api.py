@@ -11,15 +11,20 @@ from .writer import Writer
 
 
 def create(path: str | os.PathLike, comm, backend: str = "mpiio", attrs: Mapping[str, Any] | None = None,
-           hints: Mapping[str, Any] | None = None, compression: object = None) -> Writer:
+           hints: Mapping[str, Any] | None = None, compression: object = None, mode: str = "sync",
+           stage_dir: str | os.PathLike | None = None) -> Writer:
     """Start a checkpoint at ``path`` (a single shared file). Called by every rank of ``comm``.
 
     Returns a :class:`Writer`: declare blocks with ``write()`` (local), then ``close()`` or leave the
     ``with`` block (collective: validation, I/O, atomic commit). ``backend`` is ``"mpiio"`` (native),
     ``"hdf5"`` or ``"pnetcdf"``; ``hints`` override the MPI-IO hints (see :mod:`ckptio.hints`);
     ``compression`` (native backend) is ``"zstd"``, ``"zstd+shuffle"``, optionally with ``":LEVEL"``.
+    ``mode="async"`` returns from ``close()`` once the blocks are copied to staging buffers; an I/O thread
+    writes and commits (``writer.wait()``/``writer.done()``). ``stage_dir`` (a fast tier visible to every rank
+    of ``comm``) is written first and drained to ``path`` in the background, checksums verified.
     """
-    return Writer(path, comm, backend=backend, attrs=attrs, hints=hints, compression=compression)
+    return Writer(path, comm, backend=backend, attrs=attrs, hints=hints, compression=compression, mode=mode,
+                  stage_dir=stage_dir)
 
 
 def open(path: str | os.PathLike, comm, hints: Mapping[str, Any] | None = None, aggregators: int | None = None,

@@ -62,14 +62,30 @@ def iter_valid(directory: str | os.PathLike, prefix: str = "chk", verify: bool =
         yield path
 
 
-def latest(directory: str | os.PathLike, prefix: str = "chk", verify: bool = False, comm=None) -> str | None:
+def latest(directory: str | os.PathLike, prefix: str = "chk", verify: bool = False, comm=None,
+           stage_dir: str | os.PathLike | None = None) -> str | None:
     """The newest complete and valid checkpoint in ``directory`` whose name starts with ``prefix``, or None.
 
     Incomplete (no completion mark), truncated or damaged-index checkpoints are skipped with a warning;
-    ``verify=True`` also reads every block and checks its checksum. With ``comm``, rank 0 looks and
+    ``verify=True`` also reads every block and checks its checksum. With ``stage_dir``, a valid copy of the
+    newest checkpoint on the fast tier is preferred over the one in ``directory``. With ``comm``, rank 0 looks and
     broadcasts the answer (collective); without, the calling process looks by itself.
     """
     if comm is not None:
-        found = latest(directory, prefix, verify) if comm.Get_rank() == 0 else None
+        found = latest(directory, prefix, verify, stage_dir=stage_dir) if comm.Get_rank() == 0 else None
         return comm.bcast(found, root=0)
-    return next(iter_valid(directory, prefix, verify), None)
+    if stage_dir is None:
+        return next(iter_valid(directory, prefix, verify), None)
+    # staged checkpoints: prefer a valid copy on the fast tier, by the newest step in either place
+    names = {os.path.basename(p) for p in candidates(directory, prefix) + candidates(stage_dir, prefix)}
+    for name in sorted(names, key=lambda n: _step_of(n), reverse=True):
+        for place in (stage_dir, directory):
+            path = os.path.join(os.fspath(place), name)
+            if not os.path.isfile(path):
+                continue
+            try:
+                check(path, verify)
+                return path
+            except (CheckpointError, OSError) as exc:
+                warnings.warn(f"ckptio: skipping {path}: {exc}", stacklevel=2)
+    return None

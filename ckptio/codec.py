@@ -40,7 +40,8 @@ def compress(array: np.ndarray, codec: str, level: int) -> bytes:
 
 
 def decompress(data: bytes | memoryview, codec: str, dtype: np.dtype, count: int, where: str) -> np.ndarray:
-    """Inverse of :func:`compress`; ``where`` names the variable/block for error messages."""
+    """Inverse of :func:`compress`; ``codec`` as recorded (``"zstd+shuffle:5"``); ``where`` names the block."""
+    codec = codec.split(":")[0]
     nbytes = count * dtype.itemsize
     try:
         raw = zstandard.ZstdDecompressor().decompress(bytes(data), max_output_size=nbytes)

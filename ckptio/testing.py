@@ -346,6 +346,24 @@ def read_nm(ctx: Ctx, writers: int) -> None:
             np.testing.assert_array_equal(got, want)
 
 
+def _waiting_create(mode: str, stage_dir: str | None) -> Callable:
+    """``ckptio.create`` in async or staged mode whose close() also waits, so cases can read right after."""
+    real = ckptio.api.create
+
+    def create(path, comm, **kw):
+        writer = real(path, comm, mode="async" if mode == "async" else "sync", stage_dir=stage_dir, **kw)
+        background_close = writer.close
+
+        def close() -> None:
+            background_close()
+            writer.wait()
+
+        writer.close = close
+        return writer
+
+    return create
+
+
 def run_cases(ctx: Ctx, selected: list[tuple[str, Callable]]) -> int:
     failed = 0
     for name, fn in selected:
@@ -379,7 +397,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--case", action="append", help="run only these cases")
     parser.add_argument("--write-nm", action="store_true")
     parser.add_argument("--read-nm", type=int, metavar="WRITERS")
+    parser.add_argument("--mode", choices=("sync", "async", "staged"), default="sync",
+                        help="write every checkpoint of the cases in this mode (waiting for it at close)")
     args = parser.parse_args(argv)
+    if args.mode != "sync":
+        stage = os.path.join(args.outdir, "stage") if args.mode == "staged" else None
+        if stage and MPI.COMM_WORLD.Get_rank() == 0:
+            os.makedirs(stage, exist_ok=True)
+        MPI.COMM_WORLD.Barrier()
+        ckptio.create = _waiting_create(args.mode, stage)
     ctx = Ctx(MPI.COMM_WORLD, args.backend, args.outdir)
     if args.write_nm:
         return run_cases(ctx, [("write_nm", write_nm)])

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from . import _faults, async_io, coord
 from . import codec as codecs
-from . import coord
 from . import hints as hintsmod
 from . import meta as metamod
 from .backends import get_backend
@@ -64,7 +64,15 @@ class Writer:
     """
 
     def __init__(self, path: str | os.PathLike, comm, backend: str = "mpiio", attrs: Mapping[str, Any] | None = None,
-                 hints: Mapping[str, Any] | None = None, compression: object = None):
+                 hints: Mapping[str, Any] | None = None, compression: object = None, mode: str = "sync",
+                 stage_dir: str | os.PathLike | None = None):
+        if mode not in ("sync", "async"):
+            raise DeclarationError(f"mode={mode!r}: expected 'sync' or 'async'")
+        self.mode = mode
+        self.stage_dir = os.fspath(stage_dir) if stage_dir is not None else None
+        self.handle: async_io.AsyncCheckpoint | None = None
+        self._user_hints = dict(hints or {})
+        self._compression_spec = compression
         self.path = os.fspath(path)
         self.comm = comm
         self.backend = get_backend(backend)
@@ -129,16 +137,95 @@ class Writer:
         return False
 
     # ------------------------------------------------------------------------------------------ collective
+    def wait(self) -> None:
+        """Local: for an asynchronous or staged checkpoint, block until it is committed (raise its error)."""
+        if self.handle is not None:
+            self.handle.wait()
+
+    def done(self) -> bool:
+        """Local: True when nothing of this checkpoint is still being written in the background."""
+        return self.handle is None or self.handle.done()
+
     def close(self) -> None:
-        """Collective: validate, write, commit and rename. Raises the same error on every rank on failure."""
+        """Collective: validate, write, commit and rename. Raises the same error on every rank on failure.
+
+        ``mode="async"``: copies the blocks into a staging buffer and returns; the I/O thread does the rest
+        (see :mod:`ckptio.async_io`). ``stage_dir``: writes the checkpoint to the stage synchronously, then
+        drains it to ``path`` in the background.
+        """
         if self._closed:
             return
+        background = (self.mode == "async" or self.stage_dir is not None)
+        if background and not async_io.thread_multiple_available():
+            async_io.warn_no_threads()
+            background = False
+        if self.stage_dir is not None:
+            self._close_staged(background)
+        elif background:
+            self._close_async()
+        else:
+            self._close_now()
+
+    def _clone(self, path: str, comm) -> Writer:
+        twin = Writer(path, comm, backend=self.backend.name, attrs=self.attrs, hints=self._user_hints,
+                      compression=self._compression_spec)
+        twin._error = self._error
+        return twin
+
+    def _close_async(self) -> None:
+        self._closed = True
+        engine = async_io.engine_for(self.comm)
+        engine.check_finished_before_new()
+        slot, copies = async_io.stage_arrays(engine.pool, [p.data for p in self._pending])
+        twin = self._clone(self.path, engine.comm)
+        twin._pending = [_Pending(dict(p.decl), c) for p, c in zip(self._pending, copies, strict=True)]
+        self._pending = []
+        self.handle = async_io.AsyncCheckpoint(self.path)
+        engine.submit(self.handle, lambda comm: twin.close(), lambda: engine.pool.release(slot))
+
+    def _close_staged(self, background: bool) -> None:
+        """Write to the fast tier now (collective), then copy to ``path`` in the final format."""
+        stage_path = os.path.join(self.stage_dir, os.path.basename(self.path))
+        staged = self._clone(stage_path, self.comm)
+        staged._pending = self._pending
+        staged._close_now()
+        self._closed = True
+        self.stats = staged.stats
+        decls = [dict(p.decl) for p in self._pending]
+        self._pending = []
+        twin_path = self.path
+
+        def drain(comm) -> None:
+            from .reader import Reader
+
+            with Reader(stage_path, comm, verify=True) as reader:  # every checksum is checked on the way
+                requests = [(d["name"], d.get("offset"), d.get("shape")) if d["kind"] == "array"
+                            else (d["name"], None, None) for d in decls]
+                arrays = reader.read_many(requests)
+            twin = self._clone(twin_path, comm)
+            for d, a in zip(decls, arrays, strict=True):
+                if d["kind"] == "array":
+                    twin.write(d["name"], a, offset=d["offset"], global_shape=d["global_shape"])
+                else:
+                    twin.write(d["name"], a)
+            twin.close()
+
+        if not background:
+            drain(self.comm)
+            return
+        engine = async_io.engine_for(self.comm)
+        engine.check_finished_before_new()
+        self.handle = async_io.AsyncCheckpoint(self.path)
+        engine.submit(self.handle, drain, lambda: None)
+
+    def _close_now(self) -> None:
         self._closed = True
         comm = self.comm
         rank = comm.Get_rank()
         t0 = time.perf_counter()
         timings: dict[str, float] = {}
 
+        _faults.point("declare", comm)
         variables, layout, tmp = coord.gather_and_plan(comm, f"checkpoint {self.path}: declare", self._prepare_local,
                                                        self._plan_global)
         timings["declare"] = time.perf_counter() - t0
@@ -146,6 +233,7 @@ class Writer:
         info = hintsmod.to_info(self.hints)
         try:
             t = time.perf_counter()
+            _faults.point("create file", comm)
             session = coord.run(comm, f"checkpoint {self.path}: create file",
                                 lambda: self.backend.create(tmp, comm, info, variables, layout,
                                                             {"hints": self.hints, "nprocs": comm.Get_size(),
@@ -153,6 +241,7 @@ class Writer:
             timings["open"] = time.perf_counter() - t
             t = time.perf_counter()
             mine = self._my_blocks(variables, rank)
+            _faults.point("write data", comm)
             written = coord.run(comm, f"checkpoint {self.path}: write data", lambda: session.write_blocks(mine))
             timings["write"] = time.perf_counter() - t
             effective = session.effective_hints() if rank == 0 else {}
@@ -161,12 +250,16 @@ class Writer:
                                        for (bp, _), p, w in zip(mine, self._pending, written, strict=True)],
                             "bytes": sum(w.stored_nbytes for w in written), "timings": timings}
             t = time.perf_counter()
+            _faults.point("checksum gather", comm)
             meta = coord.gather_and_plan(comm, f"checkpoint {self.path}: build index", lambda: local_report,
                                          lambda reports: self._build_meta(variables, reports, effective,
                                                                           session.storage_info()))
-            coord.run(comm, f"checkpoint {self.path}: commit", lambda: session.commit(meta))
+            _faults.point("write index", comm)
+            coord.run(comm, f"checkpoint {self.path}: commit",
+                      lambda: (session.commit(meta), _faults.point("commit vote", comm)))
             session = None
             timings["commit"] = time.perf_counter() - t
+            _faults.point("rename", comm)
             coord.bcast_from_root(comm, f"checkpoint {self.path}: rename", lambda: _rename_durably(tmp, self.path))
             self.stats = WriteStats({k: v for k, v in meta["stats"]["write"]["seconds"].items()},
                                     meta["stats"]["write"]["bytes_per_rank"], meta["stats"]["write"]["calls_per_rank"])

@@ -301,8 +301,9 @@ def checkpoint_path(outdir: str, step: int) -> str:
     return os.path.join(outdir, f"{CHECKPOINT_PREFIX}_{step:06d}")
 
 
-def write_checkpoint(path: str, comm: MPI.Comm, backend: str, state: RankState) -> None:
-    """Write the state collectively to ``path``; every rank declares its blocks and its tracer segment."""
+def write_checkpoint(series: ckptio.Series, state: RankState) -> ckptio.Writer:
+    """Write the state collectively as the series' checkpoint of this step; every rank declares its blocks
+    and its tracer segment. In async mode this returns once the data is staged in ckptio's buffers."""
     attrs = {
         "step": state.step,
         "time": state.time,
@@ -312,13 +313,14 @@ def write_checkpoint(path: str, comm: MPI.Comm, backend: str, state: RankState) 
         "simulation": SIMULATION_NAME,
     }
     nb, nxb, first = state.nblocks, state.nxb, state.first_block
-    with ckptio.create(path, comm, backend=backend, attrs=attrs) as ck:
+    with series.create(state.step, attrs=attrs) as ck:
         for name in GRID_VARS:
             ck.write(name, state.fields[name], offset=(first, 0, 0, 0), global_shape=(nb, nxb, nxb, nxb))
         ck.write("refine_level", state.refine_level, offset=(first,), global_shape=(nb,))
         ck.write("bbox", state.bbox, offset=(first, 0, 0), global_shape=(nb, 3, 2))
         ck.write("tracers", state.tracers.reshape(-1))  # per-rank variable-length segments
         ck.write("tracer_block", state.tracer_block)
+    return ck
 
 
 def read_checkpoint(path: str, comm: MPI.Comm) -> RankState:
@@ -482,14 +484,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=None,
         help="rank 0 writes the gathered final state to FILE (.npz) for comparisons",
     )
+    parser.add_argument("--mode", choices=("sync", "async"), default="sync",
+                        help="async: checkpoints are written by ckptio's I/O thread while the run goes on")
+    parser.add_argument("--stage-dir", default=None,
+                        help="fast tier (e.g. /dev/shm/x) written first, then drained to OUTDIR in the background")
+    parser.add_argument("--keep", type=positive_int, default=3, help="checkpoints to keep (default 3)")
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
     return parser.parse_args(argv)
 
 
-def find_restart(outdir: str, comm: MPI.Comm) -> str | None:
-    """Path of the newest complete checkpoint in ``outdir`` as seen by rank 0, broadcast to every rank."""
-    path = ckptio.latest(outdir, prefix=CHECKPOINT_PREFIX) if comm.Get_rank() == 0 else None
-    return comm.bcast(path, root=0)
+def open_series(args: argparse.Namespace, comm: MPI.Comm) -> ckptio.Series:
+    """The run's checkpoint series: naming by step, retention, async/staged writing, restart fallback."""
+    return ckptio.Series(args.outdir, comm, prefix=CHECKPOINT_PREFIX, keep=args.keep, backend=args.backend,
+                         stage_dir=args.stage_dir, mode=args.mode)
 
 
 def dens_range(state: RankState, comm: MPI.Comm) -> tuple[float, float]:
@@ -509,12 +516,9 @@ def run(args: argparse.Namespace, comm: MPI.Comm) -> int:
         if verbose:
             print(message, flush=True)
 
-    if rank == 0:
-        os.makedirs(args.outdir, exist_ok=True)
-    comm.Barrier()
-
+    series = open_series(args, comm)
     if args.restart:
-        path = find_restart(args.outdir, comm)
+        path = series.latest()  # newest complete and verified one (a staged copy is preferred)
         if path is None:
             if rank == 0:
                 print(
@@ -552,16 +556,19 @@ def run(args: argparse.Namespace, comm: MPI.Comm) -> int:
         if state.step % args.checkpoint_every == 0:
             path = checkpoint_path(args.outdir, state.step)
             t0 = MPI.Wtime()
-            write_checkpoint(path, comm, args.backend, state)
+            writer = write_checkpoint(series, state)
             elapsed = MPI.Wtime() - t0
+            done = writer.done() and os.path.exists(path)
+            size = f"{path_size(path) / 2**20:.2f} MiB, " if done else "in background, "
             if not args.quiet:
                 dmin, dmax = dens_range(state, comm)  # collective: every rank takes part
             if verbose:
                 say(
                     f"step {state.step:6d}  t={state.time:8.4f}  dens [{dmin:.6f}, {dmax:.6f}]  wrote {path} "
-                    f"({args.backend}, {path_size(path) / 2**20:.2f} MiB, {elapsed:.3f} s)"
+                    f"({args.backend}, {size}{elapsed:.3f} s blocked)"
                 )
 
+    series.wait()  # background checkpoints committed (errors raised here on every rank), retention applied
     if args.final_state:
         gathered = gather_state(state, comm)
         if gathered is not None:
