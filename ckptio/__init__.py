@@ -6,6 +6,7 @@ aggregated reads. See README.md.
 """
 
 from .api import create, open
+from .async_io import wait_all
 from .catalog import latest
 from .errors import (
     CapabilityError,
@@ -20,7 +21,6 @@ from .errors import (
     UnknownFormatError,
 )
 from .meta import __version__
-from .async_io import wait_all
 from .reader import Reader, VariableInfo
 from .series import Series
 from .writer import Writer

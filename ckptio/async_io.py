@@ -139,7 +139,7 @@ class IOEngine:
             error = None
             try:
                 job(self.comm)
-            except BaseException as exc:  # noqa: BLE001 - kept for the next ckptio call
+            except BaseException as exc:
                 error = exc
             finally:
                 on_done()

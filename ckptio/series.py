@@ -111,5 +111,5 @@ def _complete(path: str) -> bool:
     try:
         catalog.check(path, verify=False)
         return True
-    except Exception:  # noqa: BLE001 - anything unreadable counts as incomplete
+    except Exception:
         return False
