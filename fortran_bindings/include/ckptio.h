@@ -1,0 +1,184 @@
+/*
+ * ckptio.h -- C interface of ckptio, the checkpoint/restart library for MPI codes.
+ *
+ * The library embeds the CPython interpreter (or reuses the running one when the host program is Python) and
+ * calls the Python package `ckptio` with zero-copy views of the caller's arrays. See fortran_bindings/README.md.
+ *
+ * Conventions
+ * -----------
+ *  - Every function returns a status code (enum ckptio_status): CKPTIO_OK (0) on success. On failure,
+ *    ckptio_last_error() gives the full message (variable, rank(s), cause) and ckptio_strerror() a short text.
+ *  - "collective" functions must be called by every rank of the communicator, in the same order; when they
+ *    fail, they fail on every rank with the same status and message. "local" functions involve no
+ *    communication; an error is reported on the calling rank only (a failed ckptio_write also makes the
+ *    following ckptio_close fail on every rank, so no rank is left waiting).
+ *  - MPI must be initialized before the first call. Call ckptio_finalize() before MPI_Finalize().
+ *  - Shapes and offsets are int64_t arrays of length ndim; offsets are 0-based.
+ *  - Array order. With CKPTIO_ORDER_C (the plain functions) shapes and offsets are given in C order (slowest
+ *    varying axis first) and stored as given. With CKPTIO_ORDER_FORTRAN (the *_order functions) they are given
+ *    in Fortran order (fastest axis first): a column-major array a(n1,n2,n3) is stored as the C-order
+ *    (row-major) array of global shape (n3,n2,n1), offsets reversed likewise -- the convention of the HDF5 and
+ *    netCDF Fortran APIs. Memory is never reordered or copied on write; Python sees a(i,j,k) as a[k-1,j-1,i-1].
+ *  - Arrays passed to ckptio_write / ckptio_write_segment are referenced, not copied: keep them allocated and
+ *    unchanged until ckptio_close() returns.
+ *  - Thread safety: every call takes the Python GIL; calls on one handle must not overlap.
+ */
+#ifndef CKPTIO_H
+#define CKPTIO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mpi.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CKPTIO_MAX_NDIM 8 /* shape arrays filled by ckptio_inquire_var need this many elements */
+
+/* Status codes. They mirror ckptio's exception classes (ckptio/errors.py); a collective failure reports the
+ * code of the most specific error seen on any rank. Keep in sync with the parameters in ckptio_mod.F90. */
+typedef enum ckptio_status {
+  CKPTIO_OK = 0,
+  CKPTIO_ERR_DECLARATION = 1,  /* DeclarationError: inconsistent shapes, dtypes, overlaps, coverage, attrs */
+  CKPTIO_ERR_CORRUPT = 2,      /* CorruptCheckpointError: checksum / header / index mismatch */
+  CKPTIO_ERR_INCOMPLETE = 3,   /* IncompleteCheckpointError: never committed, or truncated */
+  CKPTIO_ERR_FORMAT = 4,       /* FormatVersionError, UnknownFormatError: not a (supported) checkpoint */
+  CKPTIO_ERR_NOT_FOUND = 5,    /* ReadRequestError: no such variable / hyperslab outside it; no such attribute */
+  CKPTIO_ERR_IO = 6,           /* CheckpointIOError, OSError, MPI-IO errors: missing path, permissions, full disk */
+  CKPTIO_ERR_CAPABILITY = 7,   /* CapabilityError: the backend cannot do it (unknown backend, dtype, segments) */
+  CKPTIO_ERR_ARGUMENT = 8,     /* bad argument to this API: NULL pointer, dtype mismatch on read, bad handle */
+  CKPTIO_ERR_COLLECTIVE = 9,   /* CollectiveError without a more specific cause */
+  CKPTIO_ERR_CHECKPOINT = 10,  /* any other CheckpointError */
+  CKPTIO_ERR_PYTHON = 11,      /* any other Python exception (a bug; the message holds the traceback) */
+  CKPTIO_ERR_INIT = 12         /* the interpreter, numpy, mpi4py or ckptio could not be started / imported,
+                                  MPI not initialized, or called after ckptio_finalize() */
+} ckptio_status;
+
+/* Element types. */
+typedef enum ckptio_dtype {
+  CKPTIO_DTYPE_OTHER = 0, /* only returned by ckptio_inquire_var: a type this API cannot read (bool, complex) */
+  CKPTIO_INT8 = 1,
+  CKPTIO_INT16 = 2,
+  CKPTIO_INT32 = 3,
+  CKPTIO_INT64 = 4,
+  CKPTIO_UINT8 = 5,
+  CKPTIO_UINT16 = 6,
+  CKPTIO_UINT32 = 7,
+  CKPTIO_UINT64 = 8,
+  CKPTIO_FLOAT32 = 9,
+  CKPTIO_FLOAT64 = 10
+} ckptio_dtype;
+
+/* Order of shape and offset arrays (see the header comment). */
+typedef enum ckptio_order { CKPTIO_ORDER_C = 0, CKPTIO_ORDER_FORTRAN = 1 } ckptio_order;
+
+/* Opaque handle of an open checkpoint (being written, or opened for reading). */
+typedef struct ckptio_file_s *ckptio_file;
+
+/* ---- writing ------------------------------------------------------------------------------------------ */
+
+/* Local. Start a checkpoint at `path` (one shared file) on `comm`; backend "mpiio" (NULL: default), "hdf5" or
+ * "pnetcdf". Nothing is written before ckptio_close(). Keep `comm` valid until then. */
+int ckptio_create(const char *path, MPI_Comm comm, const char *backend, ckptio_file *file);
+
+/* Local. Declare this rank's block of the global array `name`: local_shape elements at `offset` within
+ * `global_shape`, dtype `dtype`, contiguous in C order. A rank that owns nothing passes a zero in local_shape
+ * (data may then be NULL). */
+int ckptio_write(ckptio_file file, const char *name, int dtype, int ndim, const int64_t *global_shape,
+                 const int64_t *offset, const int64_t *local_shape, const void *data);
+/* The same with an explicit order for the three shape arrays (CKPTIO_ORDER_FORTRAN: column-major data). */
+int ckptio_write_order(ckptio_file file, const char *name, int dtype, int order, int ndim,
+                       const int64_t *global_shape, const int64_t *offset, const int64_t *local_shape,
+                       const void *data);
+
+/* Local. Declare this rank's variable-length 1-D segment of `name` (n elements, n may differ between ranks and
+ * be 0). Segments are concatenated in rank order; offsets are found at close. */
+int ckptio_write_segment(ckptio_file file, const char *name, int dtype, int64_t n, const void *data);
+
+/* Local. Attributes of the checkpoint; must be set identically on every rank (checked at close). */
+int ckptio_set_attr_int64(ckptio_file file, const char *key, int64_t value);
+int ckptio_set_attr_double(ckptio_file file, const char *key, double value);
+int ckptio_set_attr_string(ckptio_file file, const char *key, const char *value); /* NULL: a null value */
+
+/* Collective. For a checkpoint being written: validate, write, commit atomically (the checkpoint appears under
+ * its name only if every rank succeeded). For a checkpoint opened for reading: close the file. The handle is
+ * freed in every case (also on failure). */
+int ckptio_close(ckptio_file file);
+
+/* ---- reading ------------------------------------------------------------------------------------------ */
+
+/* Collective. Open a committed checkpoint (the backend is detected from the file). Any rank count. */
+int ckptio_open(const char *path, MPI_Comm comm, ckptio_file *file);
+
+/* Collective. Read the hyperslab (offset, shape) of `name` into `buffer` (C order, prod(shape) elements of
+ * `dtype`, which must be the variable's dtype). Every rank may ask for a different hyperslab, or an empty
+ * one (a zero in shape). Reads are two-phase aggregated (ckptio.Reader). */
+int ckptio_read(ckptio_file file, const char *name, int dtype, int ndim, const int64_t *offset,
+                const int64_t *shape, void *buffer);
+int ckptio_read_order(ckptio_file file, const char *name, int dtype, int order, int ndim, const int64_t *offset,
+                      const int64_t *shape, void *buffer);
+
+/* Local. Attributes of an opened checkpoint. Integers are converted to double by get_attr_double; a string
+ * longer than buflen-1 bytes gives CKPTIO_ERR_ARGUMENT (the message says how long it is). */
+int ckptio_get_attr_int64(ckptio_file file, const char *key, int64_t *value);
+int ckptio_get_attr_double(ckptio_file file, const char *key, double *value);
+int ckptio_get_attr_string(ckptio_file file, const char *key, char *buf, size_t buflen);
+
+/* Local. dtype, ndim and global shape (CKPTIO_MAX_NDIM elements of room) of variable `name`. Any of the
+ * output pointers may be NULL. A per-rank segment variable reports its total length, ndim 1. */
+int ckptio_inquire_var(ckptio_file file, const char *name, int *dtype, int *ndim, int64_t *shape);
+int ckptio_inquire_var_order(ckptio_file file, const char *name, int order, int *dtype, int *ndim,
+                             int64_t *shape);
+
+/* Local. Number of variables of an opened checkpoint, and the name of the i-th (0-based, sorted by name). */
+int ckptio_num_vars(ckptio_file file, int *nvars);
+int ckptio_var_name(ckptio_file file, int index, char *buf, size_t buflen);
+
+/* ---- finding checkpoints ------------------------------------------------------------------------------ */
+
+/* Local. Path of the newest complete and valid checkpoint in `dir` whose name starts with `prefix` (NULL:
+ * "chk"), written to buf; an empty string (and CKPTIO_OK) when there is none. */
+int ckptio_latest(const char *dir, const char *prefix, char *buf, size_t buflen);
+/* Collective. The same, looked up by rank 0 of `comm` and broadcast (what a restarting job should use). */
+int ckptio_latest_comm(MPI_Comm comm, const char *dir, const char *prefix, char *buf, size_t buflen);
+
+/* Collective. Retention, as ckptio.Series(dir, prefix=prefix, keep=keep) does after each commit: delete all but
+ * the newest `keep` complete checkpoints named `{prefix}_NNNNNN` in `dir` (prefix NULL: "chk"); rank 0 deletes.
+ * nremoved may be NULL. */
+int ckptio_prune(MPI_Comm comm, const char *dir, const char *prefix, int keep, int *nremoved);
+
+/* ---- errors and life cycle ---------------------------------------------------------------------------- */
+
+/* Short constant description of a status code. */
+const char *ckptio_strerror(int status);
+
+/* The full message of the most recent failed call on this thread, NUL-terminated and truncated to buflen
+ * bytes. Returns that call's status (CKPTIO_OK if no call has failed). buf may be NULL to get the status. */
+int ckptio_last_error(char *buf, size_t buflen);
+
+/* Optional: start the interpreter and import ckptio now (otherwise the first call does it). */
+int ckptio_initialize(void);
+
+/* Release ckptio's Python objects and, if this library started the interpreter, finalize it (Py_FinalizeEx).
+ * Call it once, from the thread that made the first ckptio call, after the last ckptio call and BEFORE
+ * MPI_Finalize(); no ckptio call works afterwards (the interpreter cannot be restarted with numpy loaded).
+ * An interpreter the library did not start (host program in Python) is left running. */
+int ckptio_finalize(void);
+
+/* ---- entry points for Fortran (classic integer communicator handles; used by module ckptio) ------------ */
+int ckptio_create_f(const char *path, MPI_Fint comm, const char *backend, ckptio_file *file);
+int ckptio_open_f(const char *path, MPI_Fint comm, ckptio_file *file);
+int ckptio_latest_comm_f(MPI_Fint comm, const char *dir, const char *prefix, char *buf, size_t buflen);
+int ckptio_prune_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int *nremoved);
+/* internal to module ckptio: report an argument problem found in Fortran (see ckptio_c.c) */
+int ckptio_write_problem_f(ckptio_file file, const char *name, const char *problem);
+int ckptio_read_problem_f(ckptio_file file, const char *name, const char *problem);
+int ckptio_set_error_f(int status, const char *message);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CKPTIO_H */

@@ -1,0 +1,200 @@
+"""_ckptio_bridge: the Python half of ckptio's C/Fortran bindings.
+
+This file is compiled into libckptio_c at build time (CMake turns it into a byte array) and executed as the
+module ``_ckptio_bridge`` the first time the C library is used, so the library needs nothing at run time but
+an interpreter that can import numpy, mpi4py and ckptio.
+
+The C shim (ckptio_c.c) converts arguments -- communicators through mpi4py's C API, caller memory into numpy
+arrays that *view* it (zero-copy) -- and calls the functions below, which use only ckptio's public API plus
+``ckptio.coord`` for agreement. Every Python exception that escapes is turned into a status code in exactly
+one place, ``fail_python()`` in ckptio_c.c.
+
+Collective safety: an argument problem that the C side finds before a collective call (a NULL pointer, a
+dtype that does not match the variable) is passed here as ``problem`` and agreed on by every rank before the
+collective starts, so a wrong argument on one rank fails every rank instead of leaving the others waiting.
+"""
+
+from __future__ import annotations
+
+import sys
+
+if "mpi4py.MPI" not in sys.modules:
+    # Embedded in a compiled MPI program: MPI's initialization, finalization and error handlers belong to the
+    # host. Without this, importing mpi4py.MPI would switch MPI_COMM_WORLD/MPI_COMM_SELF to MPI_ERRORS_RETURN
+    # and the host program's unchecked MPI errors would pass silently. MPI-IO errors still raise (files use
+    # MPI_ERRORS_RETURN by default).
+    import mpi4py
+
+    mpi4py.rc.initialize = False
+    mpi4py.rc.finalize = False
+    mpi4py.rc.errors = "default"
+
+import traceback
+
+import numpy as np
+
+import ckptio
+from ckptio import coord
+from ckptio.errors import CheckpointError, CollectiveError, ReadRequestError
+
+
+class ArgumentError(CheckpointError, ValueError):
+    """A bad argument to the C/Fortran API (NULL pointer, unknown dtype code, dtype mismatch on read, ...)."""
+
+
+class CollectiveArgumentError(CollectiveError, ArgumentError):
+    """ArgumentError on one or more ranks of a collective call, raised on every rank."""
+
+
+# dtype codes of ckptio.h (enum ckptio_dtype), in order
+DTYPE_CODES = {np.dtype(t): code for code, t in enumerate(
+    ("i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f4", "f8"), start=1)}
+
+
+def _argument_errors_specialized(fn, *args):
+    """Call fn; a plain CollectiveError caused by an ArgumentError on some rank becomes CollectiveArgumentError
+    (ckptio.errors.collective_error_class only knows ckptio's own classes)."""
+    try:
+        return fn(*args)
+    except CollectiveError as exc:
+        if type(exc) is CollectiveError and any(cls == "ArgumentError" for cls, _ in exc.failures.values()):
+            raise CollectiveArgumentError(exc.phase, exc.failures) from None
+        raise
+
+
+def _agree(comm, phase: str, problem: str | None) -> None:
+    """Collective: raise CollectiveArgumentError on every rank if any rank has a problem."""
+    _argument_errors_specialized(coord.agree, comm, phase, ArgumentError(problem) if problem else None)
+
+
+def _poison(writer, exc: BaseException) -> None:
+    """Remember a local failure of a writer so that its collective close() fails on every rank.
+
+    ``Writer.write``/``set_attr`` already do this for CheckpointErrors (``Writer._error``); this covers errors
+    found by the C side before Python was called.
+    """
+    if getattr(writer, "_error", None) is None:
+        writer._error = exc
+
+
+# ------------------------------------------------------------------------------------------------ writing
+def create(path: str, comm, backend: str):
+    return ckptio.create(path, comm, backend=backend)
+
+
+def write(writer, name: str, array, offset, global_shape, problem: str | None) -> None:
+    """Local: declare a block (offset/global_shape tuples) or a segment (both None)."""
+    try:
+        if problem:
+            raise ArgumentError(problem)
+        writer.write(name, array, offset, global_shape)
+    except BaseException as exc:
+        _poison(writer, exc)
+        raise
+
+
+def set_attr(writer, key: str, value) -> None:
+    try:
+        writer.set_attr(key, value)
+    except BaseException as exc:
+        _poison(writer, exc)
+        raise
+
+
+def close(obj) -> None:
+    """Collective. A writer poisoned by a local ArgumentError fails here on every rank with ARGUMENT status."""
+    _argument_errors_specialized(obj.close)
+
+
+# ------------------------------------------------------------------------------------------------ reading
+def open_reader(path: str, comm, problem: str | None):
+    _agree(comm, f"open {path}", problem)
+    return ckptio.open(path, comm)
+
+
+def read(reader, name: str, out, offset, problem: str | None) -> None:
+    """Collective: read the hyperslab at ``offset`` with ``out.shape`` into ``out`` (a view of caller memory)."""
+    rank = reader.comm.Get_rank()
+    info = reader.variables.get(name)
+    if not problem and info is not None:  # an unknown name is reported by reader.read() on every rank
+        if info.dtype != out.dtype:
+            problem = (f"variable {name!r} of {reader.path} has dtype {info.dtype}, but rank {rank} passed a "
+                       f"{out.dtype} buffer")
+        elif len(info.shape) != out.ndim:
+            problem = (f"variable {name!r} of {reader.path} has {len(info.shape)} dimension(s) "
+                       f"{list(info.shape)}, but rank {rank} asked for {out.ndim}")
+    _agree(reader.comm, f"read {reader.path}: {name!r}", problem)
+    data = reader.read(name, offset, out.shape)
+    np.copyto(out, data, casting="no")
+
+
+def _lookup_attr(reader, key: str):
+    if key not in reader.attrs:
+        raise ReadRequestError(f"attribute {key!r} is not in checkpoint {reader.path} "
+                               f"(it has: {', '.join(sorted(reader.attrs)) or 'no attributes'})")
+    value = reader.attrs[key]
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def get_attr_int(reader, key: str) -> int:
+    value = _lookup_attr(reader, key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ArgumentError(f"attribute {key!r} of {reader.path} is {type(value).__name__} {value!r}, "
+                            "not an integer")
+    if not -2**63 <= value < 2**63:
+        raise ArgumentError(f"attribute {key!r} of {reader.path} = {value} does not fit in int64")
+    return value
+
+
+def get_attr_float(reader, key: str) -> float:
+    value = _lookup_attr(reader, key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ArgumentError(f"attribute {key!r} of {reader.path} is {type(value).__name__} {value!r}, "
+                            "not a number")
+    return float(value)
+
+
+def get_attr_str(reader, key: str) -> bytes:
+    value = _lookup_attr(reader, key)
+    if isinstance(value, bytes):
+        return value
+    if not isinstance(value, str):
+        raise ArgumentError(f"attribute {key!r} of {reader.path} is {type(value).__name__} {value!r}, "
+                            "not a string")
+    return value.encode()
+
+
+def inquire(reader, name: str) -> tuple[int, tuple[int, ...]]:
+    info = reader.variables.get(name)
+    if info is None:
+        raise ReadRequestError(f"variable {name!r} is not in checkpoint {reader.path} "
+                               f"(it has: {', '.join(sorted(reader.variables)) or 'no variables'})")
+    return DTYPE_CODES.get(np.dtype(info.dtype), 0), tuple(int(n) for n in info.shape)
+
+
+def var_names(reader) -> list[str]:
+    return sorted(reader.variables)
+
+
+def latest(directory: str, prefix: str, comm) -> str:
+    """The newest valid checkpoint ('' if none); with ``comm``, found by rank 0 and broadcast (error-safe)."""
+    if comm is None:
+        return ckptio.latest(directory, prefix) or ""
+    return coord.bcast_from_root(comm, f"latest checkpoint in {directory}",
+                                 lambda: ckptio.latest(directory, prefix) or "")
+
+
+def prune(directory: str, prefix: str, keep: int, comm, problem: str | None) -> int:
+    """Collective: retention as in ckptio.Series -- delete all but the newest ``keep`` complete checkpoints
+    named ``{prefix}...`` (rank 0 deletes). Returns how many were removed."""
+    _agree(comm, f"prune {directory}", problem)
+    return len(ckptio.Series(directory, comm, prefix=prefix, keep=keep).prune())
+
+
+# ------------------------------------------------------------------------------------------------- errors
+def describe(exc: BaseException, with_traceback: bool) -> str:
+    """The message stored for ckptio_last_error(): class and text, plus the traceback for unexpected errors."""
+    text = f"{type(exc).__name__}: {exc}"
+    if with_traceback:
+        text += "\n" + "".join(traceback.format_exception(exc)).rstrip()
+    return text

@@ -1,0 +1,788 @@
+!> module ckptio -- Fortran interface of the ckptio checkpoint/restart library (on ISO_C_BINDING and ckptio.h).
+!>
+!> Conventions (see fortran_bindings/README.md):
+!>  * Communicators: type(MPI_Comm) from mpi_f08 or a classic integer handle (generic interfaces).
+!>  * Errors: every routine has an optional last argument ierr. Present: it receives CKPTIO_OK (0) or an error
+!>    code and the program continues (ckptio_error_message() gives the full message). Absent: on failure the
+!>    message is printed to stderr and MPI_Abort is called (like MPI's default error handler).
+!>  * Arrays: real(real32), real(real64), integer(int32), integer(int64), any rank (1..8), contiguous. A
+!>    Fortran array a(n1,n2,n3) is stored as the C-order array of global shape (n3,n2,n1), so Python and C see
+!>    a(i,j,k) as a[k-1,j-1,i-1] and no copy is made. Offsets and global shapes are given here in Fortran order
+!>    (offset(1) belongs to the first index), as integer(int64), and offsets are 0-based (like HDF5's and
+!>    MPI_Type_create_subarray's starts): offset = [i0, j0, k0] places a(1,1,1) at global index (i0, j0, k0).
+!>  * ckptio_write only references the array: keep it allocated and unchanged until ckptio_close returns.
+!>  * Call ckptio_finalize() after the last ckptio call and before MPI_Finalize.
+module ckptio
+  use, intrinsic :: iso_c_binding
+  use, intrinsic :: iso_fortran_env, only: int32, int64, real32, real64, error_unit
+  use mpi_f08, only: MPI_Comm, MPI_Abort, MPI_Comm_rank, MPI_COMM_WORLD
+  implicit none
+  private
+
+  ! ---- status codes (enum ckptio_status in ckptio.h)
+  integer, parameter, public :: CKPTIO_OK = 0, CKPTIO_ERR_DECLARATION = 1, CKPTIO_ERR_CORRUPT = 2, &
+       CKPTIO_ERR_INCOMPLETE = 3, CKPTIO_ERR_FORMAT = 4, CKPTIO_ERR_NOT_FOUND = 5, CKPTIO_ERR_IO = 6, &
+       CKPTIO_ERR_CAPABILITY = 7, CKPTIO_ERR_ARGUMENT = 8, CKPTIO_ERR_COLLECTIVE = 9, &
+       CKPTIO_ERR_CHECKPOINT = 10, CKPTIO_ERR_PYTHON = 11, CKPTIO_ERR_INIT = 12
+  ! ---- element types (enum ckptio_dtype), as returned by ckptio_inquire_var
+  integer, parameter, public :: CKPTIO_DTYPE_OTHER = 0, CKPTIO_INT8 = 1, CKPTIO_INT16 = 2, CKPTIO_INT32 = 3, &
+       CKPTIO_INT64 = 4, CKPTIO_UINT8 = 5, CKPTIO_UINT16 = 6, CKPTIO_UINT32 = 7, CKPTIO_UINT64 = 8, &
+       CKPTIO_FLOAT32 = 9, CKPTIO_FLOAT64 = 10
+  integer, parameter, public :: CKPTIO_MAX_NDIM = 8
+  integer(c_int), parameter :: ORDER_FORTRAN = 1
+
+  !> An open checkpoint: from ckptio_create (being written) or ckptio_open (for reading).
+  type, public :: ckptio_file
+     private
+     type(c_ptr) :: handle = c_null_ptr
+     integer :: comm = -1            ! Fortran handle of the communicator, for MPI_Abort
+  end type ckptio_file
+
+  public :: ckptio_create, ckptio_open, ckptio_close, ckptio_write, ckptio_write_segment, ckptio_read, &
+       ckptio_set_attr, ckptio_get_attr, ckptio_inquire_var, ckptio_latest, ckptio_prune, ckptio_finalize, &
+       ckptio_strerror, ckptio_error_message
+
+  !> ckptio_create(path, comm, file [, backend] [, ierr]) -- local; nothing is written before ckptio_close.
+  interface ckptio_create
+     module procedure create_f08, create_int
+  end interface ckptio_create
+  !> ckptio_open(path, comm, file [, ierr]) -- collective.
+  interface ckptio_open
+     module procedure open_f08, open_int
+  end interface ckptio_open
+  !> ckptio_write(file, name, data, offset, global_shape [, ierr]) -- local; Fortran-order offset/global_shape.
+  interface ckptio_write
+     module procedure write_r4, write_r8, write_i4, write_i8
+  end interface ckptio_write
+  !> ckptio_write_segment(file, name, data [, ierr]) -- local; this rank's variable-length piece of a 1-D
+  !> variable (data of any rank is flattened in memory order); pieces are concatenated in rank order.
+  interface ckptio_write_segment
+     module procedure segment_r4, segment_r8, segment_i4, segment_i8
+  end interface ckptio_write_segment
+  !> ckptio_read(file, name, data [, offset] [, ierr]) -- collective; reads shape(data) elements at offset.
+  interface ckptio_read
+     module procedure read_r4, read_r8, read_i4, read_i8
+  end interface ckptio_read
+  !> ckptio_set_attr(file, key, value [, ierr]) -- local; integer (stored as int64), real(real64), character.
+  interface ckptio_set_attr
+     module procedure set_attr_i4, set_attr_i8, set_attr_r8, set_attr_str
+  end interface ckptio_set_attr
+  !> ckptio_get_attr(file, key, value [, ierr]) -- local.
+  interface ckptio_get_attr
+     module procedure get_attr_i4, get_attr_i8, get_attr_r8, get_attr_str
+  end interface ckptio_get_attr
+  !> ckptio_latest([comm,] dir, path [, prefix] [, ierr]) -- newest complete checkpoint (blank if none);
+  !> with comm collective (rank 0 looks, then broadcasts), without comm local.
+  interface ckptio_latest
+     module procedure latest_local, latest_f08, latest_int
+  end interface ckptio_latest
+
+  !> ckptio_prune(comm, dir, keep [, prefix] [, nremoved] [, ierr]) -- collective retention (ckptio.Series):
+  !> delete all but the newest keep complete checkpoints named prefix_NNNNNN (prefix default "chk").
+  interface ckptio_prune
+     module procedure prune_f08, prune_int
+  end interface ckptio_prune
+
+  ! ---- the C API (ckptio.h)
+  interface
+     integer(c_int) function c_create(path, comm, backend, file) bind(C, name="ckptio_create_f")
+       import :: c_int, c_char, c_ptr
+       character(kind=c_char), intent(in) :: path(*), backend(*)
+       integer(c_int), value :: comm
+       type(c_ptr), intent(out) :: file
+     end function c_create
+     integer(c_int) function c_open(path, comm, file) bind(C, name="ckptio_open_f")
+       import :: c_int, c_char, c_ptr
+       character(kind=c_char), intent(in) :: path(*)
+       integer(c_int), value :: comm
+       type(c_ptr), intent(out) :: file
+     end function c_open
+     integer(c_int) function c_close(file) bind(C, name="ckptio_close")
+       import :: c_int, c_ptr
+       type(c_ptr), value :: file
+     end function c_close
+     integer(c_int) function c_write(file, name, dtype, order, ndim, global_shape, offset, local_shape, data) &
+          bind(C, name="ckptio_write_order")
+       import :: c_int, c_char, c_ptr, c_int64_t
+       type(c_ptr), value :: file, data
+       character(kind=c_char), intent(in) :: name(*)
+       integer(c_int), value :: dtype, order, ndim
+       integer(c_int64_t), intent(in) :: global_shape(*), offset(*), local_shape(*)
+     end function c_write
+     integer(c_int) function c_write_segment(file, name, dtype, n, data) bind(C, name="ckptio_write_segment")
+       import :: c_int, c_char, c_ptr, c_int64_t
+       type(c_ptr), value :: file, data
+       character(kind=c_char), intent(in) :: name(*)
+       integer(c_int), value :: dtype
+       integer(c_int64_t), value :: n
+     end function c_write_segment
+     integer(c_int) function c_read(file, name, dtype, order, ndim, offset, shape, buffer) &
+          bind(C, name="ckptio_read_order")
+       import :: c_int, c_char, c_ptr, c_int64_t
+       type(c_ptr), value :: file, buffer
+       character(kind=c_char), intent(in) :: name(*)
+       integer(c_int), value :: dtype, order, ndim
+       integer(c_int64_t), intent(in) :: offset(*), shape(*)
+     end function c_read
+     integer(c_int) function c_write_problem(file, name, problem) bind(C, name="ckptio_write_problem_f")
+       import :: c_int, c_char, c_ptr
+       type(c_ptr), value :: file
+       character(kind=c_char), intent(in) :: name(*), problem(*)
+     end function c_write_problem
+     integer(c_int) function c_read_problem(file, name, problem) bind(C, name="ckptio_read_problem_f")
+       import :: c_int, c_char, c_ptr
+       type(c_ptr), value :: file
+       character(kind=c_char), intent(in) :: name(*), problem(*)
+     end function c_read_problem
+     integer(c_int) function c_set_error(status, message) bind(C, name="ckptio_set_error_f")
+       import :: c_int, c_char
+       integer(c_int), value :: status
+       character(kind=c_char), intent(in) :: message(*)
+     end function c_set_error
+     integer(c_int) function c_set_attr_int64(file, key, value) bind(C, name="ckptio_set_attr_int64")
+       import :: c_int, c_char, c_ptr, c_int64_t
+       type(c_ptr), value :: file
+       character(kind=c_char), intent(in) :: key(*)
+       integer(c_int64_t), value :: value
+     end function c_set_attr_int64
+     integer(c_int) function c_set_attr_double(file, key, value) bind(C, name="ckptio_set_attr_double")
+       import :: c_int, c_char, c_ptr, c_double
+       type(c_ptr), value :: file
+       character(kind=c_char), intent(in) :: key(*)
+       real(c_double), value :: value
+     end function c_set_attr_double
+     integer(c_int) function c_set_attr_string(file, key, value) bind(C, name="ckptio_set_attr_string")
+       import :: c_int, c_char, c_ptr
+       type(c_ptr), value :: file
+       character(kind=c_char), intent(in) :: key(*), value(*)
+     end function c_set_attr_string
+     integer(c_int) function c_get_attr_int64(file, key, value) bind(C, name="ckptio_get_attr_int64")
+       import :: c_int, c_char, c_ptr, c_int64_t
+       type(c_ptr), value :: file
+       character(kind=c_char), intent(in) :: key(*)
+       integer(c_int64_t), intent(out) :: value
+     end function c_get_attr_int64
+     integer(c_int) function c_get_attr_double(file, key, value) bind(C, name="ckptio_get_attr_double")
+       import :: c_int, c_char, c_ptr, c_double
+       type(c_ptr), value :: file
+       character(kind=c_char), intent(in) :: key(*)
+       real(c_double), intent(out) :: value
+     end function c_get_attr_double
+     integer(c_int) function c_get_attr_string(file, key, buf, buflen) bind(C, name="ckptio_get_attr_string")
+       import :: c_int, c_char, c_ptr, c_size_t
+       type(c_ptr), value :: file
+       character(kind=c_char), intent(in) :: key(*)
+       character(kind=c_char), intent(out) :: buf(*)
+       integer(c_size_t), value :: buflen
+     end function c_get_attr_string
+     integer(c_int) function c_inquire_var(file, name, order, dtype, ndim, shape) &
+          bind(C, name="ckptio_inquire_var_order")
+       import :: c_int, c_char, c_ptr, c_int64_t
+       type(c_ptr), value :: file
+       character(kind=c_char), intent(in) :: name(*)
+       integer(c_int), value :: order
+       integer(c_int), intent(out) :: dtype, ndim
+       integer(c_int64_t), intent(out) :: shape(*)
+     end function c_inquire_var
+     integer(c_int) function c_latest(dir, prefix, buf, buflen) bind(C, name="ckptio_latest")
+       import :: c_int, c_char, c_size_t
+       character(kind=c_char), intent(in) :: dir(*), prefix(*)
+       character(kind=c_char), intent(out) :: buf(*)
+       integer(c_size_t), value :: buflen
+     end function c_latest
+     integer(c_int) function c_latest_comm(comm, dir, prefix, buf, buflen) bind(C, name="ckptio_latest_comm_f")
+       import :: c_int, c_char, c_size_t
+       integer(c_int), value :: comm
+       character(kind=c_char), intent(in) :: dir(*), prefix(*)
+       character(kind=c_char), intent(out) :: buf(*)
+       integer(c_size_t), value :: buflen
+     end function c_latest_comm
+     integer(c_int) function c_prune(comm, dir, prefix, keep, nremoved) bind(C, name="ckptio_prune_f")
+       import :: c_int, c_char
+       integer(c_int), value :: comm, keep
+       character(kind=c_char), intent(in) :: dir(*), prefix(*)
+       integer(c_int), intent(out) :: nremoved
+     end function c_prune
+     integer(c_int) function c_last_error(buf, buflen) bind(C, name="ckptio_last_error")
+       import :: c_int, c_char, c_size_t
+       character(kind=c_char), intent(out) :: buf(*)
+       integer(c_size_t), value :: buflen
+     end function c_last_error
+     type(c_ptr) function c_strerror(status) bind(C, name="ckptio_strerror")
+       import :: c_int, c_ptr
+       integer(c_int), value :: status
+     end function c_strerror
+     integer(c_int) function c_finalize() bind(C, name="ckptio_finalize")
+       import :: c_int
+     end function c_finalize
+     integer(c_size_t) function c_strlen(s) bind(C, name="strlen")
+       import :: c_size_t, c_ptr
+       type(c_ptr), value :: s
+     end function c_strlen
+  end interface
+
+contains
+
+  ! =================================================================================================== helpers
+
+  !> Fortran string -> NUL-terminated C string (trailing blanks removed).
+  pure function cstr(s) result(c)
+    character(len=*), intent(in) :: s
+    character(kind=c_char, len=len_trim(s) + 1) :: c
+    c = trim(s) // c_null_char
+  end function cstr
+
+  !> C characters up to the first NUL -> Fortran string value (blank padded), .false. if it does not fit.
+  subroutine from_c(buf, value)
+    character(kind=c_char), intent(in) :: buf(:)
+    character(len=*), intent(out) :: value
+    integer :: i
+    value = ' '
+    do i = 1, min(size(buf), len(value))
+       if (buf(i) == c_null_char) exit
+       value(i:i) = buf(i)
+    end do
+  end subroutine from_c
+
+  !> Hand a status to the caller (ierr present) or, on failure, print the message and abort (ierr absent).
+  subroutine finish(status, comm, ierr)
+    integer(c_int), intent(in) :: status
+    integer, intent(in) :: comm
+    integer, intent(out), optional :: ierr
+    type(MPI_Comm) :: c
+    integer :: rank
+    if (present(ierr)) then
+       ierr = int(status)
+       return
+    end if
+    if (status == CKPTIO_OK) return
+    call MPI_Comm_rank(MPI_COMM_WORLD, rank)
+    write (error_unit, '(a,i0,a,i0,a,a)') 'ckptio: rank ', rank, ': error ', status, ', aborting: ', &
+         ckptio_error_message()
+    flush (error_unit)
+    c%MPI_VAL = comm
+    if (comm == -1) c = MPI_COMM_WORLD
+    call MPI_Abort(c, int(status))
+  end subroutine finish
+
+  !> Status of a handle that is not open (recorded as the last error).
+  integer(c_int) function not_open(where)
+    character(len=*), intent(in) :: where
+    not_open = c_set_error(int(CKPTIO_ERR_ARGUMENT, c_int), cstr(where // ': the ckptio_file is not open'))
+  end function not_open
+
+  ! ====================================================================================== create / open / close
+
+  subroutine create_int(path, comm, file, backend, ierr)
+    character(len=*), intent(in) :: path
+    integer, intent(in) :: comm                       !< classic (use mpi) communicator handle
+    type(ckptio_file), intent(out) :: file
+    character(len=*), intent(in), optional :: backend !< "mpiio" (default), "hdf5" or "pnetcdf"
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    if (present(backend)) then
+       st = c_create(cstr(path), int(comm, c_int), cstr(backend), file%handle)
+    else
+       st = c_create(cstr(path), int(comm, c_int), cstr('mpiio'), file%handle)
+    end if
+    if (st == CKPTIO_OK) file%comm = comm
+    call finish(st, comm, ierr)
+  end subroutine create_int
+
+  subroutine create_f08(path, comm, file, backend, ierr)
+    character(len=*), intent(in) :: path
+    type(MPI_Comm), intent(in) :: comm
+    type(ckptio_file), intent(out) :: file
+    character(len=*), intent(in), optional :: backend
+    integer, intent(out), optional :: ierr
+    call create_int(path, comm%MPI_VAL, file, backend, ierr)
+  end subroutine create_f08
+
+  subroutine open_int(path, comm, file, ierr)
+    character(len=*), intent(in) :: path
+    integer, intent(in) :: comm
+    type(ckptio_file), intent(out) :: file
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    st = c_open(cstr(path), int(comm, c_int), file%handle)
+    if (st == CKPTIO_OK) file%comm = comm
+    call finish(st, comm, ierr)
+  end subroutine open_int
+
+  subroutine open_f08(path, comm, file, ierr)
+    character(len=*), intent(in) :: path
+    type(MPI_Comm), intent(in) :: comm
+    type(ckptio_file), intent(out) :: file
+    integer, intent(out), optional :: ierr
+    call open_int(path, comm%MPI_VAL, file, ierr)
+  end subroutine open_f08
+
+  !> Collective: commit a checkpoint being written (atomically, on every rank or none), or close one opened
+  !> for reading. The file is closed afterwards in every case.
+  subroutine ckptio_close(file, ierr)
+    type(ckptio_file), intent(inout) :: file
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    if (.not. c_associated(file%handle)) then
+       st = not_open('ckptio_close')
+    else
+       st = c_close(file%handle)
+    end if
+    file%handle = c_null_ptr
+    call finish(st, file%comm, ierr)
+  end subroutine ckptio_close
+
+  ! ================================================================================================== writing
+
+  subroutine write_any(file, name, ptr, dtype, lshape, contiguous, offset, global_shape, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    type(c_ptr), intent(in) :: ptr
+    integer, intent(in) :: dtype
+    integer(int64), intent(in) :: lshape(:), offset(:), global_shape(:)
+    logical, intent(in) :: contiguous
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    character(len=200) :: problem
+    problem = ' '
+    if (.not. contiguous) then
+       problem = 'the array is not contiguous (pass a contiguous array; it is referenced until ckptio_close)'
+    else if (size(offset) /= size(lshape) .or. size(global_shape) /= size(lshape)) then
+       write (problem, '(a,i0,a,i0,a,i0)') 'the array has rank ', size(lshape), ' but offset has ', &
+            size(offset), ' elements and global_shape ', size(global_shape)
+    end if
+    if (.not. c_associated(file%handle)) then
+       st = not_open('ckptio_write("' // trim(name) // '")')
+    else if (problem /= ' ') then
+       st = c_write_problem(file%handle, cstr(name), cstr(problem))
+    else
+       st = c_write(file%handle, cstr(name), int(dtype, c_int), ORDER_FORTRAN, int(size(lshape), c_int), &
+            global_shape, offset, lshape, ptr)
+    end if
+    call finish(st, file%comm, ierr)
+  end subroutine write_any
+
+  subroutine write_r4(file, name, data, offset, global_shape, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    real(real32), dimension(..), intent(in), target :: data
+    integer(int64), intent(in) :: offset(:), global_shape(:)
+    integer, intent(out), optional :: ierr
+    call write_any(file, name, c_loc(data), CKPTIO_FLOAT32, shape(data, int64), is_contiguous(data), &
+         offset, global_shape, ierr)
+  end subroutine write_r4
+
+  subroutine write_r8(file, name, data, offset, global_shape, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    real(real64), dimension(..), intent(in), target :: data
+    integer(int64), intent(in) :: offset(:), global_shape(:)
+    integer, intent(out), optional :: ierr
+    call write_any(file, name, c_loc(data), CKPTIO_FLOAT64, shape(data, int64), is_contiguous(data), &
+         offset, global_shape, ierr)
+  end subroutine write_r8
+
+  subroutine write_i4(file, name, data, offset, global_shape, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    integer(int32), dimension(..), intent(in), target :: data
+    integer(int64), intent(in) :: offset(:), global_shape(:)
+    integer, intent(out), optional :: ierr
+    call write_any(file, name, c_loc(data), CKPTIO_INT32, shape(data, int64), is_contiguous(data), &
+         offset, global_shape, ierr)
+  end subroutine write_i4
+
+  subroutine write_i8(file, name, data, offset, global_shape, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    integer(int64), dimension(..), intent(in), target :: data
+    integer(int64), intent(in) :: offset(:), global_shape(:)
+    integer, intent(out), optional :: ierr
+    call write_any(file, name, c_loc(data), CKPTIO_INT64, shape(data, int64), is_contiguous(data), &
+         offset, global_shape, ierr)
+  end subroutine write_i8
+
+  subroutine segment_any(file, name, ptr, dtype, n, contiguous, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    type(c_ptr), intent(in) :: ptr
+    integer, intent(in) :: dtype
+    integer(int64), intent(in) :: n
+    logical, intent(in) :: contiguous
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    if (.not. c_associated(file%handle)) then
+       st = not_open('ckptio_write_segment("' // trim(name) // '")')
+    else if (.not. contiguous) then
+       st = c_write_problem(file%handle, cstr(name), cstr('the segment array is not contiguous'))
+    else
+       st = c_write_segment(file%handle, cstr(name), int(dtype, c_int), n, ptr)
+    end if
+    call finish(st, file%comm, ierr)
+  end subroutine segment_any
+
+  subroutine segment_r4(file, name, data, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    real(real32), dimension(..), intent(in), target :: data
+    integer, intent(out), optional :: ierr
+    call segment_any(file, name, c_loc(data), CKPTIO_FLOAT32, size(data, kind=int64), is_contiguous(data), ierr)
+  end subroutine segment_r4
+
+  subroutine segment_r8(file, name, data, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    real(real64), dimension(..), intent(in), target :: data
+    integer, intent(out), optional :: ierr
+    call segment_any(file, name, c_loc(data), CKPTIO_FLOAT64, size(data, kind=int64), is_contiguous(data), ierr)
+  end subroutine segment_r8
+
+  subroutine segment_i4(file, name, data, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    integer(int32), dimension(..), intent(in), target :: data
+    integer, intent(out), optional :: ierr
+    call segment_any(file, name, c_loc(data), CKPTIO_INT32, size(data, kind=int64), is_contiguous(data), ierr)
+  end subroutine segment_i4
+
+  subroutine segment_i8(file, name, data, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    integer(int64), dimension(..), intent(in), target :: data
+    integer, intent(out), optional :: ierr
+    call segment_any(file, name, c_loc(data), CKPTIO_INT64, size(data, kind=int64), is_contiguous(data), ierr)
+  end subroutine segment_i8
+
+  ! ================================================================================================== reading
+
+  subroutine read_any(file, name, ptr, dtype, shp, contiguous, offset, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    type(c_ptr), intent(in) :: ptr
+    integer, intent(in) :: dtype
+    integer(int64), intent(in) :: shp(:)
+    logical, intent(in) :: contiguous
+    integer(int64), intent(in), optional :: offset(:)
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    integer(int64) :: off(size(shp))
+    character(len=200) :: problem
+    problem = ' '
+    off = 0
+    if (.not. contiguous) then
+       problem = 'the array to read into is not contiguous'
+    else if (present(offset)) then
+       if (size(offset) /= size(shp)) then
+          write (problem, '(a,i0,a,i0,a)') 'the array has rank ', size(shp), ' but offset has ', size(offset), &
+               ' elements'
+       else
+          off = offset
+       end if
+    end if
+    if (.not. c_associated(file%handle)) then
+       st = not_open('ckptio_read("' // trim(name) // '")')
+    else if (problem /= ' ') then
+       st = c_read_problem(file%handle, cstr(name), cstr(problem))   ! collective: every rank fails
+    else
+       st = c_read(file%handle, cstr(name), int(dtype, c_int), ORDER_FORTRAN, int(size(shp), c_int), off, shp, ptr)
+    end if
+    call finish(st, file%comm, ierr)
+  end subroutine read_any
+
+  subroutine read_r4(file, name, data, offset, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    real(real32), dimension(..), intent(inout), target :: data
+    integer(int64), intent(in), optional :: offset(:)
+    integer, intent(out), optional :: ierr
+    call read_any(file, name, c_loc(data), CKPTIO_FLOAT32, shape(data, int64), is_contiguous(data), offset, ierr)
+  end subroutine read_r4
+
+  subroutine read_r8(file, name, data, offset, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    real(real64), dimension(..), intent(inout), target :: data
+    integer(int64), intent(in), optional :: offset(:)
+    integer, intent(out), optional :: ierr
+    call read_any(file, name, c_loc(data), CKPTIO_FLOAT64, shape(data, int64), is_contiguous(data), offset, ierr)
+  end subroutine read_r8
+
+  subroutine read_i4(file, name, data, offset, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    integer(int32), dimension(..), intent(inout), target :: data
+    integer(int64), intent(in), optional :: offset(:)
+    integer, intent(out), optional :: ierr
+    call read_any(file, name, c_loc(data), CKPTIO_INT32, shape(data, int64), is_contiguous(data), offset, ierr)
+  end subroutine read_i4
+
+  subroutine read_i8(file, name, data, offset, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    integer(int64), dimension(..), intent(inout), target :: data
+    integer(int64), intent(in), optional :: offset(:)
+    integer, intent(out), optional :: ierr
+    call read_any(file, name, c_loc(data), CKPTIO_INT64, shape(data, int64), is_contiguous(data), offset, ierr)
+  end subroutine read_i8
+
+  !> Local: element type (CKPTIO_FLOAT64, ...) and global shape in Fortran order (size(shape) = rank) of a
+  !> variable of an opened checkpoint. A per-rank segment variable has rank 1 and its total length.
+  subroutine ckptio_inquire_var(file, name, dtype, shape, ierr)
+    type(ckptio_file), intent(in) :: file
+    character(len=*), intent(in) :: name
+    integer, intent(out), optional :: dtype
+    integer(int64), allocatable, intent(out), optional :: shape(:)
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st, cdtype, ndim
+    integer(c_int64_t) :: cshape(CKPTIO_MAX_NDIM)
+    if (.not. c_associated(file%handle)) then
+       st = not_open('ckptio_inquire_var("' // trim(name) // '")')
+    else
+       st = c_inquire_var(file%handle, cstr(name), ORDER_FORTRAN, cdtype, ndim, cshape)
+       if (st == CKPTIO_OK) then
+          if (present(dtype)) dtype = int(cdtype)
+          if (present(shape)) shape = int(cshape(1:ndim), int64)
+       end if
+    end if
+    call finish(st, file%comm, ierr)
+  end subroutine ckptio_inquire_var
+
+  ! =============================================================================================== attributes
+
+  subroutine set_attr_i8(file, key, value, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: key
+    integer(int64), intent(in) :: value
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    if (.not. c_associated(file%handle)) then
+       st = not_open('ckptio_set_attr("' // trim(key) // '")')
+    else
+       st = c_set_attr_int64(file%handle, cstr(key), int(value, c_int64_t))
+    end if
+    call finish(st, file%comm, ierr)
+  end subroutine set_attr_i8
+
+  subroutine set_attr_i4(file, key, value, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: key
+    integer(int32), intent(in) :: value
+    integer, intent(out), optional :: ierr
+    call set_attr_i8(file, key, int(value, int64), ierr)
+  end subroutine set_attr_i4
+
+  subroutine set_attr_r8(file, key, value, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: key
+    real(real64), intent(in) :: value
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    if (.not. c_associated(file%handle)) then
+       st = not_open('ckptio_set_attr("' // trim(key) // '")')
+    else
+       st = c_set_attr_double(file%handle, cstr(key), real(value, c_double))
+    end if
+    call finish(st, file%comm, ierr)
+  end subroutine set_attr_r8
+
+  !> A string attribute; trailing blanks of value are removed.
+  subroutine set_attr_str(file, key, value, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: key, value
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    if (.not. c_associated(file%handle)) then
+       st = not_open('ckptio_set_attr("' // trim(key) // '")')
+    else
+       st = c_set_attr_string(file%handle, cstr(key), cstr(value))
+    end if
+    call finish(st, file%comm, ierr)
+  end subroutine set_attr_str
+
+  subroutine get_attr_i8(file, key, value, ierr)
+    type(ckptio_file), intent(in) :: file
+    character(len=*), intent(in) :: key
+    integer(int64), intent(out) :: value
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    integer(c_int64_t) :: v
+    value = 0
+    if (.not. c_associated(file%handle)) then
+       st = not_open('ckptio_get_attr("' // trim(key) // '")')
+    else
+       st = c_get_attr_int64(file%handle, cstr(key), v)
+       if (st == CKPTIO_OK) value = int(v, int64)
+    end if
+    call finish(st, file%comm, ierr)
+  end subroutine get_attr_i8
+
+  subroutine get_attr_i4(file, key, value, ierr)
+    type(ckptio_file), intent(in) :: file
+    character(len=*), intent(in) :: key
+    integer(int32), intent(out) :: value
+    integer, intent(out), optional :: ierr
+    integer(int64) :: v
+    integer :: st
+    character(len=100) :: msg
+    value = 0
+    call get_attr_i8(file, key, v, st)
+    if (st == CKPTIO_OK) then
+       if (v < -huge(value) - 1_int64 .or. v > huge(value)) then
+          write (msg, '(a,i0,a)') '") = ', v, ' does not fit in integer(int32)'
+          st = c_set_error(int(CKPTIO_ERR_ARGUMENT, c_int), cstr('ckptio_get_attr("' // trim(key) // trim(msg)))
+       else
+          value = int(v, int32)
+       end if
+    end if
+    call finish(int(st, c_int), file%comm, ierr)
+  end subroutine get_attr_i4
+
+  subroutine get_attr_r8(file, key, value, ierr)
+    type(ckptio_file), intent(in) :: file
+    character(len=*), intent(in) :: key
+    real(real64), intent(out) :: value
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    real(c_double) :: v
+    value = 0
+    if (.not. c_associated(file%handle)) then
+       st = not_open('ckptio_get_attr("' // trim(key) // '")')
+    else
+       st = c_get_attr_double(file%handle, cstr(key), v)
+       if (st == CKPTIO_OK) value = real(v, real64)
+    end if
+    call finish(st, file%comm, ierr)
+  end subroutine get_attr_r8
+
+  !> A string attribute, blank padded; CKPTIO_ERR_ARGUMENT if it is longer than len(value).
+  subroutine get_attr_str(file, key, value, ierr)
+    type(ckptio_file), intent(in) :: file
+    character(len=*), intent(in) :: key
+    character(len=*), intent(out) :: value
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    character(kind=c_char) :: buf(len(value) + 1)
+    value = ' '
+    if (.not. c_associated(file%handle)) then
+       st = not_open('ckptio_get_attr("' // trim(key) // '")')
+    else
+       st = c_get_attr_string(file%handle, cstr(key), buf, size(buf, kind=c_size_t))
+       if (st == CKPTIO_OK) call from_c(buf, value)
+    end if
+    call finish(st, file%comm, ierr)
+  end subroutine get_attr_str
+
+  ! ================================================================================================== latest
+
+  subroutine latest_local(dir, path, prefix, ierr)
+    character(len=*), intent(in) :: dir
+    character(len=*), intent(out) :: path              !< blank when there is no complete checkpoint
+    character(len=*), intent(in), optional :: prefix   !< default "chk"
+    integer, intent(out), optional :: ierr
+    call latest_impl(-1, .false., dir, path, prefix, ierr)
+  end subroutine latest_local
+
+  subroutine latest_int(comm, dir, path, prefix, ierr)
+    integer, intent(in) :: comm
+    character(len=*), intent(in) :: dir
+    character(len=*), intent(out) :: path
+    character(len=*), intent(in), optional :: prefix
+    integer, intent(out), optional :: ierr
+    call latest_impl(comm, .true., dir, path, prefix, ierr)
+  end subroutine latest_int
+
+  subroutine latest_f08(comm, dir, path, prefix, ierr)
+    type(MPI_Comm), intent(in) :: comm
+    character(len=*), intent(in) :: dir
+    character(len=*), intent(out) :: path
+    character(len=*), intent(in), optional :: prefix
+    integer, intent(out), optional :: ierr
+    call latest_impl(comm%MPI_VAL, .true., dir, path, prefix, ierr)
+  end subroutine latest_f08
+
+  subroutine latest_impl(comm, collective, dir, path, prefix, ierr)
+    integer, intent(in) :: comm
+    logical, intent(in) :: collective
+    character(len=*), intent(in) :: dir
+    character(len=*), intent(out) :: path
+    character(len=*), intent(in), optional :: prefix
+    integer, intent(out), optional :: ierr
+    character(kind=c_char) :: buf(len(path) + 1)
+    character(len=:), allocatable :: pre
+    integer(c_int) :: st
+    pre = 'chk'
+    if (present(prefix)) pre = prefix
+    path = ' '
+    if (collective) then
+       st = c_latest_comm(int(comm, c_int), cstr(dir), cstr(pre), buf, size(buf, kind=c_size_t))
+    else
+       st = c_latest(cstr(dir), cstr(pre), buf, size(buf, kind=c_size_t))
+    end if
+    if (st == CKPTIO_OK) call from_c(buf, path)
+    call finish(st, comm, ierr)
+  end subroutine latest_impl
+
+  subroutine prune_int(comm, dir, keep, prefix, nremoved, ierr)
+    integer, intent(in) :: comm
+    character(len=*), intent(in) :: dir
+    integer, intent(in) :: keep
+    character(len=*), intent(in), optional :: prefix
+    integer, intent(out), optional :: nremoved
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st, n
+    n = 0
+    if (present(prefix)) then
+       st = c_prune(int(comm, c_int), cstr(dir), cstr(prefix), int(keep, c_int), n)
+    else
+       st = c_prune(int(comm, c_int), cstr(dir), cstr('chk'), int(keep, c_int), n)
+    end if
+    if (present(nremoved)) nremoved = int(n)
+    call finish(st, comm, ierr)
+  end subroutine prune_int
+
+  subroutine prune_f08(comm, dir, keep, prefix, nremoved, ierr)
+    type(MPI_Comm), intent(in) :: comm
+    character(len=*), intent(in) :: dir
+    integer, intent(in) :: keep
+    character(len=*), intent(in), optional :: prefix
+    integer, intent(out), optional :: nremoved
+    integer, intent(out), optional :: ierr
+    call prune_int(comm%MPI_VAL, dir, keep, prefix, nremoved, ierr)
+  end subroutine prune_f08
+
+  ! ======================================================================================= errors, finalize
+
+  !> The full message of the most recent failed ckptio call on this thread (empty if none failed).
+  function ckptio_error_message() result(msg)
+    character(len=:), allocatable :: msg
+    character(kind=c_char) :: buf(16384)
+    character(len=16384) :: tmp
+    integer(c_int) :: st
+    st = c_last_error(buf, size(buf, kind=c_size_t))
+    call from_c(buf, tmp)
+    msg = trim(tmp)
+  end function ckptio_error_message
+
+  !> Short description of a status code.
+  function ckptio_strerror(status) result(msg)
+    integer, intent(in) :: status
+    character(len=:), allocatable :: msg
+    type(c_ptr) :: p
+    character(kind=c_char), pointer :: chars(:)
+    integer :: i
+    p = c_strerror(int(status, c_int))
+    call c_f_pointer(p, chars, [c_strlen(p)])
+    allocate (character(len=size(chars)) :: msg)
+    do i = 1, size(chars)
+       msg(i:i) = chars(i)
+    end do
+  end function ckptio_strerror
+
+  !> Release ckptio's Python state (and finalize the interpreter it started). Call after the last ckptio call
+  !> (all files closed) and before MPI_Finalize.
+  subroutine ckptio_finalize(ierr)
+    integer, intent(out), optional :: ierr
+    call finish(c_finalize(), -1, ierr)
+  end subroutine ckptio_finalize
+
+end module ckptio

@@ -1,0 +1,230 @@
+/*
+ * ckptio_test_c -- C test program of the ckptio bindings, run under mpirun by tests/test_bindings.py.
+ *
+ *   ckptio_test_c roundtrip DIR [BACKEND]   write a checkpoint (2-D blocks, a Fortran-order 3-D array, per-rank
+ *                                           segments, attributes), read it back with another decomposition,
+ *                                           check everything, print "ROUNDTRIP OK" on rank 0
+ *   ckptio_test_c errors DIR                provoke errors; every rank prints "ERR <case> <rank> <status> <msg>"
+ *
+ * Values are functions of the global indices so Python can check the file too (see test_bindings.py).
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckptio.h"
+
+static int rank, nprocs;
+
+#define CHECK(call)                                                                                     \
+  do {                                                                                                  \
+    int st_ = (call);                                                                                   \
+    if (st_ != CKPTIO_OK) {                                                                             \
+      char msg_[4096];                                                                                  \
+      ckptio_last_error(msg_, sizeof msg_);                                                             \
+      fprintf(stderr, "rank %d: %s:%d: %s -> %d (%s)\n%s\n", rank, __FILE__, __LINE__, #call, st_,      \
+              ckptio_strerror(st_), msg_);                                                              \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                                                     \
+    }                                                                                                   \
+  } while (0)
+
+#define EXPECT(cond)                                                                                    \
+  do {                                                                                                  \
+    if (!(cond)) {                                                                                      \
+      fprintf(stderr, "rank %d: %s:%d: check failed: %s\n", rank, __FILE__, __LINE__, #cond);          \
+      MPI_Abort(MPI_COMM_WORLD, 2);                                                                     \
+    }                                                                                                   \
+  } while (0)
+
+enum { NCOL = 5, ROWS_PER_RANK = 3, N1 = 4, N2 = 3 };
+
+static double value2d(long i, long j) { return 1000.0 * i + j + 0.25; }
+static int value3d(long i, long j, long k) { return (int)(10000 * k + 100 * j + i); } /* Fortran a(i,j,k) */
+
+static int roundtrip(const char *dir, const char *backend) {
+  char path[1024], found[1024];
+  snprintf(path, sizeof path, "%s/chk_000007", dir);
+  const long nrows = (long)ROWS_PER_RANK * nprocs;
+
+  /* ---- write ---- */
+  double *rows = malloc(sizeof(double) * ROWS_PER_RANK * NCOL);
+  for (long i = 0; i < ROWS_PER_RANK; i++)
+    for (long j = 0; j < NCOL; j++) rows[i * NCOL + j] = value2d(rank * ROWS_PER_RANK + i, j);
+  /* column-major a(N1, N2, nk) with this rank's two k-planes: element (i,j,k) at i + N1*(j + N2*k) */
+  int *a = malloc(sizeof(int) * N1 * N2 * 2);
+  for (long k = 0; k < 2; k++)
+    for (long j = 0; j < N2; j++)
+      for (long i = 0; i < N1; i++) a[i + N1 * (j + N2 * k)] = value3d(i, j, 2 * rank + k);
+  int64_t *seg = malloc(sizeof(int64_t) * (rank + 1));
+  for (int i = 0; i <= rank; i++) seg[i] = 100 * rank + i;
+
+  ckptio_file f;
+  CHECK(ckptio_create(path, MPI_COMM_WORLD, backend, &f));
+  int64_t gshape[2] = {nrows, NCOL}, off[2] = {(int64_t)rank * ROWS_PER_RANK, 0}, lshape[2] = {ROWS_PER_RANK, NCOL};
+  CHECK(ckptio_write(f, "rows", CKPTIO_FLOAT64, 2, gshape, off, lshape, rows));
+  int64_t fg[3] = {N1, N2, 2 * nprocs}, fo[3] = {0, 0, 2 * rank}, fl[3] = {N1, N2, 2};
+  CHECK(ckptio_write_order(f, "fortran3d", CKPTIO_INT32, CKPTIO_ORDER_FORTRAN, 3, fg, fo, fl, a));
+  if (strcmp(backend, "mpiio") == 0 || strcmp(backend, "hdf5") == 0 || strcmp(backend, "pnetcdf") == 0)
+    CHECK(ckptio_write_segment(f, "seg", CKPTIO_INT64, rank + 1, seg));
+  CHECK(ckptio_set_attr_int64(f, "step", 7));
+  CHECK(ckptio_set_attr_double(f, "time", 0.125));
+  CHECK(ckptio_set_attr_string(f, "label", "c roundtrip"));
+  CHECK(ckptio_close(f));
+
+  /* ---- latest (local and collective) ---- */
+  CHECK(ckptio_latest(dir, "chk", found, sizeof found));
+  EXPECT(strcmp(found, path) == 0);
+  memset(found, 0, sizeof found);
+  CHECK(ckptio_latest_comm(MPI_COMM_WORLD, dir, NULL, found, sizeof found));
+  EXPECT(strcmp(found, path) == 0);
+  CHECK(ckptio_latest_comm(MPI_COMM_WORLD, dir, "nothing_", found, sizeof found));
+  EXPECT(found[0] == '\0');
+
+  /* ---- read back: rank r reads the rows that rank P-1-r wrote, plus one column slab ---- */
+  CHECK(ckptio_open(path, MPI_COMM_WORLD, &f));
+  int nvars = 0, dtype = -1, ndim = -1;
+  int64_t shape[CKPTIO_MAX_NDIM];
+  CHECK(ckptio_num_vars(f, &nvars));
+  EXPECT(nvars == 3);
+  char name[64];
+  CHECK(ckptio_var_name(f, 0, name, sizeof name));
+  EXPECT(strcmp(name, "fortran3d") == 0);
+  CHECK(ckptio_inquire_var(f, "rows", &dtype, &ndim, shape));
+  EXPECT(dtype == CKPTIO_FLOAT64 && ndim == 2 && shape[0] == nrows && shape[1] == NCOL);
+  CHECK(ckptio_inquire_var(f, "fortran3d", &dtype, &ndim, shape));
+  EXPECT(dtype == CKPTIO_INT32 && ndim == 3 && shape[0] == 2 * nprocs && shape[1] == N2 && shape[2] == N1);
+  CHECK(ckptio_inquire_var_order(f, "fortran3d", CKPTIO_ORDER_FORTRAN, &dtype, &ndim, shape));
+  EXPECT(shape[0] == N1 && shape[1] == N2 && shape[2] == 2 * nprocs);
+  CHECK(ckptio_inquire_var(f, "seg", &dtype, &ndim, shape));
+  EXPECT(dtype == CKPTIO_INT64 && ndim == 1 && shape[0] == (int64_t)nprocs * (nprocs + 1) / 2);
+
+  const int other = nprocs - 1 - rank;
+  double *back = malloc(sizeof(double) * ROWS_PER_RANK * NCOL);
+  int64_t roff[2] = {(int64_t)other * ROWS_PER_RANK, 0};
+  CHECK(ckptio_read(f, "rows", CKPTIO_FLOAT64, 2, roff, lshape, back));
+  for (long i = 0; i < ROWS_PER_RANK; i++)
+    for (long j = 0; j < NCOL; j++) EXPECT(back[i * NCOL + j] == value2d(other * ROWS_PER_RANK + i, j));
+  /* column j = rank % NCOL of every row: a strided hyperslab */
+  double *col = malloc(sizeof(double) * nrows);
+  int64_t coff[2] = {0, rank % NCOL}, cshape[2] = {nrows, 1};
+  CHECK(ckptio_read(f, "rows", CKPTIO_FLOAT64, 2, coff, cshape, col));
+  for (long i = 0; i < nrows; i++) EXPECT(col[i] == value2d(i, rank % NCOL));
+  /* empty request on odd ranks, whole array on even ones */
+  int64_t zero[2] = {0, 0}, eshape[2] = {rank % 2 ? 0 : nrows, NCOL};
+  double *all = malloc(sizeof(double) * nrows * NCOL);
+  CHECK(ckptio_read(f, "rows", CKPTIO_FLOAT64, 2, zero, eshape, all));
+  if (rank % 2 == 0)
+    for (long i = 0; i < nrows; i++)
+      for (long j = 0; j < NCOL; j++) EXPECT(all[i * NCOL + j] == value2d(i, j));
+  /* Fortran order: the k-planes of the "other" rank */
+  int *a2 = malloc(sizeof(int) * N1 * N2 * 2);
+  int64_t fo2[3] = {0, 0, 2 * other};
+  CHECK(ckptio_read_order(f, "fortran3d", CKPTIO_INT32, CKPTIO_ORDER_FORTRAN, 3, fo2, fl, a2));
+  for (long k = 0; k < 2; k++)
+    for (long j = 0; j < N2; j++)
+      for (long i = 0; i < N1; i++) EXPECT(a2[i + N1 * (j + N2 * k)] == value3d(i, j, 2 * other + k));
+  /* segments: everything, in rank order */
+  int64_t nseg = (int64_t)nprocs * (nprocs + 1) / 2, soff = 0;
+  int64_t *segs = malloc(sizeof(int64_t) * nseg);
+  CHECK(ckptio_read(f, "seg", CKPTIO_INT64, 1, &soff, &nseg, segs));
+  for (int r = 0, pos = 0; r < nprocs; r++)
+    for (int i = 0; i <= r; i++, pos++) EXPECT(segs[pos] == 100 * r + i);
+  /* attributes */
+  int64_t step = 0;
+  double time = 0, step_as_double = 0;
+  char label[64];
+  CHECK(ckptio_get_attr_int64(f, "step", &step));
+  CHECK(ckptio_get_attr_double(f, "time", &time));
+  CHECK(ckptio_get_attr_double(f, "step", &step_as_double));
+  CHECK(ckptio_get_attr_string(f, "label", label, sizeof label));
+  EXPECT(step == 7 && time == 0.125 && step_as_double == 7.0 && strcmp(label, "c roundtrip") == 0);
+  EXPECT(ckptio_get_attr_string(f, "label", label, 5) == CKPTIO_ERR_ARGUMENT); /* too small: local error */
+  CHECK(ckptio_close(f));
+
+  free(rows); free(a); free(seg); free(back); free(col); free(all); free(a2); free(segs);
+  if (rank == 0) printf("ROUNDTRIP OK %d ranks backend %s\n", nprocs, backend);
+  return 0;
+}
+
+/* Print the outcome of one error case on every rank; the Python test checks them. */
+static void report(const char *name, int status) {
+  char msg[4096];
+  ckptio_last_error(msg, sizeof msg);
+  for (char *p = msg; *p; p++)
+    if (*p == '\n') *p = '|';
+  printf("ERR %s %d %d %s\n", name, rank, status, status == CKPTIO_OK ? "-" : msg);
+  fflush(stdout);
+}
+
+static int errors(const char *dir) {
+  char path[1024], missing[1100];
+  snprintf(path, sizeof path, "%s/chk_000001", dir);
+  snprintf(missing, sizeof missing, "%s/no_such_checkpoint", dir);
+  double x[4] = {1, 2, 3, 4};
+  ckptio_file f;
+  CHECK(ckptio_create(path, MPI_COMM_WORLD, "mpiio", &f));
+  int64_t g = 4 * nprocs, o = 4 * rank, n = 4;
+  CHECK(ckptio_write(f, "x", CKPTIO_FLOAT64, 1, &g, &o, &n, x));
+  CHECK(ckptio_close(f));
+
+  CHECK(ckptio_open(path, MPI_COMM_WORLD, &f));
+  double buf[4];
+  float fbuf[4];
+  report("unknown_variable", ckptio_read(f, "nope", CKPTIO_FLOAT64, 1, &o, &n, buf));
+  report("wrong_dtype", ckptio_read(f, "x", CKPTIO_FLOAT32, 1, &o, &n, fbuf));
+  /* a wrong dtype on ONE rank only must still fail on every rank (and not deadlock) */
+  int st = rank == nprocs - 1 ? ckptio_read(f, "x", CKPTIO_FLOAT32, 1, &o, &n, fbuf)
+                              : ckptio_read(f, "x", CKPTIO_FLOAT64, 1, &o, &n, buf);
+  report("wrong_dtype_one_rank", st);
+  int64_t big = 4 * nprocs + 1, zero = 0;
+  double *whole = malloc(sizeof(double) * big);
+  report("outside_shape", ckptio_read(f, "x", CKPTIO_FLOAT64, 1, &zero, &big, whole));
+  free(whole);
+  int64_t iv;
+  report("missing_attr", ckptio_get_attr_int64(f, "nope", &iv));
+  CHECK(ckptio_read(f, "x", CKPTIO_FLOAT64, 1, &o, &n, buf)); /* still usable after errors */
+  EXPECT(buf[0] == 1 && buf[3] == 4);
+  CHECK(ckptio_close(f));
+
+  report("bad_path", ckptio_open(missing, MPI_COMM_WORLD, &f));
+  EXPECT(f == NULL);
+  report("bad_backend", ckptio_create(path, MPI_COMM_WORLD, "no_such_backend", &f));
+  /* inconsistent declaration: overlapping blocks -> fails at close on every rank */
+  CHECK(ckptio_create(path, MPI_COMM_WORLD, "mpiio", &f));
+  int64_t o0 = 0;
+  CHECK(ckptio_write(f, "x", CKPTIO_FLOAT64, 1, &g, &o0, &n, x));
+  report("overlap", ckptio_close(f));
+  /* a bad argument on one rank's (local) write makes close fail everywhere */
+  CHECK(ckptio_create(path, MPI_COMM_WORLD, "mpiio", &f));
+  st = ckptio_write(f, "x", rank == 0 ? 99 : CKPTIO_FLOAT64, 1, &g, &o, &n, x);
+  report("bad_dtype_code_write", st);
+  report("close_after_bad_write", ckptio_close(f));
+  report("null_handle", ckptio_close(NULL));
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
+  if (argc < 3) {
+    if (rank == 0) fprintf(stderr, "usage: %s roundtrip|errors DIR [BACKEND]\n", argv[0]);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  /* the host's MPI error handler must survive ckptio's initialization (mpi4py would switch it) */
+  CHECK(ckptio_initialize());
+  MPI_Errhandler eh;
+  MPI_Comm_get_errhandler(MPI_COMM_WORLD, &eh);
+  EXPECT(eh == MPI_ERRORS_ARE_FATAL);
+  MPI_Errhandler_free(&eh);
+
+  if (strcmp(argv[1], "roundtrip") == 0) roundtrip(argv[2], argc > 3 ? argv[3] : "mpiio");
+  else if (strcmp(argv[1], "errors") == 0) errors(argv[2]);
+  else EXPECT(!"unknown mode");
+
+  CHECK(ckptio_finalize());
+  EXPECT(ckptio_open("x", MPI_COMM_WORLD, NULL) == CKPTIO_ERR_INIT); /* nothing works after finalize */
+  MPI_Finalize();
+  return 0;
+}
