@@ -1,8 +1,8 @@
 # ckptio developer targets. `make test` is what CI runs (.ci/run).
 #   make install      build/refresh the venv (ci/install.sh; quiet and ~seconds when up to date)
 #   make demo         FLASH-like checkpoint/restart demo on 4 ranks
-#   make test         full test suite (tests start mpirun themselves)
-#   make test-faults  fault-injection tests only
+#   make test         the test suite without the slow fault matrices (tests start mpirun themselves)
+#   make test-faults  every fault-injection test, the slow matrices included
 #   make lint         ruff
 #   make bench        benchmarks (results under bench_results/)
 #   make clean        build products and caches; `make distclean` also removes the venv and bench_results/
@@ -36,8 +36,10 @@ install:
 demo: install
 	bash examples/flash_like/demo.sh
 
+# `make test`: everything except the tests marked slow (the long fault-injection matrices); `make test-faults`:
+# every fault test, slow ones included.
 test: install
-	$(PY) -m pytest tests $(PYTEST_FLAGS)
+	$(PY) -m pytest tests -m "not slow" $(PYTEST_FLAGS)
 
 test-faults: install
 	$(PY) -m pytest tests/faults $(PYTEST_FLAGS)

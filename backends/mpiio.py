@@ -63,7 +63,8 @@ class _NativeWriteSession(WriteSession):
         from mpi4py import MPI
 
         self.path, self.comm, self.layout = path, comm, layout
-        self.fh = MPI.File.Open(comm, path, MPI.MODE_CREATE | MPI.MODE_WRONLY, info if info is not None else MPI.INFO_NULL)
+        self.fh = MPI.File.Open(comm, path, MPI.MODE_CREATE | MPI.MODE_WRONLY,
+                                info if info is not None else MPI.INFO_NULL)
 
     def write_blocks(self, blocks: Sequence[tuple[BlockPlan, np.ndarray]]) -> list[WrittenBlock]:
         rank = self.comm.Get_rank()
@@ -81,9 +82,24 @@ class _NativeWriteSession(WriteSession):
             pieces.append((off, buf.nbytes))
             buffers.append(buf)
             written.append(WrittenBlock(off, buf.nbytes, block.codec))
-        transfer(self.fh, pieces, buffers, write=True)
-        self.fh.Sync()
+        error: BaseException | None = None
+        try:
+            transfer(self.fh, pieces, buffers, write=True)
+        except Exception as exc:  # e.g. ENOSPC: with collective buffering only the aggregators see it
+            error = exc
+        agree(self.comm, "write data", error)  # before the collective Sync, which the failed ranks would skip
+        self._sync("data")
         return written
+
+    def _sync(self, what: str) -> None:
+        """Collective: MPI_File_sync, then agree, so a rank whose sync failed does not leave the others
+        waiting in the next collective."""
+        error: BaseException | None = None
+        try:
+            self.fh.Sync()
+        except Exception as exc:
+            error = exc
+        agree(self.comm, f"sync {what}", error)
 
     def effective_hints(self) -> dict[str, str]:
         info = self.fh.Get_info()
@@ -115,7 +131,7 @@ class _NativeWriteSession(WriteSession):
             except Exception as exc:
                 error = exc
             agree(self.comm, f"write {what}", error)
-            self.fh.Sync()  # the index is durable before the completion mark is written
+            self._sync(what)  # the index is durable before the completion mark is written
         self.fh.Close()
         self.fh = None
 
@@ -230,8 +246,10 @@ class NativeBackend(Backend):
 
 def check_block_table(path: str, meta: Mapping[str, Any], data_start: int, data_end: int) -> None:
     """Structural sanity of the block table, so a damaged index fails here and not deep in a read."""
+    name = None  # the variable being checked, for the message
     try:
-        for name, var in meta["variables"].items():
+        for name in meta["variables"]:
+            var = meta["variables"][name]
             dtype = np.dtype(var["dtype"])
             shape = [int(s) for s in var["shape"]]
             for i, b in enumerate(var["blocks"]):

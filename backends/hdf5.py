@@ -1,0 +1,412 @@
+"""Parallel HDF5 backend (``backend="hdf5"``): h5py with the ``mpio`` driver; files stay plain HDF5.
+
+File layout::
+
+    /<name>                  one dataset per variable, in its GLOBAL shape and declared dtype; contiguous
+                             layout, allocated at creation, never filled (no useless fill writes), aligned
+                             to the stripe unit when at least one stripe long; per-rank segments are 1-D
+                             datasets of the total length
+    /  (attributes)          the checkpoint's attributes (numbers, strings and numeric lists natively,
+                             anything else as JSON text)
+    /ckptio                  group: attributes ``format_version``, ``ckptio_version``,
+                             ``metadata_checksum`` (xxh3-64 of the document) and ``complete`` (= 1, the
+                             completion mark, written last)
+    /ckptio/metadata         the metadata document of ckptio.meta (JSON), a scalar fixed-length string
+                             dataset: not a variable-length string attribute, because HDF5 1.10 trusts the
+                             lengths stored in its global heap and a damaged one crashes the reader
+    /ckptio/blocks/<name>    the block table of each variable: a compound dataset (rank, offset[ndim],
+                             shape[ndim], checksum), so plain HDF5 users see who wrote what
+
+The metadata document records, per variable, ``storage = {"file_offset": ..., "file_dtype": ...}``: the
+dataset's byte offset in the file (``H5Dget_offset``). Because datasets are contiguous and unfiltered,
+restart reads bypass HDF5: the aggregators read leading-axis bands of every dataset as raw byte ranges with
+MPI-IO (:mod:`ckptio.backends.rawio`), so the two-phase reader works the same as for the native format.
+
+Writing: all metadata operations (file, dataset, group and attribute creation) are collective in parallel
+HDF5, so every rank makes them in the same order with the same arguments (the plan is the same on every
+rank). Data goes out with collective ``H5Dwrite`` calls (``H5FD_MPIO_COLLECTIVE`` transfer property),
+normally ONE per variable: a rank's blocks of a variable are written as a union of hyperslabs with their
+elements concatenated in memory (HDF5 transfers a union in row-major order of the file dataspace, which is
+the concatenation of the blocks when their leading-axis intervals are disjoint). A rank whose blocks of one
+variable share leading-axis rows (e.g. two tiles side by side) needs several such groups; every rank then
+makes as many calls as the rank needing the most (computed from the global plan, no communication), with
+an empty selection where it has nothing left, so the collective calls always match. Every data write, flush
+and rank-0-only write is followed by an agreement (:func:`ckptio.coord.run`): with collective buffering an
+I/O error such as ENOSPC reaches only the aggregators, and the others must not go on into the next collective
+call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import h5py
+import numpy as np
+
+from ckptio import coord
+from ckptio import meta as metamod
+from ckptio.errors import (
+    CheckpointError,
+    CheckpointIOError,
+    CorruptCheckpointError,
+    FormatVersionError,
+    IncompleteCheckpointError,
+    UnknownFormatError,
+)
+from ckptio.hints import DEFAULT_STRIPING_UNIT, info_to_dict
+from ckptio.layout import Box
+from ckptio.plan import BlockPlan, Extent, VariablePlan
+
+from .base import Backend, Capabilities, ExtentReader, WriteSession, WrittenBlock, register
+from .rawio import RawExtentReader, SerialRawReader, leading_axis_bands
+
+if not h5py.get_config().mpi:
+    raise ImportError("h5py is built without MPI support (parallel HDF5 needed for backend 'hdf5')")
+
+SIGNATURE = b"\x89HDF\r\n\x1a\n"
+FORMAT_VERSION = 1
+GROUP = "ckptio"
+COMPLETE = 1
+
+
+def _write_groups(boxes: Sequence[Box]) -> list[list[int]]:
+    """Indices of ``boxes`` (non-empty, of one variable, on one rank) in groups whose leading-axis intervals
+    are pairwise disjoint, each sorted by leading offset: one collective write per group. Greedy interval
+    partitioning in order of start, so the number of groups is the largest number of boxes sharing a row."""
+    if boxes and boxes[0].ndim == 0:
+        return [[i] for i in range(len(boxes))]  # a scalar: one block at most
+    groups: list[list[int]] = []
+    for i in sorted(range(len(boxes)), key=lambda i: boxes[i].offset[0]):
+        for group in groups:
+            if boxes[group[-1]].end[0] <= boxes[i].offset[0]:
+                group.append(i)
+                break
+        else:
+            groups.append([i])
+    return groups
+
+
+def ompio_unsafe_collective_transfers() -> str | None:
+    """Why collective ``H5Dwrite`` is unsafe in this process, or None when it is safe. Local, no communication.
+
+    Open MPI 4.1's OMPIO component, in a process initialised below ``MPI_THREAD_MULTIPLE``, silently writes
+    wrong bytes for HDF5's collective transfers of non-contiguous file selections (a rank's tile of a 2-D
+    array, say): the data of some ranks lands as zeros or garbage and only the checksums notice. ROMIO
+    (``OMPI_MCA_io=romio321``) and ``MPI_THREAD_MULTIPLE`` are both correct (tests/test_backend_formats.py
+    reproduces all three). The io component cannot be queried through MPI, so OMPIO is assumed for Open MPI
+    unless ``OMPI_MCA_io`` selects ROMIO.
+    """
+    from mpi4py import MPI
+
+    if not MPI.Get_library_version().startswith("Open MPI"):
+        return None
+    if "romio" in os.environ.get("OMPI_MCA_io", ""):
+        return None
+    if MPI.Query_thread() >= MPI.THREAD_MULTIPLE:
+        return None
+    return ("Open MPI's OMPIO io component with a thread level below MPI_THREAD_MULTIPLE corrupts HDF5 collective "
+            "writes of non-contiguous selections")
+
+
+def _dcpl():
+    """Dataset creation properties of every ckptio dataset: contiguous, allocated at creation, never filled."""
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_layout(h5py.h5d.CONTIGUOUS)
+    dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+    dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+    return dcpl
+
+
+def _nonempty_boxes_by_rank(var: VariablePlan) -> dict[int, list[Box]]:
+    out: dict[int, list[Box]] = {}
+    for b in var.blocks:
+        if b.box.size > 0:
+            out.setdefault(b.rank, []).append(b.box)
+    return out
+
+
+def _attr_value(value: Any) -> Any:
+    """A JSON-compatible attribute as h5py stores it natively, or as JSON text when HDF5 has no match."""
+    if isinstance(value, bool | str | float):
+        return value
+    if isinstance(value, int) and -2**63 <= value < 2**63:
+        return np.int64(value)
+    if isinstance(value, list) and value and all(isinstance(v, int | float) and not isinstance(v, bool)
+                                                 for v in value):
+        try:
+            return np.asarray(value, dtype=np.int64 if all(isinstance(v, int) for v in value) else np.float64)
+        except OverflowError:
+            pass
+    return json.dumps(value)
+
+
+def _block_table(var: VariablePlan) -> np.ndarray:
+    """The block table of one variable as a compound array (rank, offset[ndim], shape[ndim], checksum)."""
+    ndim = len(var.shape)
+    fields: list[tuple[Any, ...]] = [("rank", "<i8")]
+    if ndim:
+        fields += [("offset", "<i8", (ndim,)), ("shape", "<i8", (ndim,))]
+    fields.append(("checksum", "S16"))
+    table = np.zeros(len(var.blocks), dtype=np.dtype(fields))
+    table["rank"] = [b.rank for b in var.blocks]
+    if ndim:
+        table["offset"] = np.array([b.box.offset for b in var.blocks], dtype=np.int64).reshape(-1, ndim)
+        table["shape"] = np.array([b.box.shape for b in var.blocks], dtype=np.int64).reshape(-1, ndim)
+    table["checksum"] = [(b.checksum or "").encode() for b in var.blocks]
+    return table
+
+
+def _mpi_file_info(h5file: h5py.File) -> dict[str, str]:
+    """Hints of the MPI file under an mpio HDF5 file (``MPI_File_get_info``), via ``H5Fget_vfd_handle``.
+
+    h5py does not expose the handle (its ``get_vfd_handle`` reads an int, a POSIX descriptor), so this calls
+    the HDF5 C function through ctypes (hid_t is 64-bit since HDF5 1.10). Local; raises on any failure.
+    """
+    from mpi4py import MPI
+
+    lib = ctypes.CDLL(h5py.h5f.__file__)  # dlsym on it also searches its dependency libhdf5
+    get_handle = lib.H5Fget_vfd_handle
+    get_handle.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p)]
+    get_handle.restype = ctypes.c_int
+    handle = ctypes.c_void_p()
+    if get_handle(h5file.id.id, 0, ctypes.byref(handle)) < 0 or not handle.value:  # 0 = H5P_DEFAULT
+        raise OSError("H5Fget_vfd_handle failed")
+    fh = MPI.File.fromhandle(ctypes.c_void_p.from_address(handle.value).value)  # MPI_File is a pointer type
+    info = fh.Get_info()
+    try:
+        return info_to_dict(info)
+    finally:
+        info.Free()
+
+
+class _HDF5WriteSession(WriteSession):
+    """Collective: the constructor creates the file, every dataset and the block tables on every rank."""
+
+    def __init__(self, path: str, comm, info, variables: Mapping[str, VariablePlan], options: Mapping[str, Any]):
+        from mpi4py import MPI
+
+        stripe_unit = int(options.get("hints", {}).get("striping_unit", DEFAULT_STRIPING_UNIT))
+        self.comm = comm
+        self.variables = variables
+        rank = comm.Get_rank()
+        # local index -> variable name of this rank's blocks; collective H5Dwrite calls per variable (all ranks)
+        self._mine = {b.local_index: name for name, v in variables.items() for b in v.blocks if b.rank == rank}
+        self._ncalls = {name: max((len(_write_groups(boxes)) for boxes in _nonempty_boxes_by_rank(var).values()),
+                                  default=0) for name, var in variables.items()}
+        self.datasets: dict[str, h5py.Dataset] = {}
+        self._dxpl = h5py.h5p.create(h5py.h5p.DATASET_XFER)
+        unsafe = ompio_unsafe_collective_transfers()  # the same on every rank: one launch, one environment
+        self.transfer = "independent" if unsafe else "collective"
+        self._dxpl.set_dxpl_mpio(h5py.h5fd.MPIO_INDEPENDENT if unsafe else h5py.h5fd.MPIO_COLLECTIVE)
+        if unsafe and rank == 0:
+            warnings.warn(f"ckptio hdf5 backend: independent data transfers instead of collective ones ({unsafe}); "
+                          "initialise MPI with MPI_THREAD_MULTIPLE or set OMPI_MCA_io=romio321 to keep collective "
+                          "buffering", RuntimeWarning, stacklevel=2)
+        self.file: h5py.File | None = coord.run(comm, "create the HDF5 file", lambda: h5py.File(
+            path, "w", driver="mpio", comm=comm, info=info if info is not None else MPI.Info(),
+            alignment_threshold=stripe_unit, alignment_interval=stripe_unit))
+        try:
+            self._define()
+        except BaseException:
+            self.abort()
+            raise
+
+    def _define(self) -> None:
+        """Collective: every dataset, the /ckptio group and the block tables (rank 0 writes their rows)."""
+        for name, var in self.variables.items():
+            dset = self.file.create_dataset(name, shape=var.shape, dtype=np.dtype(var.dtype), dcpl=_dcpl())
+            dset.attrs["ckptio_kind"] = var.kind
+            self.datasets[name] = dset
+        group = self.file.create_group(GROUP)
+        group.attrs["format_version"] = np.int64(FORMAT_VERSION)
+        group.attrs["ckptio_version"] = np.bytes_(metamod.__version__)
+        tables = group.create_group("blocks")
+        rows = {}
+        for name, var in self.variables.items():
+            rows[name] = _block_table(var)
+            dset = tables.create_dataset(name, shape=rows[name].shape, dtype=rows[name].dtype, dcpl=_dcpl())
+            dset.attrs["description"] = ("rank: the writer rank; offset, shape: the block in the global array; "
+                                         "checksum: xxh3_64 of its elements in C order")
+
+        def write_tables() -> None:  # rank 0, independent raw-data writes (the datasets are allocated already)
+            if self.comm.Get_rank() == 0:
+                for name, table in rows.items():
+                    tables[name].id.write(h5py.h5s.ALL, h5py.h5s.ALL, table)
+
+        coord.run(self.comm, "write the block tables", write_tables)
+
+    def write_blocks(self, blocks: Sequence[tuple[BlockPlan, np.ndarray]]) -> list[WrittenBlock]:
+        """Collective: ``self._ncalls[name]`` collective ``H5Dwrite`` calls per variable, on every rank."""
+        by_var: dict[str, list[tuple[Box, np.ndarray]]] = {}
+        written = []
+        for plan, data in blocks:
+            if plan.box.size > 0:
+                by_var.setdefault(self._mine[plan.local_index], []).append((plan.box, data))
+            written.append(WrittenBlock(None, int(data.nbytes)))
+        for name in self.variables:
+            mine = by_var.get(name, [])
+            groups = _write_groups([box for box, _ in mine])
+            for k in range(self._ncalls[name]):
+                pieces = [mine[i] for i in groups[k]] if k < len(groups) else []
+                coord.run(self.comm, f"write {name!r}", lambda name=name, pieces=pieces: self._write(name, pieces))
+        coord.run(self.comm, "flush the data", self.file.flush)
+        return written
+
+    def _write(self, name: str, pieces: Sequence[tuple[Box, np.ndarray]]) -> None:
+        """Collective: one H5Dwrite of these blocks (leading-axis disjoint; may be none) into dataset ``name``."""
+        dset = self.datasets[name]
+        fspace = dset.id.get_space()
+        if not pieces:
+            fspace.select_none()
+            buf = np.empty(1, dset.dtype)
+            mspace = h5py.h5s.create_simple((1,))
+            mspace.select_none()
+        else:
+            if dset.ndim == 0:
+                fspace.select_all()
+            else:
+                fspace.select_none()
+                for box, _ in pieces:
+                    fspace.select_hyperslab(box.offset, box.shape, op=h5py.h5s.SELECT_OR)
+            flat = [data.reshape(-1) for _, data in pieces]
+            buf = flat[0] if len(flat) == 1 else np.concatenate(flat)
+            mspace = h5py.h5s.create_simple((buf.size,))
+        dset.id.write(mspace, fspace, buf, dxpl=self._dxpl)
+
+    def storage_info(self) -> dict[str, dict[str, Any]]:
+        out = {}
+        for name, dset in self.datasets.items():
+            out[name] = {"format": "hdf5", "dataset": dset.name, "layout": "contiguous",
+                         "file_offset": dset.id.get_offset(), "file_dtype": self.variables[name].dtype}
+        return out
+
+    def effective_hints(self) -> dict[str, str]:
+        try:
+            hints = _mpi_file_info(self.file)
+        except Exception:  # fall back to the hints HDF5 was given
+            _, info = self.file.id.get_access_plist().get_fapl_mpio()
+            hints = info_to_dict(info)
+        hints["ckptio_hdf5_transfer"] = self.transfer
+        return hints
+
+    def commit(self, meta: Mapping[str, Any]) -> None:
+        """Collective (object and attribute creation are metadata operations: every rank makes them with the
+        same values): the attributes, the metadata document (its bytes written by rank 0 alone), flush (HDF5
+        syncs the file), the completion mark, close."""
+        for key, value in meta["attrs"].items():
+            self.file.attrs[key] = _attr_value(value)
+        text = np.array(metamod.dumps(meta))  # a numpy bytes scalar: HDF5 fixed-length string of its length
+        group = self.file[GROUP]
+        document = group.create_dataset("metadata", shape=(), dtype=text.dtype, dcpl=_dcpl())
+        group.attrs["metadata_checksum"] = np.bytes_(metamod.checksum(text.tobytes()))
+
+        def write_document() -> None:  # rank 0, an independent raw-data write
+            if self.comm.Get_rank() == 0:
+                document.id.write(h5py.h5s.ALL, h5py.h5s.ALL, text)
+
+        coord.run(self.comm, "write the metadata document", write_document)
+        coord.run(self.comm, "flush the metadata", self.file.flush)
+        group.attrs["complete"] = np.int64(COMPLETE)
+        self.file.close()
+        self.file = None
+
+    def abort(self) -> None:
+        file, self.file = self.file, None
+        if file is not None:
+            try:
+                file.close()
+            except Exception:  # best effort after a failure
+                pass
+
+
+@register
+class HDF5Backend(Backend):
+    name = "hdf5"
+    format_version = FORMAT_VERSION
+    # no compression: filtered datasets must be chunked and could not be read as raw byte ranges
+    capabilities = Capabilities(compression=False, segments=True, complex_dtypes=True, bool_dtype=True,
+                                unsigned_dtypes=True, float16=True, readable_by=("ckptio", "h5py", "h5dump",
+                                                                                 "any HDF5 1.8+ reader"))
+
+    @classmethod
+    def sniff(cls, head: bytes) -> bool:
+        return head.startswith(SIGNATURE)
+
+    def create(self, path: str, comm, info, variables: Mapping[str, VariablePlan], layout: Mapping[str, Any],
+               options: Mapping[str, Any]) -> WriteSession:
+        return _HDF5WriteSession(path, comm, info, variables, options)
+
+    def read_metadata(self, path: str) -> dict[str, Any]:
+        """Serial (plain h5py, no MPI): the document in ``/ckptio``, checked against the datasets."""
+        try:
+            size = os.path.getsize(path)
+            with h5py.File(path, "r", locking=False) as f:
+                group = f.get(GROUP)
+                if not isinstance(group, h5py.Group):
+                    raise UnknownFormatError(f"{path}: an HDF5 file without a /{GROUP} group is not a ckptio "
+                                             "checkpoint")
+                version = group.attrs.get("format_version")
+                if version is not None and int(version) > FORMAT_VERSION:
+                    raise FormatVersionError(f"{path}: ckptio HDF5 layout version {int(version)} is newer than "
+                                             f"this ckptio supports (version {FORMAT_VERSION})")
+                if group.attrs.get("complete") != COMPLETE:
+                    raise IncompleteCheckpointError(f"{path}: no completion mark (/{GROUP} attribute 'complete'): "
+                                                    "the checkpoint was not committed")
+                document = group.get("metadata")
+                if (not isinstance(document, h5py.Dataset) or document.shape != () or document.dtype.kind != "S"
+                        or document.dtype.itemsize > size):
+                    raise CorruptCheckpointError(f"{path}: /{GROUP}/metadata is missing or damaged")
+                text = document[()]
+                if np.bytes_(metamod.checksum(text)) != group.attrs.get("metadata_checksum"):
+                    raise CorruptCheckpointError(f"{path}: /{GROUP}/metadata checksum mismatch (the metadata "
+                                                 "document is damaged)")
+                try:
+                    meta = metamod.loads(text)
+                except FormatVersionError:
+                    raise
+                except ValueError as exc:
+                    raise CorruptCheckpointError(f"{path}: /{GROUP}/metadata is not valid metadata ({exc})") from None
+                _check_datasets(path, f, meta, size)
+        except CheckpointError:
+            raise
+        except OSError as exc:  # HDF5 cannot open or read the file
+            if "truncated" in str(exc):
+                raise IncompleteCheckpointError(f"{path}: HDF5 file is truncated ({exc})") from None
+            if isinstance(exc, FileNotFoundError | PermissionError):
+                raise CheckpointIOError(f"{path}: cannot read checkpoint: {exc}") from None
+            raise CorruptCheckpointError(f"{path}: HDF5 cannot read the file ({exc})") from None
+        except (KeyError, RuntimeError, TypeError, ValueError) as exc:  # h5py's errors on damaged structures
+            raise CorruptCheckpointError(f"{path}: HDF5 structure is damaged ({exc})") from None
+        return meta
+
+    def extents(self, meta: Mapping[str, Any]) -> list[Extent]:
+        return leading_axis_bands(meta)
+
+    def open_extent_reader(self, path: str, comm, info, meta: Mapping[str, Any]) -> ExtentReader:
+        return RawExtentReader(path, comm, info, meta)
+
+    def serial_extent_reader(self, path: str, meta: Mapping[str, Any]) -> ExtentReader:
+        return SerialRawReader(path, meta)
+
+
+def _check_datasets(path: str, f: h5py.File, meta: Mapping[str, Any], size: int) -> None:
+    """Every variable of the document is a dataset of its shape at its recorded offset, inside the file."""
+    if meta.get("backend") != HDF5Backend.name:
+        raise CorruptCheckpointError(f"{path}: metadata says backend {meta.get('backend')!r}, file is HDF5")
+    for name, var in meta["variables"].items():
+        dset = f.get(name)
+        storage = var.get("storage", {})
+        nbytes = math.prod(var["shape"]) * np.dtype(var["dtype"]).itemsize
+        if not isinstance(dset, h5py.Dataset) or list(dset.shape) != list(var["shape"]):
+            raise CorruptCheckpointError(f"{path}: variable {name!r}: no dataset /{name} of shape {var['shape']}")
+        if nbytes and (storage.get("file_offset") is None or dset.id.get_offset() != storage["file_offset"]):
+            raise CorruptCheckpointError(f"{path}: variable {name!r}: dataset offset {dset.id.get_offset()} does "
+                                         f"not match the metadata ({storage.get('file_offset')})")
+        if nbytes and storage["file_offset"] + nbytes > size:
+            raise IncompleteCheckpointError(f"{path}: variable {name!r}: file ends inside the dataset (truncated)")

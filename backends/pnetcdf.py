@@ -1,0 +1,520 @@
+"""PnetCDF backend (``backend="pnetcdf"``): pnetcdf-python, CDF-5 files readable by any netCDF tool.
+
+File layout (CDF-5, ``NC_64BIT_DATA``; all data big-endian, as the format requires)::
+
+    header               dimensions, global attributes, variable definitions (never rewritten after the
+                         define phase, so no data is ever moved)
+    <name>(<name>_d0, <name>_d1, ...)
+                         one variable per ckptio variable, in its GLOBAL shape (per-rank segments: 1-D of
+                         the total length); attribute ``ckptio_kind`` = "array" or "segment"
+    ckptio_blocks_<name>(ckptio_nblocks_<name>, ckptio_blockcols_<k>)
+                         int64 block table: one row per block, ``rank, offset[0..ndim), shape[0..ndim)``
+    ckptio_checksums_<name>(ckptio_nblocks_<name>, ckptio_checksum_len)
+                         the xxh3-64 of each block (16 hex characters)
+    ckptio_metadata_checksum(ckptio_checksum_len)
+                         the xxh3-64 of the metadata document
+    ckptio_complete      int scalar: 1 once the checkpoint is committed (the completion mark, written last)
+    ckptio_metadata(ckptio_metadata_len = UNLIMITED)
+                         char: the metadata document of ckptio.meta (JSON), as the only record variable,
+                         so it can be written after the data, at any length, without a header change
+    global attributes    ``ckptio_format_version``, ``ckptio_version``, ``ckptio_note`` and the
+                         checkpoint's attributes (numbers, strings and numeric lists natively, other values
+                         as JSON text; names that are not plain netCDF names only in the JSON document)
+
+CDF has no zero-length fixed dimension (a 0 length means UNLIMITED), so a variable with no elements exists
+only in the metadata document (and its block table). CDF-5 has no bool, complex or float16 types: the
+capabilities refuse them.
+
+Writing: every define-mode call is collective and made in the same order on every rank (from the global
+plan). Each rank posts one nonblocking ``iput_var`` per non-empty block it owns (rank 0 also posts the
+block tables); one collective ``wait_all`` writes them all, so a rank with several blocks and a rank with
+none make the same collective calls; every collective I/O call and rank-0-only write is followed by an
+agreement (:func:`ckptio.coord.run`), since an I/O error such as ENOSPC may reach only the aggregators.
+Fill mode is off. The hint ``nc_in_place_swap=disable`` keeps PnetCDF
+from byte-swapping the caller's arrays in place (it swaps a copy); ``nc_var_align_size`` = the stripe unit
+when the data is large enough that aligning every variable to a stripe wastes under 1/16 of the file.
+
+The metadata records ``storage = {"file_offset": begin, "file_dtype": ">f8", ...}`` per variable, with
+``begin`` read from the CDF header that PnetCDF wrote (pnetcdf-python's ``inq_offset`` returns a C int and
+is unsafe). Restart reads bypass PnetCDF: non-record CDF variables are contiguous C-ordered arrays, read as
+raw byte ranges by the aggregators (:mod:`ckptio.backends.rawio`). ``read_metadata`` parses the header with
+the small reader below (the format is documented by Unidata and PnetCDF), so ``ckptio inspect`` needs
+neither MPI nor PnetCDF to check a file.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ckptio import coord
+from ckptio import meta as metamod
+from ckptio.errors import (
+    CheckpointError,
+    CheckpointIOError,
+    CorruptCheckpointError,
+    FormatVersionError,
+    IncompleteCheckpointError,
+    UnknownFormatError,
+)
+from ckptio.hints import DEFAULT_STRIPING_UNIT, info_to_dict
+from ckptio.plan import BlockPlan, Extent, VariablePlan
+
+from .base import Backend, Capabilities, ExtentReader, WriteSession, WrittenBlock, register
+from .rawio import RawExtentReader, SerialRawReader, leading_axis_bands
+
+# pnetcdf-python initializes MPI when imported: import it only to write a file (reading needs neither it nor MPI)
+if importlib.util.find_spec("pnetcdf") is None:
+    raise ImportError("pnetcdf-python is not installed (needed for backend 'pnetcdf')")
+
+FORMAT_VERSION = 1
+COMPLETE = 1
+COMPLETE_VAR = "ckptio_complete"
+META_VAR = "ckptio_metadata"
+META_SUM_VAR = "ckptio_metadata_checksum"
+CHECKSUM_LEN = 16
+NOTE = (f"ckptio checkpoint: the metadata document (JSON) is the text variable {META_VAR}; the checkpoint "
+        f"is complete when {COMPLETE_VAR} = {COMPLETE}")
+_NC_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.+-]*$")
+
+
+def _dim_names(name: str, ndim: int) -> list[str]:
+    return [f"{name}_d{i}" for i in range(ndim)]
+
+
+def _stored(var: VariablePlan) -> bool:
+    """CDF cannot hold a variable with a zero-length axis (length 0 means UNLIMITED)."""
+    return math.prod(var.shape) > 0
+
+
+def _file_dtype(dtype: str) -> str:
+    return np.dtype(dtype).newbyteorder(">").str
+
+
+def _attr_value(value: Any) -> Any:
+    """A JSON-compatible attribute as a netCDF attribute value: text, int64, double or a numeric array;
+    anything else (booleans, None, mixed or nested lists) as its JSON text."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float):
+        return np.float64(value)
+    if isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63:
+        return np.int64(value)
+    if isinstance(value, list) and value and all(isinstance(v, int | float) and not isinstance(v, bool)
+                                                 for v in value):
+        try:
+            return np.asarray(value, dtype=np.int64 if all(isinstance(v, int) for v in value) else np.float64)
+        except OverflowError:
+            pass
+    return json.dumps(value)
+
+
+def _block_rows(var: VariablePlan) -> tuple[np.ndarray, np.ndarray]:
+    """The block table (int64 rows ``rank, offset..., shape...``) and the checksums (chars) of a variable."""
+    rows = np.array([[b.rank, *b.box.offset, *b.box.shape] for b in var.blocks], dtype=np.int64)
+    rows = rows.reshape(len(var.blocks), 1 + 2 * len(var.shape))
+    sums = np.array([list((b.checksum or "").ljust(CHECKSUM_LEN)[:CHECKSUM_LEN].encode()) for b in var.blocks],
+                    dtype=np.uint8).view("S1")
+    return rows, sums
+
+
+def _var_align(hints: Mapping[str, str], variables: Mapping[str, VariablePlan]) -> int | None:
+    """``nc_var_align_size`` to request: the stripe unit when the holes it leaves before each of the file's
+    fixed-size variables stay under 1/16 of the data; None to keep PnetCDF's packing (or the user's hint)."""
+    if "nc_var_align_size" in hints:
+        return None
+    stripe = int(hints.get("striping_unit", DEFAULT_STRIPING_UNIT))
+    nfixed = sum(1 for v in variables.values() if _stored(v)) + 2 * len(variables) + 1
+    total = sum(v.nbytes for v in variables.values())
+    return stripe if total >= 16 * nfixed * stripe else None
+
+
+class _PnetCDFWriteSession(WriteSession):
+    """Collective: the constructor creates the file and runs the whole define phase on every rank."""
+
+    def __init__(self, path: str, comm, info, variables: Mapping[str, VariablePlan], options: Mapping[str, Any]):
+        import pnetcdf
+        from mpi4py import MPI
+
+        self.path, self.comm, self.variables = path, comm, variables
+        rank = comm.Get_rank()
+        self._mine = {b.local_index: name for name, v in variables.items() for b in v.blocks if b.rank == rank}
+        file_info = info.Dup() if info is not None else MPI.Info.Create()
+        align = _var_align(options.get("hints", {}), variables)
+        if align is not None:
+            file_info.Set("nc_var_align_size", str(align))
+        self.file: Any = None
+        try:
+            self.file = coord.run(comm, "create the CDF file", lambda: pnetcdf.File(
+                path, mode="w", format="NC_64BIT_DATA", comm=comm, info=file_info))
+            coord.run(comm, "define the CDF file", lambda: self._define(options.get("attrs", {})))
+        except BaseException:
+            self.abort()
+            raise
+        finally:
+            file_info.Free()
+
+    def _define(self, attrs: Mapping[str, Any]) -> None:
+        """Collective, define mode: dimensions, variables and attributes, then ``enddef``."""
+        import pnetcdf
+
+        f = self.file
+        f.set_fill(pnetcdf.NC_NOFILL)
+        f.put_att("ckptio_format_version", np.int32(FORMAT_VERSION))
+        f.put_att("ckptio_version", metamod.__version__)
+        f.put_att("ckptio_note", NOTE)
+        for key, value in attrs.items():
+            if _NC_NAME.match(key) and not key.startswith("ckptio"):
+                f.put_att(key, _attr_value(value))
+        f.def_dim("ckptio_checksum_len", CHECKSUM_LEN)
+        self.vars: dict[str, Any] = {}
+        self.tables: dict[str, tuple[Any, Any]] = {}
+        for name, var in self.variables.items():
+            if _stored(var):
+                for dim, n in zip(_dim_names(name, len(var.shape)), var.shape, strict=True):
+                    f.def_dim(dim, n)
+                v = f.def_var(name, np.dtype(var.dtype), tuple(_dim_names(name, len(var.shape))))
+                v.put_att("ckptio_kind", var.kind)
+                self.vars[name] = v
+        for name, var in self.variables.items():
+            ncols = 1 + 2 * len(var.shape)
+            rows, cols = f"ckptio_nblocks_{name}", f"ckptio_blockcols_{ncols}"
+            if cols not in f.dimensions:
+                f.def_dim(cols, ncols)
+            f.def_dim(rows, len(var.blocks))
+            table = f.def_var(f"ckptio_blocks_{name}", np.dtype(np.int64), (rows, cols))
+            table.put_att("columns", "rank, offset[0..ndim), shape[0..ndim) of each block in the global array")
+            sums = f.def_var(f"ckptio_checksums_{name}", "S1", (rows, "ckptio_checksum_len"))
+            sums.put_att("algorithm", metamod.CHECKSUM_ALGORITHM)
+            self.tables[name] = (table, sums)
+        self.metadata_checksum = f.def_var(META_SUM_VAR, "S1", ("ckptio_checksum_len",))
+        self.complete = f.def_var(COMPLETE_VAR, np.dtype(np.int32), ())
+        f.def_dim(f"{META_VAR}_len", -1)
+        self.metadata = f.def_var(META_VAR, "S1", (f"{META_VAR}_len",))
+        f.enddef()
+
+    def write_blocks(self, blocks: Sequence[tuple[BlockPlan, np.ndarray]]) -> list[WrittenBlock]:
+        """Collective: post one ``iput_var`` per non-empty block (rank 0: also the block tables), then one
+        collective ``wait_all`` on every rank, then sync."""
+        keep: list[np.ndarray] = []  # the buffers must live until wait_all
+        written = []
+        for plan, data in blocks:
+            written.append(WrittenBlock(None, int(data.nbytes)))
+            name = self._mine[plan.local_index]
+            if plan.box.size == 0 or name not in self.vars:
+                continue
+            arr = data if data.dtype.isnative else data.astype(data.dtype.newbyteorder("="))
+            keep.append(arr)
+            if plan.box.ndim == 0:
+                self.vars[name].iput_var(arr)
+            else:
+                self.vars[name].iput_var(arr, start=list(plan.box.offset), count=list(plan.box.shape))
+        if self.comm.Get_rank() == 0:
+            for name, (table, sums) in self.tables.items():
+                rows, chars = _block_rows(self.variables[name])
+                keep += [rows, chars]
+                table.iput_var(rows)
+                sums.iput_var(chars)
+        coord.run(self.comm, "write the data (wait_all)", self.file.wait_all)
+        coord.run(self.comm, "sync the data", self.file.sync)
+        return written
+
+    def storage_info(self) -> dict[str, dict[str, Any]]:
+        """Rank 0: every variable's ``begin`` from the header PnetCDF wrote at ``enddef`` (synced since)."""
+        header = read_header(self.path)
+        out: dict[str, dict[str, Any]] = {}
+        for name, var in self.variables.items():
+            out[name] = {"format": "cdf5", "variable": name if name in self.vars else None,
+                         "file_offset": header.vars[name].begin if name in self.vars else None,
+                         "file_dtype": _file_dtype(var.dtype)}
+        return out
+
+    def effective_hints(self) -> dict[str, str]:
+        info = self.file.inq_info()
+        try:
+            return info_to_dict(info)
+        finally:
+            info.Free()
+
+    def commit(self, meta: Mapping[str, Any]) -> None:
+        """Collective: rank 0 writes the document and its checksum (collective puts, the others with empty
+        counts), sync, rank 0 writes the completion mark (independent mode), sync, close."""
+        document = metamod.dumps(meta)
+        text = np.frombuffer(document, dtype="S1")
+        digest = np.frombuffer(metamod.checksum(document).encode(), dtype="S1")
+        if self.comm.Get_rank() != 0:
+            text, digest = text[:0], digest[:0]
+        coord.run(self.comm, "write the metadata document",
+                  lambda: self.metadata.put_var_all(text, start=[0], count=[text.size]))
+        coord.run(self.comm, "write the metadata checksum",
+                  lambda: self.metadata_checksum.put_var_all(digest, start=[0], count=[digest.size]))
+        coord.run(self.comm, "sync the metadata", self.file.sync)
+        self.file.begin_indep()
+        error: BaseException | None = None
+        if self.comm.Get_rank() == 0:
+            try:
+                self.complete.put_var(np.array(COMPLETE, dtype=np.int32))
+            except Exception as exc:  # reported on every rank after end_indep (collective)
+                error = exc
+        self.file.end_indep()
+        coord.agree(self.comm, "write the completion mark", error)
+        coord.run(self.comm, "sync the completion mark", self.file.sync)
+        self.file.close()
+        self.file = None
+
+    def abort(self) -> None:
+        file, self.file = self.file, None
+        if file is not None:
+            try:
+                file.close()
+            except Exception:  # best effort after a failure
+                pass
+
+
+@register
+class PnetCDFBackend(Backend):
+    name = "pnetcdf"
+    format_version = FORMAT_VERSION
+    capabilities = Capabilities(compression=False, segments=True, complex_dtypes=False, bool_dtype=False,
+                                unsigned_dtypes=True, float16=False,
+                                readable_by=("ckptio", "ncmpidump", "ncdump", "netCDF4-python", "any CDF-5 reader"))
+    extra_hints = {"nc_in_place_swap": "disable"}  # never byte-swap the caller's arrays in place
+
+    @classmethod
+    def sniff(cls, head: bytes) -> bool:
+        return head[:4] in (b"CDF\x01", b"CDF\x02", b"CDF\x05")
+
+    def create(self, path: str, comm, info, variables: Mapping[str, VariablePlan], layout: Mapping[str, Any],
+               options: Mapping[str, Any]) -> WriteSession:
+        return _PnetCDFWriteSession(path, comm, info, variables, options)
+
+    def read_metadata(self, path: str) -> dict[str, Any]:
+        """Serial, no MPI: parse the CDF header, check the completion mark, read the document."""
+        try:
+            return self._read_metadata(path)
+        except CheckpointError:
+            raise
+        except OSError as exc:
+            raise CheckpointIOError(f"{path}: cannot read checkpoint: {exc.strerror or exc}") from None
+        except (IndexError, KeyError, TypeError, ValueError) as exc:  # values a damaged header holds
+            raise CorruptCheckpointError(f"{path}: the CDF header is damaged ({exc})") from None
+
+    def _read_metadata(self, path: str) -> dict[str, Any]:
+        header = read_header(path)
+        if header.version != 5 or META_VAR not in header.vars or COMPLETE_VAR not in header.vars:
+            raise UnknownFormatError(f"{path}: a netCDF (CDF-{header.version}) file without the variables "
+                                     f"{META_VAR} and {COMPLETE_VAR} is not a ckptio checkpoint")
+        version = header.attrs.get("ckptio_format_version")
+        if version is not None:
+            version = int(np.asarray(version).reshape(-1)[0])
+        if version is not None and version > FORMAT_VERSION:
+            raise FormatVersionError(f"{path}: ckptio CDF layout version {version} is newer than this ckptio "
+                                     f"supports (version {FORMAT_VERSION})")
+        complete, doc, digest = header.vars[COMPLETE_VAR], header.vars[META_VAR], header.vars.get(META_SUM_VAR)
+        if (complete.nc_type != 4 or complete.dimids or not doc.is_record or len(header.record_vars()) != 1
+                or digest is None or digest.vsize < CHECKSUM_LEN):
+            raise CorruptCheckpointError(f"{path}: the ckptio variables in the CDF header are damaged")
+        if header.streaming:
+            raise IncompleteCheckpointError(f"{path}: the record count was never written (not committed)")
+        if header.data_end() > header.size:
+            raise IncompleteCheckpointError(f"{path}: {header.size} bytes, but the header describes "
+                                            f"{header.data_end()} (truncated)")
+        with open(path, "rb") as f:
+            f.seek(complete.begin)
+            mark = int(np.frombuffer(f.read(4), dtype=">i4")[0])
+            f.seek(doc.begin)
+            text = f.read(header.numrecs)
+            f.seek(digest.begin)
+            stored = f.read(CHECKSUM_LEN)
+        if mark != COMPLETE:
+            raise IncompleteCheckpointError(f"{path}: no completion mark ({COMPLETE_VAR} = {mark}): the checkpoint "
+                                            "was not committed")
+        if metamod.checksum(text).encode() != stored:
+            raise CorruptCheckpointError(f"{path}: {META_VAR} checksum mismatch (the metadata document is damaged)")
+        try:
+            meta = metamod.loads(text)
+        except FormatVersionError:
+            raise
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise CorruptCheckpointError(f"{path}: {META_VAR} is not valid metadata ({exc})") from None
+        _check_variables(path, header, meta)
+        return meta
+
+    def extents(self, meta: Mapping[str, Any]) -> list[Extent]:
+        return leading_axis_bands(meta)
+
+    def open_extent_reader(self, path: str, comm, info, meta: Mapping[str, Any]) -> ExtentReader:
+        return RawExtentReader(path, comm, info, meta)
+
+    def serial_extent_reader(self, path: str, meta: Mapping[str, Any]) -> ExtentReader:
+        return SerialRawReader(path, meta)
+
+
+def _check_variables(path: str, header: CDFHeader, meta: Mapping[str, Any]) -> None:
+    """Every stored variable of the document is in the header, at its recorded offset, of its size."""
+    try:
+        if meta["backend"] != PnetCDFBackend.name:
+            raise ValueError(f"metadata says backend {meta['backend']!r}, file is CDF")
+        for name, var in meta["variables"].items():
+            nbytes = math.prod(var["shape"]) * np.dtype(var["dtype"]).itemsize
+            storage = var.get("storage", {})
+            if not nbytes:
+                continue
+            cdf = header.vars.get(name)
+            if cdf is None or cdf.is_record or cdf.begin != storage.get("file_offset"):
+                raise ValueError(f"variable {name!r} is not in the CDF header at offset {storage.get('file_offset')}")
+            if np.dtype(storage["file_dtype"]).itemsize != np.dtype(var["dtype"]).itemsize or cdf.vsize < nbytes:
+                raise ValueError(f"variable {name!r} has the wrong size in the CDF header")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptCheckpointError(f"{path}: metadata and CDF header disagree: {exc}") from None
+
+
+# ------------------------------------------------------------------------------- CDF header reader
+_NC_TYPES = {1: "i1", 2: "S1", 3: ">i2", 4: ">i4", 5: ">f4", 6: ">f8", 7: "u1", 8: ">u2", 9: ">u4", 10: ">i8",
+             11: ">u8"}
+_TAG_DIMENSION, _TAG_VARIABLE, _TAG_ATTRIBUTE = 10, 11, 12
+_STREAMING = {4: 0xFFFFFFFF, 8: 0xFFFFFFFFFFFFFFFF}
+
+
+@dataclass
+class CDFVar:
+    dimids: list[int]
+    nc_type: int
+    vsize: int
+    begin: int
+    is_record: bool = False
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CDFHeader:
+    """The parts of a classic netCDF header (CDF-1, CDF-2 or CDF-5) ckptio needs."""
+
+    version: int
+    numrecs: int
+    streaming: bool
+    dims: list[tuple[str, int]]
+    attrs: dict[str, Any]
+    vars: dict[str, CDFVar]
+    size: int  # of the file
+
+    def record_vars(self) -> list[str]:
+        return [n for n, v in self.vars.items() if v.is_record]
+
+    def data_end(self) -> int:
+        """Where the data the header describes ends (the file must be at least this long)."""
+        end = max((v.begin + v.vsize for v in self.vars.values() if not v.is_record), default=0)
+        records = self.record_vars()
+        if records and self.numrecs:
+            if len(records) == 1:  # a single record variable is not padded to 4 bytes per record
+                v = self.vars[records[0]]
+                per_record = math.prod(n for i, (_, n) in enumerate(self.dims) if i in v.dimids[1:])
+                per_record *= np.dtype(_NC_TYPES[v.nc_type]).itemsize
+                end = max(end, v.begin + self.numrecs * per_record)
+            else:
+                begin = min(self.vars[n].begin for n in records)
+                end = max(end, begin + self.numrecs * sum(self.vars[n].vsize for n in records))
+        return end
+
+
+class _Cursor:
+    """Sequential reads of a file's header, fetched in chunks; errors name truncation or damage."""
+
+    def __init__(self, path: str, fd: int, size: int):
+        self.path, self.fd, self.size = path, fd, size
+        self.buf = b""
+        self.pos = 0
+
+    def take(self, n: int) -> bytes:
+        if self.pos + n > self.size:
+            raise IncompleteCheckpointError(f"{self.path}: the file ends inside its netCDF header (truncated)")
+        while self.pos + n > len(self.buf):
+            self.buf += os.pread(self.fd, max(n, 1 << 16), len(self.buf))
+        out = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        return out
+
+    def uint(self, width: int) -> int:
+        return int.from_bytes(self.take(width), "big")
+
+    def count(self, width: int, item: int = 1) -> int:
+        n = self.uint(width)
+        if n * item > self.size:
+            raise CorruptCheckpointError(f"{self.path}: netCDF header is damaged (a count of {n} at byte "
+                                         f"{self.pos - width})")
+        return n
+
+    def name(self, width: int) -> str:
+        n = self.count(width)
+        raw = self.take(n)
+        self.take(-n % 4)
+        try:
+            return raw.decode()
+        except UnicodeDecodeError:
+            raise CorruptCheckpointError(f"{self.path}: netCDF header is damaged (bad name)") from None
+
+
+def read_header(path: str) -> CDFHeader:
+    """Parse the header of a classic netCDF file (serial). Raises Incomplete/Corrupt/CheckpointIOError."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise CheckpointIOError(f"{path}: cannot read checkpoint: {exc.strerror or exc}") from None
+    try:
+        c = _Cursor(path, fd, os.fstat(fd).st_size)
+        magic = c.take(4)
+        if magic[:3] != b"CDF" or magic[3] not in (1, 2, 5):
+            raise CorruptCheckpointError(f"{path}: not a classic netCDF file (magic {magic!r})")
+        version = magic[3]
+        width = 8 if version == 5 else 4  # NON_NEG and dimension lengths
+        offset_width = 4 if version == 1 else 8  # OFFSET (begin)
+        numrecs = c.uint(width)
+        streaming = numrecs == _STREAMING[width]
+
+        def list_header(expected_tag: int) -> int:
+            tag, n = c.uint(4), c.uint(width)
+            if tag == 0 and n == 0:
+                return 0
+            if tag != expected_tag or n * 4 > c.size:
+                raise CorruptCheckpointError(f"{path}: netCDF header is damaged (list tag {tag} at byte {c.pos})")
+            return n
+
+        def attributes() -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            for _ in range(list_header(_TAG_ATTRIBUTE)):
+                name = c.name(width)
+                nc_type = c.uint(4)
+                if nc_type not in _NC_TYPES:
+                    raise CorruptCheckpointError(f"{path}: netCDF header is damaged (type {nc_type})")
+                dtype = np.dtype(_NC_TYPES[nc_type])
+                n = c.count(width, dtype.itemsize)
+                raw = c.take(n * dtype.itemsize)
+                c.take(-(n * dtype.itemsize) % 4)
+                out[name] = raw.decode(errors="replace") if nc_type == 2 else np.frombuffer(raw, dtype)
+            return out
+
+        dims = [(c.name(width), c.uint(width)) for _ in range(list_header(_TAG_DIMENSION))]
+        attrs = attributes()
+        variables: dict[str, CDFVar] = {}
+        for _ in range(list_header(_TAG_VARIABLE)):
+            name = c.name(width)
+            dimids = [c.uint(width) for _ in range(c.count(width))]
+            if any(d >= len(dims) for d in dimids):
+                raise CorruptCheckpointError(f"{path}: netCDF header is damaged (variable {name!r} dimensions)")
+            vattrs = attributes()
+            nc_type, vsize, begin = c.uint(4), c.uint(width), c.uint(offset_width)
+            if nc_type not in _NC_TYPES:
+                raise CorruptCheckpointError(f"{path}: netCDF header is damaged (variable {name!r} type)")
+            is_record = bool(dimids) and dims[dimids[0]][1] == 0
+            variables[name] = CDFVar(dimids, nc_type, vsize, begin, is_record, vattrs)
+        return CDFHeader(version, 0 if streaming else numrecs, streaming, dims, attrs, variables, c.size)
+    finally:
+        os.close(fd)
