@@ -22,6 +22,9 @@ def create(path: str | os.PathLike, comm, backend: str = "mpiio", attrs: Mapping
     ``mode="async"`` returns from ``close()`` once the blocks are copied to staging buffers; an I/O thread
     writes and commits (``writer.wait()``/``writer.done()``). ``stage_dir`` (a fast tier visible to every rank
     of ``comm``) is written first and drained to ``path`` in the background, checksums verified.
+
+    Local (no communication). It raises at once only for arguments every rank passes alike (``backend``,
+    ``mode``, ``hints``, ``compression``); a bad ``attrs`` value is raised by ``close()`` on every rank.
     """
     return Writer(path, comm, backend=backend, attrs=attrs, hints=hints, compression=compression, mode=mode,
                   stage_dir=stage_dir)

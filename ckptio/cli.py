@@ -1,7 +1,8 @@
 """``ckptio`` command line: ``inspect`` a checkpoint, ``plan`` a hypothetical job's I/O.
 
-Exit status of ``inspect``: 0 valid, 1 corrupt or incomplete (the message names the variable and block),
-2 usage error or file not found / not a checkpoint.
+Exit status of ``inspect``: 0 valid, 1 corrupt, incomplete or of a newer format version than this ckptio
+(the message names the variable and block, or both versions), 2 usage error or file not found / not a
+checkpoint.
 """
 
 from __future__ import annotations
@@ -26,7 +27,13 @@ def _human(n: float) -> str:
 def inspect_report(path: str, verify: bool) -> tuple[int, dict[str, Any]]:
     """Build the inspect document (the same fields for every backend) and the exit status."""
     from .backends import detect_backend
-    from .errors import CheckpointError, CorruptCheckpointError, IncompleteCheckpointError, UnknownFormatError
+    from .errors import (
+        CheckpointError,
+        CorruptCheckpointError,
+        FormatVersionError,
+        IncompleteCheckpointError,
+        UnknownFormatError,
+    )
     from .verify import verify_blocks
 
     report: dict[str, Any] = {"path": path, "format": None, "status": None, "error": None, "verified": False,
@@ -44,6 +51,9 @@ def inspect_report(path: str, verify: bool) -> tuple[int, dict[str, Any]]:
         meta = backend.read_metadata(path)
     except IncompleteCheckpointError as exc:
         report.update(status="incomplete", error=str(exc))
+        return EXIT_BAD, report
+    except FormatVersionError as exc:
+        report.update(status="unsupported version", error=str(exc))
         return EXIT_BAD, report
     except CheckpointError as exc:
         report.update(status="corrupt", error=str(exc))

@@ -19,6 +19,7 @@ every other checkpoint untouched; nothing at the final name ever claims to be co
 from __future__ import annotations
 
 import os
+import sys
 import time
 import uuid
 import warnings
@@ -33,7 +34,7 @@ from . import codec as codecs
 from . import hints as hintsmod
 from . import meta as metamod
 from .backends import get_backend
-from .errors import CapabilityError, CheckpointError, CheckpointIOError, DeclarationError
+from .errors import CapabilityError, CheckpointError, CheckpointIOError, CollectiveError, DeclarationError
 from .plan import SEGMENT, VariablePlan, declaration, plan_write
 
 
@@ -91,8 +92,10 @@ class Writer:
         try:
             self.attrs = metamod.normalize_attrs(attrs)
         except CheckpointError as exc:
-            self._error = exc
-            raise
+            # Deferred, not raised: attrs may be bad on one rank only, and a rank that leaves here has no
+            # Writer to take part in close(), where the others would wait forever. close() raises it on
+            # every rank (its declare phase), naming this rank.
+            self._error = _naming_rank(exc, comm.Get_rank())
 
     # ------------------------------------------------------------------------------------------- local API
     def write(self, name: str, array: np.ndarray, offset: Sequence[int] | None = None,
@@ -109,16 +112,22 @@ class Writer:
                 raise CapabilityError(f"variable {name!r}: backend {self.backend.name!r} has no per-rank segments")
             self._pending.append(_Pending(d, array))
         except CheckpointError as exc:
-            self._error = self._error or exc
-            raise
+            named = _naming_rank(exc, self.comm.Get_rank())
+            self._error = self._error or named
+            if named is exc:
+                raise
+            raise named from None
 
     def set_attr(self, key: str, value: Any) -> None:
         """Set one attribute (JSON-compatible; must be the same on every rank). Local."""
         try:
             self.attrs.update(metamod.normalize_attrs({key: value}))
         except CheckpointError as exc:
-            self._error = self._error or exc
-            raise
+            named = _naming_rank(exc, self.comm.Get_rank())
+            self._error = self._error or named
+            if named is exc:
+                raise
+            raise named from None
 
     def __enter__(self) -> Writer:
         return self
@@ -350,7 +359,7 @@ class Writer:
             "backend_format_version": self.backend.format_version,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "nprocs": len(reports),
-            "byteorder": __import__("sys").byteorder,
+            "byteorder": sys.byteorder,
             "checksum": metamod.CHECKSUM_ALGORITHM,
             "attrs": self.attrs,
             "layout": {"stripe_count": stripe_count, "stripe_unit": stripe_unit},
@@ -374,6 +383,17 @@ def _directory_problem(path: str) -> str | None:
     if not os.access(directory, os.W_OK | os.X_OK):
         return f"{path}: directory {directory} is not writable"
     return None
+
+
+def _naming_rank(exc: CheckpointError, rank: int) -> CheckpointError:
+    """``exc`` if its message names ``rank``, else the same error class with "(on rank N)" appended, so that
+    a local error read on its own still says where it happened."""
+    if f"rank {rank}" in str(exc) or isinstance(exc, CollectiveError):
+        return exc
+    try:
+        return type(exc)(f"{exc} (on rank {rank})")
+    except TypeError:  # an error class with another signature: keep it as it is
+        return exc
 
 
 def _rename_durably(tmp: str, path: str) -> None:
