@@ -4,7 +4,7 @@
 #   make test         the test suite without the slow fault matrices (tests start mpirun themselves)
 #   make test-faults  every fault-injection test, the slow matrices included
 #   make lint         ruff
-#   make bench        benchmarks (results under bench_results/)
+#   make bench        benchmarks on 4 ranks (results and plots under bench_results/; see benchmarks/README.md)
 #   make clean        build products and caches; `make distclean` also removes the venv and bench_results/
 # VENV=/path selects another venv (default .venv in the repo root).
 
@@ -47,8 +47,13 @@ test-faults: install
 lint: install
 	$(PY) -m ruff check .
 
+# `make bench`: the full benchmark (2 GiB, 3 repeats, 2 rounds of small variables; ~15 min on the reference
+# machine) on BENCH_NP ranks; results and PNGs in bench_results/ (see benchmarks/README.md).
+# A shorter run: `make bench BENCH_ARGS="--size 1G --plot"`.
+BENCH_NP ?= 4
+BENCH_ARGS ?= --plot --small-repeats 2
 bench: install
-	$(PY) -m benchmarks.run
+	mpirun -n $(BENCH_NP) $(PY) -m benchmarks.run $(BENCH_ARGS) --results bench_results
 
 clean:
 	rm -rf build .pytest_cache .hypothesis .ruff_cache *.egg-info

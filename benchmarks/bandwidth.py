@@ -1,0 +1,124 @@
+"""The bandwidth measurement loop: for each repeat, each case: write, evict, cold read (verified), hot read.
+
+Repeats are interleaved (repeat 1 of every case, then repeat 2, ...) so slow drifts of the machine (other
+load, the disk's write-back state) spread over all cases instead of biasing one. Exactly one case's files exist
+at a time; they are removed after each round, outside the timed regions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .cases import Case, Context
+from .common import BenchError, bandwidths, collective, expected_block_range, summary, timed
+from .pagecache import evict, remove, resident_fraction
+
+
+def new_entry(case: Case) -> dict[str, Any]:
+    """The JSON entry of one case before measuring."""
+    entry: dict[str, Any] = {"label": case.label, "group": case.group, "note": case.note, **case.extra,
+                             "status": "ok" if case.available else "skipped",
+                             "write_seconds": [], "read_cold_seconds": [], "read_hot_seconds": [],
+                             "resident_before_cold_read": [], "resident_after_write": []}
+    if not case.available:
+        entry["reason"] = case.reason
+    return entry
+
+
+def _verify(ctx: Context, arrays: list[np.ndarray] | None) -> None:
+    """Compare a reader's arrays with the values the writers generated (raises on the first difference)."""
+    if arrays is None:
+        return
+    first, count = ctx.my_read_range()
+    for v, (name, arr) in enumerate(zip(ctx.data.names, arrays, strict=True)):
+        if arr.shape != (count, 16, 16, 16) or not np.array_equal(arr, expected_block_range(v, first, count)):
+            raise BenchError(f"{name}: restart read returned wrong data for blocks [{first}, {first + count})")
+
+
+def _max_over_ranks(comm, values: dict[str, float]) -> dict[str, float]:
+    gathered = comm.allgather(values)
+    return {k: max(g.get(k, 0.0) for g in gathered) for k in values}
+
+
+def one_round(ctx: Context, case: Case, entry: dict[str, Any], verify: bool) -> None:
+    """Write, evict, cold read (+ verify), hot read of one case; appends the timings to ``entry``."""
+    comm, rank = ctx.comm, ctx.rank
+    paths = case.paths(ctx)
+    t_write, winfo = timed(comm, lambda: case.write(ctx))
+    residency = resident_fraction(paths) if rank == 0 else 0.0
+    if rank == 0:
+        evict(paths)
+    cold = comm.bcast((residency, resident_fraction(paths)) if rank == 0 else None, root=0)
+    t_cold, (arrays, rinfo) = timed(comm, lambda: case.read(ctx))
+    if verify and case.group != "raw":
+        collective(comm, lambda got=arrays: _verify(ctx, got))
+        entry["verified"] = True
+    arrays = None  # free the restart arrays before the hot read allocates new ones
+    t_hot, _ = timed(comm, lambda: case.read(ctx)[1])
+    entry["write_seconds"].append(t_write)
+    entry["read_cold_seconds"].append(t_cold)
+    entry["read_hot_seconds"].append(t_hot)
+    entry["resident_after_write"].append(cold[0])
+    entry["resident_before_cold_read"].append(cold[1])
+    if "stats" in winfo:
+        entry.setdefault("write_stats", []).append(winfo["stats"])
+        entry.setdefault("blocked_seconds", []).append(comm.allreduce(winfo["blocked_seconds"], op=_max()))
+    read_secs = (rinfo.get("stats") or {}).get("seconds", {})
+    if case.group == "ckptio":
+        entry.setdefault("read_stats_seconds_max", []).append(_max_over_ranks(comm, read_secs))
+
+
+def _max():
+    from mpi4py import MPI
+
+    return MPI.MAX
+
+
+def finish(entry: dict[str, Any], nbytes: int) -> None:
+    """Add bandwidth summaries (GiB/s: median, min, max) and phase medians to a measured entry."""
+    if entry["status"] != "ok" or not entry["write_seconds"]:
+        return
+    for what in ("write", "read_cold", "read_hot"):
+        entry[what] = summary(bandwidths(nbytes, entry[f"{what}_seconds"]))
+    if entry.get("write_stats"):
+        phases = sorted({k for s in entry["write_stats"] for k in s["seconds"]})
+        entry["write_phases_median"] = {k: summary([s["seconds"].get(k, 0.0) for s in entry["write_stats"]])["median"]
+                                        for k in phases}
+        entry["stored_bytes"] = entry["write_stats"][-1]["bytes_total"]
+        entry["compression_ratio"] = nbytes / entry["stored_bytes"] if entry["stored_bytes"] else None
+        del entry["write_stats"]
+    if entry.get("read_stats_seconds_max"):
+        keys = sorted({k for s in entry["read_stats_seconds_max"] for k in s})
+        entry["read_phases_median"] = {k: summary([s.get(k, 0.0) for s in entry["read_stats_seconds_max"]])["median"]
+                                       for k in keys}
+        del entry["read_stats_seconds_max"]
+
+
+def measure(ctx: Context, cases: list[Case], repeats: int, log) -> dict[str, dict[str, Any]]:
+    """Every available case, ``repeats`` interleaved rounds; returns {case key: JSON entry}."""
+    results = {c.key: new_entry(c) for c in cases}
+    for rep in range(repeats):
+        for case in cases:
+            entry = results[case.key]
+            if entry["status"] != "ok":
+                continue
+            paths = case.paths(ctx) + case.cleanup(ctx)
+            try:
+                if ctx.rank == 0:
+                    remove(paths)
+                ctx.comm.Barrier()
+                one_round(ctx, case, entry, verify=rep == 0)
+                log(f"  [{rep + 1}/{repeats}] {case.label}: write {entry['write_seconds'][-1]:.2f} s, "
+                    f"cold read {entry['read_cold_seconds'][-1]:.2f} s, hot {entry['read_hot_seconds'][-1]:.2f} s")
+            except BenchError as exc:
+                entry.update(status="failed", reason=str(exc))
+                log(f"  {case.label}: FAILED {exc}")
+            finally:
+                if ctx.rank == 0:
+                    remove(paths)
+                ctx.comm.Barrier()
+    for entry in results.values():
+        finish(entry, ctx.data.total_bytes)
+    return results

@@ -1,0 +1,161 @@
+"""Shared pieces of the benchmarks: the FLASH-like data set, decompositions, collective timing and statistics.
+
+The data set: ``nvars`` cell-centred float64 variables on ``nblocks`` blocks of 16^3 cells (32 KiB per variable
+per block), each a global array ``(nblocks, 16, 16, 16)``. Writers own contiguous block ranges (even split, as
+FLASH's Morton order gives); restart readers use another, uneven decomposition (``ckptio.simulate.split_shifted``:
+alternately 3/4 and 5/4 of the mean share), so every reader needs pieces of several writers' ranges.
+
+Values are a smooth field plus a small deterministic hash "noise" in the low mantissa bits, like real simulation
+data: the smooth part makes the exponent/high bytes compressible, the noise keeps zstd honest (it is a function of
+the global element index, so any decomposition can regenerate and verify what it reads).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ckptio.simulate import parse_size, split_even, split_shifted
+
+NXB = 16
+CELLS = NXB**3
+BLOCK_VAR_BYTES = CELLS * 8
+GIB = float(1 << 30)
+VAR_NAMES = ("dens", "pres", "temp", "velx", "vely", "velz", "ener", "gamc", "game", "eint", "magx", "magy",
+             "magz", "divb", "pden", "shok")
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_CHUNK = 1 << 22  # elements generated at once (32 MiB of float64)
+
+
+def var_names(nvars: int) -> list[str]:
+    """Names of the first ``nvars`` FLASH-like variables (``var16``... past the named ones)."""
+    return [VAR_NAMES[i] if i < len(VAR_NAMES) else f"var{i:02d}" for i in range(nvars)]
+
+
+def fill_values(out: np.ndarray, var: int, first_elem: int) -> None:
+    """Fill the flat float64 array ``out`` with variable ``var``'s values from global element ``first_elem``."""
+    for lo in range(0, out.size, _CHUNK):
+        hi = min(out.size, lo + _CHUNK)
+        idx = np.arange(first_elem + lo, first_elem + hi, dtype=np.uint64)
+        noise = ((idx * _GOLDEN) >> np.uint64(40)).astype(np.float64) * (1.0 / (1 << 24)) - 0.5
+        phase = idx.astype(np.float64) * (2.0 * math.pi / (7.0 * CELLS))
+        out[lo:hi] = 1.0 + var + 0.5 * np.sin(phase) + 1e-4 * noise
+
+
+@dataclass
+class Dataset:
+    """One rank's part of the FLASH-like checkpoint: ``data[v]`` is variable ``v`` of blocks [first, first+count)."""
+
+    names: list[str]
+    nblocks: int
+    first: int
+    count: int
+    data: np.ndarray  # (nvars, count, 16, 16, 16) float64, C-contiguous: data[v] is contiguous
+
+    @property
+    def global_shape(self) -> tuple[int, int, int, int]:
+        return (self.nblocks, NXB, NXB, NXB)
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes of the whole checkpoint (every rank's blocks)."""
+        return len(self.names) * self.nblocks * BLOCK_VAR_BYTES
+
+    def local(self, v: int) -> np.ndarray:
+        return self.data[v]
+
+
+def make_dataset(nbytes: int, nvars: int, nprocs: int, rank: int) -> Dataset:
+    """This rank's part of a checkpoint of about ``nbytes`` (at least one block per rank)."""
+    nblocks = max(nprocs, nbytes // (nvars * BLOCK_VAR_BYTES))
+    first, count = split_even(nblocks, nprocs)[rank]
+    data = np.empty((nvars, count, NXB, NXB, NXB), dtype=np.float64)
+    for v in range(nvars):
+        fill_values(data[v].reshape(-1), v, first * CELLS)
+    return Dataset(var_names(nvars), nblocks, first, count, data)
+
+
+def expected_block_range(v: int, first: int, count: int) -> np.ndarray:
+    """What a reader of blocks [first, first+count) of variable ``v`` must get back."""
+    out = np.empty((count, NXB, NXB, NXB), dtype=np.float64)
+    fill_values(out.reshape(-1), v, first * CELLS)
+    return out
+
+
+def read_range(nblocks: int, nreaders: int, reader: int) -> tuple[int, int]:
+    """(first block, count) of restart reader ``reader``: the uneven 'shifted' decomposition."""
+    return split_shifted(nblocks, nreaders)[reader]
+
+
+def owners_of(nblocks: int, nwriters: int, first: int, count: int) -> list[tuple[int, int, int]]:
+    """Writer ranks holding blocks [first, first+count): (writer rank, first block, count) of each overlap."""
+    out = []
+    for w, (wf, wc) in enumerate(split_even(nblocks, nwriters)):
+        lo, hi = max(first, wf), min(first + count, wf + wc)
+        if hi > lo:
+            out.append((w, lo, hi - lo))
+    return out
+
+
+# ------------------------------------------------------------------------------------------ timing, stats
+class BenchError(RuntimeError):
+    """A benchmark case failed on some rank (raised on every rank)."""
+
+
+def collective(comm, fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` on every rank; if it raised anywhere, raise :class:`BenchError` everywhere (no hang)."""
+    result, error = None, None
+    try:
+        result = fn()
+    except Exception as exc:  # reported on every rank below
+        error = f"rank {comm.Get_rank()}: {type(exc).__name__}: {exc}"
+    errors = [e for e in comm.allgather(error) if e]
+    if errors:
+        raise BenchError("; ".join(errors))
+    return result
+
+
+def timed(comm, fn: Callable[[], Any]) -> tuple[float, Any]:
+    """Barrier, ``fn`` on every rank, barrier: (wall seconds as every rank agrees, this rank's result)."""
+    comm.Barrier()
+    t0 = time.perf_counter()
+    result = collective(comm, fn)
+    comm.Barrier()
+    elapsed = time.perf_counter() - t0
+    return comm.allreduce(elapsed, op=_max_op()), result
+
+
+def _max_op():
+    from mpi4py import MPI
+
+    return MPI.MAX
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    """Median, min and max of a series (empty series: zeros)."""
+    if not values:
+        return {"median": 0.0, "min": 0.0, "max": 0.0}
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def bandwidths(nbytes: int, seconds: Sequence[float]) -> list[float]:
+    """GiB/s of moving ``nbytes`` in each of ``seconds``."""
+    return [nbytes / GIB / s for s in seconds if s > 0]
+
+
+def size_arg(text: str) -> int:
+    """argparse type for sizes like 2G, 256M."""
+    return parse_size(text)
+
+
+def aligned_empty(nbytes: int, alignment: int = 4096) -> np.ndarray:
+    """A uint8 array of ``nbytes`` whose data starts on an ``alignment`` boundary."""
+    raw = np.empty(nbytes + alignment, dtype=np.uint8)
+    start = (-raw.ctypes.data) % alignment
+    return raw[start:start + nbytes]

@@ -1,0 +1,382 @@
+"""Turn the measurements into the results document: ratios, overhead, targets, Markdown tables and plots."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+RAW = "raw"
+NATIVE = "ckptio-mpiio"
+
+
+def _med(entry: dict[str, Any] | None, what: str) -> float | None:
+    if not entry or entry.get("status") != "ok" or what not in entry:
+        return None
+    return entry[what]["median"]
+
+
+def add_ratios(bw: dict[str, dict[str, Any]]) -> None:
+    """``ratio_to_raw`` of every measured case: its median bandwidth over raw's, per operation."""
+    raw = bw.get(RAW)
+    for entry in bw.values():
+        if entry.get("status") != "ok":
+            continue
+        entry["ratio_to_raw"] = {}
+        for what in ("write", "read_cold", "read_hot"):
+            mine, base = _med(entry, what), _med(raw, what)
+            entry["ratio_to_raw"][what] = mine / base if mine and base else None
+
+
+def overhead(bw: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """ckptio's hdf5/pnetcdf backends versus the direct library calls on the same data: time ratios (>1 = slower)."""
+    out: dict[str, Any] = {"method": "median time of ckptio backend / median time of the direct calls, same data, "
+                                     "same run (write includes commit/fsync; read is the 4->3 restart)"}
+    for backend, peer in (("hdf5", "h5py"), ("pnetcdf", "pnetcdf")):
+        mine, direct = bw.get(f"ckptio-{backend}"), bw.get(peer)
+        if not mine or not direct or mine.get("status") != "ok" or direct.get("status") != "ok":
+            out[backend] = {"status": "skipped", "reason": "backend or direct library not measured"}
+            continue
+        row: dict[str, Any] = {"status": "ok", "direct": direct["label"]}
+        for what in ("write", "read_cold", "read_hot"):
+            row[f"{what}_time_ratio"] = direct[what]["median"] / mine[what]["median"]
+        row["write_phases_median"] = mine.get("write_phases_median", {})
+        out[backend] = row
+    return out
+
+
+def _target(name: str, measured: float | None, goal: str, met: bool | None, detail: str = "") -> dict[str, Any]:
+    return {"target": name, "goal": goal, "measured": measured, "met": met, "detail": detail}
+
+
+def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's targets against this run's figures (shown, not asserted)."""
+    bw, out = doc["bandwidth"], []
+    native = bw.get(NATIVE, {})
+    r = (native.get("ratio_to_raw") or {}).get("write")
+    out.append(_target("native MPI-IO write vs raw write", r, ">= 0.9 x raw", None if r is None else r >= 0.9))
+    peers = {k: _med(e, "write") for k, e in bw.items() if e.get("group") == "peer" and _med(e, "write")}
+    mine = _med(native, "write")
+    if mine and peers:
+        best = max(peers, key=peers.get)
+        out.append(_target("native MPI-IO write vs every peer", mine / peers[best], ">= 1.0 x best peer",
+                           mine >= peers[best], f"best peer: {best} {peers[best]:.3f} GiB/s"))
+    r = (native.get("ratio_to_raw") or {}).get("read_cold")
+    phases = native.get("read_phases_median") or {}
+    detail = ("ckptio read phases, median of max over ranks: " +
+              ", ".join(f"{k} {v:.2f} s" for k, v in phases.items())) if phases else ""
+    out.append(_target(f"restart read ({doc['config']['nprocs']} -> {doc['config']['readers']} ranks) vs raw "
+                       "aligned read (cold)", r, ">= 0.8 x raw", None if r is None else r >= 0.8, detail))
+    for backend, row in doc["overhead"].items():
+        if not isinstance(row, dict) or row.get("status") != "ok":
+            continue
+        for what in ("write", "read_cold"):
+            ratio = row[f"{what}_time_ratio"]
+            out.append(_target(f"ckptio {backend} {what.replace('_', ' ')} time vs direct {row['direct']}", ratio,
+                               "<= 1.10 x direct", ratio <= 1.10))
+    for label, lib in doc.get("small_variables", {}).get("libraries", {}).items():
+        if label.startswith("ckptio") and lib.get("status") == "ok":
+            for what in ("write", "read"):
+                us = lib[what]["median"]
+                out.append(_target(f"{label} metadata per variable ({what})", us, "<= 50 us/variable", us <= 50))
+    for regime, row in doc.get("compression", {}).get("regimes", {}).items():
+        faster = row["measured_speedup"] > 1.0
+        out.append(_target(f"compression break-even rule predicts the {regime} outcome", row["measured_speedup"],
+                           "rule's pays/does-not-pay = measured faster/slower", row["pays_by_rule"] == faster,
+                           f"r = {row['ratio']:.2f}, break-even r* = {_fmt(row['breakeven_ratio'], '.2f')}; "
+                           f"measured {row['compressed_gib_s']:.3f} vs {row['uncompressed_gib_s']:.3f} GiB/s "
+                           "uncompressed (measured = compressed/uncompressed write speed)"))
+    ck = doc.get("checksum", {})
+    wsec = native.get("write_seconds")
+    if ck and wsec:
+        from statistics import median
+
+        frac = ck["seconds_all_ranks"]["median"] / median(wsec)
+        ck["fraction_of_native_write"] = frac
+        out.append(_target("checksum (xxh3) time vs native write time", frac, "< 0.05", frac < 0.05))
+    return out
+
+
+# --------------------------------------------------------------------------------------------- markdown
+def _fmt(x: float | None, spec: str = ".3f") -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+def _bw_cell(entry: dict[str, Any], what: str) -> str:
+    s = entry.get(what)
+    if not s:
+        return "n/a"
+    ratio = (entry.get("ratio_to_raw") or {}).get(what)
+    return f"{s['median']:.3f} [{s['min']:.3f}-{s['max']:.3f}] ({_fmt(ratio, '.2f')}x)"
+
+
+def bandwidth_table(bw: dict[str, dict[str, Any]]) -> list[str]:
+    lines = ["| case | write GiB/s median [min-max] (x raw) | restart read, cold | restart read, hot | notes |",
+             "|---|---|---|---|---|"]
+    for entry in bw.values():
+        if entry["status"] != "ok":
+            lines.append(f"| {entry['label']} | {entry['status']} | | | {entry.get('reason', '')} |")
+            continue
+        note = ""
+        if entry.get("compression") and entry.get("compression_ratio"):
+            note = f"stored {entry['stored_bytes'] / 2**20:.0f} MiB, ratio {entry['compression_ratio']:.2f}"
+        if entry.get("mode", "sync") != "sync" and entry.get("blocked_seconds"):
+            from statistics import median
+
+            note = (f"close() blocked {median(entry['blocked_seconds']):.2f} s of "
+                    f"{median(entry['write_seconds']):.2f} s until committed")
+        lines.append(f"| {entry['label']} | {_bw_cell(entry, 'write')} | {_bw_cell(entry, 'read_cold')} | "
+                     f"{_bw_cell(entry, 'read_hot')} | {note} |")
+    return lines
+
+
+def blocked_seconds(entry: dict[str, Any]) -> list[float]:
+    """Seconds the application is blocked per checkpoint: close() for async/staged, the whole write otherwise."""
+    if entry.get("mode", "sync") != "sync" and entry.get("blocked_seconds"):
+        return entry["blocked_seconds"]
+    return entry["write_seconds"]
+
+
+def blocked_table(bw: dict[str, dict[str, Any]]) -> list[str]:
+    """The time the simulation is blocked by one checkpoint, per ckptio case and mode."""
+    lines = ["## Time blocked per checkpoint, by mode", "",
+             "| case | mode | blocked s median [min-max] | until committed s median | blocked / sync mpiio |",
+             "|---|---|---|---|---|"]
+    base = bw.get(NATIVE, {})
+    base_med = summary_of(blocked_seconds(base))["median"] if base.get("status") == "ok" else None
+    for entry in bw.values():
+        if entry.get("group") != "ckptio" or entry["status"] != "ok":
+            continue
+        b = summary_of(blocked_seconds(entry))
+        total = summary_of(entry["write_seconds"])["median"]
+        rel = b["median"] / base_med if base_med else None
+        lines.append(f"| {entry['label']} | {entry.get('mode', 'sync')} | {b['median']:.2f} [{b['min']:.2f}-"
+                     f"{b['max']:.2f}] | {total:.2f} | {_fmt(rel, '.2f')} |")
+    lines += ["", "sync: the whole collective write incl. commit and fsync; async: create + write + close() until "
+                  "close() returns (blocks copied to the staging buffers); staged: close() writes the checkpoint "
+                  "to the fast tier, the drain to the target runs in the background. 'Until committed' adds "
+                  "wait() (the benchmark waits at once; a simulation would compute meanwhile).", ""]
+    return lines
+
+
+def summary_of(values: list[float]) -> dict[str, float]:
+    from statistics import median
+
+    return {"median": median(values), "min": min(values), "max": max(values)}
+
+
+def _compression_md(c: dict[str, Any]) -> list[str]:
+    if not c:
+        return []
+    tp = c["throughput"]
+    lines = ["## Compression break-even", "",
+             f"{tp['codec']} on this data: ratio r = {tp['ratio']:.2f}; compression "
+             f"{tp['compress_aggregate_gib_s']:.3f} GiB/s aggregate over {c['ranks']} ranks on {c['cores']} cores "
+             f"(B_c; {_fmt(tp['compress_single_process_gib_s'], '.3f')} GiB/s one process alone = B_zstd), "
+             f"decompression {tp['decompress_aggregate_gib_s']:.3f} GiB/s aggregate. Rule: {c['rule']}.", "",
+             "| regime | B_fs (uncompressed write) GiB/s | per-rank share GiB/s | break-even r* | rule says "
+             "| predicted speed-up | measured: compressed GiB/s (speed-up) |", "|---|---|---|---|---|---|---|"]
+    for name, row in c.get("regimes", {}).items():
+        lines.append(f"| {name} | {row['b_fs_gib_s']:.3f} | {row['per_rank_share_gib_s']:.3f} | "
+                     f"{_fmt(row['breakeven_ratio'], '.2f') if row['breakeven_ratio'] else 'never (B_fs >= B_c)'} | "
+                     f"{'compress' if row['pays_by_rule'] else 'leave off'} | {row['predicted_speedup']:.2f}x | "
+                     f"{row['compressed_gib_s']:.3f} ({row['measured_speedup']:.2f}x) |")
+    lines += ["", "disk: the bandwidth table's ckptio mpiio rows; tmpfs: the same two writes into /dev/shm "
+                  "(write only), the high per-rank-bandwidth regime.", ""]
+    return lines
+
+
+def _load(avg: Any) -> str:
+    return "/".join(f"{x:.2f}" for x in avg) if avg else "?"
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """The whole results document as Markdown."""
+    c, env = doc["config"], doc["environment"]
+    lines = [f"# ckptio benchmark results ({doc['started']})", "",
+             f"{c['nprocs']} writer ranks, restart on {c['readers']} ranks (shifted decomposition); "
+             f"{c['total_bytes'] / 2**30:.2f} GiB ({c['nblocks']} blocks of 16^3 float64 x {c['nvars']} variables); "
+             f"{c['repeats']} repeat(s); scratch {c['outdir']} ({c.get('outdir_fs', '?')}); fast tier "
+             f"{c.get('fast_dir', '?')} ({c.get('fast_dir_fs', '?')}).", "",
+             f"Machine: {env.get('cpu', '?')}, {env['machine']}, {env.get('kernel', '?')}; {env['mpi']}; "
+             f"HDF5 {env.get('libraries', {}).get('hdf5', '?')}, PnetCDF {env.get('libraries', {}).get('pnetcdf', '?')}"
+             f", netCDF-C {env.get('libraries', {}).get('netcdf-c', '?')}; load average (1/5/15 min) at start "
+             f"{_load(env.get('loadavg_start'))}, at end {_load(env.get('loadavg_end'))} (finished "
+             f"{env.get('finished', '?')}).", "",
+             f"Page cache: {doc['page_cache']['method']} Max resident fraction before a cold read: "
+             f"{_fmt(doc['page_cache']['max_resident_before_cold_read'], '.4f')}.", "",
+             "## Bandwidth", ""]
+    lines += bandwidth_table(doc["bandwidth"])
+    lines += ["", f"Async mode: {doc['modes']['async']}; staged mode (stage_dir): {doc['modes']['staged']}.", ""]
+    lines += blocked_table(doc["bandwidth"])
+    lines += _compression_md(doc.get("compression", {}))
+    lines += ["## Targets", "", "| target | goal | measured | met | detail |", "|---|---|---|---|---|"]
+    for t in doc["targets"]:
+        met = {True: "yes", False: "**no**", None: "n/a"}[t["met"]]
+        lines.append(f"| {t['target']} | {t['goal']} | {_fmt(t['measured'])} | {met} | {t['detail']} |")
+    lines += _small_vars_md(doc.get("small_variables", {}))
+    lines += _overhead_md(doc["overhead"], doc["bandwidth"])
+    ck = doc.get("checksum", {})
+    if ck:
+        lines += ["", "## Checksum cost", "",
+                  f"{ck['algorithm']} over all {ck['bytes_total'] / 2**30:.2f} GiB, every rank its own data at once: "
+                  f"{ck['seconds_all_ranks']['median']:.3f} s ({ck['aggregate_gib_s']:.2f} GiB/s aggregate, "
+                  f"{_fmt(ck['single_process_gib_s'], '.2f')} GiB/s one process alone) = "
+                  f"{_fmt(ck.get('fraction_of_native_write'), '.1%')} of the native write time."]
+    plan = doc.get("plan")
+    if plan:
+        lines += ["", "## ckptio plan (per-OST load model)", "", "```", plan["text"], "```"]
+    return "\n".join(lines) + "\n"
+
+
+def _small_vars_md(sv: dict[str, Any]) -> list[str]:
+    if not sv:
+        return []
+    lines = ["", f"## Small variables ({sv['nvars']} x {sv['bytes_per_var']} B)", "",
+             "| library | write us/variable median [min-max] | read us/variable | notes |", "|---|---|---|---|"]
+    for label, lib in sv["libraries"].items():
+        if lib.get("status") != "ok":
+            lines.append(f"| {label} | {lib.get('status')} | | {lib.get('reason', '')} |")
+            continue
+        w, r = lib["write"], lib["read"]
+        lines.append(f"| {label} | {w['median']:.1f} [{w['min']:.1f}-{w['max']:.1f}] | "
+                     f"{r['median']:.1f} [{r['min']:.1f}-{r['max']:.1f}] | {lib['note']} |")
+    lines += ["", sv["method"] + "."]
+    return lines
+
+
+def _overhead_md(ov: dict[str, Any], bw: dict[str, dict[str, Any]]) -> list[str]:
+    lines = ["", "## Overhead versus direct library calls (time ratio, >1 = ckptio slower)", "",
+             "| backend | direct | write | cold read | hot read | ckptio write phases (median s) |",
+             "|---|---|---|---|---|---|"]
+    for backend, row in ov.items():
+        if not isinstance(row, dict):
+            continue
+        if row.get("status") != "ok":
+            lines.append(f"| {backend} | {row.get('reason', '')} | | | | |")
+            continue
+        phases = ", ".join(f"{k} {v:.2f}" for k, v in row["write_phases_median"].items())
+        lines.append(f"| {backend} | {row['direct']} | {row['write_time_ratio']:.2f} | "
+                     f"{row['read_cold_time_ratio']:.2f} | {row['read_hot_time_ratio']:.2f} | {phases} |")
+    return lines
+
+
+# ------------------------------------------------------------------------------------------------ plots
+def plots(doc: dict[str, Any], directory: str) -> list[str]:
+    """PNG files: bandwidth by case, blocked time by mode (ckptio phases), the plan's per-OST load."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    written = [_plot_bandwidth(doc, os.path.join(directory, "bandwidth.png")),
+               _plot_blocked(doc, os.path.join(directory, "blocked_time.png"))]
+    if doc.get("plan", {}).get("result"):
+        from ckptio.simulate import plot_ost_load
+
+        path = os.path.join(directory, "plan_ost_load.png")
+        plot_ost_load(doc["plan"]["result"], path)
+        written.append(path)
+    return written
+
+
+def _plot_bandwidth(doc: dict[str, Any], path: str) -> str:
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    rows = [e for e in doc["bandwidth"].values() if e["status"] == "ok"]
+    labels = [key for key, e in doc["bandwidth"].items() if e["status"] == "ok"]
+    fig, axes = plt.subplots(1, 3, figsize=(16, 5.5), sharey=True)
+    colors = {"raw": "tab:gray", "peer": "tab:orange", "ckptio": "tab:blue"}
+    for ax, what, title in zip(axes, ("write", "read_cold", "read_hot"),
+                               ("checkpoint write (incl. fsync)", "restart read, cold cache", "restart read, hot"),
+                               strict=True):
+        med = np.array([e[what]["median"] for e in rows])
+        err = np.array([[e[what]["median"] - e[what]["min"] for e in rows],
+                        [e[what]["max"] - e[what]["median"] for e in rows]])
+        y = np.arange(len(rows))
+        ax.barh(y, med, xerr=err, color=[colors[e["group"]] for e in rows], capsize=3)
+        ax.set_title(title)
+        ax.set_xlabel("GiB/s (median, min-max)")
+        ax.set_yticks(y, labels, fontsize=8)
+        if rows and rows[0]["group"] == "raw":
+            ax.axvline(med[0], color="tab:gray", linestyle="--", linewidth=1)
+        ax.invert_yaxis()
+    c = doc["config"]
+    fig.suptitle(f"ckptio benchmarks: {c['nprocs']} -> {c['readers']} ranks, {c['total_bytes'] / 2**30:.2f} GiB, "
+                 f"{doc['environment']['machine']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+PHASES = ("prepare", "declare", "open", "write", "commit", "other", "blocked (close)", "background")
+
+
+def _phases(entry: dict[str, Any]) -> dict[str, float]:
+    """Median seconds per write phase, disjoint: 'declare' excludes 'prepare', 'other' is the rest of the total.
+
+    Sync ckptio: its phases (Writer.stats); peers: the whole time as 'write'; async/staged: the time close()
+    blocked, then the rest until committed as 'background' (the application computes meanwhile)."""
+    from statistics import median
+
+    out = dict.fromkeys(PHASES, 0.0)
+    total = median(entry["write_seconds"])
+    if entry.get("mode", "sync") != "sync":
+        out["blocked (close)"] = median(entry.get("blocked_seconds") or [total])
+        out["background"] = max(0.0, total - out["blocked (close)"])
+        return out
+    p = dict(entry.get("write_phases_median", {}))
+    if not p:
+        out["write"] = total
+        return out
+    out.update(prepare=p.get("prepare", 0.0), declare=max(0.0, p.get("declare", 0.0) - p.get("prepare", 0.0)),
+               open=p.get("open", 0.0), write=p.get("write", 0.0), commit=p.get("commit", 0.0))
+    out["other"] = max(0.0, total - sum(out.values()))
+    return out
+
+
+def _plot_blocked(doc: dict[str, Any], path: str) -> str:
+    import matplotlib.pyplot as plt
+
+    rows = [e for e in doc["bandwidth"].values() if e["status"] == "ok" and e["group"] != "raw"]
+    fig, ax = plt.subplots(figsize=(11, 5))
+    left = [0.0] * len(rows)
+    names = [key for key, e in doc["bandwidth"].items() if e["status"] == "ok" and e["group"] != "raw"]
+    for phase in PHASES:
+        widths = [_phases(e)[phase] for e in rows]
+        style = {"color": "white", "edgecolor": "tab:gray", "hatch": "//"} if phase == "background" else {}
+        ax.barh(names, widths, left=left, label=phase, **style)
+        left = [a + b for a, b in zip(left, widths, strict=True)]
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds (median)")
+    ax.set_title("time the application is blocked per checkpoint, by case and mode\n"
+                 "(sync: write phases; async/staged: close(), then the background part hatched)", fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def write_results(doc: dict[str, Any], directory: str, plot: bool) -> dict[str, str]:
+    """Write results.json and results.md (and PNGs with ``plot``) into ``directory``; returns the paths."""
+    os.makedirs(directory, exist_ok=True)
+    paths = {"json": os.path.join(directory, "results.json"), "markdown": os.path.join(directory, "results.md")}
+    if plot:
+        doc["plots"] = plots(doc, directory)
+    plan = doc.get("plan", {})
+    stored = {**doc, "plan": {k: v for k, v in plan.items() if k != "result"} | (
+        {"summary": _plan_summary(plan["result"])} if plan.get("result") else {})}
+    with open(paths["json"], "w") as f:
+        json.dump(stored, f, indent=1, sort_keys=False, default=str)
+    with open(paths["markdown"], "w") as f:
+        f.write(markdown(doc))
+    return paths
+
+
+def _plan_summary(result: dict[str, Any]) -> dict[str, Any]:
+    """The plan result without the per-OST arrays (those are in the plot)."""
+    out: dict[str, Any] = {"scenario": result["scenario"]}
+    for phase in ("write", "restart"):
+        out[phase] = {p: {k: v for k, v in r.items() if not k.endswith("_per_ost")} for p, r in result[phase].items()}
+    return out
