@@ -263,16 +263,28 @@ class Reader:
 
     def _exchange(self, ex, arrays: dict[int, np.ndarray], mine: Sequence[Request], outputs: list[np.ndarray],
                   failed: bool) -> None:
-        """Collective: one Alltoallv moving every piece from its aggregator to the rank that asked for it."""
+        """Collective: one Alltoallv moving every piece from its aggregator to the rank that asked for it.
+
+        Each byte is copied once into the send buffer (straight from the aggregator's extent, strided or not),
+        moved by MPI, and copied once into the caller's array. Pieces an aggregator holds for itself skip MPI:
+        one copy from the extent into the output. Sender and receiver enumerate a (source, destination) pair's
+        pieces in the same canonical order (see :func:`ckptio.plan.exchange_for_rank`), so the bytes line up.
+        """
         from mpi4py import MPI
 
-        size = self.comm.Get_size()
+        size, me = self.comm.Get_size(), self.comm.Get_rank()
+
+        def nbytes(p) -> int:
+            return p.count * self._itemsizes[p.extent.var]
+
         send_counts = [0] * size
         for dest, pieces in ex.send.items():
-            send_counts[dest] = sum(p.count * self._itemsizes[p.extent.var] for p in pieces)
+            if dest != me:
+                send_counts[dest] = sum(nbytes(p) for p in pieces)
         recv_counts = [0] * size
         for src, pieces in ex.recv.items():
-            recv_counts[src] = sum(p.count * self._itemsizes[p.extent.var] for p in pieces)
+            if src != me:
+                recv_counts[src] = sum(nbytes(p) for p in pieces)
         send_displs = np.concatenate(([0], np.cumsum(send_counts)[:-1])).astype(np.int64)
         recv_displs = np.concatenate(([0], np.cumsum(recv_counts)[:-1])).astype(np.int64)
         if sum(send_counts) >= 2**31 or sum(recv_counts) >= 2**31:
@@ -280,24 +292,30 @@ class Reader:
                                    "lower buffer_bytes (CKPTIO_BUFFER_BYTES) or read in several calls")
         sendbuf = np.empty(sum(send_counts), np.uint8)
         if not failed:
-            pos = 0
             for dest in sorted(ex.send):
+                if dest == me:
+                    for p in ex.send[dest]:  # my own request: extent -> output directly
+                        outputs[p.request_index][p.box.relative_to(mine[p.request_index].box)] = \
+                            arrays[id(p.extent)][p.box.relative_to(p.extent.box)]
+                    continue
+                pos = int(send_displs[dest])
                 for p in ex.send[dest]:
                     src = arrays[id(p.extent)][p.box.relative_to(p.extent.box)]
-                    n = p.count * self._itemsizes[p.extent.var]
-                    sendbuf[pos:pos + n] = np.ascontiguousarray(src).reshape(-1).view(np.uint8)
+                    n = nbytes(p)
+                    sendbuf[pos:pos + n].view(src.dtype).reshape(p.box.shape)[...] = src
                     pos += n
         recvbuf = np.empty(sum(recv_counts), np.uint8)
         self.comm.Alltoallv([sendbuf, (send_counts, send_displs.tolist()), MPI.BYTE],
                             [recvbuf, (recv_counts, recv_displs.tolist()), MPI.BYTE])
-        me = self.comm.Get_rank()
-        self.stats.bytes_sent += sum(send_counts) - send_counts[me]
-        self.stats.bytes_received += sum(recv_counts) - recv_counts[me]
+        self.stats.bytes_sent += sum(send_counts)
+        self.stats.bytes_received += sum(recv_counts)
         for src in sorted(ex.recv):
+            if src == me:
+                continue
             pos = int(recv_displs[src])
             for p in ex.recv[src]:
                 req = mine[p.request_index]
                 out = outputs[p.request_index]
-                n = p.count * self._itemsizes[p.extent.var]
+                n = nbytes(p)
                 out[p.box.relative_to(req.box)] = recvbuf[pos:pos + n].view(out.dtype).reshape(p.box.shape)
                 pos += n
