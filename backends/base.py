@@ -21,13 +21,15 @@ To add a backend: subclass :class:`Backend` in one module under ``backends/``, d
 from __future__ import annotations
 
 import abc
+import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, BinaryIO, ClassVar
 
 import numpy as np
 
-from ckptio.errors import CapabilityError, UnknownFormatError
+from ckptio.errors import CapabilityError, CorruptCheckpointError, UnknownFormatError
 from ckptio.plan import BlockPlan, Extent, VariablePlan
 
 
@@ -61,6 +63,14 @@ class WriteSession(abc.ABC):
     def write_blocks(self, blocks: Sequence[tuple[BlockPlan, np.ndarray]]) -> list[WrittenBlock]:
         """Collective: write this rank's blocks (C-contiguous arrays, any count including zero)."""
 
+    def data_ranges(self) -> list[tuple[int, int]]:
+        """Local, on rank 0 right after :meth:`Backend.create`: the byte ranges ``[start, end)`` of the file
+        that :meth:`write_blocks` and the format's own structures so far will occupy (everything before the
+        index or metadata document). The writer reserves them (``fallocate``) before :meth:`write_blocks`, so
+        a full file system is one clean error instead of a failed collective write; :meth:`commit` reserves
+        the rest itself once its size is known. Default: nothing is reserved."""
+        return []
+
     @abc.abstractmethod
     def effective_hints(self) -> dict[str, str]:
         """Local: the hints the MPI library reports for the open file."""
@@ -72,11 +82,13 @@ class WriteSession(abc.ABC):
 
     @abc.abstractmethod
     def commit(self, meta: Mapping[str, Any]) -> None:
-        """Collective: store the metadata document, sync, write the completion mark last, sync, close."""
+        """Collective: reserve the space the rest of the file needs (``rawio.reserve_collectively``), store the
+        metadata document, sync, write the completion mark last, sync, close."""
 
     @abc.abstractmethod
     def abort(self) -> None:
-        """Local and best-effort: release the file after a failure (no collectives)."""
+        """Best-effort: release the file after a failure (the file is discarded). Called by every rank after a
+        failure they agreed on; local unless closing the format's file is collective (HDF5, PnetCDF)."""
 
 
 class ExtentReader(abc.ABC):
@@ -97,11 +109,20 @@ class Backend(abc.ABC):
     format_version: ClassVar[int]
     capabilities: ClassVar[Capabilities]
     extra_hints: ClassVar[dict[str, str]] = {}  # hints this format adds unless the user set them
+    signature: ClassVar[bytes] = b""  # the leading bytes of every file this backend writes
 
     @classmethod
     @abc.abstractmethod
     def sniff(cls, head: bytes) -> bool:
         """True if a file starting with ``head`` (first 512 bytes) is in this backend's format."""
+
+    @classmethod
+    def damaged_evidence(cls, f: BinaryIO, size: int) -> str | None:
+        """For a file of ``size`` bytes that no backend sniffed: what in it (other than the leading bytes)
+        proves it is a checkpoint of this format, as a phrase for the message; None if nothing does.
+        Default: no format-specific evidence (the metadata document search of :func:`detect_backend` applies
+        to every backend)."""
+        return None
 
     def check_dtype(self, name: str, dtype: np.dtype) -> None:
         """Raise CapabilityError if this format cannot store ``dtype``."""
@@ -164,14 +185,81 @@ def available_backends() -> list[str]:
     return sorted(_REGISTRY)
 
 
+SNIFF_BYTES = 512  # what detect_backend reads first
+DOCUMENT_SCAN_BYTES = 64 << 20  # how much of a file's tail a damaged-checkpoint diagnosis searches
+# The start of every ckptio metadata document's backend fields (ckptio.meta.dumps: sorted keys, compact);
+# no other file has these bytes, in particular not a random one.
+_DOCUMENT_MARKER = re.compile(rb'"backend":"([A-Za-z0-9_]{1,32})","backend_format_version":[0-9]{1,9},"byteorder":"')
+
+
 def detect_backend(path: str) -> Backend:
-    """Find the backend of an existing file from its leading bytes."""
+    """Find the backend of an existing file from its leading bytes.
+
+    When no backend recognises them, the file is still reported as a DAMAGED checkpoint
+    (:class:`CorruptCheckpointError`, naming the likely format) rather than "not a checkpoint"
+    (:class:`UnknownFormatError`) when the evidence says it is one (:func:`damaged_checkpoint`): the leading
+    bytes are a signature ckptio writes with at most 1 bit in 4 bytes flipped, or a format's own evidence
+    survives (the native completion mark at the end of the file), or the file holds a ckptio metadata
+    document (searched in its last :data:`DOCUMENT_SCAN_BYTES`). A zeroed or overwritten header is the common
+    case. An empty file, a random one or any other format has none of these and stays UnknownFormatError.
+    Raises OSError when the file cannot be read.
+    """
     with open(path, "rb") as f:
-        head = f.read(512)
-    for cls in _REGISTRY.values():
-        if cls.sniff(head):
-            return cls()
+        head = f.read(SNIFF_BYTES)
+        for cls in _REGISTRY.values():
+            if cls.sniff(head):
+                return cls()
+        damage = damaged_checkpoint(f, head)
+    if damage is not None:
+        name, why = damage
+        exc = CorruptCheckpointError(f"{path}: damaged checkpoint, probably {name} format: {why}")
+        exc.backend = name  # type: ignore[attr-defined]  # for ckptio inspect's "format" field
+        raise exc
     raise UnknownFormatError(
         f"{path}: not a ckptio checkpoint in any known format (leading bytes {head[:8]!r}; "
         f"known backends: {', '.join(sorted(_REGISTRY))})"
     )
+
+
+def _bit_flips(a: bytes, b: bytes) -> int:
+    return sum(bin(x ^ y).count("1") for x, y in zip(a, b, strict=True))
+
+
+def damaged_checkpoint(f: BinaryIO, head: bytes) -> tuple[str, str] | None:
+    """``(backend name, evidence)`` if the open file ``f``, whose leading bytes ``head`` no backend
+    recognised, is a damaged ckptio checkpoint; None when nothing says it is one (see :func:`detect_backend`)."""
+    size = os.fstat(f.fileno()).st_size
+    if size == 0:
+        return None
+    for cls in _REGISTRY.values():
+        sig = cls.signature
+        if sig and len(head) >= len(sig):
+            flips = _bit_flips(head[:len(sig)], sig)
+            if flips <= max(1, len(sig) // 4):
+                return cls.name, (f"its signature is damaged (leading bytes {head[:len(sig)]!r}, {flips} bit(s) "
+                                  f"from the {cls.name} signature {sig!r})")
+    for cls in _REGISTRY.values():
+        why = cls.damaged_evidence(f, size)
+        if why:
+            return cls.name, f"its signature is missing (leading bytes {head[:8]!r}), but {why}"
+    found = _find_document(f, size)
+    if found is not None:
+        name, offset = found
+        return name, (f"its signature is missing (leading bytes {head[:8]!r}), but it holds a ckptio metadata "
+                      f"document (at byte {offset})")
+    return None
+
+
+def _find_document(f: BinaryIO, size: int) -> tuple[str, int] | None:
+    """The backend named by a ckptio metadata document in the last DOCUMENT_SCAN_BYTES of the file, and where."""
+    chunk, overlap = 1 << 20, 256
+    end = size
+    while end > 0 and size - end < DOCUMENT_SCAN_BYTES:
+        start = max(0, end - chunk)
+        f.seek(start)
+        data = f.read(min(end + overlap, size) - start)
+        matches = list(_DOCUMENT_MARKER.finditer(data))
+        if matches:  # the last one: a document lies near the end of its file
+            return matches[-1].group(1).decode(), start + matches[-1].start()
+        end = start
+    return None

@@ -34,6 +34,12 @@ an empty selection where it has nothing left, so the collective calls always mat
 and rank-0-only write is followed by an agreement (:func:`ckptio.coord.run`): with collective buffering an
 I/O error such as ENOSPC reaches only the aggregators, and the others must not go on into the next collective
 call.
+
+Space: after the define phase (every dataset allocated, nothing written yet; the block tables are written with
+the data) the writer reserves HDF5's end of allocated space, and :meth:`_HDF5WriteSession.commit` reserves
+through the end of the metadata document's dataset, created last, before writing it. HDF5 1.10 cannot recover
+from a failed flush (the file can no longer be closed and its exit handler crashes), so it must never meet a
+full file system; see :meth:`_HDF5WriteSession.abort` for what happens after other failures.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ import json
 import math
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import h5py
@@ -64,7 +70,7 @@ from ckptio.layout import Box
 from ckptio.plan import BlockPlan, Extent, VariablePlan
 
 from .base import Backend, Capabilities, ExtentReader, WriteSession, WrittenBlock, register
-from .rawio import RawExtentReader, SerialRawReader, leading_axis_bands
+from .rawio import RawExtentReader, SerialRawReader, leading_axis_bands, reserve_collectively
 
 if not h5py.get_config().mpi:
     raise ImportError("h5py is built without MPI support (parallel HDF5 needed for backend 'hdf5')")
@@ -192,7 +198,7 @@ class _HDF5WriteSession(WriteSession):
         from mpi4py import MPI
 
         stripe_unit = int(options.get("hints", {}).get("striping_unit", DEFAULT_STRIPING_UNIT))
-        self.comm = comm
+        self.path, self.comm = path, comm
         self.variables = variables
         rank = comm.Get_rank()
         # local index -> variable name of this rank's blocks; collective H5Dwrite calls per variable (all ranks)
@@ -218,7 +224,8 @@ class _HDF5WriteSession(WriteSession):
             raise
 
     def _define(self) -> None:
-        """Collective: every dataset, the /ckptio group and the block tables (rank 0 writes their rows)."""
+        """Collective: every dataset, the /ckptio group and the block tables (their rows are written by rank 0
+        in :meth:`write_blocks`, after the space was reserved)."""
         for name, var in self.variables.items():
             dset = self.file.create_dataset(name, shape=var.shape, dtype=np.dtype(var.dtype), dcpl=_dcpl())
             dset.attrs["ckptio_kind"] = var.kind
@@ -227,19 +234,26 @@ class _HDF5WriteSession(WriteSession):
         group.attrs["format_version"] = np.int64(FORMAT_VERSION)
         group.attrs["ckptio_version"] = np.bytes_(metamod.__version__)
         tables = group.create_group("blocks")
-        rows = {}
+        self._tables: dict[str, tuple[h5py.Dataset, np.ndarray]] = {}
         for name, var in self.variables.items():
-            rows[name] = _block_table(var)
-            dset = tables.create_dataset(name, shape=rows[name].shape, dtype=rows[name].dtype, dcpl=_dcpl())
+            rows = _block_table(var)
+            dset = tables.create_dataset(name, shape=rows.shape, dtype=rows.dtype, dcpl=_dcpl())
             dset.attrs["description"] = ("rank: the writer rank; offset, shape: the block in the global array; "
                                          "checksum: xxh3_64 of its elements in C order")
-
-        def write_tables() -> None:  # rank 0, independent raw-data writes (the datasets are allocated already)
-            if self.comm.Get_rank() == 0:
-                for name, table in rows.items():
-                    tables[name].id.write(h5py.h5s.ALL, h5py.h5s.ALL, table)
-
-        coord.run(self.comm, "write the block tables", write_tables)
+            self._tables[name] = (dset, rows)
+        # Every dataset is allocated now (ALLOC_TIME_EARLY): HDF5's end of allocated space covers all the data
+        # and the metadata so far. H5Fget_filesize reports it (max of EOA and EOF) until the mpio driver's first
+        # write -- raw data, or metadata the cache evicts while thousands of datasets are created -- after which
+        # it fails ("driver get_eof request failed"); H5Fget_eoa refuses the mpio driver. The end of the last
+        # allocated dataset is a lower bound that always works; take the larger of the two.
+        try:
+            file_end = int(self.file.id.get_filesize())
+        except RuntimeError:
+            file_end = 0
+        datasets = [*self.datasets.values(), *(dset for dset, _ in self._tables.values())]
+        data_end = max((int(d.id.get_offset()) + int(d.id.get_storage_size()) for d in datasets
+                        if d.id.get_offset() is not None), default=0)
+        self._data_end = max(file_end, data_end)
 
     def write_blocks(self, blocks: Sequence[tuple[BlockPlan, np.ndarray]]) -> list[WrittenBlock]:
         """Collective: ``self._ncalls[name]`` collective ``H5Dwrite`` calls per variable, on every rank."""
@@ -249,14 +263,35 @@ class _HDF5WriteSession(WriteSession):
             if plan.box.size > 0:
                 by_var.setdefault(self._mine[plan.local_index], []).append((plan.box, data))
             written.append(WrittenBlock(None, int(data.nbytes)))
+        def write_tables() -> None:  # rank 0, independent raw-data writes (the datasets are allocated already)
+            if self.comm.Get_rank() == 0:
+                for name, (dset, rows) in self._tables.items():
+                    self._io(f"write of the block table of {name!r}",
+                             lambda dset=dset, rows=rows: dset.id.write(h5py.h5s.ALL, h5py.h5s.ALL, rows))
+
+        coord.run(self.comm, "write the block tables", write_tables)
         for name in self.variables:
             mine = by_var.get(name, [])
             groups = _write_groups([box for box, _ in mine])
             for k in range(self._ncalls[name]):
                 pieces = [mine[i] for i in groups[k]] if k < len(groups) else []
-                coord.run(self.comm, f"write {name!r}", lambda name=name, pieces=pieces: self._write(name, pieces))
-        coord.run(self.comm, "flush the data", self.file.flush)
+                coord.run(self.comm, f"write {name!r}", lambda name=name, pieces=pieces: self._io(
+                    f"write of variable {name!r}", lambda: self._write(name, pieces)))
+        coord.run(self.comm, "flush the data", lambda: self._io("flush", self.file.flush))
         return written
+
+    def _io(self, what: str, fn: Callable[[], Any]) -> Any:
+        """``fn()``, with HDF5's failures of file I/O (h5py raises OSError or RuntimeError, e.g. "MPI_File_sync
+        failed") as CheckpointIOError naming the file and the space left on its file system."""
+        try:
+            return fn()
+        except (OSError, RuntimeError) as exc:
+            try:
+                st = os.statvfs(os.path.dirname(os.path.abspath(self.path)))
+                free = f" ({st.f_bavail * st.f_frsize:,} bytes free on its file system)"
+            except OSError:
+                free = ""
+            raise CheckpointIOError(f"{self.path}: HDF5 {what} failed{free}: {exc}") from exc
 
     def _write(self, name: str, pieces: Sequence[tuple[Box, np.ndarray]]) -> None:
         """Collective: one H5Dwrite of these blocks (leading-axis disjoint; may be none) into dataset ``name``."""
@@ -286,6 +321,10 @@ class _HDF5WriteSession(WriteSession):
                          "file_offset": dset.id.get_offset(), "file_dtype": self.variables[name].dtype}
         return out
 
+    def data_ranges(self) -> list[tuple[int, int]]:
+        """All of ``[0, EOA)``, alignment holes included: HDF5 may put metadata into them later."""
+        return [(0, self._data_end)]
+
     def effective_hints(self) -> dict[str, str]:
         try:
             hints = _mpi_file_info(self.file)
@@ -297,32 +336,58 @@ class _HDF5WriteSession(WriteSession):
 
     def commit(self, meta: Mapping[str, Any]) -> None:
         """Collective (object and attribute creation are metadata operations: every rank makes them with the
-        same values): the attributes, the metadata document (its bytes written by rank 0 alone), flush (HDF5
-        syncs the file), the completion mark, close."""
+        same values): the attributes, the completion mark set to 0, the metadata document's dataset, created
+        LAST so that everything HDF5 allocated lies before its end, which is reserved; the document (its bytes
+        written by rank 0 alone), flush (HDF5 syncs the file), the completion mark set to 1 in place (no new
+        space), flush, close."""
         for key, value in meta["attrs"].items():
             self.file.attrs[key] = _attr_value(value)
         text = np.array(metamod.dumps(meta))  # a numpy bytes scalar: HDF5 fixed-length string of its length
         group = self.file[GROUP]
-        document = group.create_dataset("metadata", shape=(), dtype=text.dtype, dcpl=_dcpl())
         group.attrs["metadata_checksum"] = np.bytes_(metamod.checksum(text.tobytes()))
+        group.attrs["complete"] = np.int64(0)
+        document = group.create_dataset("metadata", shape=(), dtype=text.dtype, dcpl=_dcpl())
+        # Reserved before anything is written: HDF5 cannot recover from a failed flush (below: abort).
+        doc_end = max(self._data_end, int(document.id.get_offset()) + text.nbytes)
+        reserve_collectively(self.comm, self.path, [(0, doc_end)], "the metadata document")
 
         def write_document() -> None:  # rank 0, an independent raw-data write
             if self.comm.Get_rank() == 0:
-                document.id.write(h5py.h5s.ALL, h5py.h5s.ALL, text)
+                self._io("write of the metadata document", lambda: document.id.write(h5py.h5s.ALL, h5py.h5s.ALL, text))
 
         coord.run(self.comm, "write the metadata document", write_document)
-        coord.run(self.comm, "flush the metadata", self.file.flush)
-        group.attrs["complete"] = np.int64(COMPLETE)
-        self.file.close()
-        self.file = None
+        coord.run(self.comm, "flush the metadata", lambda: self._io("flush", self.file.flush))
+        group.attrs.modify("complete", np.int64(COMPLETE))
+        # flushed (MPI_File_sync: the mpio driver syncs on flush, not on close) before the close, so the mark
+        # is durable before the rename and the close has nothing left to write that could fail
+        coord.run(self.comm, "flush the completion mark", lambda: self._io("flush", self.file.flush))
+        file, self.file = self.file, None
+        file.close()
 
     def abort(self) -> None:
+        """Collective (as every parallel HDF5 close): release the file after a failure; the file is discarded.
+
+        ``H5Fclose`` first flushes HDF5's cached metadata. When that flush fails, HDF5 1.10 frees the file but
+        keeps its ID, and its clean-up at interpreter exit (after MPI_Finalize) closes that ID again and crashes
+        (and after any failed flush, every later one fails: its metadata cache stays broken). Hence the space
+        reservations before every write, so that a full file system never makes HDF5 fail to write; and here,
+        rank 0 first truncates the temporary file to 0 bytes, giving its space back, and every rank waits for
+        that before closing the file's open objects and the file: the close then only has to write a few KiB
+        of metadata, which fits even when the reservation just failed for want of space.
+        """
         file, self.file = self.file, None
-        if file is not None:
+        if file is None:
+            return
+        if self.comm.Get_rank() == 0:
             try:
-                file.close()
-            except Exception:  # best effort after a failure
+                os.truncate(self.path, 0)
+            except OSError:
                 pass
+        try:
+            self.comm.Barrier()
+            file.close()  # closes every open dataset, group and attribute of the file, then the file
+        except Exception:  # best effort after a failure
+            pass
 
 
 @register
@@ -333,6 +398,8 @@ class HDF5Backend(Backend):
     capabilities = Capabilities(compression=False, segments=True, complex_dtypes=True, bool_dtype=True,
                                 unsigned_dtypes=True, float16=True, readable_by=("ckptio", "h5py", "h5dump",
                                                                                  "any HDF5 1.8+ reader"))
+
+    signature = SIGNATURE
 
     @classmethod
     def sniff(cls, head: bytes) -> bool:

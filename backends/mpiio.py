@@ -18,7 +18,9 @@ A file without a valid trailer is incomplete; an index whose checksum does not m
 Data is written with one collective ``MPI_File_write_all`` per checkpoint: each rank's file view is an
 hindexed type over its blocks' file offsets, its memory type an hindexed type over its arrays' addresses,
 so there is no packing copy; collective buffering (``romio_cb_write``) lets ``cb_nodes`` aggregators do
-the file I/O.
+the file I/O. Before it, rank 0 reserves the header and every rank's region with ``fallocate`` (the writer's
+reserve phase; not the alignment holes), and before the index is written, the rest of the file (see
+:func:`ckptio.backends.rawio.reserve_space`).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from ckptio.hints import COLLECTIVE_ONLY_HINTS, info_to_dict
 from ckptio.plan import BlockPlan, Extent, VariablePlan
 
 from .base import Backend, Capabilities, ExtentReader, WriteSession, WrittenBlock, register
-from .rawio import RawExtentReader, SerialRawReader, transfer
+from .rawio import RawExtentReader, SerialRawReader, reserve_collectively, transfer
 
 MAGIC = b"\x89CKPTIO\n"
 TRAILER_MAGIC = b"CKPTEND\x00"
@@ -101,6 +103,10 @@ class _NativeWriteSession(WriteSession):
             error = exc
         agree(self.comm, f"sync {what}", error)
 
+    def data_ranges(self) -> list[tuple[int, int]]:
+        """The header and each rank's region: not the holes left for stripe alignment, which nobody writes."""
+        return [(0, HEADER_SIZE), *((int(a), int(b)) for a, b in self.layout["regions"])]
+
     def effective_hints(self) -> dict[str, str]:
         info = self.fh.Get_info()
         try:
@@ -117,6 +123,8 @@ class _NativeWriteSession(WriteSession):
         index_offset = _align(self.layout["data_end"], BLOCK_ALIGN)
         trailer = _TRAILER.pack(TRAILER_MAGIC, FORMAT_VERSION, 0, index_offset, len(index),
                                 xxhash.xxh3_64_intdigest(index), self.layout["data_end"], b"")
+        reserve_collectively(self.comm, self.path, [(index_offset, index_offset + len(index) + TRAILER_SIZE)],
+                             "the index and completion mark")
         for what, offset, payload in (("index", index_offset, index),
                                       ("completion mark", index_offset + len(index), trailer)):
             # collective even though only rank 0 has bytes: with romio_no_indep_rw=true (deferred open) only
@@ -151,9 +159,22 @@ class NativeBackend(Backend):
     capabilities = Capabilities(compression=True, segments=True, readable_by=("ckptio",))
     extra_hints = COLLECTIVE_ONLY_HINTS  # every access is collective: ROMIO may open on the aggregators only
 
+    signature = MAGIC
+
     @classmethod
     def sniff(cls, head: bytes) -> bool:
         return head.startswith(MAGIC)
+
+    @classmethod
+    def damaged_evidence(cls, f, size: int) -> str | None:
+        """The completion mark (trailer) at the end of the file, locating an index inside the file."""
+        if size < HEADER_SIZE + TRAILER_SIZE:
+            return None
+        f.seek(size - TRAILER_SIZE)
+        magic, _version, _flags, ioff, ilen, _hash, _end, _ = _TRAILER.unpack(f.read(TRAILER_SIZE))
+        if magic == TRAILER_MAGIC and ioff + ilen + TRAILER_SIZE == size:
+            return "its completion mark (the native trailer) at the end of the file is intact"
+        return None
 
     def layout(self, variables: Mapping[str, VariablePlan], stripe_unit: int, nprocs: int) -> dict[str, Any]:
         """Rank-major placement: rank 0's blocks, then rank 1's, ... (see the module docstring)."""
@@ -164,17 +185,21 @@ class NativeBackend(Backend):
                 stored = b.stored_nbytes if b.stored_nbytes is not None else b.box.size * itemsize
                 per_rank.setdefault(b.rank, []).append((b.local_index, stored))
         offsets: dict[str, int] = {}
+        regions: list[tuple[int, int]] = []  # [start, end) of each rank's blocks, for the space reservation
         pos = HEADER_SIZE
         for rank in sorted(per_rank):
             blocks = sorted(per_rank[rank])
             region = sum(_align(n, BLOCK_ALIGN) for _, n in blocks)
             if region >= stripe_unit:
                 pos = _align(pos, stripe_unit)
+            start = pos
             for local_index, stored in blocks:
                 pos = _align(pos, BLOCK_ALIGN)
                 offsets[f"{rank}:{local_index}"] = pos
                 pos += stored
-        return {"offsets": offsets, "data_end": pos}
+            if pos > start:
+                regions.append((start, pos))
+        return {"offsets": offsets, "data_end": pos, "regions": regions}
 
     def create(self, path: str, comm, info, variables: Mapping[str, VariablePlan], layout: Mapping[str, Any],
                options: Mapping[str, Any]) -> WriteSession:
@@ -245,7 +270,12 @@ class NativeBackend(Backend):
 
 
 def check_block_table(path: str, meta: Mapping[str, Any], data_start: int, data_end: int) -> None:
-    """Structural sanity of the block table, so a damaged index fails here and not deep in a read."""
+    """The native format's own checks of a document that passed :func:`ckptio.meta.validate` (types, tiling):
+    every block lies in the data region and stores exactly its bytes unless compressed, so a damaged index
+    fails here and not deep in a read."""
+    if meta.get("backend") != NativeBackend.name:
+        raise CorruptCheckpointError(f"{path}: metadata says backend {meta.get('backend')!r}, file is in the "
+                                     "native format")
     name = None  # the variable being checked, for the message
     try:
         for name in meta["variables"]:

@@ -30,9 +30,12 @@ plan). Each rank posts one nonblocking ``iput_var`` per non-empty block it owns 
 block tables); one collective ``wait_all`` writes them all, so a rank with several blocks and a rank with
 none make the same collective calls; every collective I/O call and rank-0-only write is followed by an
 agreement (:func:`ckptio.coord.run`), since an I/O error such as ENOSPC may reach only the aggregators.
-Fill mode is off. The hint ``nc_in_place_swap=disable`` keeps PnetCDF
-from byte-swapping the caller's arrays in place (it swaps a copy); ``nc_var_align_size`` = the stripe unit
-when the data is large enough that aligning every variable to a stripe wastes under 1/16 of the file.
+Before that, the space is reserved: up to the end of the fixed-size variables after ``enddef`` (by the writer)
+and up to the end of the metadata document in :meth:`_PnetCDFWriteSession.commit` (under Open MPI's OMPIO,
+PnetCDF's writes into a full file system "succeed" with the data missing). Fill mode is off. The hint
+``nc_in_place_swap=disable`` keeps PnetCDF from byte-swapping the caller's arrays in place (it swaps a copy);
+``nc_var_align_size`` = the stripe unit when the data is large enough that aligning every variable to a stripe
+wastes under 1/16 of the file.
 
 The metadata records ``storage = {"file_offset": begin, "file_dtype": ">f8", ...}`` per variable, with
 ``begin`` read from the CDF header that PnetCDF wrote (pnetcdf-python's ``inq_offset`` returns a C int and
@@ -69,7 +72,7 @@ from ckptio.hints import DEFAULT_STRIPING_UNIT, info_to_dict
 from ckptio.plan import BlockPlan, Extent, VariablePlan
 
 from .base import Backend, Capabilities, ExtentReader, WriteSession, WrittenBlock, register
-from .rawio import RawExtentReader, SerialRawReader, leading_axis_bands
+from .rawio import RawExtentReader, SerialRawReader, leading_axis_bands, reserve_collectively
 
 # pnetcdf-python initializes MPI when imported: import it only to write a file (reading needs neither it nor MPI)
 if importlib.util.find_spec("pnetcdf") is None:
@@ -237,6 +240,12 @@ class _PnetCDFWriteSession(WriteSession):
                          "file_dtype": _file_dtype(var.dtype)}
         return out
 
+    def data_ranges(self) -> list[tuple[int, int]]:
+        """Rank 0: up to the end of the fixed-size variables, from the header PnetCDF wrote at ``enddef`` (the
+        metadata document, the only record variable, goes after them and is reserved by :meth:`commit`)."""
+        header = read_header(self.path)
+        return [(0, max(v.begin + v.vsize for v in header.vars.values() if not v.is_record))]
+
     def effective_hints(self) -> dict[str, str]:
         info = self.file.inq_info()
         try:
@@ -252,6 +261,9 @@ class _PnetCDFWriteSession(WriteSession):
         digest = np.frombuffer(metamod.checksum(document).encode(), dtype="S1")
         if self.comm.Get_rank() != 0:
             text, digest = text[:0], digest[:0]
+        begin = lambda: read_header(self.path).vars[META_VAR].begin  # noqa: E731 - rank 0 only
+        reserve_collectively(self.comm, self.path, lambda: [(begin(), begin() + len(document))],
+                             "the metadata document")
         coord.run(self.comm, "write the metadata document",
                   lambda: self.metadata.put_var_all(text, start=[0], count=[text.size]))
         coord.run(self.comm, "write the metadata checksum",
@@ -287,6 +299,8 @@ class PnetCDFBackend(Backend):
                                 unsigned_dtypes=True, float16=False,
                                 readable_by=("ckptio", "ncmpidump", "ncdump", "netCDF4-python", "any CDF-5 reader"))
     extra_hints = {"nc_in_place_swap": "disable"}  # never byte-swap the caller's arrays in place
+
+    signature = b"CDF\x05"  # ckptio writes CDF-5 only (sniff also accepts CDF-1 and CDF-2 files)
 
     @classmethod
     def sniff(cls, head: bytes) -> bool:

@@ -15,7 +15,7 @@ Phases, in the order :meth:`~ckptio.writer.Writer.close` reaches them (see its m
 
 ``declare``          before the declarations are gathered and validated (nothing on disk yet)
 ``create file``      before the backend creates the temporary file
-``write data``       before the collective data write (the temporary file exists, empty)
+``write data``       before the collective data write (the temporary file exists, its space reserved)
 ``checksum gather``  before block checksums are gathered and rank 0 builds the index (data written, synced)
 ``write index``      before the backend's commit (index/metadata, then completion mark)
 ``commit vote``      after this rank's part of the commit, before the ranks agree that it succeeded (the

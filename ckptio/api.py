@@ -21,7 +21,8 @@ def create(path: str | os.PathLike, comm, backend: str = "mpiio", attrs: Mapping
     ``compression`` (native backend) is ``"zstd"``, ``"zstd+shuffle"``, optionally with ``":LEVEL"``.
     ``mode="async"`` returns from ``close()`` once the blocks are copied to staging buffers; an I/O thread
     writes and commits (``writer.wait()``/``writer.done()``). ``stage_dir`` (a fast tier visible to every rank
-    of ``comm``) is written first and drained to ``path`` in the background, checksums verified.
+    of ``comm``; created if missing) is written first and drained to ``path`` in the background, checksums
+    verified.
 
     Local (no communication). It raises at once only for arguments every rank passes alike (``backend``,
     ``mode``, ``hints``, ``compression``); a bad ``attrs`` value is raised by ``close()`` on every rank.

@@ -43,6 +43,9 @@ def inspect_report(path: str, verify: bool) -> tuple[int, dict[str, Any]]:
         return EXIT_USAGE, report
     try:
         backend = detect_backend(path)
+    except CorruptCheckpointError as exc:  # no signature, but a damaged checkpoint of the format it names
+        report.update(format=getattr(exc, "backend", None), status="corrupt", error=str(exc))
+        return EXIT_BAD, report
     except (UnknownFormatError, OSError) as exc:
         report.update(status="unknown", error=str(exc))
         return EXIT_USAGE, report

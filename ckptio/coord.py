@@ -37,6 +37,10 @@ def agree(comm, phase: str, error: BaseException | None) -> None:
     if failed == 0:
         return
     described = comm.allgather(None if error is None else _describe(error))
+    if isinstance(error, CollectiveError) and all(d == described[0] for d in described):
+        # every rank failed with the same collective error (an inner phase already agreed): name this phase
+        # too, without repeating the inner failures once per rank
+        raise type(error)(f"{phase}: {error.phase}", error.failures) from error
     failures = {rank: d for rank, d in enumerate(described) if d is not None}
     cls = collective_error_class([name for name, _ in failures.values()])
     raise cls(phase, failures) from error

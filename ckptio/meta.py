@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -31,6 +32,7 @@ import numpy as np
 import xxhash
 
 from .errors import DeclarationError, FormatVersionError
+from .layout import Box, check_dtype, check_name, find_overlap
 
 SCHEMA_VERSION = 1
 CHECKSUM_ALGORITHM = "xxh3_64"
@@ -100,11 +102,13 @@ def dumps(meta: Mapping[str, Any]) -> bytes:
 
 
 def loads(data: bytes | str) -> dict[str, Any]:
-    """Parse metadata and refuse schema versions newer than this library understands."""
+    """Parse metadata, refuse schema versions newer than this library understands (FormatVersionError), then
+    check its structure (:func:`validate`; ValueError naming the field)."""
     meta = json.loads(data)
     if not isinstance(meta, dict) or "schema" not in meta:
         raise ValueError("metadata is not a ckptio document")
     check_schema(meta)
+    validate(meta)
     return meta
 
 
@@ -123,3 +127,156 @@ def variable_nbytes(var: Mapping[str, Any]) -> int:
 
 def stored_nbytes(var: Mapping[str, Any]) -> int:
     return sum(int(b.get("stored_nbytes", 0)) for b in var["blocks"])
+
+
+# ------------------------------------------------------------------------------------------ validation
+MAX_NBYTES = 2**63 - 1  # no file holds more: a larger variable is a damaged document
+_CHECKSUM_RE = re.compile(r"^[0-9a-f]{16}$")
+_CODEC_RE = re.compile(r"^(zstd|zstd\+shuffle)(:-?[0-9]+)?$")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _nonneg_int(value: Any, what: str, minimum: int = 0) -> int:
+    if not _is_int(value) or not minimum <= value <= MAX_NBYTES:
+        raise ValueError(f"{what} is {value!r}, expected an integer >= {minimum}")
+    return value
+
+
+def _int_list(value: Any, what: str, ndim: int | None = None, minimum: int | None = 0) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(_is_int(v) and abs(v) <= MAX_NBYTES for v in value):
+        raise ValueError(f"{what} is {value!r}, expected a list of integers")
+    if ndim is not None and len(value) != ndim:
+        raise ValueError(f"{what} has {len(value)} dimensions, expected {ndim}")
+    if minimum is not None and any(v < minimum for v in value):
+        raise ValueError(f"{what} is {value!r}, expected integers >= {minimum}")
+    return tuple(value)
+
+
+def _dict(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} is {type(value).__name__}, expected an object")
+    return value
+
+
+def validate(meta: Mapping[str, Any]) -> None:
+    """Check the structure of a parsed document (of a supported schema); raise ValueError naming the field.
+
+    Every field ckptio reads from a checkpoint has the type and range it relies on, and each variable's
+    blocks tile its global shape exactly (inside it, disjoint, covering it; segments laid end to end in rank
+    order), so that a document that passes can be planned, read and verified without a TypeError, KeyError or
+    IndexError anywhere downstream: a damaged document whose checksum is intact (or that was written by a
+    broken tool) is a :class:`~ckptio.CorruptCheckpointError` for the backends, never a crash. Backends add
+    their format's own checks (file offsets inside the data region, datasets present, ...).
+    """
+    for key in ("backend", "nprocs", "attrs", "variables", "checksum"):
+        if key not in meta:
+            raise ValueError(f"field {key!r} is missing")
+    if not isinstance(meta["backend"], str) or not meta["backend"]:
+        raise ValueError(f"field 'backend' is {meta['backend']!r}, expected a backend name")
+    if meta["checksum"] != CHECKSUM_ALGORITHM:
+        raise ValueError(f"field 'checksum' is {meta['checksum']!r}, expected {CHECKSUM_ALGORITHM!r}")
+    nprocs = _nonneg_int(meta["nprocs"], "field 'nprocs'", minimum=1)
+    _dict(meta["attrs"], "field 'attrs'")
+    for key in ("hints", "stats"):
+        if key in meta:
+            _dict(meta[key], f"field {key!r}")
+    for key in ("ckptio_version", "created", "byteorder"):
+        if key in meta and not isinstance(meta[key], str):
+            raise ValueError(f"field {key!r} is {meta[key]!r}, expected a string")
+    if "backend_format_version" in meta:
+        _nonneg_int(meta["backend_format_version"], "field 'backend_format_version'", minimum=1)
+    if "layout" in meta:
+        layout = _dict(meta["layout"], "field 'layout'")
+        for key in ("stripe_count", "stripe_unit"):
+            if key in layout:
+                _nonneg_int(layout[key], f"layout {key!r}", minimum=1)
+    for name, var in _dict(meta["variables"], "field 'variables'").items():
+        try:
+            _validate_variable(name, var, nprocs)
+        except ValueError as exc:
+            raise ValueError(f"variable {name!r}: {exc}") from None
+
+
+def _validate_variable(name: str, var: Any, nprocs: int) -> None:
+    try:
+        check_name(name)
+    except DeclarationError as exc:
+        raise ValueError(str(exc)) from None
+    var = _dict(var, "the entry")
+    for key in ("dtype", "shape", "kind", "blocks"):
+        if key not in var:
+            raise ValueError(f"field {key!r} is missing")
+    try:
+        dtype = check_dtype(name, np.dtype(var["dtype"])) if isinstance(var["dtype"], str) else None
+    except (TypeError, ValueError, DeclarationError):
+        dtype = None
+    if dtype is None:
+        raise ValueError(f"dtype {var['dtype']!r} is not a supported numpy dtype")
+    shape = _int_list(var["shape"], "shape")
+    if math.prod(shape) * dtype.itemsize > MAX_NBYTES:
+        raise ValueError(f"shape {list(shape)} is impossibly large")
+    if var["kind"] not in ("array", "segment"):
+        raise ValueError(f"kind {var['kind']!r} is neither 'array' nor 'segment'")
+    if var["kind"] == "segment" and len(shape) != 1:
+        raise ValueError(f"a per-rank segment variable has shape {list(shape)}, expected 1-D")
+    if "storage" in var:
+        storage = _dict(var["storage"], "storage")
+        if storage.get("file_offset") is not None:
+            _nonneg_int(storage["file_offset"], "storage file_offset")
+        if "file_dtype" in storage:
+            try:
+                file_dtype = np.dtype(storage["file_dtype"]) if isinstance(storage["file_dtype"], str) else None
+            except TypeError:
+                file_dtype = None
+            if file_dtype is None or (file_dtype.kind, file_dtype.itemsize) != (dtype.kind, dtype.itemsize):
+                raise ValueError(f"storage file_dtype {storage['file_dtype']!r} does not store dtype {dtype.str}")
+    if not isinstance(var["blocks"], list):
+        raise ValueError("blocks is not a list")
+    boxes: list[tuple[int, Box]] = []
+    for i, b in enumerate(var["blocks"]):
+        b = _dict(b, f"block {i}")
+        for key in ("rank", "offset", "shape", "checksum"):
+            if key not in b:
+                raise ValueError(f"block {i}: field {key!r} is missing")
+        rank = _nonneg_int(b["rank"], f"block {i} rank")
+        if rank >= nprocs:
+            raise ValueError(f"block {i} was written by rank {rank} of a {nprocs}-rank job")
+        box = Box(_int_list(b["offset"], f"block {i} offset", len(shape)),
+                  _int_list(b["shape"], f"block {i} shape", len(shape)))
+        if not isinstance(b["checksum"], str) or not _CHECKSUM_RE.match(b["checksum"]):
+            raise ValueError(f"block {i} checksum {b['checksum']!r} is not {CHECKSUM_ALGORITHM} hex digits")
+        if b.get("file_offset") is not None:
+            _nonneg_int(b["file_offset"], f"block {i} file_offset")
+        if "stored_nbytes" in b:
+            _nonneg_int(b["stored_nbytes"], f"block {i} stored_nbytes")
+        codec = b.get("codec")
+        if codec is not None and (not isinstance(codec, str) or not _CODEC_RE.match(codec)):
+            raise ValueError(f"block {i} codec {codec!r} is unknown")
+        boxes.append((rank, box))
+    _check_tiling(shape, boxes, var["kind"] == "segment")
+
+
+def _check_tiling(shape: tuple[int, ...], boxes: list[tuple[int, Box]], segments: bool) -> None:
+    """The blocks lie inside ``shape``, do not overlap and cover it (segments: end to end in rank order)."""
+    for i, (_, box) in enumerate(boxes):
+        if not box.within(shape):
+            raise ValueError(f"block {i} (offset {list(box.offset)}, shape {list(box.shape)}) lies outside the "
+                             f"global shape {list(shape)}")
+    if segments:
+        pos, last_rank = 0, -1
+        for i, (rank, box) in enumerate(boxes):
+            if rank <= last_rank or box.offset[0] != pos:
+                raise ValueError(f"segment block {i} (rank {rank}, offset {box.offset[0]}) is out of order")
+            pos, last_rank = box.end[0], rank
+        if pos != shape[0]:
+            raise ValueError(f"segments cover {pos} of {shape[0]} elements")
+        return
+    pair = find_overlap(boxes)
+    if pair is not None:
+        raise ValueError(f"blocks {pair[0]} and {pair[1]} overlap")
+    covered, total = sum(box.size for _, box in boxes), math.prod(shape)
+    if covered != total:
+        raise ValueError(f"blocks cover {covered} of {total} elements of the global shape {list(shape)}")

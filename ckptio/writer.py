@@ -5,12 +5,15 @@ Phases of :meth:`Writer.close` (every one collective, every failure raised on ev
 1. *declare*  each rank prepares its blocks (C order, checksum, optional compression) and sends their
    descriptions to rank 0, which validates them all (shapes, dtypes, overlaps, coverage, attrs), picks a
    temporary file name next to the target and lays the blocks out (backend-specific);
-2. *create*   the backend creates the temporary file with the MPI hints (striping, collective buffering);
+2. *create*   the backend creates the temporary file with the MPI hints (striping, collective buffering),
+   and rank 0 reserves the space the data needs (``fallocate``), so that a full file system fails here,
+   cleanly on every rank, and not inside the collective write;
 3. *write*    one collective write of every rank's blocks, then a file sync;
 4. *index*    block checksums and statistics are gathered on rank 0, which builds the metadata document;
-5. *commit*   the backend stores the metadata and then the completion mark, syncing in between; all ranks
-   agree that it succeeded (the vote);
-6. *rename*   rank 0 renames the temporary file to its final name and syncs the directory.
+5. *commit*   the backend reserves the rest of the file, stores the metadata and then the completion mark,
+   syncing in between; all ranks agree that it succeeded (the vote);
+6. *rename*   rank 0 reads the metadata back from the temporary file (a file system that dropped writes
+   silently fails here), renames it to its final name and syncs the directory.
 
 A failure at any phase removes the temporary file and leaves an existing checkpoint of the same name and
 every other checkpoint untouched; nothing at the final name ever claims to be complete unless it is.
@@ -34,6 +37,7 @@ from . import codec as codecs
 from . import hints as hintsmod
 from . import meta as metamod
 from .backends import get_backend
+from .backends.rawio import reserve_space
 from .errors import CapabilityError, CheckpointError, CheckpointIOError, CollectiveError, DeclarationError
 from .plan import SEGMENT, VariablePlan, declaration, plan_write
 
@@ -84,6 +88,7 @@ class Writer:
         self._pending: list[_Pending] = []
         self._error: BaseException | None = None
         self._closed = False
+        self._make_directory = False  # the stage copy: create stage_dir if missing (as Series does)
         self.stats = WriteStats()
         self.compression = codecs.parse_compression(compression)
         if self.compression is not None and not self.backend.capabilities.compression:
@@ -196,6 +201,7 @@ class Writer:
         """Write to the fast tier now (collective), then copy to ``path`` in the final format."""
         stage_path = os.path.join(self.stage_dir, os.path.basename(self.path))
         staged = self._clone(stage_path, self.comm)
+        staged._make_directory = True  # a scratch tier: created on first use (the final directory is not)
         staged._pending = self._pending
         staged._close_now()
         self._closed = True
@@ -247,6 +253,9 @@ class Writer:
                                 lambda: self.backend.create(tmp, comm, info, variables, layout,
                                                             {"hints": self.hints, "nprocs": comm.Get_size(),
                                                              "attrs": self.attrs}))
+            # before any collective write: a full file system is one clean error (MPI-IO may hang or lose data)
+            coord.bcast_from_root(comm, f"checkpoint {self.path}: reserve space",
+                                  lambda: reserve_space(tmp, session.data_ranges(), "its data"))
             timings["open"] = time.perf_counter() - t
             t = time.perf_counter()
             mine = self._my_blocks(variables, rank)
@@ -269,7 +278,8 @@ class Writer:
             session = None
             timings["commit"] = time.perf_counter() - t
             _faults.point("rename", comm)
-            coord.bcast_from_root(comm, f"checkpoint {self.path}: rename", lambda: _rename_durably(tmp, self.path))
+            coord.bcast_from_root(comm, f"checkpoint {self.path}: check and rename",
+                                  lambda: (self._check_written(tmp), _rename_durably(tmp, self.path)))
             self.stats = WriteStats({k: v for k, v in meta["stats"]["write"]["seconds"].items()},
                                     meta["stats"]["write"]["bytes_per_rank"], meta["stats"]["write"]["calls_per_rank"])
             self.stats.seconds["commit"] = timings["commit"]
@@ -286,6 +296,17 @@ class Writer:
             self._pending = []
 
     # ------------------------------------------------------------------------------------------- helpers
+    def _check_written(self, tmp: str) -> None:
+        """Rank 0, before the rename: read the metadata back from the file as the file system has it (header,
+        index or document, completion mark; not the data). Where space could not be reserved (no
+        ``fallocate``), a full file system may drop writes without any error (Open MPI's OMPIO ignores short
+        writes): the lost tail then shows here, and the checkpoint fails instead of being renamed."""
+        try:
+            self.backend.read_metadata(tmp)
+        except CheckpointError as exc:
+            raise CheckpointIOError(f"{tmp}: the file as written is not a complete checkpoint, so the file system "
+                                    f"lost writes (no space left, or quota exceeded?): {exc}") from None
+
     def _prepare_local(self) -> dict[str, Any]:
         """Local part of the declare phase: C order, checksums, compression; returns what rank 0 needs."""
         if self._error is not None:
@@ -301,6 +322,8 @@ class Writer:
                 p.decl["stored_nbytes"], p.decl["codec"] = int(p.stored.nbytes), f"{codec}:{level}"
             else:
                 p.stored = data
+        if self._make_directory and self.comm.Get_rank() == 0:
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         check_dir = _directory_problem(self.path) if self.comm.Get_rank() == 0 else None
         return {"decls": [p.decl for p in self._pending], "attrs": self.attrs, "dir_problem": check_dir,
                 "prepare_seconds": time.perf_counter() - t}
