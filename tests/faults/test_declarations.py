@@ -1,0 +1,96 @@
+"""Bad declarations and bad read requests, for every backend (4 ranks, one job per backend).
+
+The cases are in ``fault_job.declaration_cases`` and ``fault_job.read_cases``: mismatched global shapes,
+dtypes, ranks or kinds between ranks; overlapping blocks, uncovered regions, blocks outside the shape;
+non-contiguous and negative-stride arrays; object, string and structured dtypes; names that are empty, too
+long, contain ``/``, are reserved or not strings; attributes that are not JSON-compatible (on every rank or
+on one), differ between ranks, or have a ``/`` in their name; a user exception on one rank inside the
+``with`` block; reading an unknown variable or a hyperslab outside the shape, with a negative offset or
+shape, or of the wrong rank. Most go wrong on ONE rank (the last), the hard case for a collective library.
+
+For each case: every rank raises (nobody hangs: the job has a time limit), the error is a CheckpointError
+subclass (the rank whose own code raised inside the ``with`` block gets its own exception back), its message
+names the variable or attribute and a rank, and no file is left behind (neither the final name nor a
+temporary). After the bad reads, the same reader still reads correctly.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import NPROCS, assert_every_rank_failed, run_job
+
+# case -> the name its error messages must contain (the variable or the attribute)
+DECLARATION_CASES = {
+    "shape_mismatch": "'shp'", "dtype_mismatch": "'dtp'", "ndim_mismatch": "'ndm'", "kind_mismatch": "'knd'",
+    "overlap": "'ovl'", "uncovered": "'hole'", "outside": "'outs'", "negative_offset": "'negoff'",
+    "negative_global_shape": "'neggs'", "offset_rank_mismatch": "'offr'", "two_segments_one_rank": "'seg2'",
+    "non_contiguous": "'strided'", "negative_stride": "'reversed'", "object_dtype": "'objs'",
+    "string_dtype": "'strs'", "structured_dtype": "'recs'", "not_an_array": "'lst'", "name_empty": "''",
+    "name_too_long": "'xxxxxxxx", "name_with_slash": "'a/b'", "name_reserved": "'ckptio_blocks'",
+    "name_not_str": "42", "attrs_not_json_all_ranks": "'obj'", "attrs_not_json_one_rank": "'obj'",
+    "attrs_differ_between_ranks": "'step'", "set_attr_not_json_one_rank": "'when'", "attr_name_with_slash": "'a/b'",
+    "user_exception_one_rank": "the simulation failed on this rank",
+}
+READ_CASES = {
+    "unknown_variable": "'nope'", "unknown_variable_all_ranks": "'nope'", "hyperslab_outside": "'dens'",
+    "hyperslab_negative_offset": "'dens'", "hyperslab_wrong_ndim": "'dens'", "hyperslab_negative_shape": "'dens'",
+}
+LAST = NPROCS - 1
+
+
+@pytest.fixture(scope="module", params=("mpiio", "hdf5", "pnetcdf"))
+def outcomes(request, tmp_path_factory) -> dict[str, dict[int, dict]]:
+    from conftest import require_backend
+
+    require_backend(request.param)
+    work = tmp_path_factory.mktemp(f"declare_{request.param}")
+    result = run_job(["declare", str(work), request.param], work, timeout=240)
+    assert result.returncode == 0, result.describe()
+    by_case = result.by_case()
+    expected = set(DECLARATION_CASES) | {f"{c}:files" for c in DECLARATION_CASES} | set(READ_CASES)
+    expected.add("still_usable_after_errors")
+    assert set(by_case) == expected, f"cases run vs expected: {sorted(set(by_case) ^ expected)}"
+    return by_case
+
+
+def _check_failure(outcomes: dict, case: str, token: str) -> None:
+    class _Result:  # assert_every_rank_failed wants a JobResult; only by_case() and describe() are used
+        def by_case(self):
+            return outcomes
+
+        def describe(self):
+            return repr(outcomes.get(case))
+
+    per_rank = assert_every_rank_failed(_Result(), case)
+    for rank, o in per_rank.items():
+        own_exception = case == "user_exception_one_rank" and rank == LAST
+        if own_exception:
+            assert o["cls"] == "RuntimeError", o
+        else:
+            assert "CheckpointError" in o["bases"], f"{case}, rank {rank}: {o['cls']}: {o['msg']}"
+            assert "rank" in o["msg"], f"{case}, rank {rank}: the message names no rank: {o['msg']}"
+        assert token in o["msg"], f"{case}, rank {rank}: the message does not name {token}: {o['msg']}"
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("case", sorted(DECLARATION_CASES))
+def test_bad_declaration_fails_on_every_rank_and_leaves_nothing(outcomes, case: str) -> None:
+    _check_failure(outcomes, case, DECLARATION_CASES[case])
+    files = outcomes[f"{case}:files"][0]
+    assert files["ok"] and files["value"] == [], f"{case}: left behind {files}"
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("case", sorted(READ_CASES))
+def test_bad_read_request_fails_on_every_rank(outcomes, case: str) -> None:
+    _check_failure(outcomes, case, READ_CASES[case])
+    for o in outcomes[case].values():
+        assert "ReadRequestError" in o["bases"], o
+
+
+@pytest.mark.mpi
+def test_reader_still_usable_after_bad_requests(outcomes) -> None:
+    per_rank = outcomes["still_usable_after_errors"]
+    assert sorted(per_rank) == list(range(NPROCS))
+    assert all(o["ok"] and o["value"] == "usable" for o in per_rank.values()), per_rank
+
