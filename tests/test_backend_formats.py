@@ -401,6 +401,12 @@ def test_damaged_metadata_document_is_corrupt(written, tmp_path: Path, backend: 
     assert report["status"] == "corrupt" and "checksum mismatch" in report["error"], report
 
 
+def _run_snippet(code: str, marker: str) -> None:
+    """Run ``code`` in a fresh interpreter (no MPI in the pytest process) and expect ``marker`` on stdout."""
+    proc = _run([sys.executable, "-c", code], HERE.parent)
+    assert proc.returncode == 0 and marker in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_capabilities_refuse_what_the_formats_cannot_store() -> None:
     """Pure (no MPI): CDF-5 has no bool, complex or float16; neither format compresses."""
     code = ("import numpy as np, ckptio\n"
@@ -417,8 +423,7 @@ def test_capabilities_refuse_what_the_formats_cannot_store() -> None:
             "    h.check_dtype('v', np.dtype(dt))\n"
             "p.check_dtype('v', np.dtype('u8'))\n"
             "print('CAPS OK')\n")
-    proc = _run([sys.executable, "-c", code], HERE.parent)
-    assert proc.returncode == 0 and "CAPS OK" in proc.stdout, proc.stdout + proc.stderr
+    _run_snippet(code, "CAPS OK")
 
 
 def test_leading_axis_bands_group_overlapping_blocks() -> None:
@@ -435,8 +440,7 @@ def test_leading_axis_bands_group_overlapping_blocks() -> None:
             "    [((0, 0), (3, 4), 1000, 48), ((3, 0), (3, 4), 1048, 48)], ext\n"
             "assert [[i for i, _, _ in e.verify] for e in ext] == [[0, 1, 2], [3]]\n"
             "print('BANDS OK')\n")
-    proc = _run([sys.executable, "-c", code], HERE.parent)
-    assert proc.returncode == 0 and "BANDS OK" in proc.stdout, proc.stdout + proc.stderr
+    _run_snippet(code, "BANDS OK")
 
 
 if __name__ == "__main__":
