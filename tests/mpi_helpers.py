@@ -1,4 +1,5 @@
-"""Launch Python under ``mpirun`` from tests, with a hard timeout so a deadlock fails instead of hanging CI."""
+"""Launch Python (or a compiled program) under ``mpirun`` from tests, with a hard timeout so a deadlock
+fails instead of hanging CI."""
 
 from __future__ import annotations
 
@@ -24,20 +25,27 @@ def mpi_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def run_mpi(nprocs: int, args: list[str], timeout: float = 240, env: dict[str, str] | None = None,
-            check: bool = True) -> subprocess.CompletedProcess:
-    """Run ``python ARGS`` on ``nprocs`` ranks; on timeout the whole job is killed and the test fails."""
-    cmd = ["mpirun", "-n", str(nprocs), sys.executable, *args]
+def run_program(nprocs: int, argv: list, timeout: float = 240, env: dict[str, str] | None = None,
+                check: bool = True, cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
+    """Run the program ``argv`` (paths allowed) on ``nprocs`` ranks; on timeout the whole job is killed and the
+    test fails; with ``check``, a non-zero exit fails it too."""
+    cmd = ["mpirun", "-n", str(nprocs), *map(str, argv)]
     try:
-        proc = subprocess.run(cmd, cwd=REPO, env=mpi_env(env), capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.run(cmd, cwd=cwd or REPO, env=mpi_env(env), capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as exc:
-        raise AssertionError(f"mpirun -n {nprocs} {' '.join(args)} did not finish in {timeout} s (deadlock?)\n"
+        raise AssertionError(f"{' '.join(cmd)} did not finish in {timeout} s (deadlock?)\n"
                              f"stdout: {exc.stdout}\nstderr: {exc.stderr}") from None
     if check and proc.returncode != 0:
-        raise AssertionError(f"mpirun -n {nprocs} {' '.join(args)} exited {proc.returncode}\nstdout:\n{proc.stdout}\n"
+        raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\n"
                              f"stderr:\n{proc.stderr[-4000:]}")
     return proc
+
+
+def run_mpi(nprocs: int, args: list[str], timeout: float = 240, env: dict[str, str] | None = None,
+            check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``python ARGS`` on ``nprocs`` ranks (see :func:`run_program`)."""
+    return run_program(nprocs, [sys.executable, *args], timeout=timeout, env=env, check=check)
 
 
 def run_script(nprocs: int, script: str, tmp_path: Path, *args: str, **kw) -> subprocess.CompletedProcess:

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from mpi_helpers import REPO, mpi_env, run_mpi, run_script
+from mpi_helpers import REPO, run_mpi, run_program, run_script
 
 SRC = REPO / "fortran_bindings"
 BUILD = REPO / "build" / "fortran"
@@ -53,22 +53,6 @@ def build() -> Path:
               "-DCMAKE_Fortran_COMPILER=mpifort", f"-DPython3_EXECUTABLE={sys.executable}"], timeout=600)
     _run(["cmake", "--build", str(BUILD)], timeout=900)
     return BUILD
-
-
-def mpirun(nprocs: int, argv: list[str], timeout: float = 240, check: bool = True, cwd=None,
-           env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """Run a compiled program under mpirun with a hard timeout (a deadlock fails instead of hanging)."""
-    cmd = ["mpirun", "-n", str(nprocs), *map(str, argv)]
-    try:
-        proc = subprocess.run(cmd, cwd=cwd or REPO, env=mpi_env(env), capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as exc:
-        raise AssertionError(f"{' '.join(cmd)} did not finish in {timeout} s (deadlock?)\n"
-                             f"stdout: {exc.stdout}\nstderr: {exc.stderr}") from None
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\n"
-                             f"stderr:\n{proc.stderr[-4000:]}")
-    return proc
 
 
 def error_lines(stdout: str) -> dict[str, dict[int, tuple[int, str]]]:
@@ -150,7 +134,7 @@ def test_c_roundtrip(build, tmp_path, nprocs, backend):
         # initialized with MPI_THREAD_SINGLE, which is what a C/Fortran host's MPI_Init gives (pure Python:
         # mpi4py asks for MPI_THREAD_MULTIPLE). Reproduced without the bindings; reported. ROMIO is fine.
         env = {"OMPI_MCA_io": "romio321"}
-    proc = mpirun(nprocs, [build / "ckptio_test_c", "roundtrip", tmp_path, backend], env=env)
+    proc = run_program(nprocs, [build / "ckptio_test_c", "roundtrip", tmp_path, backend], env=env)
     assert f"ROUNDTRIP OK {nprocs} ranks backend {backend}" in proc.stdout
     other = 3 if nprocs != 3 else 2
     proc = run_script(other, CHECK_C_FILE, tmp_path, str(tmp_path / "chk_000007"), str(nprocs))
@@ -160,7 +144,7 @@ def test_c_roundtrip(build, tmp_path, nprocs, backend):
 @pytest.mark.parametrize("nprocs", [2, 4])
 def test_c_errors(build, tmp_path, nprocs):
     """Errors are status codes with a readable message on every rank; collective ones agree on all ranks."""
-    proc = mpirun(nprocs, [build / "ckptio_test_c", "errors", tmp_path], timeout=180)
+    proc = run_program(nprocs, [build / "ckptio_test_c", "errors", tmp_path], timeout=180)
     cases = error_lines(proc.stdout)
     expected = {
         "unknown_variable": CODES["CKPTIO_ERR_NOT_FOUND"],
@@ -240,7 +224,7 @@ if MPI.COMM_WORLD.rank == 0:
 
 @pytest.mark.parametrize("nprocs", [2, 3])
 def test_fortran_layout_seen_from_python(build, tmp_path, nprocs):
-    proc = mpirun(nprocs, [build / "ckptio_test_f", "layout", tmp_path])
+    proc = run_program(nprocs, [build / "ckptio_test_f", "layout", tmp_path])
     assert f"LAYOUT OK {nprocs} ranks" in proc.stdout
     proc = run_script(2, CHECK_F_LAYOUT, tmp_path, str(tmp_path), str(nprocs))
     assert "PYTHON OK" in proc.stdout
@@ -248,7 +232,7 @@ def test_fortran_layout_seen_from_python(build, tmp_path, nprocs):
 
 def test_fortran_errors(build, tmp_path):
     nprocs = 2
-    proc = mpirun(nprocs, [build / "ckptio_test_f", "errors", tmp_path], timeout=180)
+    proc = run_program(nprocs, [build / "ckptio_test_f", "errors", tmp_path], timeout=180)
     cases = error_lines(proc.stdout)
     expected = {
         "unknown_variable": "CKPTIO_ERR_NOT_FOUND",
@@ -280,7 +264,7 @@ def test_fortran_errors(build, tmp_path):
 
 
 def test_fortran_without_ierr_aborts_with_message(build, tmp_path):
-    proc = mpirun(2, [build / "ckptio_test_f", "abort", tmp_path], check=False, timeout=120)
+    proc = run_program(2, [build / "ckptio_test_f", "abort", tmp_path], check=False, timeout=120)
     assert proc.returncode != 0
     assert "NOT ABORTED" not in proc.stdout
     assert "ckptio: rank" in proc.stderr and "No such file" in proc.stderr, proc.stderr[-2000:]
@@ -290,7 +274,7 @@ def test_fortran_without_ierr_aborts_with_message(build, tmp_path):
 def test_flash_like_fortran_matches_python(build, tmp_path):
     """Same steps, same bits: every variable and attribute of chk_000005 and chk_000010 (Fortran writes HDF5,
     Python the native format: the contents must not depend on it)."""
-    mpirun(4, [build / "flash_like", "--outdir", tmp_path / "f", "--steps", "10", "--backend", "hdf5", *SMALL])
+    run_program(4, [build / "flash_like", "--outdir", tmp_path / "f", "--steps", "10", "--backend", "hdf5", *SMALL])
     run_mpi(2, [FLASH_PY, "--outdir", str(tmp_path / "p"), "--steps", "10", *SMALL])
     for step in ("000005", "000010"):
         assert_identical(tmp_path, tmp_path / "p" / f"chk_{step}", tmp_path / "f" / f"chk_{step}")
@@ -301,10 +285,10 @@ def test_flash_like_restart_across_languages(build, tmp_path):
     both end bit-identical to a straight Python run (2 ranks)."""
     ref, f2p, p2f = tmp_path / "ref", tmp_path / "f2p", tmp_path / "p2f"
     run_mpi(2, [FLASH_PY, "--outdir", str(ref), "--steps", "20", *SMALL])
-    mpirun(4, [build / "flash_like", "--outdir", f2p, "--steps", "10", "--backend", "pnetcdf", *SMALL])
+    run_program(4, [build / "flash_like", "--outdir", f2p, "--steps", "10", "--backend", "pnetcdf", *SMALL])
     run_mpi(3, [FLASH_PY, "--outdir", str(f2p), "--steps", "20", "--restart", *SMALL])
     run_mpi(4, [FLASH_PY, "--outdir", str(p2f), "--steps", "10", "--backend", "hdf5", *SMALL])
-    proc = mpirun(3, [build / "flash_like", "--outdir", p2f, "--steps", "20", "--restart",
+    proc = run_program(3, [build / "flash_like", "--outdir", p2f, "--steps", "20", "--restart",
                       "--checkpoint-every", "5", "--nblocks", "13"])
     assert "restarted from" in proc.stdout and "chk_000010" in proc.stdout
     assert_identical(tmp_path, ref / "chk_000020", f2p / "chk_000020", p2f / "chk_000020")
@@ -343,23 +327,23 @@ def test_readme_snippets_build_against_install(build, tmp_path):
     _run(["cmake", "--build", str(proj / "build")], timeout=600)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    mpirun(2, [proj / "build" / "myapp"], cwd=run_dir)
+    run_program(2, [proj / "build" / "myapp"], cwd=run_dir)
     assert (run_dir / "demo_chk_000010").exists()
-    proc = mpirun(2, [proj / "build" / "demo_c"], cwd=run_dir)
+    proc = run_program(2, [proj / "build" / "demo_c"], cwd=run_dir)
     assert "last row starts with 30" in proc.stdout
     if shutil.which("pkg-config"):
         env = {**os.environ, "PKG_CONFIG_PATH": str(prefix / "lib" / "pkgconfig")}
         flags = _run(["pkg-config", "--cflags", "--libs", "ckptio"], env=env).stdout.split()
         _run(["mpicc", str(proj / "demo_c.c"), *flags, "-o", str(proj / "demo_pc")])
-        proc = mpirun(2, [proj / "demo_pc"], cwd=run_dir)
+        proc = run_program(2, [proj / "demo_pc"], cwd=run_dir)
         assert "last row starts with 30" in proc.stdout
 
 
 def test_ckptio_python_selects_the_interpreter(build, tmp_path):
     """CKPTIO_PYTHON overrides the compiled-in interpreter; a wrong one gives CKPTIO_ERR_INIT and says why."""
-    proc = mpirun(1, [build / "ckptio_test_c", "roundtrip", tmp_path], env={"CKPTIO_PYTHON": sys.executable})
+    proc = run_program(1, [build / "ckptio_test_c", "roundtrip", tmp_path], env={"CKPTIO_PYTHON": sys.executable})
     assert "ROUNDTRIP OK" in proc.stdout
-    proc = mpirun(1, [build / "ckptio_test_c", "roundtrip", tmp_path], check=False,
+    proc = run_program(1, [build / "ckptio_test_c", "roundtrip", tmp_path], check=False,
                   env={"CKPTIO_PYTHON": str(tmp_path / "no_venv" / "bin" / "python")})
     assert proc.returncode != 0
     assert f"-> {CODES['CKPTIO_ERR_INIT']} " in proc.stderr, proc.stderr[-2000:]
