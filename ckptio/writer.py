@@ -117,22 +117,23 @@ class Writer:
                 raise CapabilityError(f"variable {name!r}: backend {self.backend.name!r} has no per-rank segments")
             self._pending.append(_Pending(d, array))
         except CheckpointError as exc:
-            named = _naming_rank(exc, self.comm.Get_rank())
-            self._error = self._error or named
-            if named is exc:
-                raise
-            raise named from None
+            self._fail_locally(exc)
 
     def set_attr(self, key: str, value: Any) -> None:
         """Set one attribute (JSON-compatible; must be the same on every rank). Local."""
         try:
             self.attrs.update(metamod.normalize_attrs({key: value}))
         except CheckpointError as exc:
-            named = _naming_rank(exc, self.comm.Get_rank())
-            self._error = self._error or named
-            if named is exc:
-                raise
-            raise named from None
+            self._fail_locally(exc)
+
+    def _fail_locally(self, exc: CheckpointError) -> None:
+        """Remember a local declaration error for close() (which raises it on every rank) and raise it here,
+        naming this rank."""
+        named = _naming_rank(exc, self.comm.Get_rank())
+        self._error = self._error or named
+        if named is exc:
+            raise exc
+        raise named from None
 
     def __enter__(self) -> Writer:
         return self
