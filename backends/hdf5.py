@@ -48,7 +48,6 @@ import ctypes
 import json
 import math
 import os
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -65,7 +64,7 @@ from ckptio.errors import (
     IncompleteCheckpointError,
     UnknownFormatError,
 )
-from ckptio.hints import DEFAULT_STRIPING_UNIT, info_to_dict
+from ckptio.hints import DEFAULT_STRIPING_UNIT, data_transfer_mode, info_to_dict
 from ckptio.layout import Box
 from ckptio.plan import BlockPlan, Extent, VariablePlan
 
@@ -96,28 +95,6 @@ def _write_groups(boxes: Sequence[Box]) -> list[list[int]]:
         else:
             groups.append([i])
     return groups
-
-
-def ompio_unsafe_collective_transfers() -> str | None:
-    """Why collective ``H5Dwrite`` is unsafe in this process, or None when it is safe. Local, no communication.
-
-    Open MPI 4.1's OMPIO component, in a process initialised below ``MPI_THREAD_MULTIPLE``, silently writes
-    wrong bytes for HDF5's collective transfers of non-contiguous file selections (a rank's tile of a 2-D
-    array, say): the data of some ranks lands as zeros or garbage and only the checksums notice. ROMIO
-    (``OMPI_MCA_io=romio321``) and ``MPI_THREAD_MULTIPLE`` are both correct (tests/test_backend_formats.py
-    reproduces all three). The io component cannot be queried through MPI, so OMPIO is assumed for Open MPI
-    unless ``OMPI_MCA_io`` selects ROMIO.
-    """
-    from mpi4py import MPI
-
-    if not MPI.Get_library_version().startswith("Open MPI"):
-        return None
-    if "romio" in os.environ.get("OMPI_MCA_io", ""):
-        return None
-    if MPI.Query_thread() >= MPI.THREAD_MULTIPLE:
-        return None
-    return ("Open MPI's OMPIO io component with a thread level below MPI_THREAD_MULTIPLE corrupts HDF5 collective "
-            "writes of non-contiguous selections")
 
 
 def _dcpl():
@@ -207,13 +184,9 @@ class _HDF5WriteSession(WriteSession):
                                   default=0) for name, var in variables.items()}
         self.datasets: dict[str, h5py.Dataset] = {}
         self._dxpl = h5py.h5p.create(h5py.h5p.DATASET_XFER)
-        unsafe = ompio_unsafe_collective_transfers()  # the same on every rank: one launch, one environment
-        self.transfer = "independent" if unsafe else "collective"
-        self._dxpl.set_dxpl_mpio(h5py.h5fd.MPIO_INDEPENDENT if unsafe else h5py.h5fd.MPIO_COLLECTIVE)
-        if unsafe and rank == 0:
-            warnings.warn(f"ckptio hdf5 backend: independent data transfers instead of collective ones ({unsafe}); "
-                          "initialise MPI with MPI_THREAD_MULTIPLE or set OMPI_MCA_io=romio321 to keep collective "
-                          "buffering", RuntimeWarning, stacklevel=2)
+        self.transfer = data_transfer_mode("hdf5", rank)  # "independent" where OMPIO would corrupt collective I/O
+        self._dxpl.set_dxpl_mpio(h5py.h5fd.MPIO_INDEPENDENT if self.transfer == "independent"
+                                 else h5py.h5fd.MPIO_COLLECTIVE)
         self.file: h5py.File | None = coord.run(comm, "create the HDF5 file", lambda: h5py.File(
             path, "w", driver="mpio", comm=comm, info=info if info is not None else MPI.Info(),
             alignment_threshold=stripe_unit, alignment_interval=stripe_unit))

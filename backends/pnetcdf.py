@@ -52,7 +52,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,7 +68,7 @@ from ckptio.errors import (
     IncompleteCheckpointError,
     UnknownFormatError,
 )
-from ckptio.hints import DEFAULT_STRIPING_UNIT, info_to_dict
+from ckptio.hints import DEFAULT_STRIPING_UNIT, data_transfer_mode, info_to_dict
 from ckptio.plan import BlockPlan, Extent, VariablePlan
 
 from .base import Backend, Capabilities, ExtentReader, WriteSession, WrittenBlock, register
@@ -150,6 +150,7 @@ class _PnetCDFWriteSession(WriteSession):
         self.path, self.comm, self.variables = path, comm, variables
         rank = comm.Get_rank()
         self._mine = {b.local_index: name for name, v in variables.items() for b in v.blocks if b.rank == rank}
+        self.transfer = data_transfer_mode("pnetcdf", rank)  # "independent" where OMPIO would corrupt collective I/O
         file_info = info.Dup() if info is not None else MPI.Info.Create()
         align = _var_align(options.get("hints", {}), variables)
         if align is not None:
@@ -226,7 +227,10 @@ class _PnetCDFWriteSession(WriteSession):
                 keep += [rows, chars]
                 table.iput_var(rows)
                 sums.iput_var(chars)
-        coord.run(self.comm, "write the data (wait_all)", self.file.wait_all)
+        if self.transfer == "independent":
+            self._independently("write the data (independent wait)", self.file.wait)
+        else:
+            coord.run(self.comm, "write the data (wait_all)", self.file.wait_all)
         coord.run(self.comm, "sync the data", self.file.sync)
         return written
 
@@ -249,9 +253,11 @@ class _PnetCDFWriteSession(WriteSession):
     def effective_hints(self) -> dict[str, str]:
         info = self.file.inq_info()
         try:
-            return info_to_dict(info)
+            hints = info_to_dict(info)
         finally:
             info.Free()
+        hints["ckptio_pnetcdf_transfer"] = self.transfer
+        return hints
 
     def commit(self, meta: Mapping[str, Any]) -> None:
         """Collective: rank 0 writes the document and its checksum (collective puts, the others with empty
@@ -264,23 +270,40 @@ class _PnetCDFWriteSession(WriteSession):
         begin = lambda: read_header(self.path).vars[META_VAR].begin  # noqa: E731 - rank 0 only
         reserve_collectively(self.comm, self.path, lambda: [(begin(), begin() + len(document))],
                              "the metadata document")
-        coord.run(self.comm, "write the metadata document",
-                  lambda: self.metadata.put_var_all(text, start=[0], count=[text.size]))
-        coord.run(self.comm, "write the metadata checksum",
-                  lambda: self.metadata_checksum.put_var_all(digest, start=[0], count=[digest.size]))
+        if self.transfer == "independent":
+            def put_document() -> None:  # rank 0 alone; the others have nothing to write
+                if self.comm.Get_rank() == 0:
+                    self.metadata.put_var(text, start=[0], count=[text.size])
+                    self.metadata_checksum.put_var(digest, start=[0], count=[digest.size])
+
+            self._independently("write the metadata document and its checksum", put_document)
+        else:
+            coord.run(self.comm, "write the metadata document",
+                      lambda: self.metadata.put_var_all(text, start=[0], count=[text.size]))
+            coord.run(self.comm, "write the metadata checksum",
+                      lambda: self.metadata_checksum.put_var_all(digest, start=[0], count=[digest.size]))
         coord.run(self.comm, "sync the metadata", self.file.sync)
-        self.file.begin_indep()
-        error: BaseException | None = None
-        if self.comm.Get_rank() == 0:
-            try:
+
+        def put_mark() -> None:
+            if self.comm.Get_rank() == 0:
                 self.complete.put_var(np.array(COMPLETE, dtype=np.int32))
-            except Exception as exc:  # reported on every rank after end_indep (collective)
-                error = exc
-        self.file.end_indep()
-        coord.agree(self.comm, "write the completion mark", error)
+
+        self._independently("write the completion mark", put_mark)
         coord.run(self.comm, "sync the completion mark", self.file.sync)
         self.file.close()
         self.file = None
+
+    def _independently(self, phase: str, write: Callable[[], Any]) -> None:
+        """Collective: ``write`` (local puts or waits) in PnetCDF's independent data mode; entering and leaving
+        that mode are collective, so an error is held until after ``end_indep`` and then raised on every rank."""
+        self.file.begin_indep()
+        error: BaseException | None = None
+        try:
+            write()
+        except Exception as exc:
+            error = exc
+        self.file.end_indep()
+        coord.agree(self.comm, phase, error)
 
     def abort(self) -> None:
         file, self.file = self.file, None

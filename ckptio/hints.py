@@ -119,3 +119,42 @@ def io_component() -> str:
     if "Open MPI" in lib:
         return f"Open MPI io={os.environ.get('OMPI_MCA_io', 'default (ompio)')}"
     return lib
+
+
+def collective_write_hazard() -> str | None:
+    """Why collective writes through HDF5 or PnetCDF are unsafe in this process, or None. Local; the answer is
+    the same on every rank of one launch (one environment, one MPI_Init).
+
+    Open MPI 4.1's OMPIO io component, in a process initialised below ``MPI_THREAD_MULTIPLE`` (what a C or
+    Fortran host's ``MPI_Init`` gives), intermittently writes wrong bytes for the collective writes HDF5 and
+    PnetCDF make (their derived file views): some ranks' data lands as zeros and only the checksums notice
+    (tests/test_thread_levels.py; PnetCDF: the C round trip of tests/test_bindings.py failed 2 of 12
+    four-rank runs). ROMIO (``OMPI_MCA_io=romio321``) and ``MPI_THREAD_MULTIPLE`` were correct in every run,
+    and so were the native backend's collective writes of contiguous ranges. The io component cannot be
+    queried through MPI, so OMPIO is assumed for Open MPI unless ``OMPI_MCA_io`` selects ROMIO.
+    """
+    from mpi4py import MPI
+
+    if not MPI.Get_library_version().startswith("Open MPI"):
+        return None
+    if "romio" in os.environ.get("OMPI_MCA_io", ""):
+        return None
+    if MPI.Query_thread() >= MPI.THREAD_MULTIPLE:
+        return None
+    return ("Open MPI's OMPIO io component with a thread level below MPI_THREAD_MULTIPLE corrupts collective "
+            "writes through derived file views")
+
+
+def data_transfer_mode(backend: str, rank: int) -> str:
+    """``"collective"``, or ``"independent"`` when :func:`collective_write_hazard` applies (rank 0 then warns
+    once per checkpoint). Local; the same on every rank."""
+    hazard = collective_write_hazard()
+    if hazard is None:
+        return "collective"
+    if rank == 0:
+        import warnings
+
+        warnings.warn(f"ckptio {backend} backend: independent data transfers instead of collective ones ({hazard}); "
+                      "initialise MPI with MPI_THREAD_MULTIPLE or set OMPI_MCA_io=romio321 to keep collective "
+                      "buffering", RuntimeWarning, stacklevel=3)
+    return "independent"

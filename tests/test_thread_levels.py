@@ -1,8 +1,8 @@
-"""The HDF5 backend under the MPI thread levels and io components a Fortran/C host may choose.
+"""The HDF5 and PnetCDF backends under the MPI thread levels and io components a Fortran/C host may choose.
 
-Open MPI 4.1's OMPIO, in a process initialised below MPI_THREAD_MULTIPLE, corrupts HDF5 collective writes of
-non-contiguous selections (a rank's tile of a 2-D array). ckptio then switches that file to independent
-transfers and says so. These tests write side-by-side tiles (the failing pattern) and read them back with
+Open MPI 4.1's OMPIO, in a process initialised below MPI_THREAD_MULTIPLE, corrupts collective writes made
+through HDF5 and PnetCDF (see ckptio.hints.collective_write_hazard). ckptio then switches those files to
+independent transfers and says so. These tests write side-by-side tiles (the failing pattern) and read them back with
 checksums verified, in each configuration.
 
 The defect itself is intermittent (raw h5py collective tile writes with ckptio's hints, 1 MiB alignment and
@@ -33,8 +33,8 @@ bad = 0
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     for trial in range(4):
-        path = f"{sys.argv[2]}/tiles{trial}.h5"
-        w = ckptio.create(path, comm, backend="hdf5")
+        path = f"{sys.argv[2]}/tiles{trial}"
+        w = ckptio.create(path, comm, backend=sys.argv[3])
         mine = {}
         for v, (rows, cols) in enumerate([(8, 8), (16, 24), (3, 5), (100, 7)]):
             left, right = rng.random((rows, cols)), rng.random((rows, cols))
@@ -45,7 +45,7 @@ with warnings.catch_warnings(record=True) as caught:
         with ckptio.open(path, comm) as r:
             ok = all(np.array_equal(r.read(k, offset=(x.shape[0] * rank, 0), shape=x.shape), x)
                      for k, x in mine.items())
-            transfer = r.meta["hints"]["effective"].get("ckptio_hdf5_transfer")
+            transfer = r.meta["hints"]["effective"].get(f"ckptio_{sys.argv[3]}_transfer")
         bad += comm.allreduce(0 if ok else 1)
 if rank == 0:
     print("RESULT", json.dumps({"thread": MPI.Query_thread(), "bad": bad, "transfer": transfer,
@@ -63,16 +63,17 @@ def _result(stdout: str) -> dict:
 
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("backend", ["hdf5", "pnetcdf"])
 @pytest.mark.parametrize(("thread_level", "io", "transfer"), [
     ("single", None, "independent"),          # OMPIO below THREAD_MULTIPLE: the workaround
     ("funneled", None, "independent"),
     ("multiple", None, "collective"),         # mpi4py's default: collective buffering kept
     ("single", "romio321", "collective"),     # ROMIO is correct at any thread level
 ])
-def test_tiles_round_trip_at_every_thread_level(tmp_path: Path, thread_level: str, io: str | None,
+def test_tiles_round_trip_at_every_thread_level(tmp_path: Path, backend: str, thread_level: str, io: str | None,
                                                 transfer: str) -> None:
     env = {"OMPI_MCA_io": io} if io else {}
-    out = _result(run_script(4, TILES, tmp_path, thread_level, str(tmp_path), env=env).stdout)
+    out = _result(run_script(4, TILES, tmp_path, thread_level, str(tmp_path), backend, env=env).stdout)
     assert out["bad"] == 0, out
     assert out["transfer"] == transfer, out
     assert out["warned"] == (transfer == "independent"), out
