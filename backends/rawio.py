@@ -43,8 +43,43 @@ from .base import ExtentReader
 _MAX_CHUNK = 1 << 30  # MPI counts are C ints: describe larger blocks as several 1 GiB pieces
 
 
+def _classic_type_constructor():
+    """``MPI_Type_create_hindexed`` (the classic, int-count constructor) of the MPI library mpi4py runs on.
+
+    Why not ``MPI.BYTE.Create_hindexed``: mpi4py 4.x builds every derived type with the MPI-4 large-count
+    constructor (``MPI_Type_create_hindexed_c``) whenever the library has one. ROMIO up to MPICH 4.0.x cannot
+    flatten the large-count combiners (pmodels/mpich issue 6121, fixed in 4.1): ``MPI_File_set_view`` and
+    collective transfers abort with "Out of memory in file adio/common/flatten.c" or "dtp_ != NULL".
+    Open MPI 4.1 has no ``_c`` constructors, so it never showed there. mpi4py has no run-time switch for
+    this (only a build-time one), so ckptio calls the classic constructor itself, through ctypes: the
+    symbol is looked up from mpi4py's own extension module, whose dependencies include the MPI library it
+    was linked against (whichever of mpi4py's MPI variants was loaded), so no library name is guessed.
+    The MPI handle is an ``int`` in MPICH-family libraries and a pointer in Open MPI: its size says which.
+    Local; cached after the first call.
+    """
+    global _CLASSIC
+    if _CLASSIC is None:
+        from mpi4py import MPI
+
+        lib = ctypes.CDLL(MPI.__file__)
+        fn = lib.MPI_Type_create_hindexed
+        handle = ctypes.c_void_p if MPI._sizeof(MPI.Datatype) == ctypes.sizeof(ctypes.c_void_p) else ctypes.c_int
+        if MPI._sizeof(MPI.Datatype) != ctypes.sizeof(handle):
+            raise CheckpointIOError(f"unsupported MPI_Datatype handle size {MPI._sizeof(MPI.Datatype)}")
+        if MPI.AINT.Get_size() != np.dtype(np.intp).itemsize:
+            raise CheckpointIOError(f"unsupported MPI_Aint size {MPI.AINT.Get_size()}")
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, handle, ctypes.c_void_p]
+        _CLASSIC = (fn, handle)
+    return _CLASSIC
+
+
+_CLASSIC: tuple[Any, Any] | None = None
+
+
 def hindexed(lengths: Sequence[int], displacements: Sequence[int]):
-    """A committed MPI hindexed byte type; pieces above 1 GiB are split (int counts)."""
+    """A committed MPI hindexed type of ``MPI_BYTE`` built with the classic constructor (see
+    :func:`_classic_type_constructor`); pieces above 1 GiB are split (int block lengths). Local."""
     from mpi4py import MPI
 
     lens: list[int] = []
@@ -58,18 +93,43 @@ def hindexed(lengths: Sequence[int], displacements: Sequence[int]):
         if n:
             lens.append(n)
             disps.append(d)
-    return MPI.BYTE.Create_hindexed(lens, disps).Commit()
+    if len(lens) > np.iinfo(np.intc).max:
+        raise CheckpointIOError(f"{len(lens)} pieces in one MPI transfer: more than an MPI int count")
+    fn, handle = _classic_type_constructor()
+    c_lens = np.asarray(lens, dtype=np.intc)
+    c_disps = np.asarray(disps, dtype=np.intp)
+    byte = handle.from_address(MPI._addressof(MPI.BYTE)).value
+    newtype = MPI.Datatype()
+    err = fn(len(lens), c_lens.ctypes.data, c_disps.ctypes.data, byte, MPI._addressof(newtype))
+    if err != MPI.SUCCESS:
+        raise MPI.Exception(err)
+    return newtype.Commit()
+
+
+def file_ordered(pieces_file: Sequence[tuple[int, int]], buffers: Sequence[Any]) -> list[tuple[int, int, Any]]:
+    """The non-empty ``(file offset, length, buffer)`` triples sorted by file offset (stable). Local.
+
+    MPI requires a filetype's displacements to be monotonically nondecreasing (MPI-4.1 section 14.3);
+    OMPIO accepts any order, ROMIO does not. The memory type lists the buffers in the same order, so each
+    buffer still goes to (comes from) its own file range.
+    """
+    triples = [(off, n, b) for (off, n), b in zip(pieces_file, buffers, strict=True) if n > 0]
+    triples.sort(key=lambda t: t[0])
+    return triples
 
 
 def transfer(fh, pieces_file: Sequence[tuple[int, int]], buffers: Sequence[Any], write: bool) -> int:
     """Collective over fh's communicator: move ``buffers[i]`` to/from file range ``pieces_file[i]``.
 
-    One file view plus one ``*_all`` call, whatever the number of pieces. Returns bytes moved.
+    One file view plus one ``*_all`` call, whatever the number of pieces; the pieces may come in any order
+    (see :func:`file_ordered`). Both types are hindexed types of ``MPI_BYTE`` from :func:`hindexed` (no
+    subarray inside an hindexed file view: ROMIO up to MPICH 4.0.3 flattens that shape wrongly, mpich issue
+    7169). Returns bytes moved.
     """
     from mpi4py import MPI
 
     total = sum(n for _, n in pieces_file)
-    nonempty = [(off, n, b) for (off, n), b in zip(pieces_file, buffers, strict=True) if n > 0]
+    nonempty = file_ordered(pieces_file, buffers)
     status = MPI.Status()
     if not nonempty:
         fh.Set_view(0, MPI.BYTE, MPI.BYTE)

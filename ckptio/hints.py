@@ -5,7 +5,9 @@ and read by 7,000+ ranks at once made the object servers unresponsive. The fix w
 the code, ``striping_factor = min(nprocs, 80)``, and to let a few aggregator ranks do the file I/O
 (collective buffering). Defaults, lowest precedence first, then overrides:
 
-1. ckptio's defaults (:data:`DEFAULTS` plus the two values that depend on ``nprocs``);
+1. ckptio's defaults (:data:`DEFAULTS` plus the two values that depend on ``nprocs``, plus
+   :data:`ROMIO_DEFAULTS` where ROMIO is the MPI-IO layer: MPICH-family libraries, or Open MPI with
+   ``OMPI_MCA_io=romio321``);
 2. the ``hints=`` argument of :func:`ckptio.create` / :func:`ckptio.open`;
 3. the environment variable ``CKPTIO_HINTS="key=value;key=value"`` (like ROMIO's hints file), so a job
    script can change striping or buffering without recompiling.
@@ -18,6 +20,7 @@ and what ``MPI_File_get_info`` reports back are recorded in the checkpoint.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 
 from .errors import DeclarationError
@@ -34,6 +37,13 @@ DEFAULTS: dict[str, str] = {
     "cb_buffer_size": str(16 << 20),
     "romio_ds_write": "disable",
 }
+
+# ROMIO only: ``cb_config_list`` says which hosts may hold collective-buffering aggregators and how many each;
+# "*:1" = at most one per node, so the cb_nodes aggregators spread over cb_nodes nodes instead of filling the
+# first node (ROMIO's default places them in rank order, e.g. all 80 on the first two nodes of a 7,000-rank job,
+# whose network links then carry every byte). ckptio's restart aggregators are chosen one per node the same way.
+# OMPIO has no such hint (it picks aggregators by its own grouping), so ckptio passes it only where ROMIO runs.
+ROMIO_DEFAULTS: dict[str, str] = {"cb_config_list": "*:1"}
 
 # Added by backends whose every file access is collective (the native one): ROMIO then opens the file on the
 # cb_nodes aggregators only ("deferred open"), so a 7,000-rank job does not send 7,000 opens to the servers.
@@ -55,14 +65,21 @@ def parse_hint_string(text: str) -> dict[str, str]:
 
 
 def resolve_hints(
-    nprocs: int, user: Mapping[str, object] | None = None, environ: Mapping[str, str] | None = None
+    nprocs: int, user: Mapping[str, object] | None = None, environ: Mapping[str, str] | None = None,
+    romio: bool | None = None,
 ) -> dict[str, str]:
-    """All hints for a job of ``nprocs`` ranks, as MPI wants them (strings). Pure; call on every rank."""
+    """All hints for a job of ``nprocs`` ranks, as MPI wants them (strings). Local, the same on every rank.
+
+    ``romio``: whether ROMIO is the MPI-IO layer (adds :data:`ROMIO_DEFAULTS`); None asks :func:`uses_romio`.
+    """
     environ = os.environ if environ is None else environ
+    romio = uses_romio(environ) if romio is None else romio
     user_hints = {str(k): str(v) for k, v in (user or {}).items()}
     env_hints = parse_hint_string(environ.get(ENV_HINTS, ""))
     overrides = {**user_hints, **env_hints}
     hints = dict(DEFAULTS)
+    if romio:
+        hints.update(ROMIO_DEFAULTS)
     hints["striping_factor"] = str(min(nprocs, MAX_STRIPE_COUNT))
     hints.update(overrides)
     for key in ("striping_factor", "striping_unit", "cb_nodes", "cb_buffer_size"):
@@ -109,6 +126,20 @@ def info_to_dict(info) -> dict[str, str]:
     if info is None:
         return {}
     return {info.Get_nthkey(i): info.Get(info.Get_nthkey(i)) for i in range(info.Get_nkeys())}
+
+
+def uses_romio(environ: Mapping[str, str] | None = None) -> bool:
+    """True when MPI-IO is ROMIO: any MPI but Open MPI (MPICH, Cray MPICH, Intel MPI, MVAPICH all use ROMIO),
+    or Open MPI with ``OMPI_MCA_io`` selecting ROMIO (e.g. ``romio321``). Local. Never initialises MPI: if
+    ``mpi4py.MPI`` was not imported yet (a pure planner run), the answer is False."""
+    environ = os.environ if environ is None else environ
+    if "mpi4py.MPI" not in sys.modules:
+        return False
+    from mpi4py import MPI
+
+    if not MPI.Get_library_version().startswith("Open MPI"):
+        return True
+    return "romio" in environ.get("OMPI_MCA_io", "")
 
 
 def io_component() -> str:

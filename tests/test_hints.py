@@ -3,7 +3,7 @@
 import pytest
 
 from ckptio.errors import DeclarationError
-from ckptio.hints import aggregator_override, parse_hint_string, resolve_hints
+from ckptio.hints import ROMIO_DEFAULTS, aggregator_override, parse_hint_string, resolve_hints
 
 
 @pytest.mark.parametrize("nprocs, factor", [(1, 1), (4, 4), (80, 80), (7620, 80)])
@@ -37,3 +37,14 @@ def test_aggregator_override_sources():
     assert aggregator_override(None, environ={"CKPTIO_AGGREGATORS": "3"}) == 3
     assert aggregator_override(None, environ={"CKPTIO_HINTS": "cb_nodes=5"}) == 5
     assert aggregator_override({"cb_nodes": 2}, environ={}) == 2
+
+
+def test_romio_gets_one_aggregator_per_node_unless_overridden():
+    """cb_config_list="*:1" where ROMIO is the MPI-IO layer (MPICH family, Open MPI with romio321), not for OMPIO;
+    the user and the environment still win."""
+    assert ROMIO_DEFAULTS == {"cb_config_list": "*:1"}
+    assert resolve_hints(8, environ={}, romio=True)["cb_config_list"] == "*:1"
+    assert "cb_config_list" not in resolve_hints(8, environ={}, romio=False)
+    assert resolve_hints(8, {"cb_config_list": "*:2"}, environ={}, romio=True)["cb_config_list"] == "*:2"
+    assert resolve_hints(8, environ={"CKPTIO_HINTS": "cb_config_list=node1:1"}, romio=True)["cb_config_list"] == \
+        "node1:1"
