@@ -3,13 +3,23 @@
 #   make demo         FLASH-like checkpoint/restart demo on 4 ranks
 #   make test         the test suite without the slow fault matrices (tests start mpirun themselves)
 #   make test-faults  every fault-injection test, the slow matrices included
+#   make test-matrix  the per-MPI-IO matrix (conformance sync/async/staged at 1, 2, 4 and oversubscribed rank
+#                     counts, N-to-M, strace aggregators, bindings, bounded faults, cross-MPI restart); .ci/run runs
+#                     it on MPICH (MPI=mpich) and on Open MPI's ROMIO (OMPI_MCA_io=romio321)
 #   make lint         ruff
 #   make bench        benchmarks on 4 ranks (results and plots under bench_results/; see benchmarks/README.md)
 #   make clean        build products and caches; `make distclean` also removes the venv and bench_results/
 # VENV=/path selects another venv (default .venv in the repo root).
+# MPI=mpich selects the second MPI stack (Debian's MPICH, ROMIO underneath MPI-IO) in its own venv .venv-mpich:
+#   make install MPI=mpich / make test MPI=mpich / make demo MPI=mpich. The default, MPI=openmpi, is Open MPI in .venv.
+#   The MPICH venv carries its own mpirun (MPICH's Hydra) in its bin/, which PATH below puts first.
 
 ROOT := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
-VENV ?= .venv
+MPI ?= openmpi
+ifeq ($(filter $(MPI),openmpi mpich),)
+$(error MPI=$(MPI): expected openmpi or mpich)
+endif
+VENV ?= $(if $(filter mpich,$(MPI)),.venv-mpich,.venv)
 override VENV := $(if $(filter /%,$(VENV)),$(VENV),$(ROOT)/$(VENV))
 PY := $(VENV)/bin/python
 PYTEST_FLAGS ?= -q
@@ -24,11 +34,11 @@ export OMPI_MCA_plm ?= isolated
 # Not set: OMPI_MCA_btl_vader_single_copy_mechanism=none. Shared-memory single copy (CMA) works on the reference
 # machine (4-rank Alltoallv up to 32 MB checked); export it if a container forbids process_vm_readv (CAP_SYS_PTRACE).
 export PATH := $(VENV)/bin:$(PATH)
-export VENV
+export VENV MPI
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := test
-.PHONY: install demo test test-faults lint bench clean distclean
+.PHONY: install demo test test-faults test-matrix lint bench clean distclean
 
 install:
 	bash ci/install.sh
@@ -36,13 +46,22 @@ install:
 demo: install
 	bash examples/flash_like/demo.sh
 
-# `make test`: everything except the tests marked slow (the long fault-injection matrices); `make test-faults`:
+# `make test`: everything except the tests marked slow (the long fault-injection matrices) or matrix (extra rank
+# counts run per MPI-IO implementation by `make test-matrix`); `make test-faults`:
 # every fault test, slow ones included.
 test: install
-	$(PY) -m pytest tests -m "not slow" $(PYTEST_FLAGS)
+	$(PY) -m pytest tests -m "not slow and not matrix" $(PYTEST_FLAGS)
 
 test-faults: install
 	$(PY) -m pytest tests/faults $(PYTEST_FLAGS)
+
+# The matrix every MPI-IO implementation must pass (tests/test_mpi_stacks.py has the cross-MPI restart, which
+# needs both venvs: `make install MPI=mpich` once). Fault subset: the fast, bounded fault tests (killed ranks in
+# every phase, corruption, declarations...), not the slow matrices.
+MATRIX_TESTS := tests/test_conformance.py tests/test_async_series.py::test_conformance_in_background_modes \
+                tests/test_mpi_stacks.py tests/test_aggregators_strace.py tests/test_bindings.py tests/faults
+test-matrix: install
+	$(PY) -m pytest $(MATRIX_TESTS) -m "not slow" $(PYTEST_FLAGS)
 
 lint: install
 	$(PY) -m ruff check .

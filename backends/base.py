@@ -178,7 +178,13 @@ def get_backend(name: str) -> Backend:
     try:
         return _REGISTRY[name]()
     except KeyError:
-        raise CapabilityError(f"unknown backend {name!r}; available: {', '.join(sorted(_REGISTRY))}") from None
+        from . import MISSING  # backends whose library did not import, with the reason (e.g. no PNETCDF_DIR)
+
+        available = ", ".join(sorted(_REGISTRY))
+        if name in MISSING:
+            raise CapabilityError(f"backend {name!r} is not available in this installation ({MISSING[name]}); "
+                                  f"available: {available}") from None
+        raise CapabilityError(f"unknown backend {name!r}; available: {available}") from None
 
 
 def available_backends() -> list[str]:

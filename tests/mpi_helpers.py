@@ -1,9 +1,18 @@
 """Launch Python (or a compiled program) under ``mpirun`` from tests, with a hard timeout so a deadlock
-fails instead of hanging CI."""
+fails instead of hanging CI.
+
+Which launcher: the one selection point is :func:`mpiexec`. ``CKPTIO_MPIEXEC`` (split like a shell word list,
+e.g. ``"mpiexec.mpich"`` or ``"srun --mpi=pmi2"``) wins; otherwise ``mpirun`` found first on a PATH that starts
+with the running interpreter's venv: the MPICH stack's venv (``make install MPI=mpich``) has its own ``mpirun``
+linked to MPICH's Hydra, the default venv has none, so Debian's ``mpirun`` (Open MPI) is used. A job must be
+launched by the MPI its mpi4py was built for; a mismatch shows up as N singletons of rank 0.
+"""
 
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +25,16 @@ OMPI_ENV = {
     "OMPI_MCA_plm": "isolated",
 }
 BACKENDS = ("mpiio", "hdf5", "pnetcdf")
+
+
+def _stack_key() -> str:
+    """The MPI stack ci/install.sh built this venv for ("debian-openmpi", "debian-mpich", "cluster ...")."""
+    key = Path(sys.prefix) / ".ckptio-stack"
+    return key.read_text().strip() if key.exists() else "debian-openmpi"
+
+
+# Where ci/install.sh builds the Fortran/C bindings for this venv's MPI (one build directory per MPI stack).
+FORTRAN_BUILD = REPO / "build" / ("fortran-mpich" if _stack_key() == "debian-mpich" else "fortran")
 RANK_COUNTS = (1, 2, 4, 16)  # 16 ranks on 2 cores: oversubscribed
 
 
@@ -25,13 +44,34 @@ def mpi_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def mpiexec(env: dict[str, str] | None = None) -> list[str]:
+    """The launcher command (without ``-n``) for jobs of this interpreter; see the module docstring."""
+    env = mpi_env() if env is None else env
+    if env.get("CKPTIO_MPIEXEC", "").strip():
+        return shlex.split(env["CKPTIO_MPIEXEC"])
+    found = shutil.which("mpirun", path=env["PATH"])
+    if found is None:
+        raise AssertionError("no mpirun on PATH (set CKPTIO_MPIEXEC)")
+    return [found]
+
+
+def mpi_flavour() -> str:
+    """``"mpich"`` or ``"openmpi"``: the MPI this interpreter's mpi4py is built for (from its library, without
+    initialising MPI: asked in a subprocess so the test process never calls MPI_Init)."""
+    out = subprocess.run([sys.executable, "-c", "import mpi4py; mpi4py.rc.initialize = False; "
+                          "from mpi4py import MPI; print(MPI.Get_library_version())"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    return "openmpi" if "Open MPI" in out else "mpich"
+
+
 def run_program(nprocs: int, argv: list, timeout: float = 240, env: dict[str, str] | None = None,
                 check: bool = True, cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
     """Run the program ``argv`` (paths allowed) on ``nprocs`` ranks; on timeout the whole job is killed and the
     test fails; with ``check``, a non-zero exit fails it too."""
-    cmd = ["mpirun", "-n", str(nprocs), *map(str, argv)]
+    full_env = mpi_env(env)
+    cmd = [*mpiexec(full_env), "-n", str(nprocs), *map(str, argv)]
     try:
-        proc = subprocess.run(cmd, cwd=cwd or REPO, env=mpi_env(env), capture_output=True, text=True,
+        proc = subprocess.run(cmd, cwd=cwd or REPO, env=full_env, capture_output=True, text=True,
                               timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as exc:
         raise AssertionError(f"{' '.join(cmd)} did not finish in {timeout} s (deadlock?)\n"

@@ -22,10 +22,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from mpi_helpers import REPO, run_mpi, run_program, run_script
+from mpi_helpers import FORTRAN_BUILD, REPO, run_mpi, run_program, run_script
 
 SRC = REPO / "fortran_bindings"
-BUILD = REPO / "build" / "fortran"
+BUILD = FORTRAN_BUILD  # build/fortran, or build/fortran-mpich in the MPICH stack's venv
 FLASH_PY = str(REPO / "examples" / "flash_like" / "flash_like.py")
 SMALL = ["--nblocks", "13", "--nxb", "8", "--checkpoint-every", "5", "--quiet"]
 

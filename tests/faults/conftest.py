@@ -20,7 +20,7 @@ FAULTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(FAULTS.parent))  # tests/ (mpi_helpers)
 sys.path.insert(0, str(FAULTS))  # fault_job
 
-from mpi_helpers import BACKENDS, REPO, mpi_env  # noqa: E402
+from mpi_helpers import BACKENDS, REPO, mpi_env, mpiexec  # noqa: E402
 
 JOB = FAULTS / "fault_job.py"
 NPROCS = 4
@@ -93,8 +93,8 @@ def run_job(args: list[str], workdir: Path, nprocs: int = NPROCS, timeout: float
     results.mkdir(parents=True, exist_ok=True)
     for old in results.glob("rank*.jsonl"):
         old.unlink()
-    cmd = ["mpirun", "-n", str(nprocs), sys.executable, str(JOB), *args]
     full_env = mpi_env({"FAULT_RESULTS": str(results), **(env or {})})
+    cmd = [*mpiexec(full_env), "-n", str(nprocs), sys.executable, str(JOB), *args]
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL, start_new_session=True)
