@@ -35,6 +35,7 @@ import numpy as np
 from ckptio import codec as codecs
 from ckptio import coord
 from ckptio.errors import CheckpointIOError, IncompleteCheckpointError
+from ckptio.hints import uses_romio
 from ckptio.layout import Box
 from ckptio.plan import Extent
 
@@ -162,7 +163,19 @@ class RawExtentReader(ExtentReader):
         from mpi4py import MPI
 
         self.meta = meta
-        self.fh = MPI.File.Open(comm, path, MPI.MODE_RDONLY, info if info is not None else MPI.INFO_NULL)
+        # ckptio already chose its restart aggregators (one per node first) and only they open the file: under
+        # ROMIO each of them must also be an MPI-IO aggregator, so the one-per-node cb_config_list of writes
+        # (ckptio.hints.ROMIO_DEFAULTS) would funnel aggregators that share a node through one of them.
+        own = None
+        if uses_romio():
+            own = info.Dup() if info is not None and info != MPI.INFO_NULL else MPI.Info.Create()
+            own.Set("cb_config_list", "*:*")
+        try:
+            self.fh = MPI.File.Open(comm, path, MPI.MODE_RDONLY,
+                                    own if own is not None else info if info is not None else MPI.INFO_NULL)
+        finally:
+            if own is not None:
+                own.Free()
         self._buffer = np.empty(0, np.uint8)
 
     def _scratch(self, nbytes: int) -> np.ndarray:
