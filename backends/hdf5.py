@@ -399,8 +399,8 @@ class HDF5Backend(Backend):
             raise CapabilityError(f"{where} its name (a NUL character or an invalid surrogate)")
         stored = _attr_value(value)
         if isinstance(stored, str) and isinstance(value, str) and ("\x00" in value or not _utf8(value)):
-            raise CapabilityError(f"{where} a string holding a NUL character or an invalid surrogate "
-                                  "(use backend='mpiio', or encode the value)")
+            what = "a NUL character" if "\x00" in value else "an invalid surrogate (not UTF-8)"
+            raise CapabilityError(f"{where} a string holding {what} (use backend='mpiio', or encode the value)")
         if isinstance(stored, np.ndarray) and stored.nbytes + len(name.encode()) > ATTR_MESSAGE_LIMIT:
             raise CapabilityError(f"{where} a list of {len(value)} numbers ({stored.nbytes} bytes): HDF5 keeps an "
                                   f"attribute in the object header, at most 64 KiB; write it as a variable instead")

@@ -91,7 +91,7 @@ def _coordinates(name: str, what: str, values: object, ndim: int) -> tuple[int, 
             raise ReadRequestError(f"variable {name!r}: {what} {_show(values)} is negative")
         out.append(int(v))
     if len(out) != ndim:
-        raise ReadRequestError(f"variable {name!r}: {what} {_show(values)} has {len(out)} entries, but the "
+        raise ReadRequestError(f"variable {name!r}: {what} {_show(values)} has {len(out)} value(s), but the "
                                f"variable has {ndim} dimension(s)")
     return tuple(out)
 

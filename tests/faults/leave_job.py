@@ -184,8 +184,7 @@ def leave_cases(directory: str, backend: str) -> dict[str, Callable[[], Any]]:
 def args_cases(directory: str, backend: str) -> dict[str, Callable[[], Any]]:
     cases: dict[str, Callable[[], Any]] = {}
     other_backend = "hdf5" if backend != "hdf5" else "mpiio"
-    stage = os.path.join(directory, "stage")
-    os.makedirs(stage, exist_ok=True)
+    stage = os.path.join(directory, "stage")  # made by main(), before the first listing
     good = os.path.join(directory, "good")
 
     # 16: create() arguments that differ between ranks
@@ -326,6 +325,7 @@ def exchange_cases(directory: str, backend: str) -> dict[str, Callable[[], Any]]
 
 def main() -> None:
     group, directory, backend = sys.argv[1:4]
+    os.makedirs(os.path.join(directory, "stage"), exist_ok=True)
     if group in ("leave", "args"):
         run_case("setup", lambda: write(os.path.join(directory, "good"), backend), directory)
     cases = {"leave": leave_cases, "args": args_cases, "exchange": exchange_cases}[group](directory, backend)
