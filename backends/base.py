@@ -136,6 +136,13 @@ class Backend(abc.ABC):
         if bad:
             raise CapabilityError(f"variable {name!r}: backend {self.name!r} cannot store dtype {dtype}")
 
+    def check_attr(self, name: str, value: Any) -> None:
+        """Local, at declaration time (``ckptio.create(attrs=)``, ``set_attr``): raise CapabilityError naming
+        the attribute if this format cannot store ``value`` (a normalized, JSON-compatible value), so the
+        writer refuses it before any data is written. Default: every JSON-compatible value is storable (the
+        native format keeps attributes in its JSON index)."""
+        return None
+
     def layout(self, variables: Mapping[str, VariablePlan], stripe_unit: int, nprocs: int) -> dict[str, Any]:
         """Pure, on the coordinator: backend-specific placement (e.g. file offsets of blocks). Default: none."""
         return {}

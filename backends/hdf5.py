@@ -57,6 +57,7 @@ import numpy as np
 from ckptio import coord
 from ckptio import meta as metamod
 from ckptio.errors import (
+    CapabilityError,
     CheckpointError,
     CheckpointIOError,
     CorruptCheckpointError,
@@ -112,6 +113,17 @@ def _nonempty_boxes_by_rank(var: VariablePlan) -> dict[int, list[Box]]:
         if b.box.size > 0:
             out.setdefault(b.rank, []).append(b.box)
     return out
+
+
+ATTR_MESSAGE_LIMIT = 65472  # bytes of data + name in one attribute header message (measured, HDF5 1.12)
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _attr_value(value: Any) -> Any:
@@ -377,6 +389,21 @@ class HDF5Backend(Backend):
     @classmethod
     def sniff(cls, head: bytes) -> bool:
         return head.startswith(SIGNATURE)
+
+    def check_attr(self, name: str, value: Any) -> None:
+        """What HDF5 refuses only at commit time (measured with HDF5 1.12 through h5py): a NUL character or
+        a lone surrogate in the name or in a string stored natively (a variable-length C string), and a
+        numeric list whose object-header message exceeds 64 KiB (``8 * len + len(name) > 65472`` bytes)."""
+        where = f"attribute {name!r}: the hdf5 backend cannot store"
+        if "\x00" in name or not _utf8(name):
+            raise CapabilityError(f"{where} its name (a NUL character or an invalid surrogate)")
+        stored = _attr_value(value)
+        if isinstance(stored, str) and isinstance(value, str) and ("\x00" in value or not _utf8(value)):
+            what = "a NUL character" if "\x00" in value else "an invalid surrogate (not UTF-8)"
+            raise CapabilityError(f"{where} a string holding {what} (use backend='mpiio', or encode the value)")
+        if isinstance(stored, np.ndarray) and stored.nbytes + len(name.encode()) > ATTR_MESSAGE_LIMIT:
+            raise CapabilityError(f"{where} a list of {len(value)} numbers ({stored.nbytes} bytes): HDF5 keeps an "
+                                  f"attribute in the object header, at most 64 KiB; write it as a variable instead")
 
     def create(self, path: str, comm, info, variables: Mapping[str, VariablePlan], layout: Mapping[str, Any],
                options: Mapping[str, Any]) -> WriteSession:

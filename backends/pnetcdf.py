@@ -61,6 +61,7 @@ import numpy as np
 from ckptio import coord
 from ckptio import meta as metamod
 from ckptio.errors import (
+    CapabilityError,
     CheckpointError,
     CheckpointIOError,
     CorruptCheckpointError,
@@ -328,6 +329,17 @@ class PnetCDFBackend(Backend):
     @classmethod
     def sniff(cls, head: bytes) -> bool:
         return head[:4] in (b"CDF\x01", b"CDF\x02", b"CDF\x05")
+
+    def check_attr(self, name: str, value: Any) -> None:
+        """What PnetCDF refuses only when the file is defined (measured with pnetcdf-python): a string stored
+        as netCDF text that is not valid UTF-8 (a lone surrogate). NUL characters, long strings and long lists
+        are stored; names that are not netCDF names are kept in the metadata document only."""
+        if isinstance(_attr_value(value), str) and isinstance(value, str):
+            try:
+                value.encode()
+            except UnicodeEncodeError:
+                raise CapabilityError(f"attribute {name!r}: the pnetcdf backend cannot store a string holding an "
+                                      "invalid surrogate (netCDF text is UTF-8)") from None
 
     def create(self, path: str, comm, info, variables: Mapping[str, VariablePlan], layout: Mapping[str, Any],
                options: Mapping[str, Any]) -> WriteSession:

@@ -13,6 +13,8 @@ import os
 import sys
 from typing import Any
 
+from .units import argparse_size
+
 EXIT_OK, EXIT_BAD, EXIT_USAGE = 0, 1, 2
 
 
@@ -191,7 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--decomposition", choices=("blocks", "shifted"), default="shifted",
                    help="restart decomposition: 'blocks' = same as the writer's, 'shifted' = an uneven other one")
     q.add_argument("--aggregators", type=int, default=None, help="override the aggregator count")
-    q.add_argument("--buffer", default="64M", help="aggregator buffer per round (default 64M)")
+    q.add_argument("--buffer", default="64M", type=argparse_size("--buffer"),
+                   help="aggregator buffer per round, e.g. 64M, 64MiB, 1G or bytes (default 64M)")
     q.add_argument("--json", action="store_true")
     q.add_argument("--plot", metavar="FILE.png", help="write a per-OST load picture")
     q.set_defaults(func=cmd_plan)

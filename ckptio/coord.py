@@ -3,11 +3,28 @@
 Every collective phase of ckptio follows the pattern *local work -> agreement -> next collective*, so no
 rank ever enters an MPI collective that another rank will not reach because it raised. All functions here
 are collective over ``comm``: every rank calls them, in the same order.
+
+*Any* exception counts as a failure, not only :class:`Exception`: ``SystemExit`` (``sys.exit()``),
+``KeyboardInterrupt`` (Ctrl-C) and whatever a signal handler raises. The other ranks then raise a
+:class:`~ckptio.errors.CollectiveError` naming the rank and the cause, and the rank where it happened gets its
+original exception back once the others know, so ``sys.exit(3)`` still exits with status 3 and Ctrl-C is
+still a ``KeyboardInterrupt``. (An ordinary ``Exception`` becomes the same CollectiveError on every rank,
+its own rank included.)
+
+Signals: a signal handler's exception can appear between any two bytecodes, also between two collectives of
+one operation, where no agreement can catch it. :func:`collective_section` (entered by ``Writer.close`` and
+by every collective method of ``Reader``) therefore holds back the signals that have a Python handler while
+the operation runs, in the main thread, and delivers them at the next agreement point (every function here
+checks first): the handler runs there, and its exception is that rank's failure for the phase. A signal still
+held at the end of the section is delivered then, after the last collective.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from .errors import CollectiveError, collective_error_class
@@ -15,6 +32,72 @@ from .errors import CollectiveError, collective_error_class
 T = TypeVar("T")
 
 _FAILED = "__ckptio_failed__"
+# Signals that commonly carry a Python handler (SIGINT: KeyboardInterrupt by default). SIGKILL and SIGSTOP
+# cannot be caught; a signal left at SIG_DFL kills the process, which mpirun turns into a job abort.
+_HELD_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2",
+                                                   "SIGALRM") if hasattr(signal, n))
+
+
+class _Held:
+    """State of the (main-thread) collective section: nesting depth, original handlers, held signals."""
+
+    depth = 0
+    handlers: dict[int, Any] = {}
+    pending: list[int] = []
+
+
+def _record(signum: int, frame) -> None:
+    _Held.pending.append(signum)
+
+
+@contextlib.contextmanager
+def collective_section() -> Iterator[None]:
+    """Local: hold back signals with a Python handler for the duration of one collective operation (see the
+    module docstring). Re-entrant; does nothing outside the main thread (where Python delivers no signals)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    if _Held.depth > 0:  # nested (a Reader inside Writer.close): the outer section holds the signals
+        _Held.depth += 1
+        try:
+            yield
+        finally:
+            _Held.depth -= 1
+        return
+    handlers: dict[int, Any] = {}
+    for signum in _HELD_SIGNALS:
+        current = signal.getsignal(signum)
+        if callable(current):
+            handlers[signum] = current
+            signal.signal(signum, _record)
+    _Held.depth, _Held.handlers, _Held.pending = 1, handlers, []
+    try:
+        yield
+    finally:
+        _Held.depth = 0
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        pending, _Held.pending, _Held.handlers = _Held.pending, [], {}
+        for signum in pending:  # not consumed by an agreement: deliver now, after the last collective
+            handler = handlers.get(signum)
+            if callable(handler):
+                handler(signum, None)
+
+
+def deliver_held_signals() -> BaseException | None:
+    """Local: run the handlers of the signals held so far; the first exception one raised (this rank's
+    failure for the current phase), or None. Called at every agreement point."""
+    if not _Held.pending or threading.current_thread() is not threading.main_thread():
+        return None
+    pending, _Held.pending = _Held.pending, []
+    for signum in pending:
+        handler = _Held.handlers.get(signum)
+        try:
+            if callable(handler):
+                handler(signum, None)
+        except BaseException as exc:  # whatever the handler raises is this rank's failure
+            return exc
+    return None
 
 
 def _describe(exc: BaseException) -> tuple[str, str]:
@@ -26,17 +109,37 @@ def _describe(exc: BaseException) -> tuple[str, str]:
         name = next((b for b in bases if b not in ("CollectiveError", "CheckpointError")), name)
     if cls.__module__.startswith("mpi4py"):
         name = "Exception"  # MPI errors: the file system refused (ENOSPC, EACCES, ...)
-    return name, str(exc)
+    message = str(exc)
+    if isinstance(exc, SystemExit):
+        message = f"the program called sys.exit({exc.code!r}) on this rank"
+    elif isinstance(exc, KeyboardInterrupt):
+        message = message or "interrupted (Ctrl-C or SIGINT) on this rank"
+    elif not isinstance(exc, Exception):
+        message = message or f"{name} on this rank"
+    return name, message
+
+
+def _reraise_own(error: BaseException | None) -> None:
+    """On the rank where a non-``Exception`` happened (SystemExit, KeyboardInterrupt, ...): raise it again,
+    now that every rank knows, so that it keeps its meaning (exit status, interrupt)."""
+    if error is not None and not isinstance(error, Exception):
+        raise error
 
 
 def agree(comm, phase: str, error: BaseException | None) -> None:
-    """Collective: raise on every rank if ``error`` is set on any rank. Cheap when no rank failed."""
+    """Collective: raise on every rank if ``error`` is set on any rank. Cheap when no rank failed.
+
+    A signal held by :func:`collective_section` is delivered first; what its handler raises counts as this
+    rank's ``error``."""
     from mpi4py import MPI
 
+    if error is None:
+        error = deliver_held_signals()
     failed = comm.allreduce(1 if error is not None else 0, op=MPI.SUM)
     if failed == 0:
         return
     described = comm.allgather(None if error is None else _describe(error))
+    _reraise_own(error)
     if isinstance(error, CollectiveError) and all(d == described[0] for d in described):
         # every rank failed with the same collective error (an inner phase already agreed): name this phase
         # too, without repeating the inner failures once per rank
@@ -52,7 +155,7 @@ def run(comm, phase: str, fn: Callable[[], T]) -> T:
     error: BaseException | None = None
     try:
         result = fn()
-    except Exception as exc:
+    except BaseException as exc:  # any exception is a failure every rank must learn of
         error = exc
     agree(comm, phase, error)
     return result
@@ -65,9 +168,13 @@ def gather_and_plan(comm, phase: str, local: Callable[[], Any], plan: Callable[[
     Only the root sees all local values (O(P) memory there, O(1) elsewhere), as in torch.distributed.checkpoint's
     coordinator step.
     """
+    own: BaseException | None = deliver_held_signals()
     try:
+        if own is not None:
+            raise own
         payload: Any = ("ok", local())
-    except Exception as exc:
+    except BaseException as exc:  # see run()
+        own = exc
         payload = (_FAILED, _describe(exc))
     gathered = comm.gather(payload, root=root)
     outcome: Any = None
@@ -77,26 +184,39 @@ def gather_and_plan(comm, phase: str, local: Callable[[], Any], plan: Callable[[
             outcome = (_FAILED, failures)
         else:
             try:
+                own = deliver_held_signals()
+                if own is not None:
+                    raise own
                 outcome = ("ok", plan([p[1] for p in gathered]))
-            except Exception as exc:
+            except BaseException as exc:  # see run()
+                own = exc
                 outcome = (_FAILED, {root: _describe(exc)})
     outcome = comm.bcast(outcome, root=root)
     if outcome[0] == _FAILED:
+        _reraise_own(own)
         failures = outcome[1]
         raise collective_error_class([n for n, _ in failures.values()])(phase, failures)
     return outcome[1]
 
 
 def bcast_from_root(comm, phase: str, fn: Callable[[], T], root: int = 0) -> T:
-    """Collective: ``fn`` runs on ``root`` only; its result (or its error) reaches every rank."""
+    """Collective: ``fn`` runs on ``root`` only; its result (or its error) reaches every rank.
+
+    A signal held on another rank stays held until the next agreement point (or the end of the section)."""
     outcome: Any = None
+    own: BaseException | None = None
     if comm.Get_rank() == root:
         try:
+            own = deliver_held_signals()
+            if own is not None:
+                raise own
             outcome = ("ok", fn())
-        except Exception as exc:
+        except BaseException as exc:  # see run()
+            own = exc
             outcome = (_FAILED, {root: _describe(exc)})
     outcome = comm.bcast(outcome, root=root)
     if outcome[0] == _FAILED:
+        _reraise_own(own)
         failures = outcome[1]
         raise collective_error_class([n for n, _ in failures.values()])(phase, failures)
     return outcome[1]

@@ -45,6 +45,10 @@ class ReadRequestError(CheckpointError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class ClosedCheckpointError(CheckpointError, ValueError):
+    """A Writer or Reader was used after its ``close()`` (like ``ValueError: I/O operation on closed file``)."""
+
+
 class CheckpointIOError(CheckpointError, OSError):
     """The file system refused an operation (full disk, permissions, missing directory)."""
 
@@ -82,6 +86,7 @@ _SPECIFIC: tuple[type[CheckpointError], ...] = (
     ReadRequestError,
     DeclarationError,
     CapabilityError,
+    ClosedCheckpointError,
     CheckpointIOError,
 )
 _OS_ERROR_NAMES = {"OSError", "PermissionError", "FileNotFoundError", "IsADirectoryError",

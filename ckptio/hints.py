@@ -24,6 +24,7 @@ import sys
 from collections.abc import Mapping
 
 from .errors import DeclarationError
+from .units import parse_count
 
 MAX_STRIPE_COUNT = 80
 DEFAULT_STRIPING_UNIT = 1 << 20
@@ -99,15 +100,12 @@ def aggregator_override(hints_user: Mapping[str, object] | None,
                         environ: Mapping[str, str] | None = None) -> int | None:
     """Aggregator count forced by the user: ``CKPTIO_AGGREGATORS``, else ``cb_nodes`` given explicitly."""
     environ = os.environ if environ is None else environ
-    if environ.get(ENV_AGGREGATORS):
-        value = environ[ENV_AGGREGATORS]
-        if not value.isdigit() or int(value) <= 0:
-            raise DeclarationError(f"{ENV_AGGREGATORS}={value!r} must be a positive integer")
-        return int(value)
+    if environ.get(ENV_AGGREGATORS, "").strip():
+        return parse_count(environ[ENV_AGGREGATORS], ENV_AGGREGATORS)
     explicit = {**{str(k): str(v) for k, v in (hints_user or {}).items()},
                 **parse_hint_string(environ.get(ENV_HINTS, ""))}
     if "cb_nodes" in explicit:
-        return int(explicit["cb_nodes"])
+        return parse_count(explicit["cb_nodes"], "hint cb_nodes")
     return None
 
 

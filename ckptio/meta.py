@@ -96,6 +96,21 @@ def normalize_attrs(attrs: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+def attrs_identical(a: Any, b: Any) -> bool:
+    """Whether two normalized attribute values (or attribute dicts) are the same value as stored: same JSON
+    types (``1``, ``1.0`` and ``True`` differ), floats bit-identical except that every NaN equals every NaN
+    (``nan != nan`` would make a NaN attribute "differ" from itself), lists and dicts element by element."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return (math.isnan(a) and math.isnan(b)) or a.hex() == b.hex()
+    if isinstance(a, list):
+        return len(a) == len(b) and all(attrs_identical(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(attrs_identical(a[k], b[k]) for k in a)
+    return a == b
+
+
 def dumps(meta: Mapping[str, Any]) -> bytes:
     """Serialize metadata deterministically (sorted keys, compact)."""
     return json.dumps(meta, sort_keys=True, separators=(",", ":"), allow_nan=True).encode()

@@ -38,7 +38,14 @@ from . import hints as hintsmod
 from . import meta as metamod
 from .backends import get_backend
 from .backends.rawio import reserve_space
-from .errors import CapabilityError, CheckpointError, CheckpointIOError, CollectiveError, DeclarationError
+from .errors import (
+    CapabilityError,
+    CheckpointError,
+    CheckpointIOError,
+    ClosedCheckpointError,
+    CollectiveError,
+    DeclarationError,
+)
 from .plan import SEGMENT, VariablePlan, declaration, plan_write
 
 
@@ -95,7 +102,7 @@ class Writer:
             raise CapabilityError(f"backend {self.backend.name!r} does not support compression "
                                   f"(compression={compression!r}); use backend='mpiio'")
         try:
-            self.attrs = metamod.normalize_attrs(attrs)
+            self.attrs = self._checked_attrs(attrs)
         except CheckpointError as exc:
             # Deferred, not raised: attrs may be bad on one rank only, and a rank that leaves here has no
             # Writer to take part in close(), where the others would wait forever. close() raises it on
@@ -110,6 +117,7 @@ class Writer:
 
         The array must stay unchanged until :meth:`close` returns (it is referenced, not copied).
         """
+        self._check_open("write", name)
         try:
             d = declaration(name, array, offset, global_shape, self.comm.Get_rank())
             self.backend.check_dtype(name, array.dtype)
@@ -121,10 +129,24 @@ class Writer:
 
     def set_attr(self, key: str, value: Any) -> None:
         """Set one attribute (JSON-compatible; must be the same on every rank). Local."""
+        self._check_open("set_attr", key)
         try:
-            self.attrs.update(metamod.normalize_attrs({key: value}))
+            self.attrs.update(self._checked_attrs({key: value}))
         except CheckpointError as exc:
             self._fail_locally(exc)
+
+    def _checked_attrs(self, attrs: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Local: ``attrs`` as stored (plain JSON types), refused now when the backend cannot store one."""
+        normalized = metamod.normalize_attrs(attrs)
+        for key, value in normalized.items():
+            self.backend.check_attr(key, value)
+        return normalized
+
+    def _check_open(self, method: str, name: object) -> None:
+        """Local: a declaration after close() would be silently lost; refuse it."""
+        if self._closed:
+            raise ClosedCheckpointError(f"checkpoint {self.path}: {method}({name!r}) after close(); the checkpoint "
+                                        "is already written (or failed), declare everything before close()")
 
     def _fail_locally(self, exc: CheckpointError) -> None:
         """Remember a local declaration error for close() (which raises it on every rank) and raise it here,
@@ -142,13 +164,15 @@ class Writer:
         if exc is None:
             self.close()
             return False
-        # This rank failed inside the with-block: tell the others (they are, or will be, in close()).
+        # This rank failed inside the with-block (any exception: also sys.exit() or Ctrl-C): tell the others,
+        # which are, or will be, in close(), and only then let the original exception go on.
         if not self._closed:
             self._error = self._error or exc
             try:
                 self.close()
-            except CheckpointError:
-                pass
+            except BaseException as close_exc:  # the original exception is the one to report
+                if close_exc is not exc and not isinstance(close_exc, CheckpointError):
+                    raise  # something new happened meanwhile (a signal held during close): it wins
         return False
 
     # ------------------------------------------------------------------------------------------ collective
@@ -170,6 +194,20 @@ class Writer:
         """
         if self._closed:
             return
+        with coord.collective_section():
+            self._closed = True  # whatever happens below, declarations after this point are refused
+            coord.gather_and_plan(self.comm, f"checkpoint {self.path}: declare (arguments)", self._arguments,
+                                  _same_arguments)
+            self._close_chosen()
+
+    def _arguments(self) -> dict[str, Any]:
+        """Local part of close()'s first phase: the arguments of ckptio.create that every rank must pass alike
+        (they select the code path and the file: a difference would hang or write somewhere unexpected)."""
+        return {"backend": self.backend.name, "mode": self.mode, "path": os.path.abspath(self.path),
+                "stage_dir": None if self.stage_dir is None else os.path.abspath(self.stage_dir),
+                "compression": None if self.compression is None else ":".join(map(str, self.compression))}
+
+    def _close_chosen(self) -> None:
         background = (self.mode == "async" or self.stage_dir is not None)
         if background and not async_io.thread_multiple_available():
             async_io.warn_no_threads()
@@ -263,15 +301,16 @@ class Writer:
             _faults.point("write data", comm)
             written = coord.run(comm, f"checkpoint {self.path}: write data", lambda: session.write_blocks(mine))
             timings["write"] = time.perf_counter() - t
-            effective = session.effective_hints() if rank == 0 else {}
             local_report = {"blocks": [(p.decl["name"], bp.local_index, p.decl["checksum"], w.file_offset,
                                         w.stored_nbytes, w.codec)
                                        for (bp, _), p, w in zip(mine, self._pending, written, strict=True)],
                             "bytes": sum(w.stored_nbytes for w in written), "timings": timings}
             t = time.perf_counter()
             _faults.point("checksum gather", comm)
+            # rank 0's effective hints are asked for inside the phase: an MPI error there is agreed on too
             meta = coord.gather_and_plan(comm, f"checkpoint {self.path}: build index", lambda: local_report,
-                                         lambda reports: self._build_meta(variables, reports, effective,
+                                         lambda reports: self._build_meta(variables, reports,
+                                                                          session.effective_hints(),
                                                                           session.storage_info()))
             _faults.point("write index", comm)
             coord.run(comm, f"checkpoint {self.path}: commit",
@@ -334,9 +373,10 @@ class Writer:
         if gathered[0]["dir_problem"]:
             raise CheckpointIOError(gathered[0]["dir_problem"])
         for r, g in enumerate(gathered):
-            if g["attrs"] != gathered[0]["attrs"]:
+            if not metamod.attrs_identical(g["attrs"], gathered[0]["attrs"]):
                 a0, ar = gathered[0]["attrs"], g["attrs"]
-                key = next(k for k in sorted(set(a0) | set(ar)) if a0.get(k, "<unset>") != ar.get(k, "<unset>"))
+                key = next(k for k in sorted(set(a0) | set(ar))
+                           if not metamod.attrs_identical(a0.get(k, "<unset>"), ar.get(k, "<unset>")))
                 raise DeclarationError(f"attribute {key!r} differs between rank 0 ({a0.get(key, '<unset>')!r}) and "
                                        f"rank {r} ({ar.get(key, '<unset>')!r}); attrs must be identical on every rank")
         variables = plan_write([g["decls"] for g in gathered])
@@ -393,6 +433,28 @@ class Writer:
                                 "calls_per_rank": [1 for _ in reports]}},
             "variables": out_vars,
         }
+
+
+def _same_arguments(gathered: list[dict[str, Any]]) -> None:
+    """Rank 0: DeclarationError naming the ranks when the ranks passed different ckptio.create arguments."""
+    for key in gathered[0]:
+        groups: dict[Any, list[int]] = {}
+        for rank, g in enumerate(gathered):
+            groups.setdefault(g[key], []).append(rank)
+        if len(groups) > 1:
+            parts = "; ".join(f"{value!r} on {_ranks_text(ranks)}" for value, ranks in groups.items())
+            name = "path" if key == "path" else f"{key}="
+            raise DeclarationError(f"ckptio.create was called with different {name} on different ranks: {parts}; "
+                                   "every rank must pass the same path, backend=, mode=, stage_dir= and "
+                                   "compression=")
+
+
+def _ranks_text(ranks: list[int], shown: int = 8) -> str:
+    """``rank 3`` / ``ranks 0, 1, 2 ... (40 ranks)``."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    text = ", ".join(map(str, ranks[:shown]))
+    return f"ranks {text}" + (f" ... ({len(ranks)} ranks)" if len(ranks) > shown else "")
 
 
 def _directory_problem(path: str) -> str | None:
