@@ -82,8 +82,9 @@ class WriteSession(abc.ABC):
 
     @abc.abstractmethod
     def commit(self, meta: Mapping[str, Any]) -> None:
-        """Collective: reserve the space the rest of the file needs (``rawio.reserve_collectively``), store the
-        metadata document, sync, write the completion mark last, sync, close."""
+        """Collective: check that the data landed (``rawio.check_data_landed``: no holes where data was written),
+        reserve the space the rest of the file needs (``rawio.reserve_collectively``), store the metadata
+        document, sync, write the completion mark last, sync, close."""
 
     @abc.abstractmethod
     def abort(self) -> None:

@@ -69,7 +69,7 @@ from ckptio.layout import Box
 from ckptio.plan import BlockPlan, Extent, VariablePlan
 
 from .base import Backend, Capabilities, ExtentReader, WriteSession, WrittenBlock, register
-from .rawio import RawExtentReader, SerialRawReader, leading_axis_bands, reserve_collectively
+from .rawio import RawExtentReader, SerialRawReader, check_data_landed, leading_axis_bands, reserve_collectively
 
 if not h5py.get_config().mpi:
     raise ImportError("h5py is built without MPI support (parallel HDF5 needed for backend 'hdf5')")
@@ -313,6 +313,7 @@ class _HDF5WriteSession(WriteSession):
         LAST so that everything HDF5 allocated lies before its end, which is reserved; the document (its bytes
         written by rank 0 alone), flush (HDF5 syncs the file), the completion mark set to 1 in place (no new
         space), flush, close."""
+        check_data_landed(self.comm, self.path, HDF5Backend(), meta)
         for key, value in meta["attrs"].items():
             self.file.attrs[key] = _attr_value(value)
         text = np.array(metamod.dumps(meta))  # a numpy bytes scalar: HDF5 fixed-length string of its length

@@ -40,7 +40,7 @@ from ckptio.hints import COLLECTIVE_ONLY_HINTS, info_to_dict
 from ckptio.plan import BlockPlan, Extent, VariablePlan
 
 from .base import Backend, Capabilities, ExtentReader, WriteSession, WrittenBlock, register
-from .rawio import RawExtentReader, SerialRawReader, reserve_collectively, transfer
+from .rawio import RawExtentReader, SerialRawReader, check_data_landed, reserve_collectively, transfer
 
 MAGIC = b"\x89CKPTIO\n"
 TRAILER_MAGIC = b"CKPTEND\x00"
@@ -118,6 +118,7 @@ class _NativeWriteSession(WriteSession):
         """Rank 0 writes the index, everyone syncs, rank 0 writes the trailer (completion mark), sync, close."""
         from mpi4py import MPI
 
+        check_data_landed(self.comm, self.path, NativeBackend(), meta)
         self.fh.Set_view(0, MPI.BYTE, MPI.BYTE)
         index = metamod.dumps(meta)
         index_offset = _align(self.layout["data_end"], BLOCK_ALIGN)

@@ -72,7 +72,7 @@ from ckptio.hints import DEFAULT_STRIPING_UNIT, data_transfer_mode, info_to_dict
 from ckptio.plan import BlockPlan, Extent, VariablePlan
 
 from .base import Backend, Capabilities, ExtentReader, WriteSession, WrittenBlock, register
-from .rawio import RawExtentReader, SerialRawReader, leading_axis_bands, reserve_collectively
+from .rawio import RawExtentReader, SerialRawReader, check_data_landed, leading_axis_bands, reserve_collectively
 
 # pnetcdf-python initializes MPI when imported: import it only to write a file (reading needs neither it nor MPI)
 if importlib.util.find_spec("pnetcdf") is None:
@@ -262,6 +262,7 @@ class _PnetCDFWriteSession(WriteSession):
     def commit(self, meta: Mapping[str, Any]) -> None:
         """Collective: rank 0 writes the document and its checksum (collective puts, the others with empty
         counts), sync, rank 0 writes the completion mark (independent mode), sync, close."""
+        check_data_landed(self.comm, self.path, PnetCDFBackend(), meta)
         document = metamod.dumps(meta)
         text = np.frombuffer(document, dtype="S1")
         digest = np.frombuffer(metamod.checksum(document).encode(), dtype="S1")
