@@ -75,8 +75,16 @@ from .base import Backend, Capabilities, ExtentReader, WriteSession, WrittenBloc
 from .rawio import RawExtentReader, SerialRawReader, check_data_landed, leading_axis_bands, reserve_collectively
 
 # pnetcdf-python initializes MPI when imported: import it only to write a file (reading needs neither it nor MPI)
-if importlib.util.find_spec("pnetcdf") is None:
-    raise ImportError("pnetcdf-python is not installed (needed for backend 'pnetcdf')")
+INSTALL_HINT = ("install pnetcdf-python (needs the PnetCDF C library and mpi4py): `make install` in the ckptio "
+                "source tree, or `CC=mpicc PNETCDF_DIR=/path/to/pnetcdf pip install --no-build-isolation pnetcdf`")
+
+
+def _pnetcdf_missing() -> str | None:
+    try:
+        found = importlib.util.find_spec("pnetcdf") is not None
+    except (ImportError, ValueError, AttributeError):  # e.g. sys.modules["pnetcdf"] = None (import blocked)
+        found = False
+    return None if found else f"pnetcdf-python is not installed; {INSTALL_HINT}"
 
 FORMAT_VERSION = 1
 COMPLETE = 1
@@ -330,8 +338,13 @@ class PnetCDFBackend(Backend):
     def sniff(cls, head: bytes) -> bool:
         return head[:4] in (b"CDF\x01", b"CDF\x02", b"CDF\x05")
 
+    @classmethod
+    def write_problem(cls) -> str | None:
+        return _pnetcdf_missing()
+
     def create(self, path: str, comm, info, variables: Mapping[str, VariablePlan], layout: Mapping[str, Any],
                options: Mapping[str, Any]) -> WriteSession:
+        self.require_writable()
         return _PnetCDFWriteSession(path, comm, info, variables, options)
 
     def read_metadata(self, path: str) -> dict[str, Any]:
