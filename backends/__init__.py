@@ -1,11 +1,11 @@
-"""Storage backends, installed as ``ckptio.backends``. Importing this package registers every backend
-whose Python dependencies are importable (h5py with MPI for ``hdf5``, pnetcdf-python for ``pnetcdf``)."""
+"""Storage backends, installed as ``ckptio.backends``. Every backend is always registered: detecting and reading
+a checkpoint need no format library (the built-in header parsers and the raw extent reader do it). Writing
+HDF5 needs h5py built with MPI, writing PnetCDF needs pnetcdf-python; without them ``create`` raises
+CapabilityError naming the library and its install command (:data:`MISSING`, :func:`available_backends`)."""
 
 from __future__ import annotations
 
-import importlib
-
-from . import mpiio  # noqa: F401 - registers "mpiio"
+from . import hdf5, mpiio, pnetcdf  # noqa: F401 - register "hdf5", "mpiio", "pnetcdf"
 from .base import (
     Backend,
     Capabilities,
@@ -15,15 +15,12 @@ from .base import (
     available_backends,
     detect_backend,
     get_backend,
+    known_backends,
+    missing_libraries,
     register,
 )
 
-MISSING: dict[str, str] = {}
-for _module in ("hdf5", "pnetcdf"):
-    try:
-        importlib.import_module(f"{__name__}.{_module}")
-    except ImportError as _exc:  # the format's library is not installed: say so when it is asked for
-        MISSING[_module] = str(_exc)
+MISSING: dict[str, str] = missing_libraries()  # backend -> why this process cannot write it
 
 __all__ = ["MISSING", "Backend", "Capabilities", "ExtentReader", "WriteSession", "WrittenBlock",
-           "available_backends", "detect_backend", "get_backend", "register"]
+           "available_backends", "detect_backend", "get_backend", "known_backends", "missing_libraries", "register"]

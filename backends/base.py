@@ -82,8 +82,9 @@ class WriteSession(abc.ABC):
 
     @abc.abstractmethod
     def commit(self, meta: Mapping[str, Any]) -> None:
-        """Collective: reserve the space the rest of the file needs (``rawio.reserve_collectively``), store the
-        metadata document, sync, write the completion mark last, sync, close."""
+        """Collective: check that the data landed (``rawio.check_data_landed``: no holes where data was written),
+        reserve the space the rest of the file needs (``rawio.reserve_collectively``), store the metadata
+        document, sync, write the completion mark last, sync, close."""
 
     @abc.abstractmethod
     def abort(self) -> None:
@@ -115,6 +116,21 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def sniff(cls, head: bytes) -> bool:
         """True if a file starting with ``head`` (first 512 bytes) is in this backend's format."""
+
+    @classmethod
+    def write_problem(cls) -> str | None:
+        """Why this process cannot WRITE this format (a library is missing: its name and how to install it), or
+        None. Reading never needs more than ckptio itself (the raw extent reader, the built-in parsers), so a
+        missing library never makes a good checkpoint unreadable or "corrupt". Local, cheap."""
+        return None
+
+    @classmethod
+    def require_writable(cls) -> None:
+        """Raise CapabilityError naming the missing library and its install command (see :meth:`write_problem`);
+        the backends call it first in :meth:`create`, which every rank enters."""
+        problem = cls.write_problem()
+        if problem is not None:
+            raise CapabilityError(f"backend {cls.name!r} cannot write here: {problem}")
 
     @classmethod
     def damaged_evidence(cls, f: BinaryIO, size: int) -> str | None:
@@ -195,7 +211,18 @@ def get_backend(name: str) -> Backend:
 
 
 def available_backends() -> list[str]:
+    """The backends this process can write (every registered one can be read)."""
+    return sorted(name for name, cls in _REGISTRY.items() if cls.write_problem() is None)
+
+
+def known_backends() -> list[str]:
+    """Every registered format: detection and reading work for all of them."""
     return sorted(_REGISTRY)
+
+
+def missing_libraries() -> dict[str, str]:
+    """Backend name -> why it cannot write here (see :meth:`Backend.write_problem`)."""
+    return {name: why for name, cls in _REGISTRY.items() if (why := cls.write_problem()) is not None}
 
 
 SNIFF_BYTES = 512  # what detect_backend reads first

@@ -49,9 +49,9 @@ import json
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
+from struct import error as struct_error
 from typing import Any
 
-import h5py
 import numpy as np
 
 from ckptio import coord
@@ -70,10 +70,23 @@ from ckptio.layout import Box
 from ckptio.plan import BlockPlan, Extent, VariablePlan
 
 from .base import Backend, Capabilities, ExtentReader, WriteSession, WrittenBlock, register
-from .rawio import RawExtentReader, SerialRawReader, leading_axis_bands, reserve_collectively
+from .rawio import RawExtentReader, SerialRawReader, check_data_landed, leading_axis_bands, reserve_collectively
 
-if not h5py.get_config().mpi:
-    raise ImportError("h5py is built without MPI support (parallel HDF5 needed for backend 'hdf5')")
+try:  # reading needs no h5py (h5lite parses ckptio's HDF5 files); writing needs h5py built with parallel HDF5
+    import h5py
+except ImportError:
+    h5py = None
+
+INSTALL_HINT = ("install h5py built with parallel HDF5: `make install` in the ckptio source tree, or `HDF5_MPI=ON "
+                "CC=mpicc HDF5_DIR=/path/to/parallel/hdf5 pip install --no-binary=h5py --no-build-isolation h5py`")
+
+
+def _h5py_write_problem() -> str | None:
+    if h5py is None:
+        return f"h5py is not installed; {INSTALL_HINT}"
+    if not h5py.get_config().mpi:
+        return f"h5py {h5py.__version__} is built without MPI (a serial HDF5 wheel); {INSTALL_HINT}"
+    return None
 
 SIGNATURE = b"\x89HDF\r\n\x1a\n"
 FORMAT_VERSION = 1
@@ -325,6 +338,7 @@ class _HDF5WriteSession(WriteSession):
         LAST so that everything HDF5 allocated lies before its end, which is reserved; the document (its bytes
         written by rank 0 alone), flush (HDF5 syncs the file), the completion mark set to 1 in place (no new
         space), flush, close."""
+        check_data_landed(self.comm, self.path, HDF5Backend(), meta)
         for key, value in meta["attrs"].items():
             self.file.attrs[key] = _attr_value(value)
         text = np.array(metamod.dumps(meta))  # a numpy bytes scalar: HDF5 fixed-length string of its length
@@ -405,12 +419,20 @@ class HDF5Backend(Backend):
             raise CapabilityError(f"{where} a list of {len(value)} numbers ({stored.nbytes} bytes): HDF5 keeps an "
                                   f"attribute in the object header, at most 64 KiB; write it as a variable instead")
 
+    @classmethod
+    def write_problem(cls) -> str | None:
+        return _h5py_write_problem()
+
     def create(self, path: str, comm, info, variables: Mapping[str, VariablePlan], layout: Mapping[str, Any],
                options: Mapping[str, Any]) -> WriteSession:
+        self.require_writable()
         return _HDF5WriteSession(path, comm, info, variables, options)
 
     def read_metadata(self, path: str) -> dict[str, Any]:
-        """Serial (plain h5py, no MPI): the document in ``/ckptio``, checked against the datasets."""
+        """Serial, no MPI: the document in ``/ckptio``, checked against the datasets. With h5py (any build,
+        serial wheels too) through h5py; without it through the built-in parser :mod:`.h5lite`."""
+        if h5py is None:
+            return _read_metadata_lite(path)
         try:
             size = os.path.getsize(path)
             with h5py.File(path, "r", locking=False) as f:
@@ -462,18 +484,76 @@ class HDF5Backend(Backend):
         return SerialRawReader(path, meta)
 
 
+def _read_metadata_lite(path: str) -> dict[str, Any]:
+    """:meth:`HDF5Backend.read_metadata` without h5py: the same checks, through :mod:`.h5lite`. A structure the
+    parser does not implement raises CapabilityError naming h5py (never CorruptCheckpointError)."""
+    from . import h5lite
+
+    try:
+        size = os.path.getsize(path)
+        with h5lite.H5Lite(path) as f:
+            group = f.lookup(f"/{GROUP}")
+            document = f.lookup(f"/{GROUP}/metadata") if group is not None else None
+            if group is None:
+                raise UnknownFormatError(f"{path}: an HDF5 file without a /{GROUP} group is not a ckptio checkpoint")
+            attrs = f.attrs(group)
+            version = attrs.get("format_version")
+            if version is not None and int(version) > FORMAT_VERSION:
+                raise FormatVersionError(f"{path}: ckptio HDF5 layout version {int(version)} is newer than "
+                                         f"this ckptio supports (version {FORMAT_VERSION})")
+            if attrs.get("complete") != COMPLETE:
+                raise IncompleteCheckpointError(f"{path}: no completion mark (/{GROUP} attribute 'complete'): "
+                                                "the checkpoint was not committed")
+            ds = f.dataset(document) if document is not None else None
+            if ds is None or ds.shape != () or ds.dtype is None or ds.dtype.kind != "S" or ds.dtype.itemsize > size:
+                raise CorruptCheckpointError(f"{path}: /{GROUP}/metadata is missing or damaged")
+            text = f.read(ds)[()]
+            if np.bytes_(metamod.checksum(text)) != attrs.get("metadata_checksum"):
+                raise CorruptCheckpointError(f"{path}: /{GROUP}/metadata checksum mismatch (the metadata "
+                                             "document is damaged)")
+            try:
+                meta = metamod.loads(text)
+            except FormatVersionError:
+                raise
+            except ValueError as exc:
+                raise CorruptCheckpointError(f"{path}: /{GROUP}/metadata is not valid metadata ({exc})") from None
+            if meta.get("backend") != HDF5Backend.name:
+                raise CorruptCheckpointError(f"{path}: metadata says backend {meta.get('backend')!r}, file is HDF5")
+            for name, var in meta["variables"].items():
+                addr = f.lookup(f"/{name}")
+                dset = f.dataset(addr) if addr is not None else None
+                _check_dataset(path, name, var, None if dset is None else list(dset.shape),
+                               None if dset is None else dset.address, size)
+    except CheckpointError:
+        raise
+    except OSError as exc:
+        raise CheckpointIOError(f"{path}: cannot read checkpoint: {exc.strerror or exc}") from None
+    except (IndexError, KeyError, TypeError, ValueError, struct_error) as exc:  # values a damaged file holds
+        raise CorruptCheckpointError(f"{path}: HDF5 structure is damaged ({exc})") from None
+    return meta
+
+
+def _check_dataset(path: str, name: str, var: Mapping[str, Any], shape: list[int] | None, offset: int | None,
+                   size: int) -> None:
+    """Variable ``name`` of the document is a dataset of its shape (``shape``; None: no such dataset) at its
+    recorded offset (``offset``), inside the file (``size`` bytes)."""
+    storage = var.get("storage", {})
+    nbytes = math.prod(var["shape"]) * np.dtype(var["dtype"]).itemsize
+    if shape is None or shape != list(var["shape"]):
+        raise CorruptCheckpointError(f"{path}: variable {name!r}: no dataset /{name} of shape {var['shape']}")
+    if nbytes and (storage.get("file_offset") is None or offset != storage["file_offset"]):
+        raise CorruptCheckpointError(f"{path}: variable {name!r}: dataset offset {offset} does "
+                                     f"not match the metadata ({storage.get('file_offset')})")
+    if nbytes and storage["file_offset"] + nbytes > size:
+        raise IncompleteCheckpointError(f"{path}: variable {name!r}: file ends inside the dataset (truncated)")
+
+
 def _check_datasets(path: str, f: h5py.File, meta: Mapping[str, Any], size: int) -> None:
     """Every variable of the document is a dataset of its shape at its recorded offset, inside the file."""
     if meta.get("backend") != HDF5Backend.name:
         raise CorruptCheckpointError(f"{path}: metadata says backend {meta.get('backend')!r}, file is HDF5")
     for name, var in meta["variables"].items():
         dset = f.get(name)
-        storage = var.get("storage", {})
-        nbytes = math.prod(var["shape"]) * np.dtype(var["dtype"]).itemsize
-        if not isinstance(dset, h5py.Dataset) or list(dset.shape) != list(var["shape"]):
-            raise CorruptCheckpointError(f"{path}: variable {name!r}: no dataset /{name} of shape {var['shape']}")
-        if nbytes and (storage.get("file_offset") is None or dset.id.get_offset() != storage["file_offset"]):
-            raise CorruptCheckpointError(f"{path}: variable {name!r}: dataset offset {dset.id.get_offset()} does "
-                                         f"not match the metadata ({storage.get('file_offset')})")
-        if nbytes and storage["file_offset"] + nbytes > size:
-            raise IncompleteCheckpointError(f"{path}: variable {name!r}: file ends inside the dataset (truncated)")
+        is_dataset = isinstance(dset, h5py.Dataset)
+        _check_dataset(path, name, var, list(dset.shape) if is_dataset else None,
+                       dset.id.get_offset() if is_dataset else None, size)

@@ -2,7 +2,8 @@
 
 File layout (all integers little-endian)::
 
-    offset 0      header, HEADER_SIZE bytes: magic b"\\x89CKPTIO\\n", u32 format version, u32 header size
+    offset 0      header, HEADER_SIZE bytes: magic b"\\x89CKPTIO\\n", u32 format version, u32 header size,
+                  u64 header checksum (xxh3-64 of all HEADER_SIZE bytes with this field zeroed), zeros
     HEADER_SIZE   data: every rank's blocks in one region per rank (rank order), each block contiguous in
                   C order (or compressed), 8-byte aligned; a rank's region starts on a stripe boundary when
                   it is at least one stripe long, so no two ranks' large writes share a stripe (no lock
@@ -14,6 +15,12 @@ File layout (all integers little-endian)::
 
 The trailer is the completion mark: it is written last, by rank 0, after all data was written and synced.
 A file without a valid trailer is incomplete; an index whose checksum does not match is corrupt.
+
+Reading trusts nothing of the header before its magic and checksum are checked, so a flipped byte in the
+version field is damage (:class:`CorruptCheckpointError`), not "a newer format". Files written before the header
+checksum existed (the same format version 1: the field was zero padding, which older readers ignore, so both
+directions stay compatible) have 0 there; for them the version is trusted only when the trailer, written
+separately, states the same one. A checksum that happens to be 0 is treated the same way (a chance of 2**-64).
 
 Data is written with one collective ``MPI_File_write_all`` per checkpoint: each rank's file view is an
 hindexed type over its blocks' file offsets, its memory type an hindexed type over its arrays' addresses,
@@ -40,13 +47,13 @@ from ckptio.hints import COLLECTIVE_ONLY_HINTS, info_to_dict
 from ckptio.plan import BlockPlan, Extent, VariablePlan
 
 from .base import Backend, Capabilities, ExtentReader, WriteSession, WrittenBlock, register
-from .rawio import RawExtentReader, SerialRawReader, reserve_collectively, transfer
+from .rawio import RawExtentReader, SerialRawReader, check_data_landed, reserve_collectively, transfer
 
 MAGIC = b"\x89CKPTIO\n"
 TRAILER_MAGIC = b"CKPTEND\x00"
 FORMAT_VERSION = 1
 HEADER_SIZE = 4096
-_HEADER = struct.Struct("<8sII")
+_HEADER = struct.Struct("<8sIIQ")  # magic, format version, header size, header checksum (0: none, older files)
 _TRAILER = struct.Struct("<8sIIQQQQ16s")
 TRAILER_SIZE = _TRAILER.size  # 64
 BLOCK_ALIGN = 8
@@ -56,8 +63,15 @@ def _align(value: int, alignment: int) -> int:
     return (value + alignment - 1) // alignment * alignment
 
 
-def header_bytes() -> bytes:
-    return _HEADER.pack(MAGIC, FORMAT_VERSION, HEADER_SIZE).ljust(HEADER_SIZE, b"\0")
+def header_checksum(header: bytes) -> int:
+    """xxh3-64 of the ``HEADER_SIZE`` bytes ``header`` with the checksum field (bytes 16-24) zeroed."""
+    return xxhash.xxh3_64_intdigest(header[:16] + bytes(8) + header[24:HEADER_SIZE])
+
+
+def header_bytes(version: int = FORMAT_VERSION) -> bytes:
+    """The header of a file (``version`` other than this ckptio's: tests of newer files)."""
+    plain = _HEADER.pack(MAGIC, version, HEADER_SIZE, 0).ljust(HEADER_SIZE, b"\0")
+    return _HEADER.pack(MAGIC, version, HEADER_SIZE, header_checksum(plain)).ljust(HEADER_SIZE, b"\0")
 
 
 class _NativeWriteSession(WriteSession):
@@ -118,6 +132,7 @@ class _NativeWriteSession(WriteSession):
         """Rank 0 writes the index, everyone syncs, rank 0 writes the trailer (completion mark), sync, close."""
         from mpi4py import MPI
 
+        check_data_landed(self.comm, self.path, NativeBackend(), meta)
         self.fh.Set_view(0, MPI.BYTE, MPI.BYTE)
         index = metamod.dumps(meta)
         index_offset = _align(self.layout["data_end"], BLOCK_ALIGN)
@@ -209,20 +224,23 @@ class NativeBackend(Backend):
         try:
             with open(path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
-                head = f.read(_HEADER.size)
+                head = f.read(HEADER_SIZE)
                 if size < HEADER_SIZE + TRAILER_SIZE:
                     raise IncompleteCheckpointError(f"{path}: {size} bytes is too short to be a complete checkpoint "
                                                     "(truncated or never committed)")
-                magic, version, header_size = _HEADER.unpack(head)
+                magic, version, header_size, stored_sum = _HEADER.unpack_from(head)
                 if magic != MAGIC:
                     raise CorruptCheckpointError(f"{path}: header magic is damaged ({magic!r})")
-                if version > FORMAT_VERSION:
+                if stored_sum and stored_sum != header_checksum(head):
+                    raise CorruptCheckpointError(f"{path}: header checksum mismatch (the header is damaged)")
+                f.seek(size - TRAILER_SIZE)
+                tmagic, tversion, _flags, ioff, ilen, ihash, data_end, _ = _TRAILER.unpack(f.read(TRAILER_SIZE))
+                # a header without checksum (older files) states its version credibly only with the trailer's
+                if (stored_sum or tversion == version) and version > FORMAT_VERSION:
                     raise FormatVersionError(f"{path}: native format version {version} is newer than this ckptio "
                                              f"supports (version {FORMAT_VERSION})")
                 if version < 1 or header_size != HEADER_SIZE:
                     raise CorruptCheckpointError(f"{path}: header is damaged (version {version}, size {header_size})")
-                f.seek(size - TRAILER_SIZE)
-                tmagic, tversion, _flags, ioff, ilen, ihash, data_end, _ = _TRAILER.unpack(f.read(TRAILER_SIZE))
                 if tmagic != TRAILER_MAGIC:
                     raise IncompleteCheckpointError(f"{path}: no completion mark (trailer missing): the checkpoint "
                                                     "was not committed or the file is truncated")

@@ -73,11 +73,19 @@ from ckptio.hints import DEFAULT_STRIPING_UNIT, data_transfer_mode, info_to_dict
 from ckptio.plan import BlockPlan, Extent, VariablePlan
 
 from .base import Backend, Capabilities, ExtentReader, WriteSession, WrittenBlock, register
-from .rawio import RawExtentReader, SerialRawReader, leading_axis_bands, reserve_collectively
+from .rawio import RawExtentReader, SerialRawReader, check_data_landed, leading_axis_bands, reserve_collectively
 
 # pnetcdf-python initializes MPI when imported: import it only to write a file (reading needs neither it nor MPI)
-if importlib.util.find_spec("pnetcdf") is None:
-    raise ImportError("pnetcdf-python is not installed (needed for backend 'pnetcdf')")
+INSTALL_HINT = ("install pnetcdf-python (needs the PnetCDF C library and mpi4py): `make install` in the ckptio "
+                "source tree, or `CC=mpicc PNETCDF_DIR=/path/to/pnetcdf pip install --no-build-isolation pnetcdf`")
+
+
+def _pnetcdf_missing() -> str | None:
+    try:
+        found = importlib.util.find_spec("pnetcdf") is not None
+    except (ImportError, ValueError, AttributeError):  # e.g. sys.modules["pnetcdf"] = None (import blocked)
+        found = False
+    return None if found else f"pnetcdf-python is not installed; {INSTALL_HINT}"
 
 FORMAT_VERSION = 1
 COMPLETE = 1
@@ -263,6 +271,7 @@ class _PnetCDFWriteSession(WriteSession):
     def commit(self, meta: Mapping[str, Any]) -> None:
         """Collective: rank 0 writes the document and its checksum (collective puts, the others with empty
         counts), sync, rank 0 writes the completion mark (independent mode), sync, close."""
+        check_data_landed(self.comm, self.path, PnetCDFBackend(), meta)
         document = metamod.dumps(meta)
         text = np.frombuffer(document, dtype="S1")
         digest = np.frombuffer(metamod.checksum(document).encode(), dtype="S1")
@@ -341,8 +350,13 @@ class PnetCDFBackend(Backend):
                 raise CapabilityError(f"attribute {name!r}: the pnetcdf backend cannot store a string holding an "
                                       "invalid surrogate (netCDF text is UTF-8)") from None
 
+    @classmethod
+    def write_problem(cls) -> str | None:
+        return _pnetcdf_missing()
+
     def create(self, path: str, comm, info, variables: Mapping[str, VariablePlan], layout: Mapping[str, Any],
                options: Mapping[str, Any]) -> WriteSession:
+        self.require_writable()
         return _PnetCDFWriteSession(path, comm, info, variables, options)
 
     def read_metadata(self, path: str) -> dict[str, Any]:

@@ -282,6 +282,8 @@ def leading_axis_bands(meta: Mapping[str, Any]) -> list[Extent]:
 # ---------------------------------------------------------------------------------------- space reservation
 _NO_PREALLOCATION = {errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}  # (ENOTSUP == EOPNOTSUPP on Linux)
 _fallocate: Any = None
+# Fault injection (tests/faults): set to 1, every reservation behaves as on a file system that cannot preallocate
+NO_FALLOCATE_ENV = "CKPTIO_FAULT_NO_FALLOCATE"
 
 
 def _fallocate_function():
@@ -290,6 +292,8 @@ def _fallocate_function():
     block of the range, from one process, which would take hours for a large checkpoint on a parallel file
     system; the system call fails with EOPNOTSUPP instead, and then nothing is reserved."""
     global _fallocate
+    if os.environ.get(NO_FALLOCATE_ENV) == "1":
+        return None
     if _fallocate is None:
         try:
             libc = ctypes.CDLL(None, use_errno=True)
@@ -370,6 +374,78 @@ def reserve_space(path: str, ranges: Sequence[tuple[int, int]], what: str) -> bo
         raise CheckpointIOError(f"{path}: {os.strerror(err).lower()}: no space for {what} on the file system of "
                                 f"{directory}: it needs {needed:,} bytes{free}")
     raise CheckpointIOError(f"{path}: cannot reserve {needed:,} bytes for {what}: {os.strerror(err)}")
+
+
+def holes(path: str, ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Local: the parts of the byte ranges ``[start, end)`` of ``path`` that the file system reports as holes
+    (``SEEK_HOLE``/``SEEK_DATA``) or that lie beyond the end of the file. A file system that cannot tell
+    reports no holes. Written data is never a hole, except where a file system stores blocks of zeros as holes
+    (ZFS or btrfs with compression): callers check the contents of what this finds."""
+    ranges = coalesce(ranges, merge_gap=1, max_ranges=1 << 62)  # only touching ranges: gaps between them are no data
+    found: list[tuple[int, int]] = []
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        for start, end in ranges:
+            pos = start
+            while pos < end:
+                if pos >= size:
+                    found.append((pos, end))
+                    break
+                try:
+                    hole = os.lseek(fd, pos, os.SEEK_HOLE)
+                except OSError as exc:
+                    if exc.errno == errno.ENXIO:  # pos is past the end (the file shrank)
+                        found.append((pos, end))
+                        break
+                    return []  # EINVAL/EOPNOTSUPP: this file system cannot tell
+                if hole >= end:
+                    break
+                try:
+                    data = os.lseek(fd, hole, os.SEEK_DATA)
+                except OSError:  # ENXIO: no data after the hole
+                    data = max(size, end)
+                found.append((hole, min(data, end)))
+                pos = data
+    finally:
+        os.close(fd)
+    return found
+
+
+def missing_data(path: str, backend: Any, meta: Mapping[str, Any]) -> str | None:
+    """Local, rank 0 after the data was written and synced: why the data of the checkpoint ``meta`` did not all
+    land in ``path``, or None. Extents that cross a hole (:func:`holes`) are read back and their blocks'
+    checksums compared (a hole whose blocks check out holds zeros a file system chose not to store); nothing
+    else is read, so a complete file costs a few ``lseek`` calls."""
+    from ckptio.verify import verify_blocks
+
+    extents = backend.extents(meta)
+    gaps = holes(path, [(e.file_offset, e.file_offset + e.nbytes) for e in extents])
+    if not gaps:
+        return None
+    suspect = [e for e in extents if any(a < e.file_offset + e.nbytes and e.file_offset < b for a, b in gaps)]
+    problems = verify_blocks(backend, path, dict(meta), extents=suspect)
+    if not problems:
+        return None
+    missing = sum(b - a for a, b in gaps)
+    return (f"{len(problems)} block(s) of the data did not land ({problems[0]}); the file has {missing:,} bytes of "
+            f"holes where data was written, first at byte {gaps[0][0]:,}")
+
+
+def check_data_landed(comm, path: str, backend: Any, meta: Mapping[str, Any]) -> None:
+    """Collective over ``comm``, at the start of every backend's commit (data written and synced, nothing of the
+    index written yet): rank 0 checks :func:`missing_data`; if data is missing, every rank raises
+    CheckpointIOError and the checkpoint fails instead of committing a file with holes. This is what catches
+    writes a full file system dropped where no space could be reserved (no ``fallocate``): Open MPI's OMPIO
+    reports such short writes as complete, so neither the byte counts nor the format libraries see them."""
+    def look() -> None:
+        why = missing_data(path, backend, meta)
+        if why is not None:
+            directory = os.path.dirname(os.path.abspath(path))
+            raise CheckpointIOError(f"{path}: the file system lost writes (no space left on {directory}, or quota "
+                                    f"exceeded?): {why}")
+
+    coord.bcast_from_root(comm, "check that the data landed", look)
 
 
 def reserve_collectively(comm, path: str, ranges: Sequence[tuple[int, int]] | Callable[[], Sequence[tuple[int, int]]],

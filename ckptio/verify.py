@@ -3,6 +3,7 @@ every checksum. Runs in one process, with no MPI job needed for the native forma
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +12,7 @@ import numpy as np
 from . import meta as metamod
 from .backends import Backend
 from .errors import CheckpointError
+from .plan import Extent
 
 
 @dataclass
@@ -30,12 +32,14 @@ class Problem:
         return f"{where}: {self.message}"
 
 
-def verify_blocks(backend: Backend, path: str, meta: dict[str, Any], max_bytes: int = 256 << 20) -> list[Problem]:
-    """Read every extent and compare the checksum of every writer block it holds. Returns the problems."""
+def verify_blocks(backend: Backend, path: str, meta: dict[str, Any], max_bytes: int = 256 << 20,
+                  extents: Sequence[Extent] | None = None) -> list[Problem]:
+    """Read every extent (or only ``extents``, some of ``backend.extents(meta)``) and compare the checksum of
+    every writer block it holds. Local, serial. Returns the problems."""
     problems: list[Problem] = []
     reader = backend.serial_extent_reader(path, meta)
     try:
-        for extent in backend.extents(meta):
+        for extent in backend.extents(meta) if extents is None else extents:
             var = meta["variables"][extent.var]
             declared = np.dtype(var["dtype"])
             try:

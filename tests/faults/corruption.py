@@ -97,7 +97,8 @@ def _native_regions(path: str, meta: dict[str, Any], size: int) -> list[Region]:
     trailer = [("magic", 8), ("format version", 4), ("flags", 4), ("index offset", 8), ("index length", 8),
                ("index hash", 8), ("data end", 8), ("reserved", 16)]
     out = [Region("header: magic", 0, 8, True), Region("header: format version", 8, 12, True),
-           Region("header: header size", 12, 16, True), Region("header: padding", 16, mpiio.HEADER_SIZE),
+           Region("header: header size", 12, 16, True), Region("header: checksum", 16, 24, True),
+           Region("header: padding (checksummed)", 24, mpiio.HEADER_SIZE, True),
            Region("index (metadata document)", ioff, ioff + ilen, True)]
     pos = t
     for name, n in trailer:

@@ -206,3 +206,57 @@ def test_header_version_field_is_checked_before_anything_else(native):
     struct.pack_into("<I", raw, 8, 0)
     assert parse(native.write(bytes(raw))) is None
     os.unlink(native.scratch)
+
+
+# ------------------------------------------------------------------------------------ the header checksum
+def _status(path: str) -> tuple[int, str]:
+    code, report = inspect_report(path, verify=False)
+    return code, report["status"]
+
+
+def test_every_header_bit_flip_is_damage_not_a_newer_version(native):
+    """The magic, version, size and checksum fields, and a sample of the padding: each flipped bit is reported
+    as a damaged (or unrecognisable) checkpoint, never as "format version 65537 is newer"."""
+    offsets = [*range(24), *range(24, mpiio.HEADER_SIZE, 97)]
+    for offset in offsets:
+        for bit in range(8):
+            raw = bytearray(native.raw)
+            raw[offset] ^= 1 << bit
+            code, status = _status(native.write(bytes(raw)))
+            assert status != "unsupported version", (offset, bit)
+            assert (code, status) == (1, "corrupt"), (offset, bit, code, status)
+
+
+def _without_header_checksum(raw: bytes) -> bytearray:
+    """The file as ckptio wrote it before the header had a checksum (zeros in its place)."""
+    old = bytearray(raw)
+    old[16:24] = bytes(8)
+    return old
+
+
+def _with_versions(raw: bytearray, header: int, trailer: int) -> bytes:
+    struct.pack_into("<I", raw, 8, header)
+    struct.pack_into("<I", raw, len(raw) - mpiio.TRAILER_SIZE + 8, trailer)
+    return bytes(raw)
+
+
+def test_files_without_header_checksum_are_still_read(native):
+    old = _without_header_checksum(native.raw)
+    assert parse(native.write(bytes(old))) == native.meta
+    assert _status(native.write(bytes(old))) == (0, "complete")
+    # a flipped version: header and trailer disagree, so it is damage
+    for flipped in (mpiio.FORMAT_VERSION ^ (1 << 16), mpiio.FORMAT_VERSION ^ 2):
+        path = native.write(_with_versions(_without_header_checksum(native.raw), flipped, mpiio.FORMAT_VERSION))
+        assert _status(path) == (1, "corrupt"), flipped
+    # both copies say newer: a newer file
+    newer = mpiio.FORMAT_VERSION + 1
+    path = native.write(_with_versions(_without_header_checksum(native.raw), newer, newer))
+    assert _status(path) == (1, "unsupported version")
+
+
+def test_a_newer_header_with_its_checksum_is_a_newer_version(native):
+    raw = bytearray(native.raw)
+    raw[:mpiio.HEADER_SIZE] = mpiio.header_bytes(mpiio.FORMAT_VERSION + 1)
+    code, report = inspect_report(native.write(bytes(raw)), verify=False)
+    assert (code, report["status"]) == (1, "unsupported version")
+    assert f"version {mpiio.FORMAT_VERSION + 1}" in report["error"]

@@ -26,11 +26,13 @@ BACKENDS = ("mpiio", "hdf5", "pnetcdf")
 
 
 def _bump_native(path: Path) -> int:
+    from ckptio.backends import mpiio
     from ckptio.backends.mpiio import FORMAT_VERSION
 
     raw = bytearray(path.read_bytes())
     assert struct.unpack_from("<I", raw, 8)[0] == FORMAT_VERSION  # the header: magic (8 bytes), version
     struct.pack_into("<I", raw, 8, FORMAT_VERSION + 1)
+    struct.pack_into("<Q", raw, 16, mpiio.header_checksum(bytes(raw[:mpiio.HEADER_SIZE])))  # a newer file, intact
     path.write_bytes(bytes(raw))
     return FORMAT_VERSION
 

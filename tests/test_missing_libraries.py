@@ -1,0 +1,143 @@
+"""Without h5py (or with a serial h5py wheel) and without pnetcdf-python, good HDF5 and netCDF checkpoints are
+still read: detection, metadata and extents need only ckptio (the built-in CDF header reader, ``h5lite`` and
+the raw extent reader). Writing such a format is a CapabilityError naming the library and its install command,
+never "corrupt"; ``latest()`` never skips a good checkpoint for want of a library.
+
+The libraries are blocked in a fresh interpreter (``sys.modules[name] = None`` before ckptio is imported), serial
+(``inspect``, ``latest``) and under mpirun (restart of an HDF5 and a netCDF checkpoint on 2 ranks, and the
+refused write on every rank).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+
+import pytest
+from mpi_helpers import REPO, mpi_env, run_script
+
+import ckptio
+
+WRITE = r'''
+import sys
+import numpy as np
+from mpi4py import MPI
+import ckptio
+comm = MPI.COMM_WORLD
+r, d = comm.rank, sys.argv[1]
+for step, b in ((1, "mpiio"), (2, "pnetcdf"), (3, "hdf5")):
+    with ckptio.create(f"{d}/chk_{step:06d}", comm, backend=b, attrs={"step": step, "backend": b}) as ck:
+        ck.write("dens", np.arange(40.0).reshape(10, 4)[5 * r:5 * r + 5] + step, offset=(5 * r, 0),
+                 global_shape=(10, 4))
+        ck.write("seg", np.full(3 + r, r, dtype="i4"))
+'''
+
+BLOCK = {"none": "", "serial-h5py": "h5py.get_config = lambda: types.SimpleNamespace(mpi=False)",
+         "no-h5py": "sys.modules['h5py'] = None", "no-pnetcdf": "sys.modules['pnetcdf'] = None"}
+BOTH = "sys.modules['h5py'] = None; sys.modules['pnetcdf'] = None"
+
+
+def prelude(block: str) -> str:
+    """Python source that makes a library unavailable before anything imports ckptio."""
+    return f"import sys, types\nimport h5py\n{block}\n" if "h5py.get_config" in block else f"import sys\n{block}\n"
+
+
+RESTART = r'''
+import sys
+import numpy as np
+from mpi4py import MPI
+import ckptio
+comm = MPI.COMM_WORLD
+d, out = sys.argv[1], sys.argv[2]
+lines = []
+for step in (2, 3):
+    with ckptio.open(f"{d}/chk_{step:06d}", comm) as ck:
+        cols = ck.read("dens", offset=(0, 2 * comm.rank), shape=(10, 2))
+        ok = np.array_equal(cols, np.arange(40.0).reshape(10, 4)[:, 2 * comm.rank:2 * comm.rank + 2] + step)
+        lines.append(f"read {ck.attrs['backend']} {ok}")
+for b in ("hdf5", "pnetcdf"):
+    try:
+        with ckptio.create(f"{d}/new_{b}", comm, backend=b) as ck:
+            ck.write("x", np.zeros(2), offset=(2 * comm.rank,), global_shape=(2 * comm.size,))
+        lines.append(f"write {b} OK")
+    except ckptio.CheckpointError as exc:
+        message = str(exc).replace("\n", " ")
+        lines.append(f"write {b} {' '.join(c.__name__ for c in type(exc).__mro__)} | {message}")
+with open(f"{out}/rank{comm.rank}", "w") as f:
+    f.write("\n".join(lines))
+'''
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ckpts")
+    run_script(2, WRITE, d, str(d), timeout=180)
+    return d
+
+
+def run_blocked(block: str, code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", prelude(block) + code], capture_output=True, text=True, timeout=120,
+                          env=mpi_env(), cwd=REPO, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("block", [BOTH, BLOCK["serial-h5py"], BLOCK["no-h5py"], BLOCK["no-pnetcdf"]])
+def test_inspect_and_latest_need_no_format_library(checkpoints, block):
+    code = (
+        "import json, warnings\nwarnings.simplefilter('error')\n"
+        "from ckptio.cli import inspect_report\nimport ckptio\n"
+        f"d = {str(checkpoints)!r}\n"
+        "print(json.dumps({'inspect': [inspect_report(f'{d}/chk_{s:06d}', verify=True)[0] for s in (1, 2, 3)],"
+        " 'latest': ckptio.latest(d)}))\n")
+    proc = run_blocked(block, code)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.splitlines()[-1])
+    assert got == {"inspect": [0, 0, 0], "latest": str(checkpoints / "chk_000003")}, got
+
+
+def test_h5lite_reads_what_h5py_reads(checkpoints):
+    """The built-in HDF5 parser returns the same document as h5py and refuses the same damage."""
+    from ckptio.backends import hdf5
+
+    path = str(checkpoints / "chk_000003")
+    assert hdf5._read_metadata_lite(path) == hdf5.HDF5Backend().read_metadata(path)
+    raw = bytearray((checkpoints / "chk_000003").read_bytes())
+    doc = raw.find(b'{"attrs"')
+    raw[doc + 20] ^= 0x01
+    damaged = checkpoints.parent / "damaged.h5"
+    damaged.write_bytes(bytes(raw))
+    with pytest.raises(ckptio.CorruptCheckpointError, match="checksum mismatch"):
+        hdf5._read_metadata_lite(str(damaged))
+    damaged.write_bytes(bytes(raw[:2048]))
+    with pytest.raises(ckptio.CheckpointError) as info:
+        hdf5._read_metadata_lite(str(damaged))
+    assert not isinstance(info.value, ckptio.CapabilityError)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("block", [BOTH, BLOCK["serial-h5py"]])
+def test_restart_without_libraries_and_writes_say_what_to_install(checkpoints, tmp_path, block):
+    out = tmp_path / "out"
+    out.mkdir()
+    script = prelude(block) + RESTART
+    run_script(2, script, tmp_path, str(checkpoints), str(out), timeout=180)
+    for rank in (0, 1):
+        lines = (out / f"rank{rank}").read_text().splitlines()
+        assert lines[:2] == ["read pnetcdf True", "read hdf5 True"], lines
+        writes = {line.split()[1]: line for line in lines[2:]}
+        hdf5 = writes["hdf5"]
+        assert "CapabilityError" in hdf5.split("|")[0] and "Corrupt" not in hdf5, hdf5
+        assert "h5py" in hdf5 and "make install" in hdf5 and "HDF5_MPI=ON" in hdf5, hdf5
+        if "pnetcdf" in block:
+            assert "CapabilityError" in writes["pnetcdf"].split("|")[0], writes["pnetcdf"]
+            assert "pip install" in writes["pnetcdf"] and "make install" in writes["pnetcdf"], writes["pnetcdf"]
+        else:
+            assert writes["pnetcdf"] == "write pnetcdf OK"
+    assert not list(checkpoints.glob("new_hdf5*")) and not list(checkpoints.glob(".new_hdf5*"))
+
+
+def test_the_installed_libraries_are_used_when_present(checkpoints):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert ckptio.latest(checkpoints) == str(checkpoints / "chk_000003")
