@@ -97,9 +97,13 @@ class Series:
         class _SeriesWriter(Writer):
             def close(self) -> None:
                 was_closed = self._closed
-                super().close()
-                if not was_closed:
-                    series._after_close(self)
+                try:
+                    super().close()
+                finally:  # a background checkpoint submitted by a close() that raised an older failure
+                    if not was_closed and self.handle is not None:
+                        series._background.append(self.handle)
+                if not was_closed and self.handle is None:
+                    series._retention_after(self.path, series.comm)
 
             def _on_commit(self, comm) -> None:  # async: run by the I/O thread after the background commit
                 series._retention_after(self.path, comm)
@@ -124,14 +128,6 @@ class Series:
         self._next_seq = first
         if self._restart_from is None:
             self._restart_from = parent
-
-    def _after_close(self, writer: Writer) -> None:
-        """After close() returned on every rank: retention now if the checkpoint is committed; a background one
-        runs it in the I/O thread (async) or at :meth:`wait` (staged)."""
-        if writer.handle is None:
-            self._retention_after(writer.path, self.comm)
-        else:
-            self._background.append(writer.handle)
 
     def _retention_after(self, committed: str, comm) -> None:
         """Collective over ``comm``: retention right after ``committed`` was committed."""
