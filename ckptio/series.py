@@ -37,6 +37,7 @@ the fast tier first and drained to ``directory`` in the background; restart pref
 
 from __future__ import annotations
 
+import operator
 import os
 import threading
 from collections.abc import Mapping
@@ -85,8 +86,15 @@ class Series:
 
         Collective the first time (rank 0 reads the series' sequence numbers, every rank gets them). Retention
         runs when the checkpoint commits (see the module docstring)."""
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise DeclarationError(f"series {self.directory}: step={step!r} must be a non-negative int")
+        given = step
+        try:
+            if isinstance(step, bool):
+                raise TypeError
+            step = operator.index(step)  # numpy integers too
+        except TypeError:
+            step = -1
+        if step < 0:
+            raise DeclarationError(f"series {self.directory}: step={given!r} must be a non-negative integer")
         series = self
         if self._next_seq is None:
             self._start_timeline(step)
@@ -189,7 +197,7 @@ class Series:
 
 def plan_retention(entries: list[catalog.Entry], keep: int,
                    protected: set[str]) -> tuple[list[catalog.Entry], catalog.Entry | None]:
-    """Which checkpoints retention deletes, and the newest committed one (by sequence, then step).
+    """Which checkpoints retention deletes, and the newest checkpoint of the timeline (None if it is empty).
 
     Order of preference: the timeline newest first, then superseded checkpoints newest first; the first ``keep``
     and every ``protected`` path stay. Unreadable files are never deleted."""
