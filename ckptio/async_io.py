@@ -7,16 +7,34 @@ arrays freely: the checkpoint holds the values at the time of ``close()``. A new
 both slots are still busy (double buffering, as in Lee et al., HiPC 2021).
 
 Every rank submits checkpoints in the same program order, and the I/O thread runs them in FIFO order, so the
-collectives of background checkpoints match across ranks. A background failure is agreed on every rank (the
-same ckptio.coord phases as a synchronous write) and raised at the next ckptio call on that communicator
-(``wait()``, or the next ``create``), never lost. This needs ``MPI_THREAD_MULTIPLE``; without it ckptio
+collectives of background checkpoints match across ranks. This needs ``MPI_THREAD_MULTIPLE``; without it ckptio
 warns and writes synchronously.
+
+A background failure is never lost. It is agreed on every rank (the same ckptio.coord phases as a synchronous
+write), so every rank holds the same error, and it is raised, once, by the first of:
+
+* ``Writer.wait()`` of that checkpoint, or ``Series.wait()`` (which raises if ANY of the series' background
+  checkpoints failed since the last report, the others named in the error's notes);
+* ``close()`` of a later background checkpoint on the same communicator, once the failed one is at least
+  ``SLOTS`` checkpoints old (it must have finished by then on every rank, so every rank raises alike; the later
+  checkpoint is still submitted and written);
+* interpreter exit (:func:`report_at_exit`): every unreported failure is printed on stderr, naming the checkpoint
+  and the error, and the exit status is made 1 when that is safe. Python gives an exit handler no way to change
+  the status; the only way is ``os._exit``, which skips whatever would still run after ckptio's handler. ckptio
+  does it only when what remains is known: the exit handlers registered before ckptio's are only ``logging``'s
+  and ``h5py``'s (ckptio runs the first itself; the second only frees memory), and no HDF5 file is left open.
+  It then flushes every open Python file, finalizes MPI (every rank holds the same failure, so every rank does
+  this) and exits with status 1. Otherwise the status stays what the program set, and the message says so.
 """
 
 from __future__ import annotations
 
 import atexit
+import gc
+import io
+import os
 import queue
+import sys
 import threading
 import warnings
 from collections.abc import Callable
@@ -85,6 +103,10 @@ class AsyncCheckpoint:
         """Local: True once the background write and commit finished (successfully or not)."""
         return self._event.is_set()
 
+    def done_event(self) -> threading.Event:
+        """Set when the background work finished (successfully or not)."""
+        return self._event
+
     def wait(self) -> None:
         """Local: block until finished; raise its error (the same on every rank) if it failed."""
         self._event.wait()
@@ -94,7 +116,28 @@ class AsyncCheckpoint:
 
     def _finish(self, error: BaseException | None) -> None:
         self.error = error
+        if error is not None:
+            _FAILED.append(self)
         self._event.set()
+
+
+_FAILED: list[AsyncCheckpoint] = []  # every failed background checkpoint of this process (reported or not)
+
+
+def raise_failures(handles: list[AsyncCheckpoint], where: str) -> None:
+    """Raise the first unreported failure among the finished ``handles`` (the others, marked reported too, are
+    named in its notes). Deterministic when every rank passes the same handles, all finished."""
+    failed = [h for h in handles if h.done() and h.error is not None and not h.reported]
+    if not failed:
+        return
+    for h in failed:
+        h.reported = True
+    first = failed[0].error
+    assert first is not None
+    first.add_note(f"ckptio: background checkpoint {failed[0].path} failed; reported by {where}")
+    for h in failed[1:]:
+        first.add_note(f"ckptio: background checkpoint {h.path} failed too: {type(h.error).__name__}: {h.error}")
+    raise first
 
 
 class IOEngine:
@@ -112,18 +155,19 @@ class IOEngine:
         self._handles.append(handle)
         self._queue.put((handle, job, on_done))
 
-    def check_finished_before_new(self) -> None:
-        """Before checkpoint k: wait for checkpoints up to k - SLOTS (their buffers are needed anyway) and raise
-        the first unreported failure among every finished one of those. Deterministic, so the same on every rank
-        (a failure was agreed collectively in the background before the handle finished)."""
+    def settle_before_new(self) -> list[AsyncCheckpoint]:
+        """Before checkpoint k: wait for checkpoints up to k - SLOTS (their buffers are needed anyway); returns
+        them. The same list on every rank (program order), each finished everywhere."""
         must_finish = self._handles[:-SLOTS + 1] if SLOTS > 1 else list(self._handles)
         for handle in must_finish:
             handle._event.wait()
         self._handles = self._handles[len(must_finish):]
-        for handle in must_finish:
-            if handle.error is not None and not handle.reported:
-                handle.reported = True
-                raise handle.error
+        return must_finish
+
+    def check_finished_before_new(self) -> None:
+        """:meth:`settle_before_new`, then raise the unreported failures among them (:func:`raise_failures`);
+        deterministic, so the same on every rank (a failure was agreed collectively before its handle finished)."""
+        raise_failures(self.settle_before_new(), "the next background checkpoint's close()")
 
     def drain(self) -> None:
         """Local: wait for every submitted checkpoint (failures stay on their handles)."""
@@ -163,7 +207,7 @@ def engine_for(comm) -> IOEngine:
 
 
 def wait_all() -> None:
-    """Local: wait for every background checkpoint of this process (also run at interpreter exit)."""
+    """Local: wait for every background checkpoint of this process (failures stay on their handles)."""
     for engine in list(_ENGINES.values()):
         engine.drain()
 
@@ -173,6 +217,73 @@ def warn_no_threads() -> None:
                   "synchronous checkpoints", RuntimeWarning, stacklevel=4)
 
 
-# mpi4py finalizes MPI in its own atexit handler, registered when mpi4py.MPI was imported (before us):
-# atexit runs handlers last-in first-out, so background checkpoints finish before MPI_Finalize.
-atexit.register(wait_all)
+def unreported_failures() -> list[AsyncCheckpoint]:
+    return [h for h in _FAILED if not h.reported]
+
+
+def report_at_exit() -> None:
+    """Interpreter exit: wait for background checkpoints, then report every failure nobody was told about
+    (stderr, and exit status 1 when safe; see the module docstring)."""
+    wait_all()
+    lost = unreported_failures()
+    if not lost:
+        return
+    for h in lost:
+        h.reported = True
+    safe = _safe_to_force_exit()
+    lines = [f"ckptio: ERROR: {len(lost)} background checkpoint(s) failed and the program never asked "
+             f"(no wait()/close() after the failure):"]
+    lines += [f"ckptio:   {h.path}: {type(h.error).__name__}: {h.error}" for h in lost]
+    lines.append("ckptio: exiting with status 1" if safe else
+                 "ckptio: the exit status cannot be changed safely here (other exit handlers must still run); "
+                 "call Series.wait() or Writer.wait() before exiting to get the error as an exception")
+    sys.stderr.write("\n".join(lines) + "\n")
+    sys.stderr.flush()
+    if safe:
+        _force_exit(1)
+
+
+# Exit handlers that may be registered before ckptio's (they then run after it): what to do instead of them.
+_KNOWN_EARLIER_HANDLERS = ("logging", "h5py._conv")
+_EARLIER_AT_IMPORT = atexit._ncallbacks()  # handlers registered before ours (see _safe_to_force_exit)
+_KNOWN_AT_IMPORT = sum(1 for m in _KNOWN_EARLIER_HANDLERS if m in sys.modules)
+
+
+def _safe_to_force_exit() -> bool:
+    """Whether ``os._exit`` skips nothing but what :func:`_force_exit` does itself or need not be done."""
+    if os.environ.get("CKPTIO_EXIT_STATUS_ON_LOST_FAILURE", "1") == "0":
+        return False
+    if _EARLIER_AT_IMPORT != _KNOWN_AT_IMPORT:
+        return False  # an unknown exit handler registered before ckptio's would be skipped
+    h5f = getattr(sys.modules.get("h5py"), "h5f", None)
+    try:
+        if h5f is not None and h5f.get_obj_count(h5f.OBJ_ALL, h5f.OBJ_FILE) > 0:
+            return False  # an open HDF5 file is flushed only by HDF5's own exit handler
+    except Exception:
+        return False
+    return True
+
+
+def _force_exit(status: int) -> None:
+    """Do what the skipped exit steps would do that matters (log handlers, buffered files, MPI_Finalize), then
+    ``os._exit(status)``."""
+    if "logging" in sys.modules:
+        sys.modules["logging"].shutdown()
+    for obj in gc.get_objects():
+        if isinstance(obj, io.IOBase):
+            try:
+                if not obj.closed:
+                    obj.flush()
+            except Exception:
+                pass
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        for engine in list(_ENGINES.values()):
+            engine.shutdown()
+        mpi.Finalize()
+    os._exit(status)
+
+
+# mpi4py finalizes MPI after every Python exit handler (it uses Py_AtExit), so background checkpoints can
+# finish here, with MPI still usable.
+atexit.register(report_at_exit)

@@ -1,39 +1,170 @@
-"""Finding checkpoints in a directory: :func:`latest` returns the newest complete and valid one."""
+"""Finding checkpoints in a directory by their exact name pattern, and the timeline they form.
+
+Names. A checkpoint of a series is named exactly ``{stem}{step}{suffix}``: ``stem`` is ``prefix + "_"``,
+``step`` a decimal number (a :class:`~ckptio.Series` writes it zero-padded to ``digits`` digits and accepts only
+that spelling), ``suffix`` is fixed (``""`` or e.g. ``".h5"``). Anything else in the directory -- ``chk_notes.txt``,
+``chk_000001.bak``, another series' ``chk_fine_000300``, Open MPI's ``NAME-<n>-<pid>.lock`` and ``.locktest.*``
+-- is not a checkpoint of the series: it is never opened, chosen nor deleted. The temporaries of checkpoints
+being written are ``.{name}.ckptio-tmp-{12 hex digits}`` (see ckptio.writer) and are never checkpoints either.
+
+Timeline. A checkpoint written through a Series carries the attribute :data:`SEQ_ATTR`, the series' commit
+sequence number: one more than the largest one in the directory when the run started, then +1 per checkpoint
+(assigned in program order, and background checkpoints commit in that order). A run that restarts from an older
+step (say 20 while 21..30 exist) writes 21, 22, ... with numbers above 30's. A committed checkpoint ``X`` is
+*superseded* when another committed checkpoint ``Y`` of the series has ``seq(Y) > seq(X)`` and
+``step(Y) <= step(X)``: a later run went back to before ``X`` and wrote on, so ``X`` belongs to an abandoned
+trajectory. The *timeline* is every committed, not superseded checkpoint; in it step order and commit order
+agree. :func:`latest` chooses only from the timeline (newest step first); retention (ckptio.series) deletes
+superseded checkpoints first. The record lives in each checkpoint's own metadata, so it is committed atomically
+with the checkpoint, survives copying the directory, and needs no separate journal that could disagree with the
+files. Checkpoints without the attribute (written by ``ckptio.create`` or an older ckptio) count as
+sequence 0: among themselves they are ordered by step, as before. A file whose metadata cannot be read
+(truncated, damaged index) cannot say where it belongs: it supersedes nothing, is never chosen, never deleted.
+"""
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from .backends import detect_backend
-from .errors import CheckpointError
+from .errors import CheckpointError, CheckpointIOError
 
-_TRAILING_NUMBER = re.compile(r"(\d+)(?!.*\d)")
-
-
-def _step_of(name: str) -> int:
-    m = _TRAILING_NUMBER.search(name)
-    return int(m.group(1)) if m else -1
+SEQ_ATTR = "ckptio_series_seq"
+_TEMP = re.compile(r"\.(?P<name>.+)\.ckptio-tmp-[0-9a-f]{12}")
 
 
-def candidates(directory: str | os.PathLike, prefix: str = "chk") -> list[str]:
-    """Checkpoint-looking paths in ``directory``, newest first (by the step number in the name, then mtime).
+class NamePattern:
+    """The exact names ``{stem}{step}{suffix}`` of one series. ``digits=None`` accepts any decimal step
+    (``ckptio.latest``, which does not know the padding); an int accepts only ``f"{step:0{digits}d}"``."""
 
-    Temporary files of checkpoints being written (``.NAME.ckptio-tmp-*``) never qualify.
-    """
+    def __init__(self, stem: str, suffix: str = "", digits: int | None = None):
+        for what, text in (("prefix", stem), ("suffix", suffix)):
+            if "/" in text or os.sep in text or "\0" in text:
+                raise ValueError(f"{what} {text!r} must not contain a path separator or NUL")
+        if digits is not None and (not isinstance(digits, int) or digits < 1):
+            raise ValueError(f"digits={digits!r}: expected a positive int")
+        self.stem, self.suffix, self.digits = stem, suffix, digits
+        self._regex = re.compile(re.escape(stem) + r"([0-9]+)" + re.escape(suffix))
+
+    @classmethod
+    def for_prefix(cls, prefix: str, suffix: str = "", digits: int | None = None) -> NamePattern:
+        """``prefix`` as ckptio.latest and Series take it: ``"chk"`` means ``chk_<step>``; a prefix that already
+        ends in ``_`` (``"chk_"``) is the stem itself."""
+        return cls(prefix if prefix.endswith("_") else prefix + "_", suffix, digits)
+
+    def name(self, step: int) -> str:
+        return f"{self.stem}{step:0{self.digits or 1}d}{self.suffix}"
+
+    def step(self, name: str) -> int | None:
+        """The step of ``name`` if it is exactly a name of this pattern, else None."""
+        m = self._regex.fullmatch(name)
+        if m is None:
+            return None
+        step = int(m.group(1))
+        if self.digits is not None and f"{step:0{self.digits}d}" != m.group(1):
+            return None
+        return step
+
+    def temp_of(self, name: str) -> str | None:
+        """The checkpoint name whose write left the temporary ``name`` (ckptio's exact temporary pattern), or None."""
+        m = _TEMP.fullmatch(name)
+        if m is None or self.step(m.group("name")) is None:
+            return None
+        return m.group("name")
+
+    def __repr__(self) -> str:
+        width = f"{self.digits} digits" if self.digits else "digits"
+        return f"{self.stem}<step, {width}>{self.suffix}"
+
+
+@dataclass
+class Entry:
+    """One file of a series: its step, and (when its metadata could be read) its sequence number."""
+
+    path: str
+    step: int
+    seq: int | None  # None: the metadata could not be read (``problem`` says why)
+    mtime_ns: int
+    problem: str | None = None
+
+    @property
+    def committed(self) -> bool:
+        return self.seq is not None
+
+
+def list_directory(directory: str | os.PathLike) -> list[str]:
+    """Names in ``directory``. A directory that does not exist, is not a directory or cannot be listed is a
+    :class:`CheckpointIOError` naming it (a typo in a restart directory must not look like "no checkpoint")."""
     directory = os.fspath(directory)
     try:
-        names = os.listdir(directory)
+        return os.listdir(directory)
     except FileNotFoundError:
-        return []
-    paths = []
-    for name in names:
-        full = os.path.join(directory, name)
-        if name.startswith(prefix) and not name.startswith(".") and "ckptio-tmp" not in name and os.path.isfile(full):
-            paths.append(full)
-    return sorted(paths, key=lambda p: (_step_of(os.path.basename(p)), os.path.getmtime(p)), reverse=True)
+        raise CheckpointIOError(f"checkpoint directory {directory} does not exist") from None
+    except NotADirectoryError:
+        raise CheckpointIOError(f"checkpoint directory {directory} is not a directory") from None
+    except OSError as exc:
+        raise CheckpointIOError(f"checkpoint directory {directory} cannot be listed: {exc.strerror or exc}") from None
+
+
+def scan(directory: str | os.PathLike, pattern: NamePattern, read: bool = True) -> list[Entry]:
+    """Regular files of ``directory`` named exactly by ``pattern``, newest step first. With ``read``, each one's
+    metadata is read (not its data) for its sequence number; a file that cannot be read gets ``seq=None``."""
+    directory = os.fspath(directory)
+    entries = []
+    for name in list_directory(directory):
+        step = pattern.step(name)
+        if step is None:
+            continue
+        path = os.path.join(directory, name)
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue  # vanished meanwhile
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        entry = Entry(path, step, None, st.st_mtime_ns)
+        if read:
+            try:
+                entry.seq = _seq_of(read_metadata(path))
+            except (CheckpointError, OSError, ValueError) as exc:
+                entry.problem = str(exc)
+        entries.append(entry)
+    return sorted(entries, key=lambda e: e.step, reverse=True)
+
+
+def read_metadata(path: str) -> dict:
+    return detect_backend(path).read_metadata(path)
+
+
+def _seq_of(meta: dict) -> int:
+    value = (meta.get("attrs") or {}).get(SEQ_ATTR, 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def superseded(entries: list[Entry]) -> dict[str, Entry]:
+    """{path of a superseded checkpoint: the checkpoint that superseded it} (see the module docstring)."""
+    committed = [e for e in entries if e.committed]
+    out: dict[str, Entry] = {}
+    for x in committed:
+        later = [y for y in committed if y.seq > x.seq and y.step <= x.step]  # type: ignore[operator]
+        if later:
+            out[x.path] = max(later, key=lambda y: y.seq)  # type: ignore[arg-type, return-value]
+    return out
+
+
+def timeline(entries: list[Entry]) -> list[Entry]:
+    """Committed, not superseded checkpoints, newest step first."""
+    gone = superseded(entries)
+    return sorted((e for e in entries if e.committed and e.path not in gone), key=lambda e: e.step, reverse=True)
+
+
+def max_seq(entries: list[Entry]) -> int:
+    return max((e.seq for e in entries if e.seq is not None), default=0)
 
 
 def check(path: str, verify: bool = False) -> None:
@@ -51,41 +182,77 @@ def check(path: str, verify: bool = False) -> None:
             raise CorruptCheckpointError(f"{path}: {problems[0]}{more}")
 
 
-def iter_valid(directory: str | os.PathLike, prefix: str = "chk", verify: bool = False) -> Iterator[str]:
-    """Complete (and, with ``verify``, checksum-clean) checkpoints, newest first; warns about skipped ones."""
-    for path in candidates(directory, prefix):
-        try:
-            check(path, verify)
-        except (CheckpointError, OSError) as exc:
-            warnings.warn(f"ckptio: skipping {path}: {exc}", stacklevel=3)
-            continue
-        yield path
+def candidates(directory: str | os.PathLike, prefix: str = "chk", suffix: str = "") -> list[str]:
+    """Paths named exactly like checkpoints of ``prefix``/``suffix`` in ``directory``, newest step first
+    (no file is opened). Raises CheckpointIOError if ``directory`` is missing or not a directory."""
+    return [e.path for e in scan(directory, NamePattern.for_prefix(prefix, suffix), read=False)]
+
+
+def iter_valid(directory: str | os.PathLike, prefix: str = "chk", verify: bool = False,
+               suffix: str = "") -> Iterator[str]:
+    """Timeline checkpoints that pass :func:`check`, newest first; warns about every skipped one."""
+    yield from _iter_valid(scan(directory, NamePattern.for_prefix(prefix, suffix)), [], verify)
+
+
+def _iter_valid(entries: list[Entry], staged: list[Entry], verify: bool) -> Iterator[str]:
+    """Names by step, newest first; for each, the staged copy (if any) then the final one. Unreadable,
+    superseded or (with ``verify``) damaged files are skipped with a warning."""
+    gone = superseded(entries + staged)
+    by_name: dict[str, list[Entry]] = {}
+    for e in staged + entries:  # staged copy first
+        by_name.setdefault(os.path.basename(e.path), []).append(e)
+    for name in sorted(by_name, key=lambda n: by_name[n][0].step, reverse=True):
+        for e in by_name[name]:
+            if not e.committed:
+                _skip(e.path, e.problem or "unreadable")
+            elif e.path in gone:
+                _skip(e.path, f"superseded by {os.path.basename(gone[e.path].path)}, committed later by a run that "
+                              f"restarted from an older step")
+            else:
+                try:
+                    check(e.path, verify)
+                except (CheckpointError, OSError) as exc:
+                    _skip(e.path, str(exc))
+                    continue
+                yield e.path
+
+
+def _skip(path: str, why: str) -> None:
+    warnings.warn(f"ckptio: skipping {path}: {why}", stacklevel=4)
 
 
 def latest(directory: str | os.PathLike, prefix: str = "chk", verify: bool = False, comm=None,
-           stage_dir: str | os.PathLike | None = None) -> str | None:
-    """The newest complete and valid checkpoint in ``directory`` whose name starts with ``prefix``, or None.
+           stage_dir: str | os.PathLike | None = None, suffix: str = "") -> str | None:
+    """The newest valid checkpoint named exactly ``{prefix}_{step}{suffix}`` in ``directory``, or None.
 
-    Incomplete (no completion mark), truncated or damaged-index checkpoints are skipped with a warning;
-    ``verify=True`` also reads every block and checks its checksum. With ``stage_dir``, a valid copy of the
-    newest checkpoint on the fast tier is preferred over the one in ``directory``. With ``comm``, rank 0 looks and
-    broadcasts the answer (collective); without, the calling process looks by itself.
+    Raises :class:`CheckpointIOError` (naming the path) when ``directory`` does not exist or is not a directory;
+    an existing directory without a valid checkpoint gives None. Only the series' timeline is considered
+    (checkpoints superseded by a restart from an older step are never chosen, see the module docstring); the step
+    is the number of the exact pattern (``chk_000010.h5`` is newer than ``chk_000005.h5``). Incomplete, truncated
+    or damaged-index checkpoints are skipped with a warning; ``verify=True`` also reads every block and checks its
+    checksum. With ``stage_dir``, a valid copy on the fast tier is preferred over the one in ``directory`` (a
+    missing stage directory just has no copies). With ``comm``: collective, rank 0 looks and every rank gets its
+    answer or its error (ckptio.coord); without, the calling process looks by itself.
     """
     if comm is not None:
-        found = latest(directory, prefix, verify, stage_dir=stage_dir) if comm.Get_rank() == 0 else None
-        return comm.bcast(found, root=0)
-    if stage_dir is None:
-        return next(iter_valid(directory, prefix, verify), None)
-    # staged checkpoints: prefer a valid copy on the fast tier, by the newest step in either place
-    names = {os.path.basename(p) for p in candidates(directory, prefix) + candidates(stage_dir, prefix)}
-    for name in sorted(names, key=lambda n: _step_of(n), reverse=True):
-        for place in (stage_dir, directory):
-            path = os.path.join(os.fspath(place), name)
-            if not os.path.isfile(path):
-                continue
-            try:
-                check(path, verify)
-                return path
-            except (CheckpointError, OSError) as exc:
-                warnings.warn(f"ckptio: skipping {path}: {exc}", stacklevel=2)
-    return None
+        from . import coord
+
+        return coord.bcast_from_root(comm, f"latest checkpoint in {os.fspath(directory)}",
+                                     lambda: latest(directory, prefix, verify, stage_dir=stage_dir, suffix=suffix))
+    pattern = NamePattern.for_prefix(prefix, suffix)
+    return find_latest(directory, pattern, verify, stage_dir)
+
+
+def find_latest(directory: str | os.PathLike, pattern: NamePattern, verify: bool = False,
+                stage_dir: str | os.PathLike | None = None) -> str | None:
+    """Local: :func:`latest` for an explicit pattern (Series uses this)."""
+    entries = scan(directory, pattern)
+    staged = scan_stage(stage_dir, pattern) if stage_dir is not None else []
+    return next(_iter_valid(entries, staged, verify), None)
+
+
+def scan_stage(stage_dir: str | os.PathLike, pattern: NamePattern, read: bool = True) -> list[Entry]:
+    """:func:`scan` of a fast tier, which may not exist yet (then it holds nothing)."""
+    if not os.path.isdir(stage_dir):
+        return []
+    return scan(stage_dir, pattern, read)

@@ -2,62 +2,119 @@
 
 ::
 
-    series = ckptio.Series("run", comm, prefix="chk", keep=3)
+    series = ckptio.Series("run", comm, prefix="chk", keep=3, suffix="")
+    start = series.latest()           # newest valid checkpoint of the series' timeline, or None
     with series.create(step, attrs={"step": step}) as ck:      # run/chk_000100
         ck.write(...)
-    path = series.latest()            # newest complete and checksum-verified checkpoint, or None
+    series.wait()                     # background (mode="async") checkpoints: raise any failure
 
-Retention runs after each commit (on rank 0, after the collective close returned everywhere): the newest
-``keep`` complete checkpoints stay; older complete ones and older incomplete leftovers are deleted. Nothing
-is ever deleted before a newer checkpoint committed. With ``stage_dir``, checkpoints are written to the
-fast tier first and drained to ``directory`` in the background; restart prefers a valid staged copy.
+Retention semantics (what a user can rely on):
+
+* **Ownership by exact name.** The series' checkpoints are exactly ``{prefix}_{step:0{digits}d}{suffix}``
+  (:class:`ckptio.catalog.NamePattern`). No other file is opened, chosen or deleted: not ``chk_notes.txt``,
+  ``chk_000001.bak``, another series' ``chk_fine_000300``, Open MPI's ``NAME-<n>-<pid>.lock``/``.locktest.*``.
+  Only checkpoints whose metadata can be read are ever deleted; a damaged file stays for the user to look at.
+* **Timeline.** Each checkpoint records its commit sequence number (attribute ``ckptio_series_seq``, see
+  :mod:`ckptio.catalog`). After a restart from an older step (the newest is corrupt, or the user reruns from step
+  20 while 30 exists), the abandoned newer checkpoints are *superseded* as soon as the first new one commits:
+  ``latest()`` never chooses them again, and retention deletes them first.
+* **keep=K, applied as each checkpoint commits** (synchronous: at the end of ``close()``; ``mode="async"``: in the
+  I/O thread right after the background commit, on the duplicated communicator, in the same FIFO order on every
+  rank): the newest K checkpoints of the timeline stay, then superseded ones if K allows; every other checkpoint
+  of the series is deleted. Never deleted: the checkpoint just committed (the newest verified one) and the
+  checkpoint this run restarted from (the one ``latest()`` returned, or else the newest of the timeline below
+  the first step this Series object writes), for the lifetime of the Series object (so ``keep=1`` after a
+  restart holds 2 checkpoints). Nothing is deleted before a newer checkpoint committed.
+* **Leftover temporaries** ``.{name}.ckptio-tmp-{12 hex}`` of killed writes of this series are deleted by
+  retention once they are older (mtime) than the newest committed checkpoint: no writer of the series can still
+  be using them (ckptio writes one checkpoint of a series at a time, and the I/O thread runs retention only
+  between two of its jobs).
+
+Every method documents its ranks; collective ones go through :mod:`ckptio.coord`, so an error on rank 0 (a
+missing directory, a permission problem) is raised on every rank. With ``stage_dir``, checkpoints are written to
+the fast tier first and drained to ``directory`` in the background; restart prefers a valid staged copy.
 """
 
 from __future__ import annotations
 
+import operator
 import os
-import warnings
+import threading
 from collections.abc import Mapping
 from typing import Any
 
-from . import catalog
+from . import async_io, catalog, coord
+from .errors import DeclarationError
 from .writer import Writer
 
 
 class Series:
-    """Checkpoints ``{directory}/{prefix}_{step:0{digits}d}``. Construct on every rank of ``comm``."""
+    """Checkpoints ``{directory}/{prefix}_{step:0{digits}d}{suffix}``. Construct on every rank of ``comm``
+    (collective: rank 0 creates ``directory``; its failure is raised on every rank)."""
 
     def __init__(self, directory: str | os.PathLike, comm, prefix: str = "chk", keep: int = 3,
                  backend: str = "mpiio", digits: int = 6, verify_on_restart: bool = True,
-                 stage_dir: str | os.PathLike | None = None, **create_options: Any):
-        if keep < 1:
-            raise ValueError("keep must be at least 1")
+                 stage_dir: str | os.PathLike | None = None, suffix: str = "", **create_options: Any):
+        if not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"keep={keep!r}: must be an int of at least 1")
         self.directory = os.fspath(directory)
         self.comm = comm
-        self.prefix, self.keep, self.backend, self.digits = prefix, keep, backend, digits
+        self.prefix, self.keep, self.backend, self.digits, self.suffix = prefix, keep, backend, digits, suffix
+        self.pattern = catalog.NamePattern(prefix + "_", suffix, digits)
         self.verify_on_restart = verify_on_restart
         self.stage_dir = os.fspath(stage_dir) if stage_dir is not None else None
         self.create_options = create_options
         self._previous: Writer | None = None
-        if comm.Get_rank() == 0:
+        self._background: list[async_io.AsyncCheckpoint] = []  # not yet waited for by Series.wait()
+        self._restart_from: str | None = None  # protected from retention while this object lives
+        self._next_seq: int | None = None
+        self._lock = threading.Lock()  # rank 0: the main thread and the I/O thread's retention share the directory
+
+        def make() -> None:
             os.makedirs(self.directory, exist_ok=True)
             if self.stage_dir:
                 os.makedirs(self.stage_dir, exist_ok=True)
-        comm.Barrier()
+
+        coord.bcast_from_root(comm, f"series {self.directory}: create directory", make)
 
     def path(self, step: int) -> str:
-        return os.path.join(self.directory, f"{self.prefix}_{step:0{self.digits}d}")
+        return os.path.join(self.directory, self.pattern.name(step))
 
+    # ------------------------------------------------------------------------------------------ writing
     def create(self, step: int, attrs: Mapping[str, Any] | None = None, **options: Any) -> Writer:
-        """Start the checkpoint of ``step`` (collective at close, like :func:`ckptio.create`)."""
+        """Start the checkpoint of ``step`` (collective at close, like :func:`ckptio.create`).
+
+        Collective the first time (rank 0 reads the series' sequence numbers, every rank gets them). Retention
+        runs when the checkpoint commits (see the module docstring)."""
+        given = step
+        try:
+            if isinstance(step, bool):
+                raise TypeError
+            step = operator.index(step)  # numpy integers too
+        except TypeError:
+            step = -1
+        if step < 0:
+            raise DeclarationError(f"series {self.directory}: step={given!r} must be a non-negative integer")
         series = self
+        if self._next_seq is None:
+            self._start_timeline(step)
+        seq = self._next_seq
+        self._next_seq += 1  # type: ignore[operator]
+        attrs = {**(attrs or {}), catalog.SEQ_ATTR: seq}
 
         class _SeriesWriter(Writer):
             def close(self) -> None:
                 was_closed = self._closed
-                super().close()
-                if not was_closed:
-                    series._after_commit(self)
+                try:
+                    super().close()
+                finally:  # a background checkpoint submitted by a close() that raised an older failure
+                    if not was_closed and self.handle is not None:
+                        series._background.append(self.handle)
+                if not was_closed and self.handle is None:
+                    series._retention_after(self.path, series.comm)
+
+            def _on_commit(self, comm) -> None:  # async: run by the I/O thread after the background commit
+                series._retention_after(self.path, comm)
 
         if self._previous is not None and self.create_options.get("mode") != "async":
             self._previous.wait()
@@ -66,50 +123,111 @@ class Series:
         self._previous = writer
         return writer
 
-    def _after_commit(self, writer: Writer) -> None:
-        """Retention once the new checkpoint is committed (asynchronous ones: when their thread finishes)."""
-        if writer.handle is None:
-            self.prune()
+    def _start_timeline(self, step: int) -> None:
+        """Collective: the first sequence number of this run, and the checkpoint it restarted from."""
 
+        def look() -> tuple[int, str | None]:
+            with self._lock:
+                entries = catalog.scan(self.directory, self.pattern)
+            below = [e for e in catalog.timeline(entries) if e.step < step]
+            return catalog.max_seq(entries) + 1, (below[0].path if below else None)
+
+        first, parent = coord.bcast_from_root(self.comm, f"series {self.directory}: read the timeline", look)
+        self._next_seq = first
+        if self._restart_from is None:
+            self._restart_from = parent
+
+    def _retention_after(self, committed: str, comm) -> None:
+        """Collective over ``comm``: retention right after ``committed`` was committed."""
+        self._prune(comm, f"series {self.directory}: retention after {os.path.basename(committed)} committed")
+
+    # ------------------------------------------------------------------------------------------ retention
     def prune(self) -> list[str]:
-        """Collective: delete all but the newest ``keep`` complete checkpoints (rank 0 deletes). Returns them."""
-        removed: list[str] = []
-        if self.comm.Get_rank() == 0:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                names = catalog.candidates(self.directory, self.prefix + "_")
-                complete = [p for p in names if _complete(p)]
-            kept = complete[: self.keep]
-            oldest_kept = kept[-1] if kept else None
-            for p in names:
-                older = oldest_kept is not None and names.index(p) > names.index(oldest_kept)
-                if p not in kept and (p in complete or older):
-                    os.unlink(p)
-                    removed.append(p)
-            if self.stage_dir:  # the stage only needs the newest copy
-                staged = catalog.candidates(self.stage_dir, self.prefix + "_")
-                for p in staged[1:]:
-                    os.unlink(p)
-        return self.comm.bcast(removed, root=0)
+        """Collective: apply retention now (rank 0 deletes, every rank gets the removed paths or the error)."""
+        return self._prune(self.comm, f"series {self.directory}: retention")
 
+    def _prune(self, comm, phase: str) -> list[str]:
+        return coord.bcast_from_root(comm, phase, self._prune_local)
+
+    def _prune_local(self) -> list[str]:
+        """Rank 0: delete what retention does not keep; returns the removed paths."""
+        with self._lock:
+            entries = catalog.scan(self.directory, self.pattern)
+            protected = {self._restart_from} if self._restart_from else set()
+            doomed, newest = plan_retention(entries, self.keep, protected)
+            removed = []
+            for e in doomed:
+                _unlink(e.path)
+                removed.append(e.path)
+            if newest is not None:
+                removed += _remove_stale_temporaries(self.directory, self.pattern, newest.mtime_ns)
+            if self.stage_dir:  # the stage only needs the newest copy
+                staged = catalog.scan_stage(self.stage_dir, self.pattern)
+                for e in plan_retention(staged, 1, set())[0]:
+                    _unlink(e.path)
+        return removed
+
+    # ------------------------------------------------------------------------------------------ restart
     def latest(self) -> str | None:
-        """Collective: the newest valid checkpoint (staged copy preferred), falling back with a warning."""
-        found = None
-        if self.comm.Get_rank() == 0:
-            found = catalog.latest(self.directory, self.prefix + "_", verify=self.verify_on_restart,
-                                   stage_dir=self.stage_dir)
-        return self.comm.bcast(found, root=0)
+        """Collective: the newest valid checkpoint of the timeline (staged copy preferred), falling back with a
+        warning; None if there is none. Raises on every rank if ``directory`` is missing. Called before this object
+        wrote a checkpoint, its answer is the checkpoint this run restarts from: retention never deletes it while
+        this object lives."""
+
+        def look() -> str | None:
+            with self._lock:
+                return catalog.find_latest(self.directory, self.pattern, verify=self.verify_on_restart,
+                                           stage_dir=self.stage_dir)
+
+        found = coord.bcast_from_root(self.comm, f"series {self.directory}: latest checkpoint", look)
+        if found is not None and self._next_seq is None:  # before this object wrote anything: the restart point
+            self._restart_from = os.path.join(self.directory, os.path.basename(found))
+        return found
 
     def wait(self) -> None:
-        """Local: wait for the last background checkpoint, then apply retention (collective)."""
-        if self._previous is not None:
-            self._previous.wait()
+        """Collective: wait for every background checkpoint of this series, raise if ANY of them failed since the
+        last report (the same error on every rank: background failures are agreed collectively), then apply
+        retention."""
+        pending, self._background = self._background, []
+        for handle in pending:
+            handle.done_event().wait()
+        async_io.raise_failures(pending, "Series.wait()")
         self.prune()
 
 
-def _complete(path: str) -> bool:
+def plan_retention(entries: list[catalog.Entry], keep: int,
+                   protected: set[str]) -> tuple[list[catalog.Entry], catalog.Entry | None]:
+    """Which checkpoints retention deletes, and the newest checkpoint of the timeline (None if it is empty).
+
+    Order of preference: the timeline newest first, then superseded checkpoints newest first; the first ``keep``
+    and every ``protected`` path stay. Unreadable files are never deleted."""
+    gone = catalog.superseded(entries)
+    line = catalog.timeline(entries)
+    abandoned = sorted((e for e in entries if e.path in gone), key=lambda e: (e.seq, e.step), reverse=True)
+    order = line + abandoned
+    stay = {e.path for e in order[:keep]} | protected
+    newest = line[0] if line else None
+    return [e for e in order if e.path not in stay], newest
+
+
+def _remove_stale_temporaries(directory: str, pattern: catalog.NamePattern, newest_mtime_ns: int) -> list[str]:
+    """Rank 0: ckptio temporaries of this series last modified before the newest committed checkpoint."""
+    removed = []
+    for name in catalog.list_directory(directory):
+        if pattern.temp_of(name) is None:
+            continue
+        path = os.path.join(directory, name)
+        try:
+            if os.stat(path).st_mtime_ns < newest_mtime_ns:
+                _unlink(path)
+                removed.append(path)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def _unlink(path: str) -> None:
     try:
-        catalog.check(path, verify=False)
-        return True
-    except Exception:
-        return False
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

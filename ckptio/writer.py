@@ -226,15 +226,27 @@ class Writer:
         return twin
 
     def _close_async(self) -> None:
+        """Stage the blocks and hand the write to the I/O thread. Older background checkpoints whose buffers
+        are needed are waited for first; their unreported failures are raised here, after this checkpoint was
+        submitted (so it is not lost because an older one failed). A subclass's ``_on_commit(comm)`` (Series
+        retention) runs in the I/O thread right after the commit, collectively on the duplicated communicator."""
         self._closed = True
         engine = async_io.engine_for(self.comm)
-        engine.check_finished_before_new()
+        finished = engine.settle_before_new()
         slot, copies = async_io.stage_arrays(engine.pool, [p.data for p in self._pending])
         twin = self._clone(self.path, engine.comm)
         twin._pending = [_Pending(dict(p.decl), c) for p, c in zip(self._pending, copies, strict=True)]
         self._pending = []
         self.handle = async_io.AsyncCheckpoint(self.path)
-        engine.submit(self.handle, lambda comm: twin.close(), lambda: engine.pool.release(slot))
+        on_commit = getattr(self, "_on_commit", None)
+
+        def job(comm) -> None:
+            twin.close()
+            if on_commit is not None:
+                on_commit(comm)
+
+        engine.submit(self.handle, job, lambda: engine.pool.release(slot))
+        async_io.raise_failures(finished, f"close() of {self.path} (which was submitted normally)")
 
     def _close_staged(self, background: bool) -> None:
         """Write to the fast tier now (collective), then copy to ``path`` in the final format."""
