@@ -67,25 +67,17 @@ def latest(directory: str | os.PathLike, prefix: str = "chk", verify: bool = Fal
     """The newest complete and valid checkpoint in ``directory`` whose name starts with ``prefix``, or None.
 
     Incomplete (no completion mark), truncated or damaged-index checkpoints are skipped with a warning;
-    ``verify=True`` also reads every block and checks its checksum. With ``stage_dir``, a valid copy of the
-    newest checkpoint on the fast tier is preferred over the one in ``directory``. With ``comm``, rank 0 looks and
-    broadcasts the answer (collective); without, the calling process looks by itself.
+    ``verify=True`` also reads every block and checks its checksum. With ``comm``, rank 0 looks and broadcasts the
+    answer (collective); without, the calling process looks by itself. With ``comm`` and ``stage_dir``, a staged
+    checkpoint newer than anything valid in ``directory`` (its drain was interrupted) is drained first, when
+    every rank's piece is present and verified on its own node (see :func:`ckptio.staging.recover`); without
+    ``comm``, ``stage_dir`` is ignored (one process cannot see every node's stage).
     """
     if comm is not None:
-        found = latest(directory, prefix, verify, stage_dir=stage_dir) if comm.Get_rank() == 0 else None
+        if stage_dir is not None:  # a staged checkpoint whose drain did not finish: drain it now, if possible
+            from . import staging
+
+            staging.recover(comm, os.fspath(directory), prefix, os.fspath(stage_dir))
+        found = latest(directory, prefix, verify) if comm.Get_rank() == 0 else None
         return comm.bcast(found, root=0)
-    if stage_dir is None:
-        return next(iter_valid(directory, prefix, verify), None)
-    # staged checkpoints: prefer a valid copy on the fast tier, by the newest step in either place
-    names = {os.path.basename(p) for p in candidates(directory, prefix) + candidates(stage_dir, prefix)}
-    for name in sorted(names, key=lambda n: _step_of(n), reverse=True):
-        for place in (stage_dir, directory):
-            path = os.path.join(os.fspath(place), name)
-            if not os.path.isfile(path):
-                continue
-            try:
-                check(path, verify)
-                return path
-            except (CheckpointError, OSError) as exc:
-                warnings.warn(f"ckptio: skipping {path}: {exc}", stacklevel=2)
-    return None
+    return next(iter_valid(directory, prefix, verify), None)

@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from . import catalog
+from . import catalog, staging
 from .writer import Writer
 
 
@@ -86,18 +86,15 @@ class Series:
                 if p not in kept and (p in complete or older):
                     os.unlink(p)
                     removed.append(p)
-            if self.stage_dir:  # the stage only needs the newest copy
-                staged = catalog.candidates(self.stage_dir, self.prefix + "_")
-                for p in staged[1:]:
-                    os.unlink(p)
         return self.comm.bcast(removed, root=0)
 
     def latest(self) -> str | None:
         """Collective: the newest valid checkpoint (staged copy preferred), falling back with a warning."""
+        if self.stage_dir:  # staged copies are retained by ckptio.staging as each drain commits
+            staging.recover(self.comm, self.directory, self.prefix + "_", self.stage_dir)
         found = None
         if self.comm.Get_rank() == 0:
-            found = catalog.latest(self.directory, self.prefix + "_", verify=self.verify_on_restart,
-                                   stage_dir=self.stage_dir)
+            found = catalog.latest(self.directory, self.prefix + "_", verify=self.verify_on_restart)
         return self.comm.bcast(found, root=0)
 
     def wait(self) -> None:
