@@ -50,6 +50,8 @@ FORMAT = "ckptio-stage"
 VERSION = 1
 _PROBE = ".ckptio-probe-"
 _TOKEN_RE = re.compile(r"^\d{20}-[0-9a-f]{8}$")
+_DRAINED = "drained"  # marker in a staged checkpoint's directory: its final copy committed
+_CHUNK = 8 << 20  # bytes checksummed and written at a time
 
 
 @dataclass(frozen=True)
@@ -157,21 +159,41 @@ def _ranges(ranks: Sequence[int]) -> str:
 
 # --------------------------------------------------------------------------------------------- pieces
 def write_piece(directory: str, rank: int, nprocs: int, header: dict[str, Any],
-                blocks: Sequence[tuple[dict[str, Any], np.ndarray]]) -> int:
-    """Local: write this rank's blocks (C-contiguous arrays with their declarations, checksums included) and
-    then its manifest (atomically, by rename: a piece without a manifest does not exist). Returns bytes."""
+                blocks: Sequence[tuple[dict[str, Any], np.ndarray]], spare: str | None = None) -> int:
+    """Local: write this rank's blocks (C-contiguous arrays with their declarations; each block's checksum is
+    computed on the way, chunk by chunk while the chunk is in cache) and then its manifest (atomically, by
+    rename: a piece without a manifest does not exist). ``spare``: a data file of an older, drained piece
+    of this rank (:func:`spare_data_file`), overwritten in place instead of allocating new pages. Returns
+    the bytes written."""
     os.makedirs(directory, exist_ok=True)
     data_name, manifest_name = _piece_names(rank, nprocs)
+    data_path = os.path.join(directory, data_name)
+    flags = os.O_WRONLY | os.O_CREAT
+    if spare is not None:
+        try:
+            os.rename(spare, data_path)
+        except OSError:
+            flags |= os.O_TRUNC
+    else:
+        flags |= os.O_TRUNC
     entries, pos = [], 0
-    fd = os.open(os.path.join(directory, data_name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(data_path, flags, 0o644)
     try:
         for decl, array in blocks:
             view = memoryview(array.reshape(-1).view(np.uint8)) if array.size else memoryview(b"")
+            digest = metamod.StreamingChecksum()
             done = 0
             while done < len(view):
-                done += os.write(fd, view[done:])
-            entries.append({**decl, "array_shape": list(array.shape), "data_offset": pos, "nbytes": len(view)})
+                chunk = view[done:done + _CHUNK]
+                digest.update(chunk)
+                written = 0
+                while written < len(chunk):
+                    written += os.write(fd, chunk[written:])
+                done += len(chunk)
+            entries.append({**decl, "checksum": digest.hexdigest(), "array_shape": list(array.shape),
+                            "data_offset": pos, "nbytes": len(view)})
             pos += len(view)
+        os.ftruncate(fd, pos)
     finally:
         os.close(fd)
     manifest = {"format": FORMAT, "version": VERSION, **header, "rank": rank, "nprocs": nprocs, "blocks": entries}
@@ -180,6 +202,22 @@ def write_piece(directory: str, rank: int, nprocs: int, header: dict[str, Any],
         json.dump(manifest, f)
     os.replace(tmp, os.path.join(directory, manifest_name))
     return pos
+
+
+def spare_data_file(stage_dir: str, final_path: str, rank: int, nprocs: int) -> str | None:
+    """Local: this rank's data file of a staged checkpoint of the same final directory whose drain committed
+    (marked by :func:`retain`), to be reused by the next :func:`write_piece` (writing into existing tmpfs pages
+    is about twice as fast as allocating new ones). Its manifest is removed first, so that piece is never
+    taken for valid again. None when there is none."""
+    data_name, manifest_name = _piece_names(rank, nprocs)
+    for _name, _tok, path in _staged(key_dir(stage_dir, final_path)):
+        if os.path.exists(os.path.join(path, _DRAINED)) and os.path.exists(os.path.join(path, data_name)):
+            try:
+                os.unlink(os.path.join(path, manifest_name))
+            except FileNotFoundError:
+                pass
+            return os.path.join(path, data_name)
+    return None
 
 
 def read_piece(directory: str, rank: int, nprocs: int, final_path: str,
@@ -252,13 +290,16 @@ def drain(comm, writer_factory, directory: str, final_path: str) -> None:
 
 
 def retain(comm, info: StageInfo, final_path: str, token: str) -> None:
-    """Collective: after the checkpoint ``token`` committed at ``final_path``, remove the staged checkpoints
-    of the same final directory staged before it (they are drained, or failed and superseded). The cleaner
-    of each stage removes; a failure to remove is a warning, never an error of the committed checkpoint."""
+    """Collective: after the checkpoint ``token`` committed at ``final_path``, mark it drained (its data files
+    may then be reused by the next staged checkpoint, see :func:`spare_data_file`) and remove the staged
+    checkpoints of the same final directory staged before it (drained, or failed and superseded). The
+    cleaner of each stage does this; a failure is a warning, never an error of the committed checkpoint."""
     def remove() -> None:
         if not info.cleaner:
             return
         base = key_dir(info.directory, final_path)
+        with open(os.path.join(checkpoint_dir(info.directory, final_path, token), _DRAINED), "w"):
+            pass
         for _name, tok, path in _staged(base):
             if tok < token:
                 shutil.rmtree(path, ignore_errors=True)

@@ -216,8 +216,12 @@ class Writer:
             header = {"final": os.path.abspath(self.path), "token": token, "host": info.hosts[rank],
                       "backend": self.backend.name, "attrs": self.attrs}
             blocks = [(p.decl, p.data) for p in self._pending]
-            written = coord.run(comm, f"checkpoint {self.path}: write to stage {self.stage_dir}",
-                                lambda: staging.write_piece(directory, rank, nprocs, header, blocks))
+
+            def write_piece() -> int:
+                spare = staging.spare_data_file(self.stage_dir, self.path, rank, nprocs)
+                return staging.write_piece(directory, rank, nprocs, header, blocks, spare)
+
+            written = coord.run(comm, f"checkpoint {self.path}: write to stage {self.stage_dir}", write_piece)
         finally:
             self._pending = []
         self.stats = WriteStats({"stage": time.perf_counter() - t0}, comm.allgather(written), [1] * nprocs)
@@ -236,14 +240,14 @@ class Writer:
         engine.submit(self.handle, drain, lambda: None)
 
     def _prepare_staged(self) -> dict[str, Any]:
-        """Local part of a staged close's declare phase: C order and checksums (no compression: that is the
-        drain's work), and whether this rank sees the final directory (the drain opens a file there)."""
+        """Local part of a staged close's declare phase: C order (checksums are computed while writing the
+        stage, compression is the drain's work), and whether this rank sees the final directory (the drain
+        opens a file there)."""
         if self._error is not None:
             raise self._error
         t = time.perf_counter()
         for p in self._pending:
             p.data = np.ascontiguousarray(p.data)
-            p.decl["checksum"] = metamod.checksum(p.data) if p.data.size else metamod.checksum(b"")
         from mpi4py import MPI
 
         final_dir = os.path.dirname(os.path.abspath(self.path))

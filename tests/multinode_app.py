@@ -66,7 +66,7 @@ def write_restart(backend: str, mode: str, outdir: str, stage: str) -> None:
         aggregators = list(rd.aggregators)
     staged_files = []
     if mode == "staged":
-        for root, _dirs, files in os.walk(stage):
+        for _root, _dirs, files in os.walk(stage):
             staged_files += [f for f in files if f.endswith(".json")]
     report(aggregators=aggregators, is_aggregator=rank in aggregators, staged=sorted(staged_files), ok=True)
 
