@@ -6,6 +6,10 @@
                                                                 restart drains it from the stages; lose one
                                                                 rank's piece too: falls back to step 1
     multinode_app.py bad-stage OUTDIR STAGE                     a staged close must fail on every rank
+    multinode_app.py stage-step STEP OUTDIR STAGE               one staged checkpoint (run with CKPTIO_FAULT to
+                                                                kill its drain)
+    multinode_app.py restart OUTDIR STAGE STEP                  latest(comm=, stage_dir=) must give STEP with the
+                                                                values the writers of STEP wrote
 """
 
 from __future__ import annotations
@@ -107,6 +111,26 @@ def bad_stage(outdir: str, stage: str) -> None:
     report(error=None, ok=False)
 
 
+def stage_step(step: str, outdir: str, stage: str) -> None:
+    write(os.path.join(outdir, f"chk_{int(step):06d}"), "mpiio", "staged", stage, int(step)).wait()
+    report(ok=True)
+
+
+def restart(outdir: str, stage: str, step: str) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        found = ckptio.latest(outdir, prefix="chk_", comm=comm, stage_dir=stage)
+    assert found == os.path.join(outdir, f"chk_{int(step):06d}"), found
+    with ckptio.open(found, comm) as rd:
+        writers = rd.meta["nprocs"]
+        got = rd.read("x")
+    expected = np.concatenate([np.arange(40, dtype=np.float64).reshape(8, 5) + 1000 * r + int(step)
+                               for r in range(writers)])
+    assert (got == expected).all()
+    report(found=found, warned=[str(w.message) for w in caught if "staged copy" in str(w.message)], ok=True)
+
+
 if __name__ == "__main__":
     action, *args = sys.argv[1:]
-    {"write-restart": write_restart, "recover": recover, "bad-stage": bad_stage}[action](*args)
+    {"write-restart": write_restart, "recover": recover, "bad-stage": bad_stage, "stage-step": stage_step,
+     "restart": restart}[action](*args)

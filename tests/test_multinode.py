@@ -86,3 +86,30 @@ def test_stage_seen_by_some_nodes_only_fails_on_every_rank_naming_the_node(tmp_p
     assert all("node nodeC (ranks 3)" in r["error"] for r in got), got[0]["error"]
     assert not any(out.iterdir())
     assert not any(p.name.startswith(".ckptio-probe") for p in shared.iterdir())
+
+
+@pytest.mark.timeout(400)
+def test_drain_killed_restart_on_same_nodes_uses_the_stage_other_nodes_fall_back(tmp_path):
+    """Step 2's drain is killed (a rank dies in its collective write to the parallel file system): only the
+    node-local stages hold it. A restart on the same nodes drains it from there and restarts from step 2; a
+    restart on other nodes (another layout: the pieces are not where the ranks are) falls back to step 1."""
+    out = tmp_path / "out"
+    out.mkdir()
+    stage = node_local(tmp_path) / "stage"
+    run_nodes((2, 2), [sys.executable, APP, "stage-step", "1", out, stage], tmp_path)
+    killed = run_nodes((2, 2), [sys.executable, APP, "stage-step", "2", out, stage], tmp_path,
+                       env={"CKPTIO_FAULT": "write data:1"}, check=False)
+    assert killed.returncode != 0 and "ckptio fault injected" in killed.stderr, killed.stderr[-3000:]
+    assert not (out / "chk_000002").exists()
+    other = tmp_path / "other-nodes"  # the same node names, but empty node-local directories
+    proc = run_nodes((2, 2), [sys.executable, APP, "restart", out, node_local(other) / "stage", "1"], other)
+    got = reports(proc.stdout)
+    assert len(got) == 4 and all(r["ok"] for r in got), proc.stdout
+    proc = run_nodes((1, 1, 2), [sys.executable, APP, "restart", out, stage, "1"], tmp_path)
+    got = reports(proc.stdout)
+    assert len(got) == 4 and all(r["ok"] for r in got), proc.stdout
+    assert got[0]["warned"] and "missing" in got[0]["warned"][0], got[0]
+    proc = run_nodes((2, 2), [sys.executable, APP, "restart", out, stage, "2"], tmp_path)
+    got = reports(proc.stdout)
+    assert len(got) == 4 and all(r["ok"] for r in got) and not got[0]["warned"], proc.stdout
+    assert (out / "chk_000002").is_file()
