@@ -10,7 +10,8 @@
 Retention runs after each commit (on rank 0, after the collective close returned everywhere): the newest
 ``keep`` complete checkpoints stay; older complete ones and older incomplete leftovers are deleted. Nothing
 is ever deleted before a newer checkpoint committed. With ``stage_dir``, checkpoints are written to the
-fast tier first and drained to ``directory`` in the background; restart prefers a valid staged copy.
+fast tier (shared or node-local) first and drained to ``directory`` in the background; a restart on the same
+nodes drains a staged checkpoint whose drain was interrupted (see :mod:`ckptio.staging`).
 """
 
 from __future__ import annotations
@@ -41,8 +42,6 @@ class Series:
         self._previous: Writer | None = None
         if comm.Get_rank() == 0:
             os.makedirs(self.directory, exist_ok=True)
-            if self.stage_dir:
-                os.makedirs(self.stage_dir, exist_ok=True)
         comm.Barrier()
 
     def path(self, step: int) -> str:
@@ -89,7 +88,8 @@ class Series:
         return self.comm.bcast(removed, root=0)
 
     def latest(self) -> str | None:
-        """Collective: the newest valid checkpoint (staged copy preferred), falling back with a warning."""
+        """Collective: the newest valid checkpoint, falling back with a warning (with ``stage_dir``: after
+        draining a staged checkpoint whose drain was interrupted, see :func:`ckptio.staging.recover`)."""
         if self.stage_dir:  # staged copies are retained by ckptio.staging as each drain commits
             staging.recover(self.comm, self.directory, self.prefix + "_", self.stage_dir)
         found = None

@@ -165,7 +165,7 @@ class Writer:
         """Collective: validate, write, commit and rename. Raises the same error on every rank on failure.
 
         ``mode="async"``: copies the blocks into a staging buffer and returns; the I/O thread does the rest
-        (see :mod:`ckptio.async_io`). ``stage_dir``: writes the checkpoint to the stage synchronously, then
+        (see :mod:`ckptio.async_io`). ``stage_dir``: writes each rank's blocks to the stage synchronously, then
         drains it to ``path`` in the background.
         """
         if self._closed:

@@ -64,6 +64,13 @@ try:
 except ckptio.CheckpointIOError as exc:
     assert stage in str(exc), exc
     assert not os.path.exists(os.path.join(out, "chk_000001"))
+series = ckptio.Series(os.path.join(out, "series"), comm, stage_dir=stage)  # the stage is checked at close
+try:
+    with series.create(1) as ck:
+        ck.write("x", np.zeros(3), offset=(3 * r,), global_shape=(3 * comm.Get_size(),))
+    print("NOERROR", r, flush=True)
+except ckptio.CheckpointIOError as exc:
+    assert stage in str(exc), exc
     print("OK", r, flush=True)
 """
 
@@ -82,4 +89,4 @@ def test_stage_that_is_a_file_fails_on_every_rank(nprocs, tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "stage").write_text("not a directory")
     proc = run_script(nprocs, BAD_STAGE, tmp_path, str(tmp_path / "out"), str(tmp_path / "stage"))
-    assert proc.stdout.count("OK") == nprocs, proc.stdout
+    assert proc.stdout.count("OK") == 2 * nprocs, proc.stdout
