@@ -64,6 +64,7 @@ try:
 except ckptio.CheckpointIOError as exc:
     assert stage in str(exc), exc
     assert not os.path.exists(os.path.join(out, "chk_000001"))
+    print("OK", r, flush=True)
 series = ckptio.Series(os.path.join(out, "series"), comm, stage_dir=stage)  # the stage is checked at close
 try:
     with series.create(1) as ck:
