@@ -24,6 +24,7 @@ import numpy as np
 from mpi4py import MPI
 
 import ckptio
+from ckptio import placement
 
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
@@ -68,11 +69,14 @@ def write_restart(backend: str, mode: str, outdir: str, stage: str) -> None:
     with ckptio.open(path, comm, aggregators=nodes) as rd:
         rd.read("x")
         aggregators = list(rd.aggregators)
+        placed = placement.read_report(rd)
+    written = placement.write_report(ck)
     staged_files = []
     if mode == "staged":
         for _root, _dirs, files in os.walk(stage):
             staged_files += [f for f in files if f.endswith(".json")]
-    report(aggregators=aggregators, is_aggregator=rank in aggregators, staged=sorted(staged_files), ok=True)
+    report(aggregators=aggregators, is_aggregator=rank in aggregators, staged=sorted(staged_files), read=placed,
+           written=written, ok=True)
 
 
 def recover(outdir: str, stage: str) -> None:

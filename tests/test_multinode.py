@@ -42,6 +42,17 @@ def test_write_and_restart_across_nodes(backend, mode, layout, tmp_path):
     aggregators = got[0]["aggregators"]
     assert sorted(nodes[a] for a in aggregators) == sorted(set(nodes))  # one per node
     assert all(r["is_aggregator"] == (r["rank"] in aggregators) for r in got)
+    # the placement report (ckptio.placement): hosts, one aggregator per node, only aggregators read the file
+    placed = got[0]["read"]
+    assert all(r["read"] == placed for r in got)
+    expected = {n: [a for a in aggregators if nodes[a] == n] for n in dict.fromkeys(nodes)}
+    assert placed["aggregators_per_node"] == expected
+    assert all(len(v) == 1 for v in placed["aggregators_per_node"].values())
+    assert [p["host"] for p in placed["ranks"]] == nodes
+    assert all((p["file_bytes"] > 0) == p["aggregator"] for p in placed["ranks"])
+    assert sum(p["file_bytes"] for p in placed["ranks"]) >= 8 * 5 * 8 * len(nodes)
+    assert got[0]["written"]["ranks_per_node"] == {n: [q for q, m in enumerate(nodes) if m == n]
+                                                   for n in dict.fromkeys(nodes)}
     assert (out / "chk_000001").is_file()
     if mode == "staged":
         for r in got:
