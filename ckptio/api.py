@@ -20,9 +20,9 @@ def create(path: str | os.PathLike, comm, backend: str = "mpiio", attrs: Mapping
     ``"hdf5"`` or ``"pnetcdf"``; ``hints`` override the MPI-IO hints (see :mod:`ckptio.hints`);
     ``compression`` (native backend) is ``"zstd"``, ``"zstd+shuffle"``, optionally with ``":LEVEL"``.
     ``mode="async"`` returns from ``close()`` once the blocks are copied to staging buffers; an I/O thread
-    writes and commits (``writer.wait()``/``writer.done()``). ``stage_dir`` (a fast tier visible to every rank
-    of ``comm``; created if missing) is written first and drained to ``path`` in the background, checksums
-    verified.
+    writes and commits (``writer.wait()``/``writer.done()``). ``stage_dir`` (a fast tier, one directory every
+    rank sees or one per node at the same path; created if missing) is written first, each rank its own piece,
+    and drained to ``path`` in the background, checksums verified (see :mod:`ckptio.staging`).
 
     Local (no communication). It raises at once only for arguments every rank passes alike (``backend``,
     ``mode``, ``hints``, ``compression``); a bad ``attrs`` value is raised by ``close()`` on every rank.

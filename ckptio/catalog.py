@@ -191,30 +191,26 @@ def candidates(directory: str | os.PathLike, prefix: str = "chk", suffix: str = 
 def iter_valid(directory: str | os.PathLike, prefix: str = "chk", verify: bool = False,
                suffix: str = "") -> Iterator[str]:
     """Timeline checkpoints that pass :func:`check`, newest first; warns about every skipped one."""
-    yield from _iter_valid(scan(directory, NamePattern.for_prefix(prefix, suffix)), [], verify)
+    yield from _iter_valid(scan(directory, NamePattern.for_prefix(prefix, suffix)), verify)
 
 
-def _iter_valid(entries: list[Entry], staged: list[Entry], verify: bool) -> Iterator[str]:
-    """Names by step, newest first; for each, the staged copy (if any) then the final one. Unreadable,
-    superseded or (with ``verify``) damaged files are skipped with a warning."""
-    gone = superseded(entries + staged)
-    by_name: dict[str, list[Entry]] = {}
-    for e in staged + entries:  # staged copy first
-        by_name.setdefault(os.path.basename(e.path), []).append(e)
-    for name in sorted(by_name, key=lambda n: by_name[n][0].step, reverse=True):
-        for e in by_name[name]:
-            if not e.committed:
-                _skip(e.path, e.problem or "unreadable")
-            elif e.path in gone:
-                _skip(e.path, f"superseded by {os.path.basename(gone[e.path].path)}, committed later by a run that "
-                              f"restarted from an older step")
-            else:
-                try:
-                    check(e.path, verify)
-                except (CheckpointError, OSError) as exc:
-                    _skip(e.path, str(exc))
-                    continue
-                yield e.path
+def _iter_valid(entries: list[Entry], verify: bool) -> Iterator[str]:
+    """Checkpoints by step, newest first. Unreadable, superseded or (with ``verify``) damaged files are skipped
+    with a warning."""
+    gone = superseded(entries)
+    for e in sorted(entries, key=lambda e: e.step, reverse=True):
+        if not e.committed:
+            _skip(e.path, e.problem or "unreadable")
+        elif e.path in gone:
+            _skip(e.path, f"superseded by {os.path.basename(gone[e.path].path)}, committed later by a run that "
+                          f"restarted from an older step")
+        else:
+            try:
+                check(e.path, verify)
+            except (CheckpointError, OSError) as exc:
+                _skip(e.path, str(exc))
+                continue
+            yield e.path
 
 
 def _skip(path: str, why: str) -> None:
@@ -230,29 +226,25 @@ def latest(directory: str | os.PathLike, prefix: str = "chk", verify: bool = Fal
     (checkpoints superseded by a restart from an older step are never chosen, see the module docstring); the step
     is the number of the exact pattern (``chk_000010.h5`` is newer than ``chk_000005.h5``). Incomplete, truncated
     or damaged-index checkpoints are skipped with a warning; ``verify=True`` also reads every block and checks its
-    checksum. With ``stage_dir``, a valid copy on the fast tier is preferred over the one in ``directory`` (a
-    missing stage directory just has no copies). With ``comm``: collective, rank 0 looks and every rank gets its
-    answer or its error (ckptio.coord); without, the calling process looks by itself.
+    checksum. With ``comm``: collective, rank 0 looks and every rank gets its answer or its error (ckptio.coord);
+    without, the calling process looks by itself. With ``comm`` and ``stage_dir``, a staged checkpoint newer than
+    anything valid in ``directory`` (its drain was interrupted) is drained first, when every rank's piece is
+    present and verified on its own node (see :func:`ckptio.staging.recover`); without ``comm``, ``stage_dir`` is
+    ignored (one process cannot see every node's stage).
     """
+    pattern = NamePattern.for_prefix(prefix, suffix)
     if comm is not None:
         from . import coord
 
+        if stage_dir is not None:  # a staged checkpoint whose drain did not finish: drain it now, if possible
+            from . import staging
+
+            staging.recover(comm, os.fspath(directory), pattern, os.fspath(stage_dir))
         return coord.bcast_from_root(comm, f"latest checkpoint in {os.fspath(directory)}",
-                                     lambda: latest(directory, prefix, verify, stage_dir=stage_dir, suffix=suffix))
-    pattern = NamePattern.for_prefix(prefix, suffix)
-    return find_latest(directory, pattern, verify, stage_dir)
+                                     lambda: find_latest(directory, pattern, verify))
+    return find_latest(directory, pattern, verify)
 
 
-def find_latest(directory: str | os.PathLike, pattern: NamePattern, verify: bool = False,
-                stage_dir: str | os.PathLike | None = None) -> str | None:
+def find_latest(directory: str | os.PathLike, pattern: NamePattern, verify: bool = False) -> str | None:
     """Local: :func:`latest` for an explicit pattern (Series uses this)."""
-    entries = scan(directory, pattern)
-    staged = scan_stage(stage_dir, pattern) if stage_dir is not None else []
-    return next(_iter_valid(entries, staged, verify), None)
-
-
-def scan_stage(stage_dir: str | os.PathLike, pattern: NamePattern, read: bool = True) -> list[Entry]:
-    """:func:`scan` of a fast tier, which may not exist yet (then it holds nothing)."""
-    if not os.path.isdir(stage_dir):
-        return []
-    return scan(stage_dir, pattern, read)
+    return next(_iter_valid(scan(directory, pattern), verify), None)

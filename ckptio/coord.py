@@ -220,3 +220,16 @@ def bcast_from_root(comm, phase: str, fn: Callable[[], T], root: int = 0) -> T:
         failures = outcome[1]
         raise collective_error_class([n for n, _ in failures.values()])(phase, failures)
     return outcome[1]
+
+
+def node_leader(comm) -> int:
+    """Collective: the lowest rank of ``comm`` that shares this rank's node (memory), ``MPI_COMM_TYPE_SHARED``.
+
+    Node discovery does no work that can fail between its collectives, so it needs no agreement."""
+    from mpi4py import MPI
+
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    try:
+        return local.bcast(comm.Get_rank(), root=0)
+    finally:
+        local.Free()

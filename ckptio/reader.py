@@ -113,14 +113,7 @@ def _check_same_options(gathered: list[dict[str, Any]]) -> None:
 
 def node_ids(comm) -> list[int]:
     """Collective: for every rank, an id of the node it runs on (lowest rank sharing its memory)."""
-    from mpi4py import MPI
-
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
-    try:
-        leader = local.bcast(comm.Get_rank(), root=0)
-    finally:
-        local.Free()
-    return comm.allgather(leader)
+    return comm.allgather(coord.node_leader(comm))
 
 
 class Reader:

@@ -32,7 +32,9 @@ Retention semantics (what a user can rely on):
 
 Every method documents its ranks; collective ones go through :mod:`ckptio.coord`, so an error on rank 0 (a
 missing directory, a permission problem) is raised on every rank. With ``stage_dir``, checkpoints are written to
-the fast tier first and drained to ``directory`` in the background; restart prefers a valid staged copy.
+the fast tier (shared or node-local) first and drained to ``directory`` in the background; the stage's copies
+are retained by :mod:`ckptio.staging` as each drain commits, and ``latest()`` first drains a staged checkpoint
+whose drain was interrupted, on the same nodes (see :func:`ckptio.staging.recover`).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from . import async_io, catalog, coord
+from . import async_io, catalog, coord, staging
 from .errors import DeclarationError
 from .writer import Writer
 
@@ -72,8 +74,6 @@ class Series:
 
         def make() -> None:
             os.makedirs(self.directory, exist_ok=True)
-            if self.stage_dir:
-                os.makedirs(self.stage_dir, exist_ok=True)
 
         coord.bcast_from_root(comm, f"series {self.directory}: create directory", make)
 
@@ -161,23 +161,21 @@ class Series:
                 removed.append(e.path)
             if newest is not None:
                 removed += _remove_stale_temporaries(self.directory, self.pattern, newest.mtime_ns)
-            if self.stage_dir:  # the stage only needs the newest copy
-                staged = catalog.scan_stage(self.stage_dir, self.pattern)
-                for e in plan_retention(staged, 1, set())[0]:
-                    _unlink(e.path)
         return removed
 
     # ------------------------------------------------------------------------------------------ restart
     def latest(self) -> str | None:
-        """Collective: the newest valid checkpoint of the timeline (staged copy preferred), falling back with a
-        warning; None if there is none. Raises on every rank if ``directory`` is missing. Called before this object
-        wrote a checkpoint, its answer is the checkpoint this run restarts from: retention never deletes it while
-        this object lives."""
+        """Collective: the newest valid checkpoint of the timeline (after draining an interrupted staged one, see
+        :func:`ckptio.staging.recover`), falling back with a warning; None if there is none. Raises on every rank
+        if ``directory`` is missing. Called before this object wrote a checkpoint, its answer is the checkpoint
+        this run restarts from: retention never deletes it while this object lives."""
+
+        if self.stage_dir:  # a staged checkpoint whose drain was interrupted: drain it now, on the same nodes
+            staging.recover(self.comm, self.directory, self.pattern, self.stage_dir)
 
         def look() -> str | None:
             with self._lock:
-                return catalog.find_latest(self.directory, self.pattern, verify=self.verify_on_restart,
-                                           stage_dir=self.stage_dir)
+                return catalog.find_latest(self.directory, self.pattern, verify=self.verify_on_restart)
 
         found = coord.bcast_from_root(self.comm, f"series {self.directory}: latest checkpoint", look)
         if found is not None and self._next_seq is None:  # before this object wrote anything: the restart point

@@ -189,7 +189,7 @@ class Writer:
         """Collective: validate, write, commit and rename. Raises the same error on every rank on failure.
 
         ``mode="async"``: copies the blocks into a staging buffer and returns; the I/O thread does the rest
-        (see :mod:`ckptio.async_io`). ``stage_dir``: writes the checkpoint to the stage synchronously, then
+        (see :mod:`ckptio.async_io`). ``stage_dir``: writes each rank's blocks to the stage synchronously, then
         drains it to ``path`` in the background.
         """
         if self._closed:
@@ -249,40 +249,75 @@ class Writer:
         async_io.raise_failures(finished, f"close() of {self.path} (which was submitted normally)")
 
     def _close_staged(self, background: bool) -> None:
-        """Write to the fast tier now (collective), then copy to ``path`` in the final format."""
-        stage_path = os.path.join(self.stage_dir, os.path.basename(self.path))
-        staged = self._clone(stage_path, self.comm)
-        staged._make_directory = True  # a scratch tier: created on first use (the final directory is not)
-        staged._pending = self._pending
-        staged._close_now()
+        """Collective: write every rank's blocks into its own node's stage (shared or node-local, found out by
+        :func:`ckptio.staging.locate`), then drain them to ``path`` through the usual collective write, in
+        the background (see :mod:`ckptio.staging`)."""
+        from . import staging
+
         self._closed = True
-        self.stats = staged.stats
-        decls = [dict(p.decl) for p in self._pending]
-        self._pending = []
-        twin_path = self.path
+        comm = self.comm
+        rank, nprocs = comm.Get_rank(), comm.Get_size()
+        t0 = time.perf_counter()
+        try:
+            token = coord.gather_and_plan(comm, f"checkpoint {self.path}: declare (staged)", self._prepare_staged,
+                                          self._plan_staged)
+            info = staging.locate(comm, self.stage_dir)
+            directory = staging.checkpoint_dir(self.stage_dir, self.path, token)
+            header = {"final": os.path.abspath(self.path), "token": token, "host": info.hosts[rank],
+                      "backend": self.backend.name, "attrs": self.attrs}
+            blocks = [(p.decl, p.data) for p in self._pending]
+
+            def write_piece() -> int:
+                spare = staging.spare_data_file(self.stage_dir, self.path, rank, nprocs)
+                return staging.write_piece(directory, rank, nprocs, header, blocks, spare)
+
+            written = coord.run(comm, f"checkpoint {self.path}: write to stage {self.stage_dir}", write_piece)
+        finally:
+            self._pending = []
+        self.stats = WriteStats({"stage": time.perf_counter() - t0}, comm.allgather(written), [1] * nprocs)
+        final = self.path
 
         def drain(comm) -> None:
-            from .reader import Reader
-
-            with Reader(stage_path, comm, verify=True) as reader:  # every checksum is checked on the way
-                requests = [(d["name"], d.get("offset"), d.get("shape")) if d["kind"] == "array"
-                            else (d["name"], None, None) for d in decls]
-                arrays = reader.read_many(requests)
-            twin = self._clone(twin_path, comm)
-            for d, a in zip(decls, arrays, strict=True):
-                if d["kind"] == "array":
-                    twin.write(d["name"], a, offset=d["offset"], global_shape=d["global_shape"])
-                else:
-                    twin.write(d["name"], a)
-            twin.close()
+            staging.drain(comm, lambda path, comm, _manifest: self._clone(path, comm), directory, final)
+            staging.retain(comm, info, final, token)
 
         if not background:
-            drain(self.comm)
+            drain(comm)
             return
-        engine = async_io.engine_for(self.comm)
+        engine = async_io.engine_for(comm)
         engine.check_finished_before_new()
         self.handle = async_io.AsyncCheckpoint(self.path)
         engine.submit(self.handle, drain, lambda: None)
+
+    def _prepare_staged(self) -> dict[str, Any]:
+        """Local part of a staged close's declare phase: C order (checksums are computed while writing the
+        stage, compression is the drain's work), and whether this rank sees the final directory (the drain
+        opens a file there)."""
+        if self._error is not None:
+            raise self._error
+        t = time.perf_counter()
+        for p in self._pending:
+            p.data = np.ascontiguousarray(p.data)
+        from mpi4py import MPI
+
+        final_dir = os.path.dirname(os.path.abspath(self.path))
+        problem = None if os.path.isdir(final_dir) else (f"{final_dir} is not a directory seen from "
+                                                         f"{MPI.Get_processor_name()} (rank {self.comm.Get_rank()})")
+        return {"decls": [p.decl for p in self._pending], "attrs": self.attrs,
+                "prepare_seconds": time.perf_counter() - t,
+                "dir_problem": _directory_problem(self.path) if self.comm.Get_rank() == 0 else None,
+                "sees_final": problem}
+
+    def _plan_staged(self, gathered: list[dict[str, Any]]) -> str:
+        """Rank 0: validate the declarations as a direct write would (so a staged checkpoint fails now, not in
+        the drain) and name the staged checkpoint (its token)."""
+        from . import staging
+
+        blind = [g["sees_final"] for g in gathered if g["sees_final"]]
+        if blind:
+            raise CheckpointIOError(f"checkpoint {self.path}: " + "; ".join(blind))
+        self._plan_global(gathered)
+        return staging.new_token()
 
     def _close_now(self) -> None:
         self._closed = True

@@ -341,8 +341,6 @@ def test_exit_status_is_left_alone_when_an_unknown_exit_handler_must_run(tmp_pat
 
 # Raw rank-0-then-broadcast or barriers outside ckptio/coord.py, each with the reason it is legitimate.
 ALLOWED_RAW_COLLECTIVES = {
-    ("ckptio/reader.py", "leader = local.bcast(comm.Get_rank(), root=0)"):
-        "node-local leader id: the root does no work that can fail before the broadcast",
     ("backends/hdf5.py", "self.comm.Barrier()"):
         "abort path of an HDF5 session, inside try/except; every rank aborts (the failure was agreed before)",
 }

@@ -1,0 +1,126 @@
+"""ckptio across emulated nodes (issue 14): tests/multinode.py starts Open MPI on "nodes" that are namespaces of
+this machine (own hostname, own /dev/shm, own node-local directory), so COMM_TYPE_SHARED, aggregator placement
+and node-local stages behave as on a cluster. Skipped, with the reason, where unshare is not permitted."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from mpi_helpers import BACKENDS
+from multinode import node_dir, node_local, node_of_rank, run_nodes, skip_reason
+
+pytestmark = [pytest.mark.mpi, pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))]
+
+APP = str(Path(__file__).with_name("multinode_app.py"))
+LAYOUTS = {"2x2": (2, 2), "2+1+1": (2, 1, 1)}
+
+
+def reports(stdout: str) -> list[dict]:
+    out = [json.loads(line[5:]) for line in stdout.splitlines() if line.startswith("JSON ")]
+    return sorted(out, key=lambda r: r["rank"])
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("layout", LAYOUTS, ids=list(LAYOUTS))
+@pytest.mark.parametrize("mode", ["sync", "async", "staged"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_write_and_restart_across_nodes(backend, mode, layout, tmp_path):
+    """Write on every node, restart on one rank fewer; hostnames are the nodes; one aggregator per node; a
+    node-local stage (the same stage_dir path on every node) holds exactly its own node's ranks' pieces."""
+    shape = LAYOUTS[layout]
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = run_nodes(shape, [sys.executable, APP, "write-restart", backend, mode, out,
+                             node_local(tmp_path) / "stage"], tmp_path, timeout=240)
+    got = reports(proc.stdout)
+    nodes = node_of_rank(shape)
+    assert [r["host"] for r in got] == nodes and all(r["ok"] for r in got), proc.stdout
+    aggregators = got[0]["aggregators"]
+    assert sorted(nodes[a] for a in aggregators) == sorted(set(nodes))  # one per node
+    assert all(r["is_aggregator"] == (r["rank"] in aggregators) for r in got)
+    # the placement report (ckptio.placement): hosts, one aggregator per node, only aggregators read the file
+    placed = got[0]["read"]
+    assert all(r["read"] == placed for r in got)
+    expected = {n: [a for a in aggregators if nodes[a] == n] for n in dict.fromkeys(nodes)}
+    assert placed["aggregators_per_node"] == expected
+    assert all(len(v) == 1 for v in placed["aggregators_per_node"].values())
+    assert [p["host"] for p in placed["ranks"]] == nodes
+    assert all((p["file_bytes"] > 0) == p["aggregator"] for p in placed["ranks"])
+    assert sum(p["file_bytes"] for p in placed["ranks"]) >= 8 * 5 * 8 * len(nodes)
+    assert got[0]["written"]["ranks_per_node"] == {n: [q for q, m in enumerate(nodes) if m == n]
+                                                   for n in dict.fromkeys(nodes)}
+    assert (out / "chk_000001").is_file()
+    if mode == "staged":
+        for r in got:
+            mates = [q for q, n in enumerate(nodes) if n == r["host"]]
+            assert r["staged"] == [f"rank-{q:06d}-of-{len(nodes):06d}.json" for q in mates]
+        for node in set(nodes):
+            assert (node_dir(tmp_path, node) / "stage").is_dir()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("stage", ["node-local", "dev-shm", "shared"])
+def test_staged_restart_recovers_from_every_node_or_falls_back(stage, tmp_path):
+    """A staged checkpoint whose final copy is gone is drained again at restart from the pieces on every
+    node; with one rank's piece missing, restart falls back to the older checkpoint (warning, no hang)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    where = {"node-local": node_local(tmp_path) / "stage", "dev-shm": Path("/dev/shm/ckptio-test-stage"),
+             "shared": tmp_path / "shared-stage"}[stage]
+    proc = run_nodes((2, 1, 1), [sys.executable, APP, "recover", out, where], tmp_path, timeout=240)
+    got = reports(proc.stdout)
+    assert all(r["ok"] for r in got) and len(got) == 4, proc.stdout
+    assert got[0]["warned"] and "not usable on every rank" in got[0]["warned"][0], got[0]
+
+
+@pytest.mark.timeout(300)
+def test_stage_seen_by_some_nodes_only_fails_on_every_rank_naming_the_node(tmp_path):
+    """nodeA and nodeB reach one shared stage through the node-local path, nodeC has a directory of its own:
+    neither shared nor node-local. Every rank fails before anything is written, and the message names nodeC."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    for node in ("nodeA", "nodeB", "nodeC"):
+        node_dir(tmp_path, node).mkdir(parents=True)
+    os.symlink(shared, node_dir(tmp_path, "nodeA") / "stage")
+    os.symlink(shared, node_dir(tmp_path, "nodeB") / "stage")
+    (node_dir(tmp_path, "nodeC") / "stage").mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = run_nodes((2, 1, 1), [sys.executable, APP, "bad-stage", out, node_local(tmp_path) / "stage"], tmp_path,
+                     timeout=120)
+    got = reports(proc.stdout)
+    assert len(got) == 4 and all(r["ok"] for r in got), proc.stdout
+    assert all("node nodeC (ranks 3)" in r["error"] for r in got), got[0]["error"]
+    assert not any(out.iterdir())
+    assert not any(p.name.startswith(".ckptio-probe") for p in shared.iterdir())
+
+
+@pytest.mark.timeout(400)
+def test_drain_killed_restart_on_same_nodes_uses_the_stage_other_nodes_fall_back(tmp_path):
+    """Step 2's drain is killed (a rank dies in its collective write to the parallel file system): only the
+    node-local stages hold it. A restart on the same nodes drains it from there and restarts from step 2; a
+    restart on other nodes (another layout: the pieces are not where the ranks are) falls back to step 1."""
+    out = tmp_path / "out"
+    out.mkdir()
+    stage = node_local(tmp_path) / "stage"
+    run_nodes((2, 2), [sys.executable, APP, "stage-step", "1", out, stage], tmp_path)
+    killed = run_nodes((2, 2), [sys.executable, APP, "stage-step", "2", out, stage], tmp_path,
+                       env={"CKPTIO_FAULT": "write data:1"}, check=False)
+    assert killed.returncode != 0 and "ckptio fault injected" in killed.stderr, killed.stderr[-3000:]
+    assert not (out / "chk_000002").exists()
+    other = tmp_path / "other-nodes"  # the same node names, but empty node-local directories
+    proc = run_nodes((2, 2), [sys.executable, APP, "restart", out, node_local(other) / "stage", "1"], other)
+    got = reports(proc.stdout)
+    assert len(got) == 4 and all(r["ok"] for r in got), proc.stdout
+    proc = run_nodes((1, 1, 2), [sys.executable, APP, "restart", out, stage, "1"], tmp_path)
+    got = reports(proc.stdout)
+    assert len(got) == 4 and all(r["ok"] for r in got), proc.stdout
+    assert got[0]["warned"] and "missing" in got[0]["warned"][0], got[0]
+    proc = run_nodes((2, 2), [sys.executable, APP, "restart", out, stage, "2"], tmp_path)
+    got = reports(proc.stdout)
+    assert len(got) == 4 and all(r["ok"] for r in got) and not got[0]["warned"], proc.stdout
+    assert (out / "chk_000002").is_file()

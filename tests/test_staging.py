@@ -1,0 +1,93 @@
+"""Staged checkpoints on one node (issue 11 items 3 and 4, issue 14 item 3): copies named by their final
+path, retention of staged copies as each checkpoint commits, a stage that cannot be used fails on every rank."""
+
+from __future__ import annotations
+
+import pytest
+from mpi_helpers import run_script
+
+TWO_RUNS = """
+import os, sys, shutil, numpy as np, ckptio
+from mpi4py import MPI
+from ckptio import staging
+comm = MPI.COMM_WORLD
+r, n = comm.Get_rank(), comm.Get_size()
+base, stage = sys.argv[1], sys.argv[2]
+runs = {name: ckptio.Series(os.path.join(base, name), comm, keep=2, stage_dir=stage) for name in ("A", "B")}
+for step in range(1, 7):                     # interleaved: both runs write the same names into one stage
+    for name, series in runs.items():
+        with series.create(step, attrs={"run": name}) as ck:
+            ck.write("x", np.full(4, step + (100 if name == "B" else 0) + 1000 * r, np.int64),
+                     offset=(4 * r,), global_shape=(4 * n,))
+for series in runs.values():
+    series.wait()
+# each run has its own key directory, holding only its newest drained checkpoint (retention at each commit)
+keys = {name: staging.key_dir(stage, series.path(1)) for name, series in runs.items()}
+assert keys["A"] != keys["B"] and sorted(os.listdir(stage)) == sorted(os.path.basename(k) for k in keys.values())
+for key in keys.values():
+    assert os.listdir(key) == ["chk_000006"], os.listdir(key)
+    assert len(os.listdir(os.path.join(key, "chk_000006"))) == 1
+# A's final copy of step 6 is lost: A recovers its own staged copy, never B's
+a6 = runs["A"].path(6)
+if r == 0:
+    os.unlink(a6)
+comm.Barrier()
+assert runs["A"].latest() == a6
+with ckptio.open(a6, comm) as ck:
+    assert ck.attrs["run"] == "A" and (ck.read("x", offset=(4 * r,), shape=(4,)) == 6 + 1000 * r).all()
+# a staged copy moved under A's name (B's pieces) is refused: its manifest names B's final path
+if r == 0:
+    os.unlink(a6)
+    shutil.rmtree(os.path.join(keys["A"], "chk_000006"))
+    shutil.copytree(os.path.join(keys["B"], "chk_000006"), os.path.join(keys["A"], "chk_000006"))
+comm.Barrier()
+import warnings
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    found = runs["A"].latest()
+assert found == runs["A"].path(5), found
+if r == 0:
+    assert any("belongs to" in str(w.message) and "/B/chk_000006" in str(w.message) for w in caught), caught
+print("OK", r, flush=True)
+"""
+
+BAD_STAGE = """
+import os, sys, numpy as np, ckptio
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+r = comm.Get_rank()
+out, stage = sys.argv[1], sys.argv[2]
+try:
+    with ckptio.create(os.path.join(out, "chk_000001"), comm, stage_dir=stage) as ck:
+        ck.write("x", np.zeros(3), offset=(3 * r,), global_shape=(3 * comm.Get_size(),))
+    print("NOERROR", r, flush=True)
+except ckptio.CheckpointIOError as exc:
+    assert stage in str(exc), exc
+    assert not os.path.exists(os.path.join(out, "chk_000001"))
+    print("OK", r, flush=True)
+series = ckptio.Series(os.path.join(out, "series"), comm, stage_dir=stage)  # the stage is checked at close
+try:
+    with series.create(1) as ck:
+        ck.write("x", np.zeros(3), offset=(3 * r,), global_shape=(3 * comm.Get_size(),))
+    print("NOERROR", r, flush=True)
+except ckptio.CheckpointIOError as exc:
+    assert stage in str(exc), exc
+    print("OK", r, flush=True)
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+def test_runs_sharing_a_stage_keep_their_own_copies_and_retention_runs_at_commit(tmp_path):
+    proc = run_script(2, TWO_RUNS, tmp_path, str(tmp_path / "runs"), str(tmp_path / "stage"))
+    assert proc.stdout.count("OK") == 2, proc.stdout
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("nprocs", [1, 2])
+def test_stage_that_is_a_file_fails_on_every_rank(nprocs, tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "stage").write_text("not a directory")
+    proc = run_script(nprocs, BAD_STAGE, tmp_path, str(tmp_path / "out"), str(tmp_path / "stage"))
+    assert proc.stdout.count("OK") == 2 * nprocs, proc.stdout
