@@ -5,7 +5,8 @@ module ``_ckptio_bridge`` the first time the C library is used, so the library n
 an interpreter that can import numpy, mpi4py and ckptio.
 
 The C shim (ckptio_c.c) converts arguments -- communicators through mpi4py's C API, caller memory into numpy
-arrays that *view* it (zero-copy) -- and calls the functions below, which use only ckptio's public API plus
+arrays (on write a copy in a staging buffer by default, a view in zero-copy mode; on read a view of the
+caller's buffer) -- and calls the functions below, which use only ckptio's public API plus
 ``ckptio.coord`` for agreement. Every Python exception that escapes is turned into a status code in exactly
 one place, ``fail_python()`` in ckptio_c.c.
 
@@ -29,13 +30,16 @@ if "mpi4py.MPI" not in sys.modules:
     mpi4py.rc.finalize = False
     mpi4py.rc.errors = "default"
 
+import re
 import traceback
+from dataclasses import dataclass, field
 
 import numpy as np
 
 import ckptio
 from ckptio import coord
 from ckptio.errors import CheckpointError, CollectiveError, ReadRequestError
+from ckptio.meta import checksum
 
 
 class ArgumentError(CheckpointError, ValueError):
@@ -48,7 +52,7 @@ class CollectiveArgumentError(CollectiveError, ArgumentError):
 
 # dtype codes of ckptio.h (enum ckptio_dtype), in order
 DTYPE_CODES = {np.dtype(t): code for code, t in enumerate(
-    ("i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f4", "f8"), start=1)}
+    ("i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f4", "f8", "?", "c8", "c16"), start=1)}
 
 
 def _argument_errors_specialized(fn, *args):
@@ -78,31 +82,69 @@ def _poison(writer, exc: BaseException) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ writing
-def create(path: str, comm, backend: str):
-    return ckptio.create(path, comm, backend=backend)
+@dataclass
+class Watched:
+    """A block written in zero-copy mode: the caller's memory, and its checksum when ckptio_write returned."""
+    where: str
+    array: np.ndarray
+    checksum: str
 
 
-def write(writer, name: str, array, offset, global_shape, problem: str | None) -> None:
-    """Local: declare a block (offset/global_shape tuples) or a segment (both None)."""
+@dataclass
+class WriteHandle:
+    """What a C/Fortran handle being written holds: the ckptio.Writer and its zero-copy blocks."""
+    writer: ckptio.Writer
+    watched: list[Watched] = field(default_factory=list)
+
+    def changed_blocks(self) -> list[str]:
+        """Local: the zero-copy blocks whose memory no longer holds what was written (checksum differs)."""
+        return [w.where for w in self.watched if checksum(w.array) != w.checksum]
+
+
+def create(path: str, comm, backend: str) -> WriteHandle:
+    """Local: ckptio.create; the writer is wrapped for the zero-copy bookkeeping."""
+    return WriteHandle(ckptio.create(path, comm, backend=backend))
+
+
+def write(handle: WriteHandle, name: str, array, offset, global_shape, problem: str | None, where: str,
+          zero_copy: int) -> None:
+    """Local: declare a block (offset/global_shape tuples) or a segment (both None).
+
+    ``array`` is a staging copy (default) or, with ``zero_copy``, a view of the caller's memory: then its
+    checksum is taken now and verified by :func:`close` before anything is written.
+    """
+    writer = handle.writer
     try:
         if problem:
             raise ArgumentError(problem)
         writer.write(name, array, offset, global_shape)
+        if zero_copy:
+            handle.watched.append(Watched(where, array, checksum(array)))
     except BaseException as exc:
         _poison(writer, exc)
         raise
 
 
-def set_attr(writer, key: str, value) -> None:
+def set_attr(handle: WriteHandle, key: str, value) -> None:
     try:
-        writer.set_attr(key, value)
+        handle.writer.set_attr(key, value)
     except BaseException as exc:
-        _poison(writer, exc)
+        _poison(handle.writer, exc)
         raise
 
 
 def close(obj) -> None:
-    """Collective. A writer poisoned by a local ArgumentError fails here on every rank with ARGUMENT status."""
+    """Collective. A writer poisoned by a local ArgumentError fails here on every rank with ARGUMENT status --
+    also one whose zero-copy memory changed between ckptio_write and ckptio_close (nothing is committed)."""
+    if isinstance(obj, WriteHandle):
+        changed = obj.changed_blocks()
+        if changed:  # (the collective error names this rank)
+            _poison(obj.writer, ArgumentError(
+                f"the memory of {', '.join(changed)} changed between the write and ckptio_close "
+                "(zero-copy mode: it must stay allocated and unchanged until ckptio_close returns; the default "
+                "mode copies at write); nothing was committed"))
+        obj.watched.clear()
+        obj = obj.writer
     _argument_errors_specialized(obj.close)
 
 
@@ -192,9 +234,26 @@ def prune(directory: str, prefix: str, keep: int, comm, problem: str | None) -> 
 
 
 # ------------------------------------------------------------------------------------------------- errors
-def describe(exc: BaseException, with_traceback: bool) -> str:
-    """The message stored for ckptio_last_error(): class and text, plus the traceback for unexpected errors."""
+# A list of integers after a word that names a shape or an index: "offset [0, 8]", "global shape [9, 4]",
+# "declared [9, 4]", "element [1, 2]", "{'offset': [0, 0], 'shape': [3, 4]}", "dimension(s) [2, 3]".
+_SHAPE_LIST = re.compile(r"\b(offset|shape|declared|element|dimension\(s\))('?:?\s)\[(\d+(?:,\s*\d+)+)\]")
+
+
+def fortran_order(text: str) -> str:
+    """Shapes, offsets and indices of a message in Fortran order (reversed), for callers of module ckptio."""
+    def flip(m: re.Match) -> str:
+        items = [s.strip() for s in m.group(3).split(",")]
+        return f"{m.group(1)}{m.group(2)}[{', '.join(reversed(items))}]"
+    flipped = _SHAPE_LIST.sub(flip, text)
+    return flipped if flipped == text else flipped + " (shapes and offsets in Fortran order, offsets 0-based)"
+
+
+def describe(exc: BaseException, with_traceback: bool, fortran: bool = False) -> str:
+    """The message stored for ckptio_last_error(): class and text, plus the traceback for unexpected errors.
+    ``fortran``: the call came from module ckptio, so shapes are shown in Fortran order."""
     text = f"{type(exc).__name__}: {exc}"
+    if fortran:
+        text = fortran_order(text)
     if with_traceback:
         text += "\n" + "".join(traceback.format_exception(exc)).rstrip()
     return text

@@ -5,6 +5,12 @@
  *                                           segments, attributes), read it back with another decomposition,
  *                                           check everything, print "ROUNDTRIP OK" on rank 0
  *   ckptio_test_c errors DIR                provoke errors; every rank prints "ERR <case> <rank> <status> <msg>"
+ *   ckptio_test_c memory DIR                default writes copy: free and reuse the buffers before close, read
+ *                                           back; zero-copy mode: a changed block fails the close everywhere.
+ *                                           "MEMORY OK" (and ERR lines)
+ *   ckptio_test_c lifecycle DIR             calls before MPI_Init and after MPI_Finalize: CKPTIO_ERR_INIT
+ *                                           (ERR lines), "LIFECYCLE OK"
+ *   ckptio_test_c latest_missing DIR        ckptio_latest(_comm) of a directory that does not exist (ERR lines)
  *
  * Values are functions of the global indices so Python can check the file too (see test_bindings.py).
  */
@@ -204,7 +210,120 @@ static int errors(const char *dir) {
   return 0;
 }
 
+/* Default mode copies at write: the buffers are freed and their memory reused before the close. */
+static int memory(const char *dir) {
+  char path[1024], found[1100];
+  const int64_t n = 1 << 20; /* 8 MiB of float64 per rank */
+  int64_t g = n * nprocs, o = n * rank, seglen = rank + 1;
+  int other = nprocs - 1 - rank;
+  double *x = malloc(sizeof(double) * n);
+  int64_t *seg = malloc(sizeof(int64_t) * seglen);
+  for (int64_t i = 0; i < n; i++) x[i] = (double)(o + i) + 0.5;
+  for (int64_t i = 0; i < seglen; i++) seg[i] = 100 * rank + i;
+  ckptio_file f;
+  snprintf(path, sizeof path, "%s/chk_000001", dir);
+  CHECK(ckptio_create(path, MPI_COMM_WORLD, "mpiio", &f));
+  CHECK(ckptio_write(f, "x", CKPTIO_FLOAT64, 1, &g, &o, &n, x));
+  CHECK(ckptio_write_segment(f, "seg", CKPTIO_INT64, seglen, seg));
+  free(x);
+  free(seg);
+  double *junk = malloc(sizeof(double) * 2 * n); /* likely reuses the freed memory */
+  for (int64_t i = 0; i < 2 * n; i++) junk[i] = -1.0;
+  CHECK(ckptio_close(f));
+  free(junk);
+
+  double *back = malloc(sizeof(double) * n);
+  int64_t at = n * other, total = (int64_t)nprocs * (nprocs + 1) / 2, zero = 0;
+  int64_t *segback = malloc(sizeof(int64_t) * total);
+  CHECK(ckptio_open(path, MPI_COMM_WORLD, &f));
+  CHECK(ckptio_read(f, "x", CKPTIO_FLOAT64, 1, &at, &n, back));
+  CHECK(ckptio_read(f, "seg", CKPTIO_INT64, 1, &zero, &total, segback));
+  EXPECT(ckptio_set_zero_copy(f, 1) == CKPTIO_ERR_ARGUMENT); /* a reader has no zero-copy mode */
+  CHECK(ckptio_close(f));
+  for (int64_t i = 0; i < n; i++) EXPECT(back[i] == (double)(at + i) + 0.5);
+  for (int r = 0, k = 0; r < nprocs; r++)
+    for (int q = 0; q <= r; q++) EXPECT(segback[k++] == 100 * r + q);
+
+  /* zero-copy mode: correct use commits; then a block changed on the last rank fails the close everywhere */
+  double *y = malloc(sizeof(double) * n);
+  for (int64_t i = 0; i < n; i++) y[i] = (double)(o + i);
+  snprintf(path, sizeof path, "%s/chk_000002", dir);
+  CHECK(ckptio_create(path, MPI_COMM_WORLD, "mpiio", &f));
+  CHECK(ckptio_set_zero_copy(f, 1));
+  CHECK(ckptio_write(f, "y", CKPTIO_FLOAT64, 1, &g, &o, &n, y));
+  CHECK(ckptio_close(f));
+  CHECK(ckptio_open(path, MPI_COMM_WORLD, &f));
+  CHECK(ckptio_read(f, "y", CKPTIO_FLOAT64, 1, &at, &n, back));
+  CHECK(ckptio_close(f));
+  for (int64_t i = 0; i < n; i++) EXPECT(back[i] == (double)(at + i));
+  snprintf(path, sizeof path, "%s/chk_000003", dir);
+  CHECK(ckptio_create(path, MPI_COMM_WORLD, "mpiio", &f));
+  CHECK(ckptio_set_zero_copy(f, 1));
+  CHECK(ckptio_write(f, "y", CKPTIO_FLOAT64, 1, &g, &o, &n, y));
+  CHECK(ckptio_set_zero_copy(f, 0)); /* back to copying: changing z below is allowed */
+  double z[2] = {1, 2};
+  int64_t gz = 2 * nprocs, oz = 2 * rank, nz = 2;
+  CHECK(ckptio_write(f, "z", CKPTIO_FLOAT64, 1, &gz, &oz, &nz, z));
+  z[0] = -5;
+  if (rank == nprocs - 1) y[n / 2] = -1.0;
+  report("zero_copy_changed", ckptio_close(f));
+  CHECK(ckptio_latest_comm(MPI_COMM_WORLD, dir, "chk", found, sizeof found));
+  snprintf(path, sizeof path, "%s/chk_000002", dir);
+  EXPECT(strcmp(found, path) == 0); /* chk_000003 was not committed */
+  free(y);
+  free(back);
+  free(segback);
+  if (rank == 0) printf("MEMORY OK %d ranks\n", nprocs);
+  return 0;
+}
+
+/* A missing directory is an error, not "no checkpoint" (issue 11 item 11, Python side). */
+static int latest_missing(const char *dir) {
+  char missing[1100], found[1100];
+  snprintf(missing, sizeof missing, "%s/no_such_directory", dir);
+  report("latest_missing_local", ckptio_latest(missing, "chk", found, sizeof found));
+  report("latest_missing_comm", ckptio_latest_comm(MPI_COMM_WORLD, missing, "chk", found, sizeof found));
+  report("latest_empty_dir", ckptio_latest_comm(MPI_COMM_WORLD, dir, "chk", found, sizeof found));
+  EXPECT(found[0] == '\0');
+  return 0;
+}
+
+/* Before MPI_Init and after MPI_Finalize every call that takes a communicator returns CKPTIO_ERR_INIT. */
+static void lifecycle_calls(const char *when, const char *dir) {
+  char path[1024], buf[256], name[64];
+  ckptio_file f = NULL;
+  int nremoved = 0;
+  snprintf(path, sizeof path, "%s/chk_000001", dir);
+  snprintf(name, sizeof name, "create_%s", when);
+  report(name, ckptio_create(path, MPI_COMM_WORLD, "mpiio", &f));
+  snprintf(name, sizeof name, "open_%s", when);
+  report(name, ckptio_open(path, MPI_COMM_WORLD, &f));
+  snprintf(name, sizeof name, "latest_comm_%s", when);
+  report(name, ckptio_latest_comm(MPI_COMM_WORLD, dir, "chk", buf, sizeof buf));
+  snprintf(name, sizeof name, "prune_%s", when);
+  report(name, ckptio_prune(MPI_COMM_WORLD, dir, "chk", 1, &nremoved));
+  snprintf(name, sizeof name, "initialize_%s", when);
+  report(name, ckptio_initialize());
+}
+
+static int lifecycle(int argc, char **argv) {
+  const char *r = getenv("OMPI_COMM_WORLD_RANK");
+  rank = r ? atoi(r) : 0; /* MPI_Comm_rank is not allowed yet */
+  lifecycle_calls("before_init", argv[2]);
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
+  char buf[256];
+  CHECK(ckptio_latest_comm(MPI_COMM_WORLD, argv[2], "chk", buf, sizeof buf)); /* works in between */
+  CHECK(ckptio_finalize());
+  MPI_Finalize();
+  lifecycle_calls("after_finalize", argv[2]);
+  if (rank == 0) printf("LIFECYCLE OK\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc >= 3 && strcmp(argv[1], "lifecycle") == 0) return lifecycle(argc, argv);
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
@@ -221,6 +340,8 @@ int main(int argc, char **argv) {
 
   if (strcmp(argv[1], "roundtrip") == 0) roundtrip(argv[2], argc > 3 ? argv[3] : "mpiio");
   else if (strcmp(argv[1], "errors") == 0) errors(argv[2]);
+  else if (strcmp(argv[1], "memory") == 0) memory(argv[2]);
+  else if (strcmp(argv[1], "latest_missing") == 0) latest_missing(argv[2]);
   else EXPECT(!"unknown mode");
 
   CHECK(ckptio_finalize());
