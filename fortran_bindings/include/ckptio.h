@@ -2,7 +2,8 @@
  * ckptio.h -- C interface of ckptio, the checkpoint/restart library for MPI codes.
  *
  * The library embeds the CPython interpreter (or reuses the running one when the host program is Python) and
- * calls the Python package `ckptio` with zero-copy views of the caller's arrays. See fortran_bindings/README.md.
+ * calls the Python package `ckptio` with copies (default) or zero-copy views of the caller's arrays. See
+ * fortran_bindings/README.md.
  *
  * Conventions
  * -----------
@@ -18,7 +19,7 @@
  *    varying axis first) and stored as given. With CKPTIO_ORDER_FORTRAN (the *_order functions) they are given
  *    in Fortran order (fastest axis first): a column-major array a(n1,n2,n3) is stored as the C-order
  *    (row-major) array of global shape (n3,n2,n1), offsets reversed likewise -- the convention of the HDF5 and
- *    netCDF Fortran APIs. Memory is never reordered or copied on write; Python sees a(i,j,k) as a[k-1,j-1,i-1].
+ *    netCDF Fortran APIs. Memory is never reordered; Python sees a(i,j,k) as a[k-1,j-1,i-1].
  *  - Memory. By default ckptio_write / ckptio_write_segment COPY the data into a staging buffer before they
  *    return: the caller's array may be changed or freed right away. ckptio_set_zero_copy(file, 1) opts in to
  *    referencing the caller's memory instead (no copy, no extra memory) with the rules of MPI's nonblocking

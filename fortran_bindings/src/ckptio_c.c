@@ -1,5 +1,5 @@
 /*
- * ckptio_c.c -- the C shim of ckptio: embeds CPython and calls the Python package with zero-copy views.
+ * ckptio_c.c -- the C shim of ckptio: embeds CPython and calls the Python package (copies or zero-copy views).
  *
  * Structure
  *   - enter()/LEAVE: every public function starts the interpreter if nobody has (PyConfig.program_name = the
