@@ -135,6 +135,22 @@ int ckptio_read(ckptio_file file, const char *name, int dtype, int ndim, const i
 int ckptio_read_order(ckptio_file file, const char *name, int dtype, int order, int ndim, const int64_t *offset,
                       const int64_t *shape, void *buffer);
 
+/* One request of ckptio_read_many: like the arguments of ckptio_read. */
+typedef struct ckptio_read_request {
+  const char *name;
+  int dtype;
+  int ndim;
+  const int64_t *offset; /* ndim elements (NULL: zeros) */
+  const int64_t *shape;  /* ndim elements */
+  void *buffer;          /* prod(shape) elements of dtype */
+} ckptio_read_request;
+
+/* Collective. Several reads in one two-phase exchange (ckptio.Reader.read_many): much cheaper than one
+ * ckptio_read per variable when there are many small variables. The number of requests may differ between
+ * ranks (also 0, requests may then be NULL); order applies to every request's offset and shape. A problem
+ * with any request on any rank fails the call on every rank, and then no buffer has been written. */
+int ckptio_read_many(ckptio_file file, int order, int nrequests, const ckptio_read_request *requests);
+
 /* Local. Attributes of an opened checkpoint. Integers are converted to double by get_attr_double; a string
  * longer than buflen-1 bytes gives CKPTIO_ERR_ARGUMENT (the message says how long it is). */
 int ckptio_get_attr_int64(ckptio_file file, const char *key, int64_t *value);
@@ -158,6 +174,11 @@ int ckptio_var_name(ckptio_file file, int index, char *buf, size_t buflen);
 int ckptio_latest(const char *dir, const char *prefix, char *buf, size_t buflen);
 /* Collective. The same, looked up by rank 0 of `comm` and broadcast (what a restarting job should use). */
 int ckptio_latest_comm(MPI_Comm comm, const char *dir, const char *prefix, char *buf, size_t buflen);
+
+/* Collective. Like ckptio_latest_comm, but every block of a candidate is read and its checksum verified: the
+ * newest checkpoint that verifies, falling back past corrupt or incomplete newer ones (as ckptio.Series.latest
+ * does on restart). Costs a full read of the skipped and the chosen checkpoint, by rank 0. */
+int ckptio_latest_verified(MPI_Comm comm, const char *dir, const char *prefix, char *buf, size_t buflen);
 
 /* Collective. Retention, as ckptio.Series(dir, prefix=prefix, keep=keep) does after each commit: delete all but
  * the newest `keep` complete checkpoints named `{prefix}_NNNNNN` in `dir` (prefix NULL: "chk"); rank 0 deletes.
@@ -191,6 +212,7 @@ int ckptio_create_f(const char *path, MPI_Fint comm, const char *backend, ckptio
 int ckptio_open_f(const char *path, MPI_Fint comm, const char *problem, ckptio_file *file);
 int ckptio_latest_comm_f(MPI_Fint comm, const char *dir, const char *prefix, char *buf, size_t buflen);
 int ckptio_latest_f(const char *dir, const char *prefix, char *buf, size_t buflen);
+int ckptio_latest_verified_f(MPI_Fint comm, const char *dir, const char *prefix, char *buf, size_t buflen);
 int ckptio_prune_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int *nremoved);
 /* internal to module ckptio: Fortran-order write (segment != 0: ckptio_write_segment; force_copy != 0: copy
  * even in zero-copy mode, for a temporary made by the module) and read, with a problem found in Fortran */
@@ -199,6 +221,7 @@ int ckptio_write_f(ckptio_file file, const char *name, int dtype, int ndim, cons
                    const char *problem);
 int ckptio_read_f(ckptio_file file, const char *name, int dtype, int ndim, const int64_t *offset,
                   const int64_t *shape, void *buffer, const char *problem);
+int ckptio_read_many_f(ckptio_file file, int nrequests, const ckptio_read_request *requests, const char *problem);
 int ckptio_set_error_f(int status, const char *message);
 
 #ifdef __cplusplus

@@ -154,20 +154,39 @@ def open_reader(path: str, comm, problem: str | None):
     return ckptio.open(path, comm)
 
 
-def read(reader, name: str, out, offset, problem: str | None) -> None:
-    """Collective: read the hyperslab at ``offset`` with ``out.shape`` into ``out`` (a view of caller memory)."""
+def _buffer_problem(reader, name: str, out) -> str | None:
+    """Local: why the caller's buffer ``out`` cannot receive variable ``name`` (None if it can, or if the name is
+    unknown: reader.read()/read_many() report that on every rank)."""
     rank = reader.comm.Get_rank()
     info = reader.variables.get(name)
-    if not problem and info is not None:  # an unknown name is reported by reader.read() on every rank
-        if info.dtype != out.dtype:
-            problem = (f"variable {name!r} of {reader.path} has dtype {info.dtype}, but rank {rank} passed a "
-                       f"{out.dtype} buffer")
-        elif len(info.shape) != out.ndim:
-            problem = (f"variable {name!r} of {reader.path} has {len(info.shape)} dimension(s) "
-                       f"{list(info.shape)}, but rank {rank} asked for {out.ndim}")
+    if info is None:
+        return None
+    if info.dtype != out.dtype:
+        return f"variable {name!r} of {reader.path} has dtype {info.dtype}, but rank {rank} passed a {out.dtype} buffer"
+    if len(info.shape) != out.ndim:
+        return (f"variable {name!r} of {reader.path} has {len(info.shape)} dimension(s) {list(info.shape)}, but "
+                f"rank {rank} asked for {out.ndim}")
+    return None
+
+
+def read(reader, name: str, out, offset, problem: str | None) -> None:
+    """Collective: read the hyperslab at ``offset`` with ``out.shape`` into ``out`` (a view of caller memory)."""
+    if not problem:
+        problem = _buffer_problem(reader, name, out)
     _agree(reader.comm, f"read {reader.path}: {name!r}", problem)
     data = reader.read(name, offset, out.shape)
     np.copyto(out, data, casting="no")
+
+
+def read_many(reader, names: list[str], outs: list, offsets: list, problem: str | None) -> None:
+    """Collective: all requests of this rank in one two-phase exchange (ckptio.Reader.read_many); the number of
+    requests may differ between ranks. Any problem on any rank fails every rank before anything is read."""
+    for name, out in zip(names, outs, strict=True):
+        problem = problem or _buffer_problem(reader, name, out)
+    _agree(reader.comm, f"read_many {reader.path}", problem)
+    datas = reader.read_many([(n, off, out.shape) for n, off, out in zip(names, offsets, outs, strict=True)])
+    for out, data in zip(outs, datas, strict=True):
+        np.copyto(out, data, casting="no")
 
 
 def _lookup_attr(reader, key: str):
@@ -218,12 +237,13 @@ def var_names(reader) -> list[str]:
     return sorted(reader.variables)
 
 
-def latest(directory: str, prefix: str, comm) -> str:
-    """The newest valid checkpoint ('' if none); with ``comm``, found by rank 0 and broadcast (error-safe)."""
+def latest(directory: str, prefix: str, comm, verify: int = 0) -> str:
+    """The newest valid checkpoint ('' if none); with ``comm``, found by rank 0 and broadcast (error-safe).
+    ``verify``: read every block and check its checksum, falling back past corrupt newer checkpoints."""
     if comm is None:
-        return ckptio.latest(directory, prefix) or ""
+        return ckptio.latest(directory, prefix, verify=bool(verify)) or ""
     return coord.bcast_from_root(comm, f"latest checkpoint in {directory}",
-                                 lambda: ckptio.latest(directory, prefix) or "")
+                                 lambda: ckptio.latest(directory, prefix, verify=bool(verify)) or "")
 
 
 def prune(directory: str, prefix: str, keep: int, comm, problem: str | None) -> int:

@@ -642,6 +642,68 @@ int ckptio_read(ckptio_file file, const char *name, int dtype, int ndim, const i
   return read_impl(file, name, dtype, CKPTIO_ORDER_C, ndim, offset, shape, buffer, NULL);
 }
 
+/* Collective: every request becomes (name, numpy view of its buffer, offset tuple); a problem with any of them
+ * (or given_problem) is agreed on by the bridge before anything is read. */
+static int read_many_impl(ckptio_file f, int order, int n, const ckptio_read_request *reqs,
+                          const char *given_problem) {
+  const char *where = "ckptio_read_many";
+  char problem[512] = "";
+  if (check_handle(f, READER, where) != CKPTIO_OK) return t_status;
+  ENTER(where);
+  PyObject *names = PyList_New(0), *outs = PyList_New(0), *offs = PyList_New(0);
+  if (given_problem != NULL && given_problem[0]) snprintf(problem, sizeof problem, "%s", given_problem);
+  else if (n < 0) snprintf(problem, sizeof problem, "nrequests is negative (%d)", n);
+  else if (n > 0 && reqs == NULL) snprintf(problem, sizeof problem, "requests is NULL for %d request(s)", n);
+  else if (order != CKPTIO_ORDER_C && order != CKPTIO_ORDER_FORTRAN)
+    snprintf(problem, sizeof problem, "order must be CKPTIO_ORDER_C or CKPTIO_ORDER_FORTRAN, got %d", order);
+  for (int i = 0; !problem[0] && names && outs && offs && i < n; i++) {
+    const ckptio_read_request *q = &reqs[i];
+    npy_intp dims[CKPTIO_MAX_NDIM];
+    char item[256] = "";
+    if (q->name == NULL) {
+      snprintf(problem, sizeof problem, "request %d: variable name is NULL", i);
+      break;
+    }
+    if (check_ndim_order(q->ndim, order, item, sizeof item)) {
+      snprintf(problem, sizeof problem, "request %d (\"%.100s\"): %s", i, q->name, item);
+      break;
+    }
+    PyObject *sh = shape_tuple("shape", order, q->ndim, q->shape, 0, dims, item, sizeof item);
+    Py_XDECREF(sh);
+    PyObject *off = item[0] ? NULL : shape_tuple("offset", order, q->ndim, q->offset, 1, NULL, item, sizeof item);
+    PyObject *arr = item[0] || PyErr_Occurred() ? NULL
+                                                : wrap_memory(q->buffer, q->dtype, q->ndim, dims, 1, 0, item, sizeof item);
+    PyObject *name = item[0] || PyErr_Occurred() ? NULL : PyUnicode_FromString(q->name);
+    if (item[0]) snprintf(problem, sizeof problem, "request %d (\"%.100s\"): %s", i, q->name, item);
+    else if (name && arr && off) {
+      PyList_Append(names, name);
+      PyList_Append(outs, arr);
+      PyList_Append(offs, off);
+    }
+    Py_XDECREF(name);
+    Py_XDECREF(arr);
+    Py_XDECREF(off);
+    conversion_problem(problem, sizeof problem);
+  }
+  conversion_problem(problem, sizeof problem);
+  int st = CKPTIO_OK;
+  PyObject *r = names && outs && offs
+                    ? bridge_call("read_many", Py_BuildValue("(OOOOz)", f->obj, names, outs, offs,
+                                                             problem[0] ? problem : NULL))
+                    : NULL;
+  if (r == NULL) st = fail_python(where);
+  Py_XDECREF(r);
+  Py_XDECREF(names);
+  Py_XDECREF(outs);
+  Py_XDECREF(offs);
+  LEAVE();
+  return st;
+}
+
+int ckptio_read_many(ckptio_file file, int order, int nrequests, const ckptio_read_request *requests) {
+  return read_many_impl(file, order, nrequests, requests, NULL);
+}
+
 /* Local: bridge.<fn>(reader, key) -> Python object (new reference) or NULL with the error recorded. */
 static PyObject *reader_query(const char *where, ckptio_file f, const char *fn, const char *key) {
   if (key == NULL) {
@@ -773,15 +835,16 @@ int ckptio_var_name(ckptio_file f, int index, char *buf, size_t buflen) {
 /* ---------------------------------------------------------------------------------------------------------
  * Finding checkpoints
  * ------------------------------------------------------------------------------------------------------- */
-static int latest_impl(MPI_Comm *comm, const char *dir, const char *prefix, char *buf, size_t buflen) {
+static int latest_impl(MPI_Comm *comm, const char *dir, const char *prefix, char *buf, size_t buflen, int verify) {
   char where[1200];
-  snprintf(where, sizeof where, "ckptio_latest(\"%.1000s\")", dir ? dir : "(null)");
+  snprintf(where, sizeof where, "%s(\"%.1000s\")", verify ? "ckptio_latest_verified" : "ckptio_latest",
+           dir ? dir : "(null)");
   if (comm && *comm == MPI_COMM_NULL) return recordf(CKPTIO_ERR_ARGUMENT, "%s: communicator is MPI_COMM_NULL", where);
   ENTER(where);
   int st = CKPTIO_OK;
   /* collective with comm: take part even with bad arguments (they are reported afterwards, locally) */
   PyObject *c = comm ? PyMPIComm_New(*comm) : Py_NewRef(Py_None);
-  PyObject *r = bridge_call("latest", Py_BuildValue("(ssN)", dir ? dir : "", prefix ? prefix : "chk", c));
+  PyObject *r = bridge_call("latest", Py_BuildValue("(ssNi)", dir ? dir : "", prefix ? prefix : "chk", c, verify));
   if (r == NULL) st = fail_python(where);
   else if (dir == NULL) st = recordf(CKPTIO_ERR_ARGUMENT, "%s: dir is NULL", where);
   else {
@@ -796,12 +859,17 @@ static int latest_impl(MPI_Comm *comm, const char *dir, const char *prefix, char
 
 int ckptio_latest(const char *dir, const char *prefix, char *buf, size_t buflen) {
   t_fortran = 0;
-  return latest_impl(NULL, dir, prefix, buf, buflen);
+  return latest_impl(NULL, dir, prefix, buf, buflen, 0);
 }
 
 int ckptio_latest_comm(MPI_Comm comm, const char *dir, const char *prefix, char *buf, size_t buflen) {
   t_fortran = 0;
-  return latest_impl(&comm, dir, prefix, buf, buflen);
+  return latest_impl(&comm, dir, prefix, buf, buflen, 0);
+}
+
+int ckptio_latest_verified(MPI_Comm comm, const char *dir, const char *prefix, char *buf, size_t buflen) {
+  t_fortran = 0;
+  return latest_impl(&comm, dir, prefix, buf, buflen, 1);
 }
 
 static int prune_impl(MPI_Comm comm, const char *dir, const char *prefix, int keep, int *nremoved) {
@@ -916,12 +984,17 @@ int ckptio_open_f(const char *path, MPI_Fint comm, const char *problem, ckptio_f
 
 int ckptio_latest_comm_f(MPI_Fint comm, const char *dir, const char *prefix, char *buf, size_t buflen) {
   FORTRAN_COMM("ckptio_latest", comm, c);
-  return latest_impl(&c, dir, prefix, buf, buflen);
+  return latest_impl(&c, dir, prefix, buf, buflen, 0);
+}
+
+int ckptio_latest_verified_f(MPI_Fint comm, const char *dir, const char *prefix, char *buf, size_t buflen) {
+  FORTRAN_COMM("ckptio_latest_verified", comm, c);
+  return latest_impl(&c, dir, prefix, buf, buflen, 1);
 }
 
 int ckptio_latest_f(const char *dir, const char *prefix, char *buf, size_t buflen) {
   t_fortran = 1;
-  return latest_impl(NULL, dir, prefix, buf, buflen);
+  return latest_impl(NULL, dir, prefix, buf, buflen, 0);
 }
 
 int ckptio_prune_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int *nremoved) {
@@ -952,6 +1025,10 @@ int ckptio_read_f(ckptio_file file, const char *name, int dtype, int ndim, const
   if (problem && problem[0])
     return read_impl(file, name, CKPTIO_FLOAT64, CKPTIO_ORDER_C, 0, NULL, NULL, NULL, problem);
   return read_impl(file, name, dtype, CKPTIO_ORDER_FORTRAN, ndim, offset, shape, buffer, NULL);
+}
+
+int ckptio_read_many_f(ckptio_file file, int nrequests, const ckptio_read_request *requests, const char *problem) {
+  return read_many_impl(file, CKPTIO_ORDER_FORTRAN, nrequests, requests, problem);
 }
 
 int ckptio_set_error_f(int status, const char *message) { return record(status, message); }

@@ -42,9 +42,30 @@ module ckptio
      integer :: comm = -1            ! Fortran handle of the communicator, for MPI_Abort
   end type ckptio_file
 
+  !> One request of a batched read (internal to ckptio_read_batch); bind(C): ckptio_read_request of ckptio.h.
+  type, bind(C) :: c_read_request
+     type(c_ptr) :: name = c_null_ptr
+     integer(c_int) :: dtype = 0, ndim = 0
+     type(c_ptr) :: offset = c_null_ptr, shape = c_null_ptr, buffer = c_null_ptr
+  end type c_read_request
+  type :: read_item
+     character(kind=c_char, len=:), allocatable :: name
+     integer(c_int64_t) :: offset(CKPTIO_MAX_NDIM) = 0, shape(CKPTIO_MAX_NDIM) = 0
+     type(c_read_request) :: req
+  end type read_item
+  !> Requests collected with ckptio_batch_add and read together by ckptio_read_many (one collective exchange).
+  !> The arrays added are only referenced: keep them allocated until ckptio_read_many returns.
+  type, public :: ckptio_read_batch
+     private
+     type(read_item), allocatable :: items(:)
+     integer :: n = 0
+     character(len=300) :: problem = ' '
+  end type ckptio_read_batch
+
   public :: ckptio_create, ckptio_open, ckptio_close, ckptio_write, ckptio_write_segment, ckptio_read, &
        ckptio_set_attr, ckptio_get_attr, ckptio_inquire_var, ckptio_latest, ckptio_prune, ckptio_finalize, &
-       ckptio_strerror, ckptio_error_message, ckptio_set_zero_copy, ckptio_initialize
+       ckptio_strerror, ckptio_error_message, ckptio_set_zero_copy, ckptio_initialize, &
+       ckptio_batch_add, ckptio_read_many, ckptio_latest_verified
 
   !> ckptio_create(path, comm, file [, backend] [, ierr]) -- local; nothing is written before ckptio_close.
   interface ckptio_create
@@ -81,6 +102,17 @@ module ckptio
   interface ckptio_latest
      module procedure latest_local, latest_f08, latest_int
   end interface ckptio_latest
+
+  !> ckptio_batch_add(batch, name, data [, offset] [, ierr]) -- local: add a read of shape(data) elements of
+  !> variable name at offset (default 0) into data; done by ckptio_read_many(file, batch [, ierr]).
+  interface ckptio_batch_add
+     module procedure batch_r4, batch_r8, batch_i4, batch_i8, batch_c4, batch_c8
+  end interface ckptio_batch_add
+  !> ckptio_latest_verified(comm, dir, path [, prefix] [, ierr]) -- collective: the newest checkpoint whose
+  !> checksums verify, falling back past corrupt or incomplete newer ones (as ckptio.Series.latest).
+  interface ckptio_latest_verified
+     module procedure latest_verified_f08, latest_verified_int
+  end interface ckptio_latest_verified
 
   !> ckptio_prune(comm, dir, keep [, prefix] [, nremoved] [, ierr]) -- collective retention (ckptio.Series):
   !> delete all but the newest keep complete checkpoints named prefix_NNNNNN (prefix default "chk").
@@ -122,6 +154,21 @@ module ckptio
        integer(c_int), value :: dtype, ndim
        integer(c_int64_t), intent(in) :: offset(*), shape(*)
      end function c_read
+     integer(c_int) function c_read_many(file, n, requests, problem) bind(C, name="ckptio_read_many_f")
+       import :: c_int, c_char, c_ptr, c_read_request
+       type(c_ptr), value :: file
+       integer(c_int), value :: n
+       type(c_read_request), intent(in) :: requests(*)
+       character(kind=c_char), intent(in) :: problem(*)
+     end function c_read_many
+     integer(c_int) function c_latest_verified(comm, dir, prefix, buf, buflen) &
+          bind(C, name="ckptio_latest_verified_f")
+       import :: c_int, c_char, c_size_t
+       integer(c_int), value :: comm
+       character(kind=c_char), intent(in) :: dir(*), prefix(*)
+       character(kind=c_char), intent(out) :: buf(*)
+       integer(c_size_t), value :: buflen
+     end function c_latest_verified
      integer(c_int) function c_set_zero_copy(file, enable) bind(C, name="ckptio_set_zero_copy")
        import :: c_int, c_ptr
        type(c_ptr), value :: file
@@ -897,6 +944,164 @@ contains
     if (st == CKPTIO_OK) call from_c(buf, path)
     call finish(st, comm, ierr)
   end subroutine latest_impl
+
+  ! ============================================================================================ batched reads
+
+  !> Local: record one request (the batch references data, which must stay allocated until ckptio_read_many).
+  !> A problem (non-contiguous array, wrong number of offsets, too many dimensions) is kept for
+  !> ckptio_read_many, which then fails on every rank.
+  subroutine batch_any(batch, name, ptr, dtype, shp, contiguous, offset, ierr)
+    type(ckptio_read_batch), intent(inout) :: batch
+    character(len=*), intent(in) :: name
+    type(c_ptr), intent(in) :: ptr
+    integer, intent(in) :: dtype
+    integer(int64), intent(in) :: shp(:)
+    logical, intent(in) :: contiguous
+    integer(int64), intent(in), optional :: offset(:)
+    integer, intent(out), optional :: ierr
+    type(read_item), allocatable :: grown(:)
+    character(len=300) :: problem
+    integer :: nd
+    problem = ' '
+    nd = size(shp)
+    if (.not. contiguous) then
+       problem = 'the array to read "' // trim(name) // '" into is not contiguous'
+    else if (present(offset)) then
+       if (size(offset) /= nd) write (problem, '(a,i0,a,i0,a)') 'read of "' // trim(name) // '": the array has rank ', &
+            nd, ' but offset has ', size(offset), ' elements'
+    end if
+    if (problem /= ' ') then
+       if (batch%problem == ' ') batch%problem = problem
+       call finish(c_set_error(int(CKPTIO_ERR_ARGUMENT, c_int), cstr('ckptio_batch_add("' // trim(name) // '"): ' &
+            // trim(problem))), -1, ierr)
+       return
+    end if
+    if (.not. allocated(batch%items)) allocate (batch%items(16))
+    if (batch%n == size(batch%items)) then
+       allocate (grown(2 * size(batch%items)))
+       grown(1:batch%n) = batch%items(1:batch%n)
+       call move_alloc(grown, batch%items)
+    end if
+    batch%n = batch%n + 1
+    associate (it => batch%items(batch%n))
+      it%name = cstr(name)
+      it%shape = 0
+      it%offset = 0
+      it%shape(1:nd) = shp
+      if (present(offset)) it%offset(1:nd) = offset
+      it%req%dtype = int(dtype, c_int)
+      it%req%ndim = int(nd, c_int)
+      it%req%buffer = ptr
+    end associate
+    if (present(ierr)) ierr = CKPTIO_OK
+  end subroutine batch_any
+
+  !> Collective: perform every request of batch in one two-phase exchange (the number of requests may differ
+  !> between ranks); the batch is empty afterwards. A problem with any request on any rank fails every rank.
+  subroutine ckptio_read_many(file, batch, ierr)
+    type(ckptio_file), intent(inout) :: file
+    type(ckptio_read_batch), intent(inout), target :: batch
+    integer, intent(out), optional :: ierr
+    type(c_read_request), allocatable :: reqs(:)
+    integer(c_int) :: st
+    integer :: i
+    allocate (reqs(max(batch%n, 1)))
+    do i = 1, batch%n   ! addresses taken now: the items array no longer grows
+       batch%items(i)%req%name = c_loc(batch%items(i)%name)
+       batch%items(i)%req%offset = c_loc(batch%items(i)%offset)
+       batch%items(i)%req%shape = c_loc(batch%items(i)%shape)
+       reqs(i) = batch%items(i)%req
+    end do
+    if (.not. c_associated(file%handle)) then
+       st = not_open('ckptio_read_many')
+    else
+       st = c_read_many(file%handle, int(batch%n, c_int), reqs, cstr(batch%problem))
+    end if
+    batch%n = 0
+    batch%problem = ' '
+    call finish(st, file%comm, ierr)
+  end subroutine ckptio_read_many
+
+  subroutine batch_r4(batch, name, data, offset, ierr)
+    type(ckptio_read_batch), intent(inout) :: batch
+    character(len=*), intent(in) :: name
+    real(real32), dimension(..), intent(inout), target :: data
+    integer(int64), intent(in), optional :: offset(:)
+    integer, intent(out), optional :: ierr
+    call batch_any(batch, name, c_loc(data), CKPTIO_FLOAT32, shape(data, int64), is_contiguous(data), offset, ierr)
+  end subroutine batch_r4
+
+  subroutine batch_r8(batch, name, data, offset, ierr)
+    type(ckptio_read_batch), intent(inout) :: batch
+    character(len=*), intent(in) :: name
+    real(real64), dimension(..), intent(inout), target :: data
+    integer(int64), intent(in), optional :: offset(:)
+    integer, intent(out), optional :: ierr
+    call batch_any(batch, name, c_loc(data), CKPTIO_FLOAT64, shape(data, int64), is_contiguous(data), offset, ierr)
+  end subroutine batch_r8
+
+  subroutine batch_i4(batch, name, data, offset, ierr)
+    type(ckptio_read_batch), intent(inout) :: batch
+    character(len=*), intent(in) :: name
+    integer(int32), dimension(..), intent(inout), target :: data
+    integer(int64), intent(in), optional :: offset(:)
+    integer, intent(out), optional :: ierr
+    call batch_any(batch, name, c_loc(data), CKPTIO_INT32, shape(data, int64), is_contiguous(data), offset, ierr)
+  end subroutine batch_i4
+
+  subroutine batch_i8(batch, name, data, offset, ierr)
+    type(ckptio_read_batch), intent(inout) :: batch
+    character(len=*), intent(in) :: name
+    integer(int64), dimension(..), intent(inout), target :: data
+    integer(int64), intent(in), optional :: offset(:)
+    integer, intent(out), optional :: ierr
+    call batch_any(batch, name, c_loc(data), CKPTIO_INT64, shape(data, int64), is_contiguous(data), offset, ierr)
+  end subroutine batch_i8
+
+  subroutine batch_c4(batch, name, data, offset, ierr)
+    type(ckptio_read_batch), intent(inout) :: batch
+    character(len=*), intent(in) :: name
+    complex(real32), dimension(..), intent(inout), target :: data
+    integer(int64), intent(in), optional :: offset(:)
+    integer, intent(out), optional :: ierr
+    call batch_any(batch, name, c_loc(data), CKPTIO_COMPLEX64, shape(data, int64), is_contiguous(data), offset, ierr)
+  end subroutine batch_c4
+
+  subroutine batch_c8(batch, name, data, offset, ierr)
+    type(ckptio_read_batch), intent(inout) :: batch
+    character(len=*), intent(in) :: name
+    complex(real64), dimension(..), intent(inout), target :: data
+    integer(int64), intent(in), optional :: offset(:)
+    integer, intent(out), optional :: ierr
+    call batch_any(batch, name, c_loc(data), CKPTIO_COMPLEX128, shape(data, int64), is_contiguous(data), offset, ierr)
+  end subroutine batch_c8
+
+  subroutine latest_verified_int(comm, dir, path, prefix, ierr)
+    integer, intent(in) :: comm
+    character(len=*), intent(in) :: dir
+    character(len=*), intent(out) :: path              !< blank when no checkpoint verifies
+    character(len=*), intent(in), optional :: prefix   !< default "chk"
+    integer, intent(out), optional :: ierr
+    character(kind=c_char) :: buf(len(path) + 1)
+    integer(c_int) :: st
+    path = ' '
+    if (present(prefix)) then
+       st = c_latest_verified(int(comm, c_int), cstr(dir), cstr(prefix), buf, size(buf, kind=c_size_t))
+    else
+       st = c_latest_verified(int(comm, c_int), cstr(dir), cstr('chk'), buf, size(buf, kind=c_size_t))
+    end if
+    if (st == CKPTIO_OK) call from_c(buf, path)
+    call finish(st, comm, ierr)
+  end subroutine latest_verified_int
+
+  subroutine latest_verified_f08(comm, dir, path, prefix, ierr)
+    type(MPI_Comm), intent(in) :: comm
+    character(len=*), intent(in) :: dir
+    character(len=*), intent(out) :: path
+    character(len=*), intent(in), optional :: prefix
+    integer, intent(out), optional :: ierr
+    call latest_verified_int(comm%MPI_VAL, dir, path, prefix, ierr)
+  end subroutine latest_verified_f08
 
   subroutine prune_int(comm, dir, keep, prefix, nremoved, ierr)
     integer, intent(in) :: comm

@@ -11,6 +11,11 @@
  *   ckptio_test_c lifecycle DIR             calls before MPI_Init and after MPI_Finalize: CKPTIO_ERR_INIT
  *                                           (ERR lines), "LIFECYCLE OK"
  *   ckptio_test_c latest_missing DIR        ckptio_latest(_comm) of a directory that does not exist (ERR lines)
+ *   ckptio_test_c many DIR NVARS            write NVARS small variables to DIR/chk_000001 and chk_000002, read
+ *                                           them back with one ckptio_read_many (rank 0 with none), compare with
+ *                                           one ckptio_read each (TIMING line); a wrong request on one rank
+ *                                           fails every rank (ERR lines). "MANY OK"
+ *   ckptio_test_c latest DIR                print "LATEST <ckptio_latest_comm>" and "VERIFIED <ckptio_latest_verified>"
  *
  * Values are functions of the global indices so Python can check the file too (see test_bindings.py).
  */
@@ -277,6 +282,74 @@ static int memory(const char *dir) {
   return 0;
 }
 
+static double many_value(int var, long i) { return 1000.0 * var + i + 0.5; }
+
+static int many(const char *dir, int nvars) {
+  char path[1024];
+  enum { N = 4 };
+  int64_t g = N * nprocs, o = N * rank, n = N;
+  double *data = malloc(sizeof(double) * N * nvars);
+  char (*names)[16] = malloc(sizeof *names * nvars);
+  for (int v = 0; v < nvars; v++) {
+    snprintf(names[v], sizeof names[v], "v%05d", v);
+    for (int i = 0; i < N; i++) data[v * N + i] = many_value(v, o + i);
+  }
+  ckptio_file f;
+  for (int step = 1; step <= 2; step++) {
+    snprintf(path, sizeof path, "%s/chk_%06d", dir, step);
+    CHECK(ckptio_create(path, MPI_COMM_WORLD, "mpiio", &f));
+    for (int v = 0; v < nvars; v++) CHECK(ckptio_write(f, names[v], CKPTIO_FLOAT64, 1, &g, &o, &n, data + v * N));
+    CHECK(ckptio_close(f));
+  }
+  /* rank r reads rank P-1-r's pieces; rank 0 (with more than one rank) asks for nothing */
+  int other = nprocs - 1 - rank, mine = (rank == 0 && nprocs > 1) ? 0 : nvars;
+  int64_t at = N * other;
+  double *back = calloc((size_t)N * nvars, sizeof(double)), *single = calloc((size_t)N * nvars, sizeof(double));
+  ckptio_read_request *reqs = calloc((size_t)nvars, sizeof *reqs);
+  for (int v = 0; v < nvars; v++)
+    reqs[v] = (ckptio_read_request){names[v], CKPTIO_FLOAT64, 1, &at, &n, back + v * N};
+  CHECK(ckptio_open(path, MPI_COMM_WORLD, &f));
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t0 = MPI_Wtime();
+  CHECK(ckptio_read_many(f, CKPTIO_ORDER_C, mine, mine ? reqs : NULL));
+  double t_many = MPI_Wtime() - t0;
+  MPI_Barrier(MPI_COMM_WORLD);
+  t0 = MPI_Wtime();
+  for (int v = 0; v < nvars; v++) CHECK(ckptio_read(f, names[v], CKPTIO_FLOAT64, 1, &at, &n, single + v * N));
+  double t_single = MPI_Wtime() - t0;
+  for (int v = 0; v < mine; v++)
+    for (int i = 0; i < N; i++) EXPECT(back[v * N + i] == many_value(v, at + i));
+  for (int v = 0; v < nvars; v++)
+    for (int i = 0; i < N; i++) EXPECT(single[v * N + i] == many_value(v, at + i));
+  /* a wrong dtype in the last request of the last rank: every rank fails, before anything is read */
+  float fbuf[N];
+  memset(back, 0, sizeof(double) * N * nvars);
+  reqs[nvars - 1] = (ckptio_read_request){names[nvars - 1], rank == nprocs - 1 ? CKPTIO_FLOAT32 : CKPTIO_FLOAT64,
+                                         1, &at, &n, rank == nprocs - 1 ? (void *)fbuf : (void *)(back + (nvars - 1) * N)};
+  report("read_many_wrong_dtype", ckptio_read_many(f, CKPTIO_ORDER_C, nvars, reqs));
+  EXPECT(back[0] == 0.0);
+  ckptio_read_request unknown = {"nope", CKPTIO_FLOAT64, 1, &at, &n, back};
+  report("read_many_unknown", ckptio_read_many(f, CKPTIO_ORDER_C, rank == 0 ? 1 : 0, &unknown));
+  CHECK(ckptio_close(f));
+  if (rank == 0) printf("TIMING nvars %d read_many_s %.4f one_read_per_variable_s %.4f\n", nvars, t_many, t_single);
+  if (rank == 0) printf("MANY OK %d ranks\n", nprocs);
+  free(data);
+  free(names);
+  free(back);
+  free(single);
+  free(reqs);
+  return 0;
+}
+
+static int latest(const char *dir) {
+  char found[1100];
+  CHECK(ckptio_latest_comm(MPI_COMM_WORLD, dir, "chk", found, sizeof found));
+  if (rank == 0) printf("LATEST %s\n", found);
+  CHECK(ckptio_latest_verified(MPI_COMM_WORLD, dir, "chk", found, sizeof found));
+  if (rank == 0) printf("VERIFIED %s\n", found);
+  return 0;
+}
+
 /* A missing directory is an error, not "no checkpoint" (issue 11 item 11, Python side). */
 static int latest_missing(const char *dir) {
   char missing[1100], found[1100];
@@ -342,6 +415,8 @@ int main(int argc, char **argv) {
   else if (strcmp(argv[1], "errors") == 0) errors(argv[2]);
   else if (strcmp(argv[1], "memory") == 0) memory(argv[2]);
   else if (strcmp(argv[1], "latest_missing") == 0) latest_missing(argv[2]);
+  else if (strcmp(argv[1], "many") == 0) many(argv[2], argc > 3 ? atoi(argv[3]) : 200);
+  else if (strcmp(argv[1], "latest") == 0) latest(argv[2]);
   else EXPECT(!"unknown mode");
 
   CHECK(ckptio_finalize());

@@ -13,6 +13,9 @@
 !>                               works, a changed block fails the close on every rank. "TEMPORARIES OK"
 !>   ckptio_test_f types DIR     logical and complex arrays, real32 attributes, ckptio_initialize; read back
 !>                               with another decomposition; "TYPES OK" (Python checks the file)
+!>   ckptio_test_f many DIR      batched reads (ckptio_batch_add + ckptio_read_many) of 40 real64 and 40 int32
+!>                               variables, rank 0 with an empty batch; a non-contiguous request fails every
+!>                               rank; ckptio_latest_verified. "MANY OK"
 !>   ckptio_test_f lifecycle DIR calls with a communicator before MPI_Init and after MPI_Finalize (ERR lines),
 !>                               "LIFECYCLE OK"
 program ckptio_test_f
@@ -49,6 +52,8 @@ program ckptio_test_f
      call temporaries()
   case ('types')
      call types()
+  case ('many')
+     call many()
   case default
      call MPI_Abort(MPI_COMM_WORLD, 2)
   end select
@@ -481,6 +486,70 @@ contains
     call ckptio_close(f)
     if (rank == 0) print '(a,i0,a)', 'TYPES OK ', nprocs, ' ranks'
   end subroutine types
+
+  ! ---- batched reads
+  subroutine many()
+    integer, parameter :: NV = 40, M = 3
+    real(real64) :: r(M, NV), rback(M, NV), strided(2 * M)
+    integer(int32) :: k(M, NV), kback(M, NV)
+    type(ckptio_file) :: f
+    type(ckptio_read_batch) :: batch
+    integer :: v, i, other, ierr
+    character(len=16) :: name
+    character(len=1024) :: path, found
+    do v = 1, NV
+       do i = 1, M
+          r(i, v) = 1000.0_real64 * v + M * rank + i + 0.5_real64
+          k(i, v) = 1000 * v + M * rank + i
+       end do
+    end do
+    path = trim(dir) // '/chk_000001'
+    call ckptio_create(path, MPI_COMM_WORLD, f)
+    do v = 1, NV
+       write (name, '(a,i3.3)') 'r', v
+       call ckptio_write(f, trim(name), r(:, v), [int(M * rank, int64)], [int(M * nprocs, int64)])
+       write (name, '(a,i3.3)') 'k', v
+       call ckptio_write(f, trim(name), k(:, v), [int(M * rank, int64)], [int(M * nprocs, int64)])
+    end do
+    call ckptio_close(f)
+
+    other = nprocs - 1 - rank
+    rback = 0
+    kback = 0
+    call ckptio_open(path, MPI_COMM_WORLD, f)
+    if (rank /= 0 .or. nprocs == 1) then
+       do v = 1, NV
+          write (name, '(a,i3.3)') 'r', v
+          call ckptio_batch_add(batch, trim(name), rback(:, v), offset=[int(M * other, int64)])
+          write (name, '(a,i3.3)') 'k', v
+          call ckptio_batch_add(batch, trim(name), kback(:, v), offset=[int(M * other, int64)])
+       end do
+    end if
+    call ckptio_read_many(f, batch)
+    if (rank /= 0 .or. nprocs == 1) then
+       do v = 1, NV
+          do i = 1, M
+             call expect(rback(i, v) == 1000.0_real64 * v + M * other + i + 0.5_real64, 'batched real64 value')
+             call expect(kback(i, v) == 1000 * v + M * other + i, 'batched int32 value')
+          end do
+       end do
+    end if
+    ! a non-contiguous request on the last rank: ckptio_batch_add says so there, ckptio_read_many fails everywhere
+    call ckptio_batch_add(batch, 'r001', rback(:, 1), ierr=ierr)
+    call expect(ierr == CKPTIO_OK, 'batch add')
+    if (rank == nprocs - 1) then
+       call ckptio_batch_add(batch, 'r002', strided(1:2 * M:2), ierr=ierr)
+       call expect(ierr == CKPTIO_ERR_ARGUMENT, 'non-contiguous batch request')
+    end if
+    call ckptio_read_many(f, batch, ierr=ierr)
+    call report('read_many_noncontiguous', ierr)
+    call ckptio_read_many(f, batch, ierr=ierr)          ! the batch was emptied: nothing to do, no error
+    call expect(ierr == CKPTIO_OK, 'empty batch')
+    call ckptio_close(f)
+    call ckptio_latest_verified(MPI_COMM_WORLD, dir, found, ierr=ierr)
+    call expect(ierr == CKPTIO_OK .and. trim(found) == trim(path), 'latest_verified ' // trim(found))
+    if (rank == 0) print '(a,i0,a)', 'MANY OK ', nprocs, ' ranks'
+  end subroutine many
 
   ! ---- communicator calls before MPI_Init and after MPI_Finalize: CKPTIO_ERR_INIT with ierr, no abort
   subroutine lifecycle_calls(when)
