@@ -3,6 +3,8 @@
 * ``ckptio_read_many`` (C) and ``ckptio_batch_add`` + ``ckptio_read_many`` (Fortran) read many small variables
   in one collective exchange (``ckptio.Reader.read_many``); the number of requests may differ between ranks
   (one rank asks for nothing); a bad request on one rank fails every rank before anything is read.
+* ``ckptio_series_create`` (C and Fortran) is ``ckptio.Series(...).create(step)``: after each commit only the
+  newest ``keep`` checkpoints of the series stay; a bad argument on one rank fails every rank.
 * ``ckptio_latest_verified`` verifies checksums and falls back past a corrupt newest checkpoint, where
   ``ckptio_latest_comm`` (metadata only) still returns it.
 """
@@ -77,3 +79,16 @@ def test_latest_verified_falls_back_past_a_corrupt_checkpoint(build, tmp_path):
     proc = run_program(2, [build / "ckptio_test_c", "latest", tmp_path])
     assert f"LATEST {tmp_path}/chk_000002" in proc.stdout          # metadata only: does not see it
     assert f"VERIFIED {tmp_path}/chk_000001" in proc.stdout        # checksums: falls back
+
+
+@pytest.mark.parametrize("program", ["ckptio_test_c", "ckptio_test_f"])
+def test_series_keeps_the_newest_and_restarts(build, tmp_path, program):
+    nprocs = 2
+    proc = run_program(nprocs, [build / program, "series", tmp_path], timeout=300)
+    c = program.endswith("_c")
+    prefix, steps = ("chk", (30, 40)) if c else ("state", (4, 5))
+    assert f"SERIES OK {tmp_path}/run/{prefix}_{steps[1]:06d}" in proc.stdout
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [f"{prefix}_{s:06d}" for s in steps]
+    case, words = ("series_negative_step", "step must not be negative") if c else ("series_keep_0", "keep must be")
+    message = _failed_everywhere(error_lines(proc.stdout), case, nprocs, CODES["CKPTIO_ERR_ARGUMENT"])
+    assert words in message

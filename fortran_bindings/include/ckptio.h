@@ -180,6 +180,13 @@ int ckptio_latest_comm(MPI_Comm comm, const char *dir, const char *prefix, char 
  * does on restart). Costs a full read of the skipped and the chosen checkpoint, by rank 0. */
 int ckptio_latest_verified(MPI_Comm comm, const char *dir, const char *prefix, char *buf, size_t buflen);
 
+/* Collective. Start checkpoint `step` of the series `{dir}/{prefix}_{step:06d}` (prefix NULL: "chk"), like
+ * ckptio.Series(dir, comm, prefix=prefix, keep=keep, backend=backend).create(step): the directory is created
+ * if missing, and once ckptio_close has committed the checkpoint, only the newest `keep` complete checkpoints
+ * of the series are kept (rank 0 deletes the others). Restart with ckptio_latest_verified. */
+int ckptio_series_create(MPI_Comm comm, const char *dir, const char *prefix, int keep, int64_t step,
+                         const char *backend, ckptio_file *file);
+
 /* Collective. Retention, as ckptio.Series(dir, prefix=prefix, keep=keep) does after each commit: delete all but
  * the newest `keep` complete checkpoints named `{prefix}_NNNNNN` in `dir` (prefix NULL: "chk"); rank 0 deletes.
  * nremoved may be NULL. */
@@ -213,6 +220,8 @@ int ckptio_open_f(const char *path, MPI_Fint comm, const char *problem, ckptio_f
 int ckptio_latest_comm_f(MPI_Fint comm, const char *dir, const char *prefix, char *buf, size_t buflen);
 int ckptio_latest_f(const char *dir, const char *prefix, char *buf, size_t buflen);
 int ckptio_latest_verified_f(MPI_Fint comm, const char *dir, const char *prefix, char *buf, size_t buflen);
+int ckptio_series_create_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int64_t step,
+                           const char *backend, const char *problem, ckptio_file *file);
 int ckptio_prune_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int *nremoved);
 /* internal to module ckptio: Fortran-order write (segment != 0: ckptio_write_segment; force_copy != 0: copy
  * even in zero-copy mode, for a temporary made by the module) and read, with a problem found in Fortran */

@@ -30,6 +30,7 @@ if "mpi4py.MPI" not in sys.modules:
     mpi4py.rc.finalize = False
     mpi4py.rc.errors = "default"
 
+import os
 import re
 import traceback
 from dataclasses import dataclass, field
@@ -104,6 +105,17 @@ class WriteHandle:
 def create(path: str, comm, backend: str) -> WriteHandle:
     """Local: ckptio.create; the writer is wrapped for the zero-copy bookkeeping."""
     return WriteHandle(ckptio.create(path, comm, backend=backend))
+
+
+def series_create(directory: str, comm, prefix: str, keep: int, step: int, backend: str,
+                  problem: str | None) -> WriteHandle:
+    """Collective: ``ckptio.Series(directory, comm, prefix=prefix, keep=keep, backend=backend).create(step)``;
+    its close applies the retention. The directory is made by rank 0 first, errors reaching every rank."""
+    _agree(comm, f"series {directory}", problem)
+    coord.bcast_from_root(comm, f"create the series directory {directory}",
+                          lambda: os.makedirs(directory, exist_ok=True))
+    series = ckptio.Series(directory, comm, prefix=prefix, keep=keep, backend=backend)
+    return WriteHandle(series.create(step))
 
 
 def write(handle: WriteHandle, name: str, array, offset, global_shape, problem: str | None, where: str,

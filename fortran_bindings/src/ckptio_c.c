@@ -453,6 +453,37 @@ static int create_impl(const char *path, MPI_Comm comm, const char *backend, ckp
   return st;
 }
 
+/* Collective: bridge.series_create agrees on `problem` before anything else. */
+static int series_impl(MPI_Comm comm, const char *dir, const char *prefix, int keep, int64_t step,
+                       const char *backend, const char *given_problem, ckptio_file *file) {
+  char where[1200], problem[256] = "";
+  snprintf(where, sizeof where, "ckptio_series_create(\"%.1000s\")", dir ? dir : "(null)");
+  if (comm == MPI_COMM_NULL) return recordf(CKPTIO_ERR_ARGUMENT, "%s: communicator is MPI_COMM_NULL", where);
+  if (given_problem != NULL && given_problem[0]) snprintf(problem, sizeof problem, "%s", given_problem);
+  else if (file == NULL) snprintf(problem, sizeof problem, "file (output handle pointer) is NULL");
+  else *file = NULL;
+  if (!problem[0] && dir == NULL) snprintf(problem, sizeof problem, "dir is NULL");
+  if (!problem[0] && keep < 1) snprintf(problem, sizeof problem, "keep must be at least 1, got %d", keep);
+  if (!problem[0] && step < 0)
+    snprintf(problem, sizeof problem, "step must not be negative, got %lld", (long long)step);
+  ENTER(where);
+  int st = CKPTIO_OK;
+  PyObject *w = bridge_call("series_create",
+                            Py_BuildValue("(sNsiLsz)", dir ? dir : "", PyMPIComm_New(comm), prefix ? prefix : "chk",
+                                          keep, (long long)step, backend && *backend ? backend : "mpiio",
+                                          problem[0] ? problem : NULL));
+  if (w == NULL) st = fail_python(where);
+  else if ((*file = new_handle(w, 1, where)) == NULL) st = t_status;
+  LEAVE();
+  return st;
+}
+
+int ckptio_series_create(MPI_Comm comm, const char *dir, const char *prefix, int keep, int64_t step,
+                         const char *backend, ckptio_file *file) {
+  t_fortran = 0;
+  return series_impl(comm, dir, prefix, keep, step, backend, NULL, file);
+}
+
 int ckptio_create(const char *path, MPI_Comm comm, const char *backend, ckptio_file *file) {
   t_fortran = 0;
   return create_impl(path, comm, backend, file);
@@ -995,6 +1026,12 @@ int ckptio_latest_verified_f(MPI_Fint comm, const char *dir, const char *prefix,
 int ckptio_latest_f(const char *dir, const char *prefix, char *buf, size_t buflen) {
   t_fortran = 1;
   return latest_impl(NULL, dir, prefix, buf, buflen, 0);
+}
+
+int ckptio_series_create_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int64_t step,
+                           const char *backend, const char *problem, ckptio_file *file) {
+  FORTRAN_COMM("ckptio_series_create", comm, c);
+  return series_impl(c, dir, prefix, keep, step, backend, problem, file);
 }
 
 int ckptio_prune_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int *nremoved) {

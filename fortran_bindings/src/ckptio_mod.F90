@@ -65,7 +65,7 @@ module ckptio
   public :: ckptio_create, ckptio_open, ckptio_close, ckptio_write, ckptio_write_segment, ckptio_read, &
        ckptio_set_attr, ckptio_get_attr, ckptio_inquire_var, ckptio_latest, ckptio_prune, ckptio_finalize, &
        ckptio_strerror, ckptio_error_message, ckptio_set_zero_copy, ckptio_initialize, &
-       ckptio_batch_add, ckptio_read_many, ckptio_latest_verified
+       ckptio_batch_add, ckptio_read_many, ckptio_latest_verified, ckptio_series_create
 
   !> ckptio_create(path, comm, file [, backend] [, ierr]) -- local; nothing is written before ckptio_close.
   interface ckptio_create
@@ -108,6 +108,12 @@ module ckptio
   interface ckptio_batch_add
      module procedure batch_r4, batch_r8, batch_i4, batch_i8, batch_c4, batch_c8
   end interface ckptio_batch_add
+  !> ckptio_series_create(comm, dir, step, keep, file [, prefix] [, backend] [, ierr]) -- collective: start
+  !> checkpoint dir/prefix_NNNNNN of a series (ckptio.Series); after its ckptio_close commits, only the newest
+  !> keep complete checkpoints of the series are kept. Restart with ckptio_latest_verified.
+  interface ckptio_series_create
+     module procedure series_f08, series_int
+  end interface ckptio_series_create
   !> ckptio_latest_verified(comm, dir, path [, prefix] [, ierr]) -- collective: the newest checkpoint whose
   !> checksums verify, falling back past corrupt or incomplete newer ones (as ckptio.Series.latest).
   interface ckptio_latest_verified
@@ -161,6 +167,14 @@ module ckptio
        type(c_read_request), intent(in) :: requests(*)
        character(kind=c_char), intent(in) :: problem(*)
      end function c_read_many
+     integer(c_int) function c_series_create(comm, dir, prefix, keep, step, backend, problem, file) &
+          bind(C, name="ckptio_series_create_f")
+       import :: c_int, c_char, c_ptr, c_int64_t
+       integer(c_int), value :: comm, keep
+       character(kind=c_char), intent(in) :: dir(*), prefix(*), backend(*), problem(*)
+       integer(c_int64_t), value :: step
+       type(c_ptr), intent(inout) :: file
+     end function c_series_create
      integer(c_int) function c_latest_verified(comm, dir, prefix, buf, buflen) &
           bind(C, name="ckptio_latest_verified_f")
        import :: c_int, c_char, c_size_t
@@ -1075,6 +1089,47 @@ contains
     integer, intent(out), optional :: ierr
     call batch_any(batch, name, c_loc(data), CKPTIO_COMPLEX128, shape(data, int64), is_contiguous(data), offset, ierr)
   end subroutine batch_c8
+
+  subroutine series_int(comm, dir, step, keep, file, prefix, backend, ierr)
+    integer, intent(in) :: comm
+    character(len=*), intent(in) :: dir
+    integer(int64), intent(in) :: step
+    integer, intent(in) :: keep
+    type(ckptio_file), intent(inout) :: file           !< must not hold an open checkpoint
+    character(len=*), intent(in), optional :: prefix   !< default "chk"
+    character(len=*), intent(in), optional :: backend  !< default "mpiio"
+    integer, intent(out), optional :: ierr
+    character(len=:), allocatable :: pre, be
+    integer(c_int) :: st
+    pre = 'chk'
+    be = 'mpiio'
+    if (present(prefix)) pre = prefix
+    if (present(backend)) be = backend
+    ! collective: a rank whose handle is still open takes part with that problem, so all fail together (and its
+    ! handle stays open and unchanged)
+    if (c_associated(file%handle)) then
+       st = c_series_create(int(comm, c_int), cstr(dir), cstr(pre), int(keep, c_int), int(step, c_int64_t), &
+            cstr(be), cstr('the ckptio_file still holds an open checkpoint; call ckptio_close on it first (it ' // &
+            'was left open and unchanged)'), file%handle)
+       call finish(st, file%comm, ierr)
+       return
+    end if
+    st = c_series_create(int(comm, c_int), cstr(dir), cstr(pre), int(keep, c_int), int(step, c_int64_t), cstr(be), &
+         cstr(''), file%handle)
+    if (st == CKPTIO_OK) file%comm = comm
+    call finish(st, comm, ierr)
+  end subroutine series_int
+
+  subroutine series_f08(comm, dir, step, keep, file, prefix, backend, ierr)
+    type(MPI_Comm), intent(in) :: comm
+    character(len=*), intent(in) :: dir
+    integer(int64), intent(in) :: step
+    integer, intent(in) :: keep
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in), optional :: prefix, backend
+    integer, intent(out), optional :: ierr
+    call series_int(comm%MPI_VAL, dir, step, keep, file, prefix, backend, ierr)
+  end subroutine series_f08
 
   subroutine latest_verified_int(comm, dir, path, prefix, ierr)
     integer, intent(in) :: comm

@@ -15,6 +15,7 @@
  *                                           them back with one ckptio_read_many (rank 0 with none), compare with
  *                                           one ckptio_read each (TIMING line); a wrong request on one rank
  *                                           fails every rank (ERR lines). "MANY OK"
+ *   ckptio_test_c series DIR                4 checkpoints of a series with keep=2, restart: "SERIES OK <path>"
  *   ckptio_test_c latest DIR                print "LATEST <ckptio_latest_comm>" and "VERIFIED <ckptio_latest_verified>"
  *
  * Values are functions of the global indices so Python can check the file too (see test_bindings.py).
@@ -341,6 +342,32 @@ static int many(const char *dir, int nvars) {
   return 0;
 }
 
+/* A series with keep=2: 4 checkpoints, the two newest stay; restart from the newest verified one. */
+static int series(const char *dir) {
+  char run[1024], found[1100];
+  snprintf(run, sizeof run, "%s/run", dir);
+  int64_t g = nprocs, o = rank, n = 1, step_back = 0;
+  ckptio_file f;
+  for (int64_t step = 10; step <= 40; step += 10) {
+    double x = (double)step + rank;
+    CHECK(ckptio_series_create(MPI_COMM_WORLD, run, NULL, 2, step, NULL, &f));
+    CHECK(ckptio_write(f, "x", CKPTIO_FLOAT64, 1, &g, &o, &n, &x));
+    CHECK(ckptio_set_attr_int64(f, "step", step));
+    CHECK(ckptio_close(f));
+  }
+  report("series_negative_step", ckptio_series_create(MPI_COMM_WORLD, run, NULL, 2, rank == 0 ? -1 : 50, NULL, &f));
+  EXPECT(f == NULL);
+  CHECK(ckptio_latest_verified(MPI_COMM_WORLD, run, "chk", found, sizeof found));
+  double x = 0;
+  CHECK(ckptio_open(found, MPI_COMM_WORLD, &f));
+  CHECK(ckptio_get_attr_int64(f, "step", &step_back));
+  CHECK(ckptio_read(f, "x", CKPTIO_FLOAT64, 1, &o, &n, &x));
+  CHECK(ckptio_close(f));
+  EXPECT(step_back == 40 && x == 40.0 + rank);
+  if (rank == 0) printf("SERIES OK %s\n", found);
+  return 0;
+}
+
 static int latest(const char *dir) {
   char found[1100];
   CHECK(ckptio_latest_comm(MPI_COMM_WORLD, dir, "chk", found, sizeof found));
@@ -417,6 +444,7 @@ int main(int argc, char **argv) {
   else if (strcmp(argv[1], "latest_missing") == 0) latest_missing(argv[2]);
   else if (strcmp(argv[1], "many") == 0) many(argv[2], argc > 3 ? atoi(argv[3]) : 200);
   else if (strcmp(argv[1], "latest") == 0) latest(argv[2]);
+  else if (strcmp(argv[1], "series") == 0) series(argv[2]);
   else EXPECT(!"unknown mode");
 
   CHECK(ckptio_finalize());

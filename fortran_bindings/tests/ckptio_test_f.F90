@@ -16,6 +16,8 @@
 !>   ckptio_test_f many DIR      batched reads (ckptio_batch_add + ckptio_read_many) of 40 real64 and 40 int32
 !>                               variables, rank 0 with an empty batch; a non-contiguous request fails every
 !>                               rank; ckptio_latest_verified. "MANY OK"
+!>   ckptio_test_f series DIR    5 checkpoints of a series with keep=2 (ckptio_series_create), then restart
+!>                               with ckptio_latest_verified: "SERIES OK <path>"
 !>   ckptio_test_f lifecycle DIR calls with a communicator before MPI_Init and after MPI_Finalize (ERR lines),
 !>                               "LIFECYCLE OK"
 program ckptio_test_f
@@ -54,6 +56,8 @@ program ckptio_test_f
      call types()
   case ('many')
      call many()
+  case ('series')
+     call series()
   case default
      call MPI_Abort(MPI_COMM_WORLD, 2)
   end select
@@ -550,6 +554,31 @@ contains
     call expect(ierr == CKPTIO_OK .and. trim(found) == trim(path), 'latest_verified ' // trim(found))
     if (rank == 0) print '(a,i0,a)', 'MANY OK ', nprocs, ' ranks'
   end subroutine many
+
+  ! ---- a series with retention, restart from the newest verified checkpoint
+  subroutine series()
+    type(ckptio_file) :: f
+    integer(int64) :: step, got
+    real(real64) :: x(3), back(3)
+    integer :: ierr
+    character(len=1024) :: found
+    do step = 1, 5
+       x = real(step, real64) + rank
+       call ckptio_series_create(MPI_COMM_WORLD, trim(dir) // '/run', step, 2, f, prefix='state')
+       call ckptio_write(f, 'x', x, [int(3 * rank, int64)], [int(3 * nprocs, int64)])
+       call ckptio_set_attr(f, 'step', step)
+       call ckptio_close(f)
+    end do
+    call ckptio_series_create(MPI_COMM_WORLD, trim(dir) // '/run', 6_int64, 0, f, ierr=ierr)
+    call report('series_keep_0', ierr)
+    call ckptio_latest_verified(MPI_COMM_WORLD, trim(dir) // '/run', found, prefix='state')
+    call ckptio_open(found, MPI_COMM_WORLD, f)
+    call ckptio_get_attr(f, 'step', got)
+    call ckptio_read(f, 'x', back, offset=[int(3 * rank, int64)])
+    call ckptio_close(f)
+    call expect(got == 5 .and. all(back == 5.0_real64 + rank), 'restart from the newest checkpoint')
+    if (rank == 0) print '(a,a)', 'SERIES OK ', trim(found)
+  end subroutine series
 
   ! ---- communicator calls before MPI_Init and after MPI_Finalize: CKPTIO_ERR_INIT with ierr, no abort
   subroutine lifecycle_calls(when)
