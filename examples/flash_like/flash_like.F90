@@ -275,6 +275,10 @@ contains
     nx = nxb
     first = first_block
     call ckptio_create(path, MPI_COMM_WORLD, ck, backend=trim(backend))
+    ! The fields, bounding boxes and tracers are module arrays that stay unchanged until ckptio_close returns,
+    ! and each one passed below is contiguous (no compiler temporary): zero-copy mode is safe and saves a copy
+    ! of every field (by default ckptio_write copies; zero-copy blocks are checksummed again at the close).
+    call ckptio_set_zero_copy(ck, .true.)
     call ckptio_set_attr(ck, 'step', step)
     call ckptio_set_attr(ck, 'time', real(step, dp) * dt)
     call ckptio_set_attr(ck, 'dt', dt)

@@ -2,7 +2,8 @@
  * ckptio.h -- C interface of ckptio, the checkpoint/restart library for MPI codes.
  *
  * The library embeds the CPython interpreter (or reuses the running one when the host program is Python) and
- * calls the Python package `ckptio` with zero-copy views of the caller's arrays. See fortran_bindings/README.md.
+ * calls the Python package `ckptio` with copies (default) or zero-copy views of the caller's arrays. See
+ * fortran_bindings/README.md.
  *
  * Conventions
  * -----------
@@ -18,9 +19,14 @@
  *    varying axis first) and stored as given. With CKPTIO_ORDER_FORTRAN (the *_order functions) they are given
  *    in Fortran order (fastest axis first): a column-major array a(n1,n2,n3) is stored as the C-order
  *    (row-major) array of global shape (n3,n2,n1), offsets reversed likewise -- the convention of the HDF5 and
- *    netCDF Fortran APIs. Memory is never reordered or copied on write; Python sees a(i,j,k) as a[k-1,j-1,i-1].
- *  - Arrays passed to ckptio_write / ckptio_write_segment are referenced, not copied: keep them allocated and
- *    unchanged until ckptio_close() returns.
+ *    netCDF Fortran APIs. Memory is never reordered; Python sees a(i,j,k) as a[k-1,j-1,i-1].
+ *  - Memory. By default ckptio_write / ckptio_write_segment COPY the data into a staging buffer before they
+ *    return: the caller's array may be changed or freed right away. ckptio_set_zero_copy(file, 1) opts in to
+ *    referencing the caller's memory instead (no copy, no extra memory) with the rules of MPI's nonblocking
+ *    buffers: the memory must stay allocated and unchanged until ckptio_close() returns. In zero-copy mode
+ *    every block is checksummed at write and verified before the commit: a changed block makes ckptio_close
+ *    fail on every rank (CKPTIO_ERR_ARGUMENT) and nothing is committed. Freed memory cannot be detected
+ *    reliably (reading it may crash), so never pass temporaries in zero-copy mode.
  *  - Thread safety: every call takes the Python GIL; calls on one handle must not overlap.
  */
 #ifndef CKPTIO_H
@@ -58,7 +64,7 @@ typedef enum ckptio_status {
 
 /* Element types. */
 typedef enum ckptio_dtype {
-  CKPTIO_DTYPE_OTHER = 0, /* only returned by ckptio_inquire_var: a type this API cannot read (bool, complex) */
+  CKPTIO_DTYPE_OTHER = 0, /* only returned by ckptio_inquire_var: a type this API cannot read (e.g. float16) */
   CKPTIO_INT8 = 1,
   CKPTIO_INT16 = 2,
   CKPTIO_INT32 = 3,
@@ -68,7 +74,10 @@ typedef enum ckptio_dtype {
   CKPTIO_UINT32 = 7,
   CKPTIO_UINT64 = 8,
   CKPTIO_FLOAT32 = 9,
-  CKPTIO_FLOAT64 = 10
+  CKPTIO_FLOAT64 = 10,
+  CKPTIO_BOOL = 11,       /* 1 byte, 0 or 1 (C bool, Fortran logical(c_bool)); not in PnetCDF files */
+  CKPTIO_COMPLEX64 = 12,  /* float complex, complex(real32); not in PnetCDF files */
+  CKPTIO_COMPLEX128 = 13  /* double complex, complex(real64); not in PnetCDF files */
 } ckptio_dtype;
 
 /* Order of shape and offset arrays (see the header comment). */
@@ -80,8 +89,14 @@ typedef struct ckptio_file_s *ckptio_file;
 /* ---- writing ------------------------------------------------------------------------------------------ */
 
 /* Local. Start a checkpoint at `path` (one shared file) on `comm`; backend "mpiio" (NULL: default), "hdf5" or
- * "pnetcdf". Nothing is written before ckptio_close(). Keep `comm` valid until then. */
+ * "pnetcdf". Nothing is written before ckptio_close(). Keep `comm` valid until then. `*file` is output only:
+ * a handle it held before is not closed (close it first; Fortran's ckptio_create reports an open handle). */
 int ckptio_create(const char *path, MPI_Comm comm, const char *backend, ckptio_file *file);
+
+/* Local. Zero-copy mode of a handle being written (default off: writes copy). enable != 0: the following
+ * ckptio_write / ckptio_write_segment calls reference the caller's memory until ckptio_close() returns (see
+ * "Memory" above); 0: they copy again. Blocks already declared keep the mode they were written with. */
+int ckptio_set_zero_copy(ckptio_file file, int enable);
 
 /* Local. Declare this rank's block of the global array `name`: local_shape elements at `offset` within
  * `global_shape`, dtype `dtype`, contiguous in C order. A rank that owns nothing passes a zero in local_shape
@@ -120,6 +135,22 @@ int ckptio_read(ckptio_file file, const char *name, int dtype, int ndim, const i
 int ckptio_read_order(ckptio_file file, const char *name, int dtype, int order, int ndim, const int64_t *offset,
                       const int64_t *shape, void *buffer);
 
+/* One request of ckptio_read_many: like the arguments of ckptio_read. */
+typedef struct ckptio_read_request {
+  const char *name;
+  int dtype;
+  int ndim;
+  const int64_t *offset; /* ndim elements (NULL: zeros) */
+  const int64_t *shape;  /* ndim elements */
+  void *buffer;          /* prod(shape) elements of dtype */
+} ckptio_read_request;
+
+/* Collective. Several reads in one two-phase exchange (ckptio.Reader.read_many): much cheaper than one
+ * ckptio_read per variable when there are many small variables. The number of requests may differ between
+ * ranks (also 0, requests may then be NULL); order applies to every request's offset and shape. A problem
+ * with any request on any rank fails the call on every rank, and then no buffer has been written. */
+int ckptio_read_many(ckptio_file file, int order, int nrequests, const ckptio_read_request *requests);
+
 /* Local. Attributes of an opened checkpoint. Integers are converted to double by get_attr_double; a string
  * longer than buflen-1 bytes gives CKPTIO_ERR_ARGUMENT (the message says how long it is). */
 int ckptio_get_attr_int64(ckptio_file file, const char *key, int64_t *value);
@@ -144,6 +175,18 @@ int ckptio_latest(const char *dir, const char *prefix, char *buf, size_t buflen)
 /* Collective. The same, looked up by rank 0 of `comm` and broadcast (what a restarting job should use). */
 int ckptio_latest_comm(MPI_Comm comm, const char *dir, const char *prefix, char *buf, size_t buflen);
 
+/* Collective. Like ckptio_latest_comm, but every block of a candidate is read and its checksum verified: the
+ * newest checkpoint that verifies, falling back past corrupt or incomplete newer ones (as ckptio.Series.latest
+ * does on restart). Costs a full read of the skipped and the chosen checkpoint, by rank 0. */
+int ckptio_latest_verified(MPI_Comm comm, const char *dir, const char *prefix, char *buf, size_t buflen);
+
+/* Collective. Start checkpoint `step` of the series `{dir}/{prefix}_{step:06d}` (prefix NULL: "chk"), like
+ * ckptio.Series(dir, comm, prefix=prefix, keep=keep, backend=backend).create(step): the directory is created
+ * if missing, and once ckptio_close has committed the checkpoint, only the newest `keep` complete checkpoints
+ * of the series are kept (rank 0 deletes the others). Restart with ckptio_latest_verified. */
+int ckptio_series_create(MPI_Comm comm, const char *dir, const char *prefix, int keep, int64_t step,
+                         const char *backend, ckptio_file *file);
+
 /* Collective. Retention, as ckptio.Series(dir, prefix=prefix, keep=keep) does after each commit: delete all but
  * the newest `keep` complete checkpoints named `{prefix}_NNNNNN` in `dir` (prefix NULL: "chk"); rank 0 deletes.
  * nremoved may be NULL. */
@@ -167,14 +210,27 @@ int ckptio_initialize(void);
  * An interpreter the library did not start (host program in Python) is left running. */
 int ckptio_finalize(void);
 
-/* ---- entry points for Fortran (classic integer communicator handles; used by module ckptio) ------------ */
+/* ---- entry points for Fortran (classic integer communicator handles; used by module ckptio) ------------
+ * Handles made by these are Fortran handles: their messages use Fortran names (ckptio_get_attr, not
+ * ckptio_get_attr_int64) and Fortran order for shapes and offsets. The communicator is converted only after
+ * checking that MPI is initialized and not finalized (CKPTIO_ERR_INIT otherwise). `problem` (non-empty: an
+ * argument problem found in Fortran) takes part in the call's agreement so that every rank fails together. */
 int ckptio_create_f(const char *path, MPI_Fint comm, const char *backend, ckptio_file *file);
-int ckptio_open_f(const char *path, MPI_Fint comm, ckptio_file *file);
+int ckptio_open_f(const char *path, MPI_Fint comm, const char *problem, ckptio_file *file);
 int ckptio_latest_comm_f(MPI_Fint comm, const char *dir, const char *prefix, char *buf, size_t buflen);
+int ckptio_latest_f(const char *dir, const char *prefix, char *buf, size_t buflen);
+int ckptio_latest_verified_f(MPI_Fint comm, const char *dir, const char *prefix, char *buf, size_t buflen);
+int ckptio_series_create_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int64_t step,
+                           const char *backend, const char *problem, ckptio_file *file);
 int ckptio_prune_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int *nremoved);
-/* internal to module ckptio: report an argument problem found in Fortran (see ckptio_c.c) */
-int ckptio_write_problem_f(ckptio_file file, const char *name, const char *problem);
-int ckptio_read_problem_f(ckptio_file file, const char *name, const char *problem);
+/* internal to module ckptio: Fortran-order write (segment != 0: ckptio_write_segment; force_copy != 0: copy
+ * even in zero-copy mode, for a temporary made by the module) and read, with a problem found in Fortran */
+int ckptio_write_f(ckptio_file file, const char *name, int dtype, int ndim, const int64_t *global_shape,
+                   const int64_t *offset, const int64_t *local_shape, const void *data, int segment, int force_copy,
+                   const char *problem);
+int ckptio_read_f(ckptio_file file, const char *name, int dtype, int ndim, const int64_t *offset,
+                  const int64_t *shape, void *buffer, const char *problem);
+int ckptio_read_many_f(ckptio_file file, int nrequests, const ckptio_read_request *requests, const char *problem);
 int ckptio_set_error_f(int status, const char *message);
 
 #ifdef __cplusplus

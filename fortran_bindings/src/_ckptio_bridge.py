@@ -5,7 +5,8 @@ module ``_ckptio_bridge`` the first time the C library is used, so the library n
 an interpreter that can import numpy, mpi4py and ckptio.
 
 The C shim (ckptio_c.c) converts arguments -- communicators through mpi4py's C API, caller memory into numpy
-arrays that *view* it (zero-copy) -- and calls the functions below, which use only ckptio's public API plus
+arrays (on write a copy in a staging buffer by default, a view in zero-copy mode; on read a view of the
+caller's buffer) -- and calls the functions below, which use only ckptio's public API plus
 ``ckptio.coord`` for agreement. Every Python exception that escapes is turned into a status code in exactly
 one place, ``fail_python()`` in ckptio_c.c.
 
@@ -29,13 +30,17 @@ if "mpi4py.MPI" not in sys.modules:
     mpi4py.rc.finalize = False
     mpi4py.rc.errors = "default"
 
+import os
+import re
 import traceback
+from dataclasses import dataclass, field
 
 import numpy as np
 
 import ckptio
 from ckptio import coord
 from ckptio.errors import CheckpointError, CollectiveError, ReadRequestError
+from ckptio.meta import checksum
 
 
 class ArgumentError(CheckpointError, ValueError):
@@ -48,7 +53,7 @@ class CollectiveArgumentError(CollectiveError, ArgumentError):
 
 # dtype codes of ckptio.h (enum ckptio_dtype), in order
 DTYPE_CODES = {np.dtype(t): code for code, t in enumerate(
-    ("i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f4", "f8"), start=1)}
+    ("i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f4", "f8", "?", "c8", "c16"), start=1)}
 
 
 def _argument_errors_specialized(fn, *args):
@@ -78,31 +83,80 @@ def _poison(writer, exc: BaseException) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ writing
-def create(path: str, comm, backend: str):
-    return ckptio.create(path, comm, backend=backend)
+@dataclass
+class Watched:
+    """A block written in zero-copy mode: the caller's memory, and its checksum when ckptio_write returned."""
+    where: str
+    array: np.ndarray
+    checksum: str
 
 
-def write(writer, name: str, array, offset, global_shape, problem: str | None) -> None:
-    """Local: declare a block (offset/global_shape tuples) or a segment (both None)."""
+@dataclass
+class WriteHandle:
+    """What a C/Fortran handle being written holds: the ckptio.Writer and its zero-copy blocks."""
+    writer: ckptio.Writer
+    watched: list[Watched] = field(default_factory=list)
+
+    def changed_blocks(self) -> list[str]:
+        """Local: the zero-copy blocks whose memory no longer holds what was written (checksum differs)."""
+        return [w.where for w in self.watched if checksum(w.array) != w.checksum]
+
+
+def create(path: str, comm, backend: str) -> WriteHandle:
+    """Local: ckptio.create; the writer is wrapped for the zero-copy bookkeeping."""
+    return WriteHandle(ckptio.create(path, comm, backend=backend))
+
+
+def series_create(directory: str, comm, prefix: str, keep: int, step: int, backend: str,
+                  problem: str | None) -> WriteHandle:
+    """Collective: ``ckptio.Series(directory, comm, prefix=prefix, keep=keep, backend=backend).create(step)``;
+    its close applies the retention. The directory is made by rank 0 first, errors reaching every rank."""
+    _agree(comm, f"series {directory}", problem)
+    coord.bcast_from_root(comm, f"create the series directory {directory}",
+                          lambda: os.makedirs(directory, exist_ok=True))
+    series = ckptio.Series(directory, comm, prefix=prefix, keep=keep, backend=backend)
+    return WriteHandle(series.create(step))
+
+
+def write(handle: WriteHandle, name: str, array, offset, global_shape, problem: str | None, where: str,
+          zero_copy: int) -> None:
+    """Local: declare a block (offset/global_shape tuples) or a segment (both None).
+
+    ``array`` is a staging copy (default) or, with ``zero_copy``, a view of the caller's memory: then its
+    checksum is taken now and verified by :func:`close` before anything is written.
+    """
+    writer = handle.writer
     try:
         if problem:
             raise ArgumentError(problem)
         writer.write(name, array, offset, global_shape)
+        if zero_copy:
+            handle.watched.append(Watched(where, array, checksum(array)))
     except BaseException as exc:
         _poison(writer, exc)
         raise
 
 
-def set_attr(writer, key: str, value) -> None:
+def set_attr(handle: WriteHandle, key: str, value) -> None:
     try:
-        writer.set_attr(key, value)
+        handle.writer.set_attr(key, value)
     except BaseException as exc:
-        _poison(writer, exc)
+        _poison(handle.writer, exc)
         raise
 
 
 def close(obj) -> None:
-    """Collective. A writer poisoned by a local ArgumentError fails here on every rank with ARGUMENT status."""
+    """Collective. A writer poisoned by a local ArgumentError fails here on every rank with ARGUMENT status --
+    also one whose zero-copy memory changed between ckptio_write and ckptio_close (nothing is committed)."""
+    if isinstance(obj, WriteHandle):
+        changed = obj.changed_blocks()
+        if changed:  # (the collective error names this rank)
+            _poison(obj.writer, ArgumentError(
+                f"the memory of {', '.join(changed)} changed between the write and ckptio_close "
+                "(zero-copy mode: it must stay allocated and unchanged until ckptio_close returns; the default "
+                "mode copies at write); nothing was committed"))
+        obj.watched.clear()
+        obj = obj.writer
     _argument_errors_specialized(obj.close)
 
 
@@ -112,20 +166,39 @@ def open_reader(path: str, comm, problem: str | None):
     return ckptio.open(path, comm)
 
 
-def read(reader, name: str, out, offset, problem: str | None) -> None:
-    """Collective: read the hyperslab at ``offset`` with ``out.shape`` into ``out`` (a view of caller memory)."""
+def _buffer_problem(reader, name: str, out) -> str | None:
+    """Local: why the caller's buffer ``out`` cannot receive variable ``name`` (None if it can, or if the name is
+    unknown: reader.read()/read_many() report that on every rank)."""
     rank = reader.comm.Get_rank()
     info = reader.variables.get(name)
-    if not problem and info is not None:  # an unknown name is reported by reader.read() on every rank
-        if info.dtype != out.dtype:
-            problem = (f"variable {name!r} of {reader.path} has dtype {info.dtype}, but rank {rank} passed a "
-                       f"{out.dtype} buffer")
-        elif len(info.shape) != out.ndim:
-            problem = (f"variable {name!r} of {reader.path} has {len(info.shape)} dimension(s) "
-                       f"{list(info.shape)}, but rank {rank} asked for {out.ndim}")
+    if info is None:
+        return None
+    if info.dtype != out.dtype:
+        return f"variable {name!r} of {reader.path} has dtype {info.dtype}, but rank {rank} passed a {out.dtype} buffer"
+    if len(info.shape) != out.ndim:
+        return (f"variable {name!r} of {reader.path} has {len(info.shape)} dimension(s) {list(info.shape)}, but "
+                f"rank {rank} asked for {out.ndim}")
+    return None
+
+
+def read(reader, name: str, out, offset, problem: str | None) -> None:
+    """Collective: read the hyperslab at ``offset`` with ``out.shape`` into ``out`` (a view of caller memory)."""
+    if not problem:
+        problem = _buffer_problem(reader, name, out)
     _agree(reader.comm, f"read {reader.path}: {name!r}", problem)
     data = reader.read(name, offset, out.shape)
     np.copyto(out, data, casting="no")
+
+
+def read_many(reader, names: list[str], outs: list, offsets: list, problem: str | None) -> None:
+    """Collective: all requests of this rank in one two-phase exchange (ckptio.Reader.read_many); the number of
+    requests may differ between ranks. Any problem on any rank fails every rank before anything is read."""
+    for name, out in zip(names, outs, strict=True):
+        problem = problem or _buffer_problem(reader, name, out)
+    _agree(reader.comm, f"read_many {reader.path}", problem)
+    datas = reader.read_many([(n, off, out.shape) for n, off, out in zip(names, offsets, outs, strict=True)])
+    for out, data in zip(outs, datas, strict=True):
+        np.copyto(out, data, casting="no")
 
 
 def _lookup_attr(reader, key: str):
@@ -176,12 +249,13 @@ def var_names(reader) -> list[str]:
     return sorted(reader.variables)
 
 
-def latest(directory: str, prefix: str, comm) -> str:
-    """The newest valid checkpoint ('' if none); with ``comm``, found by rank 0 and broadcast (error-safe)."""
+def latest(directory: str, prefix: str, comm, verify: int = 0) -> str:
+    """The newest valid checkpoint ('' if none); with ``comm``, found by rank 0 and broadcast (error-safe).
+    ``verify``: read every block and check its checksum, falling back past corrupt newer checkpoints."""
     if comm is None:
-        return ckptio.latest(directory, prefix) or ""
+        return ckptio.latest(directory, prefix, verify=bool(verify)) or ""
     return coord.bcast_from_root(comm, f"latest checkpoint in {directory}",
-                                 lambda: ckptio.latest(directory, prefix) or "")
+                                 lambda: ckptio.latest(directory, prefix, verify=bool(verify)) or "")
 
 
 def prune(directory: str, prefix: str, keep: int, comm, problem: str | None) -> int:
@@ -192,9 +266,26 @@ def prune(directory: str, prefix: str, keep: int, comm, problem: str | None) -> 
 
 
 # ------------------------------------------------------------------------------------------------- errors
-def describe(exc: BaseException, with_traceback: bool) -> str:
-    """The message stored for ckptio_last_error(): class and text, plus the traceback for unexpected errors."""
+# A list of integers after a word that names a shape or an index: "offset [0, 8]", "global shape [9, 4]",
+# "declared [9, 4]", "element [1, 2]", "{'offset': [0, 0], 'shape': [3, 4]}", "dimension(s) [2, 3]".
+_SHAPE_LIST = re.compile(r"\b(offset|shape|declared|element|dimension\(s\))('?:?\s)\[(\d+(?:,\s*\d+)+)\]")
+
+
+def fortran_order(text: str) -> str:
+    """Shapes, offsets and indices of a message in Fortran order (reversed), for callers of module ckptio."""
+    def flip(m: re.Match) -> str:
+        items = [s.strip() for s in m.group(3).split(",")]
+        return f"{m.group(1)}{m.group(2)}[{', '.join(reversed(items))}]"
+    flipped = _SHAPE_LIST.sub(flip, text)
+    return flipped if flipped == text else flipped + " (shapes and offsets in Fortran order, offsets 0-based)"
+
+
+def describe(exc: BaseException, with_traceback: bool, fortran: bool = False) -> str:
+    """The message stored for ckptio_last_error(): class and text, plus the traceback for unexpected errors.
+    ``fortran``: the call came from module ckptio, so shapes are shown in Fortran order."""
     text = f"{type(exc).__name__}: {exc}"
+    if fortran:
+        text = fortran_order(text)
     if with_traceback:
         text += "\n" + "".join(traceback.format_exception(exc)).rstrip()
     return text

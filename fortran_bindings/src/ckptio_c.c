@@ -1,13 +1,16 @@
 /*
- * ckptio_c.c -- the C shim of ckptio: embeds CPython and calls the Python package with zero-copy views.
+ * ckptio_c.c -- the C shim of ckptio: embeds CPython and calls the Python package (copies or zero-copy views).
  *
  * Structure
  *   - enter()/LEAVE: every public function starts the interpreter if nobody has (PyConfig.program_name = the
  *     venv's python, or $CKPTIO_PYTHON), takes the GIL with PyGILState_Ensure, and loads the modules once
  *     (the embedded bridge module, numpy's and mpi4py's C APIs, ckptio's exception classes).
  *   - Arguments are converted here: MPI_Comm -> mpi4py.MPI.Comm with PyMPIComm_New (the Python object does
- *     not own the handle), caller memory -> numpy arrays over the same memory (PyArray_New with the caller's
- *     pointer: zero copies), shapes reversed for CKPTIO_ORDER_FORTRAN.
+ *     not own the handle), caller memory -> numpy arrays: on write a copy in a staging buffer (default) or,
+ *     in zero-copy mode, an array over the caller's memory (checksummed by the bridge at write and verified at
+ *     close); on read an array over the caller's buffer. Shapes reversed for CKPTIO_ORDER_FORTRAN.
+ *   - Handles made through the Fortran entry points (*_f) are Fortran handles: t_fortran is set for every call
+ *     on them, so messages name Fortran routines and show shapes in Fortran order (bridge.describe).
  *   - The work is done by _ckptio_bridge.py (compiled into this library); problems found here before a
  *     collective call are handed to the bridge as `problem` strings so that every rank agrees on the failure.
  *   - fail_python() is the ONE place where a Python exception becomes a status code and a message.
@@ -47,7 +50,9 @@
 struct ckptio_file_s {
   unsigned magic;
   int writer;     /* 1: created with ckptio_create, 0: opened with ckptio_open */
-  PyObject *obj;  /* ckptio.Writer or ckptio.Reader */
+  int fortran;    /* made by a Fortran entry point: Fortran names and order in messages */
+  int zero_copy;  /* writer: reference caller memory instead of copying (ckptio_set_zero_copy) */
+  PyObject *obj;  /* the bridge's WriteHandle, or a ckptio.Reader */
 };
 
 /* ---------------------------------------------------------------------------------------------------------
@@ -55,6 +60,8 @@ struct ckptio_file_s {
  * ------------------------------------------------------------------------------------------------------- */
 static _Thread_local char *t_message = NULL;
 static _Thread_local int t_status = CKPTIO_OK;
+/* The current call comes from module ckptio (Fortran): set at the start of every public function. */
+static _Thread_local int t_fortran = 0;
 
 static int record(int status, const char *message) {
   free(t_message);
@@ -124,7 +131,7 @@ static int fail_python(const char *where) {
   /* message: "where: Class: text" (+ traceback for unexpected errors) */
   PyObject *text = NULL;
   int with_tb = (status == CKPTIO_ERR_PYTHON || status == CKPTIO_ERR_INIT);
-  if (g_bridge != NULL) text = PyObject_CallMethod(g_bridge, "describe", "Oi", value, with_tb);
+  if (g_bridge != NULL) text = PyObject_CallMethod(g_bridge, "describe", "Oii", value, with_tb, t_fortran);
   if (text == NULL) { /* no bridge (initialization failed), or describe failed: class name and str() */
     PyErr_Clear();
     PyObject *s = PyObject_Str(value);
@@ -203,20 +210,29 @@ static int load_modules(const char *where) {
   return CKPTIO_OK;
 }
 
+/* MPI must be initialized and not finalized before a communicator handle may be used (MPI_Comm_f2c, or any
+ * call on it). Checked first by every function that takes a communicator. */
+static int check_mpi(const char *where) {
+  int flag = 0;
+  MPI_Initialized(&flag);
+  if (flag) MPI_Finalized(&flag), flag = !flag;
+  if (!flag)
+    return recordf(CKPTIO_ERR_INIT, "%s: MPI is not initialized (call MPI_Init before, and ckptio_finalize "
+                                    "before MPI_Finalize)", where);
+  return CKPTIO_OK;
+}
+
 /* Make the interpreter and modules ready and take the GIL. On failure the GIL is not held. */
 static int enter(const char *where, PyGILState_STATE *gil) {
-  int flag = 0, st;
+  int st;
   pthread_mutex_lock(&g_lock);
   if (g_finalized) {
     pthread_mutex_unlock(&g_lock);
     return recordf(CKPTIO_ERR_INIT, "%s: called after ckptio_finalize()", where);
   }
-  MPI_Initialized(&flag);
-  if (flag) MPI_Finalized(&flag), flag = !flag;
-  if (!flag) {
+  if ((st = check_mpi(where)) != CKPTIO_OK) {
     pthread_mutex_unlock(&g_lock);
-    return recordf(CKPTIO_ERR_INIT, "%s: MPI is not initialized (call MPI_Init before, and ckptio_finalize "
-                                    "before MPI_Finalize)", where);
+    return st;
   }
   if (!Py_IsInitialized() && (st = start_interpreter(where)) != CKPTIO_OK) {
     pthread_mutex_unlock(&g_lock);
@@ -264,19 +280,38 @@ static int npy_type_of(int dtype) {
     case CKPTIO_UINT64: return NPY_UINT64;
     case CKPTIO_FLOAT32: return NPY_FLOAT32;
     case CKPTIO_FLOAT64: return NPY_FLOAT64;
+    case CKPTIO_BOOL: return NPY_BOOL;
+    case CKPTIO_COMPLEX64: return NPY_COMPLEX64;
+    case CKPTIO_COMPLEX128: return NPY_COMPLEX128;
     default: return -1;
   }
 }
 
+/* The name of the public function `fn` as the caller knows it: module ckptio's generic names drop the C type
+ * suffix (ckptio_get_attr_int64 -> ckptio_get_attr). */
+static void caller_name(char *buf, size_t n, const char *fn) {
+  static const char *suffixes[] = {"_int64", "_double", "_string"};
+  snprintf(buf, n, "%s", fn);
+  if (!t_fortran || (strncmp(fn, "ckptio_set_attr_", 16) != 0 && strncmp(fn, "ckptio_get_attr_", 16) != 0)) return;
+  for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+    size_t lf = strlen(buf), ls = strlen(suffixes[i]);
+    if (lf > ls && strcmp(buf + lf - ls, suffixes[i]) == 0) buf[lf - ls] = '\0';
+  }
+}
+
 static const char *where_name(char *buf, size_t n, const char *fn, const char *name) {
-  snprintf(buf, n, "%s(\"%.200s\")", fn, name ? name : "(null)");
+  char fname[64];
+  caller_name(fname, sizeof fname, fn);
+  snprintf(buf, n, "%s(\"%.200s\")", fname, name ? name : "(null)");
   return buf;
 }
 
-/* Local check of a handle (no MPI: a bad handle cannot take part in a collective anyway). */
+/* Local check of a handle (no MPI: a bad handle cannot take part in a collective anyway). Every function on a
+ * handle starts with it: it also sets the caller language of the call from the handle. */
 static int check_handle(ckptio_file f, int want, const char *where) {
   if (f == NULL || f->magic != HANDLE_MAGIC)
     return recordf(CKPTIO_ERR_ARGUMENT, "%s: invalid or closed ckptio handle", where);
+  t_fortran = f->fortran;
   if (want == 1 && !f->writer)
     return recordf(CKPTIO_ERR_ARGUMENT, "%s: the handle was opened for reading (ckptio_open), not created", where);
   if (want == 0 && f->writer)
@@ -313,9 +348,10 @@ static PyObject *shape_tuple(const char *what, int order, int ndim, const int64_
   return t;
 }
 
-/* A numpy array viewing caller memory (no copy), or NULL with `problem` set. GIL held. */
-static PyObject *wrap_memory(const void *data, int dtype, int ndim, npy_intp *dims, int writable, char *problem,
-                             size_t plen) {
+/* A numpy array viewing caller memory (copy == 0) or holding a copy of it (copy != 0: a staging buffer owned
+ * by numpy), or NULL with `problem` set. GIL held (released during a large copy). */
+static PyObject *wrap_memory(const void *data, int dtype, int ndim, npy_intp *dims, int writable, int copy,
+                             char *problem, size_t plen) {
   int typenum = npy_type_of(dtype);
   npy_intp count = 1;
   for (int i = 0; i < ndim; i++) count *= dims[i];
@@ -326,6 +362,17 @@ static PyObject *wrap_memory(const void *data, int dtype, int ndim, npy_intp *di
   if (data == NULL && count > 0) {
     snprintf(problem, plen, "data pointer is NULL for %lld elements", (long long)count);
     return NULL;
+  }
+  if (copy) {
+    PyObject *arr = PyArray_SimpleNew(ndim, dims, typenum);
+    if (arr == NULL) return NULL; /* out of memory: conversion_problem() reports it */
+    size_t nbytes = (size_t)PyArray_NBYTES((PyArrayObject *)arr);
+    if (nbytes > 0) {
+      void *dst = PyArray_DATA((PyArrayObject *)arr);
+      Py_BEGIN_ALLOW_THREADS memcpy(dst, data, nbytes);
+      Py_END_ALLOW_THREADS
+    }
+    return arr;
   }
   /* data == NULL with zero elements: numpy allocates an empty array */
   return PyArray_New(&PyArray_Type, ndim, dims, typenum, NULL, (void *)data, 0,
@@ -373,7 +420,22 @@ static int copy_out(const char *where, const char *what, const char *s, Py_ssize
 /* ---------------------------------------------------------------------------------------------------------
  * Writing
  * ------------------------------------------------------------------------------------------------------- */
-int ckptio_create(const char *path, MPI_Comm comm, const char *backend, ckptio_file *file) {
+/* A new handle owning `obj` (stolen), or NULL (obj released, error recorded). */
+static ckptio_file new_handle(PyObject *obj, int writer, const char *where) {
+  struct ckptio_file_s *f = calloc(1, sizeof *f);
+  if (f == NULL) {
+    Py_DECREF(obj); /* (a reader's sub-communicator is freed by its finalizer) */
+    recordf(CKPTIO_ERR_PYTHON, "%s: out of memory", where);
+    return NULL;
+  }
+  f->magic = HANDLE_MAGIC;
+  f->writer = writer;
+  f->fortran = t_fortran;
+  f->obj = obj;
+  return f;
+}
+
+static int create_impl(const char *path, MPI_Comm comm, const char *backend, ckptio_file *file) {
   const char *where = "ckptio_create";
   if (file == NULL) return recordf(CKPTIO_ERR_ARGUMENT, "%s: file (output handle pointer) is NULL", where);
   *file = NULL;
@@ -386,26 +448,59 @@ int ckptio_create(const char *path, MPI_Comm comm, const char *backend, ckptio_f
   PyObject *w = bridge_call("create", Py_BuildValue("(sNs)", path, PyMPIComm_New(comm),
                                                     backend && *backend ? backend : "mpiio"));
   if (w == NULL) st = fail_python(ctx);
-  else {
-    struct ckptio_file_s *f = calloc(1, sizeof *f);
-    if (f == NULL) {
-      Py_DECREF(w);
-      st = record(CKPTIO_ERR_PYTHON, "ckptio_create: out of memory");
-    } else {
-      f->magic = HANDLE_MAGIC;
-      f->writer = 1;
-      f->obj = w;
-      *file = f;
-    }
-  }
+  else if ((*file = new_handle(w, 1, ctx)) == NULL) st = t_status;
   LEAVE();
   return st;
 }
 
-/* Shared by ckptio_write_order (segment == 0) and ckptio_write_segment. Local. */
+/* Collective: bridge.series_create agrees on `problem` before anything else. */
+static int series_impl(MPI_Comm comm, const char *dir, const char *prefix, int keep, int64_t step,
+                       const char *backend, const char *given_problem, ckptio_file *file) {
+  char where[1200], problem[256] = "";
+  snprintf(where, sizeof where, "ckptio_series_create(\"%.1000s\")", dir ? dir : "(null)");
+  if (comm == MPI_COMM_NULL) return recordf(CKPTIO_ERR_ARGUMENT, "%s: communicator is MPI_COMM_NULL", where);
+  if (given_problem != NULL && given_problem[0]) snprintf(problem, sizeof problem, "%s", given_problem);
+  else if (file == NULL) snprintf(problem, sizeof problem, "file (output handle pointer) is NULL");
+  else *file = NULL;
+  if (!problem[0] && dir == NULL) snprintf(problem, sizeof problem, "dir is NULL");
+  if (!problem[0] && keep < 1) snprintf(problem, sizeof problem, "keep must be at least 1, got %d", keep);
+  if (!problem[0] && step < 0)
+    snprintf(problem, sizeof problem, "step must not be negative, got %lld", (long long)step);
+  ENTER(where);
+  int st = CKPTIO_OK;
+  PyObject *w = bridge_call("series_create",
+                            Py_BuildValue("(sNsiLsz)", dir ? dir : "", PyMPIComm_New(comm), prefix ? prefix : "chk",
+                                          keep, (long long)step, backend && *backend ? backend : "mpiio",
+                                          problem[0] ? problem : NULL));
+  if (w == NULL) st = fail_python(where);
+  else if ((*file = new_handle(w, 1, where)) == NULL) st = t_status;
+  LEAVE();
+  return st;
+}
+
+int ckptio_series_create(MPI_Comm comm, const char *dir, const char *prefix, int keep, int64_t step,
+                         const char *backend, ckptio_file *file) {
+  t_fortran = 0;
+  return series_impl(comm, dir, prefix, keep, step, backend, NULL, file);
+}
+
+int ckptio_create(const char *path, MPI_Comm comm, const char *backend, ckptio_file *file) {
+  t_fortran = 0;
+  return create_impl(path, comm, backend, file);
+}
+
+int ckptio_set_zero_copy(ckptio_file f, int enable) {
+  if (check_handle(f, WRITER, "ckptio_set_zero_copy") != CKPTIO_OK) return t_status;
+  f->zero_copy = enable != 0;
+  return CKPTIO_OK;
+}
+
+/* Shared by ckptio_write_order (segment == 0), ckptio_write_segment and ckptio_write_f. Local. The data is
+ * copied unless the handle is in zero-copy mode (and force_copy is 0); zero-copy blocks are watched by the
+ * bridge (checksum now, verified at close). */
 static int write_impl(const char *fn, ckptio_file f, const char *name, int dtype, int order, int ndim,
                       const int64_t *global_shape, const int64_t *offset, const int64_t *local_shape,
-                      const void *data, int segment, const char *given_problem) {
+                      const void *data, int segment, int force_copy, const char *given_problem) {
   char where[256], problem[512] = "";
   npy_intp dims[CKPTIO_MAX_NDIM];
   where_name(where, sizeof where, fn, name);
@@ -424,15 +519,16 @@ static int write_impl(const char *fn, ckptio_file f, const char *name, int dtype
                                      (long long)local_shape[0]);
     dims[0] = (npy_intp)local_shape[0];
   }
+  int zero_copy = f->zero_copy && !force_copy;
   if (!problem[0] && !PyErr_Occurred())
-    arr = wrap_memory(data, dtype, segment ? 1 : ndim, dims, 0, problem, sizeof problem);
+    arr = wrap_memory(data, dtype, segment ? 1 : ndim, dims, 0, !zero_copy, problem, sizeof problem);
   conversion_problem(problem, sizeof problem);
   if (problem[0]) Py_CLEAR(arr);
   /* with a problem, the bridge raises it and marks the writer failed, so its close fails on every rank */
   int st = CKPTIO_OK;
-  PyObject *r = bridge_call("write", Py_BuildValue("(OsOOOz)", f->obj, name ? name : "", arr ? arr : Py_None,
+  PyObject *r = bridge_call("write", Py_BuildValue("(OsOOOzsi)", f->obj, name ? name : "", arr ? arr : Py_None,
                                                    off ? off : Py_None, gs ? gs : Py_None,
-                                                   problem[0] ? problem : NULL));
+                                                   problem[0] ? problem : NULL, where, zero_copy));
   if (r == NULL) st = fail_python(where);
   Py_XDECREF(r);
   Py_XDECREF(arr);
@@ -445,17 +541,19 @@ static int write_impl(const char *fn, ckptio_file f, const char *name, int dtype
 int ckptio_write_order(ckptio_file file, const char *name, int dtype, int order, int ndim,
                        const int64_t *global_shape, const int64_t *offset, const int64_t *local_shape,
                        const void *data) {
-  return write_impl("ckptio_write", file, name, dtype, order, ndim, global_shape, offset, local_shape, data, 0, NULL);
+  t_fortran = 0;
+  return write_impl("ckptio_write", file, name, dtype, order, ndim, global_shape, offset, local_shape, data, 0, 0,
+                    NULL);
 }
 
 int ckptio_write(ckptio_file file, const char *name, int dtype, int ndim, const int64_t *global_shape,
                  const int64_t *offset, const int64_t *local_shape, const void *data) {
   return write_impl("ckptio_write", file, name, dtype, CKPTIO_ORDER_C, ndim, global_shape, offset, local_shape,
-                    data, 0, NULL);
+                    data, 0, 0, NULL);
 }
 
 int ckptio_write_segment(ckptio_file file, const char *name, int dtype, int64_t n, const void *data) {
-  return write_impl("ckptio_write_segment", file, name, dtype, CKPTIO_ORDER_C, 1, NULL, NULL, &n, data, 1, NULL);
+  return write_impl("ckptio_write_segment", file, name, dtype, CKPTIO_ORDER_C, 1, NULL, NULL, &n, data, 1, 0, NULL);
 }
 
 /* value: new reference (stolen), NULL if its construction failed */
@@ -509,11 +607,14 @@ int ckptio_close(ckptio_file f) {
 /* ---------------------------------------------------------------------------------------------------------
  * Reading
  * ------------------------------------------------------------------------------------------------------- */
-int ckptio_open(const char *path, MPI_Comm comm, ckptio_file *file) {
+/* given_problem: an argument problem found by the caller (Fortran: the handle is still open); *file is then
+ * left alone, and every rank fails together. */
+static int open_impl(const char *path, MPI_Comm comm, ckptio_file *file, const char *given_problem) {
   const char *where = "ckptio_open";
   char problem[256] = "", ctx[1200];
   if (comm == MPI_COMM_NULL) return recordf(CKPTIO_ERR_ARGUMENT, "%s: communicator is MPI_COMM_NULL", where);
-  if (file == NULL) snprintf(problem, sizeof problem, "file (output handle pointer) is NULL");
+  if (given_problem != NULL && given_problem[0]) snprintf(problem, sizeof problem, "%s", given_problem);
+  else if (file == NULL) snprintf(problem, sizeof problem, "file (output handle pointer) is NULL");
   else *file = NULL;
   if (path == NULL) snprintf(problem, sizeof problem, "path is NULL");
   snprintf(ctx, sizeof ctx, "ckptio_open(\"%.1000s\")", path ? path : "(null)");
@@ -522,20 +623,14 @@ int ckptio_open(const char *path, MPI_Comm comm, ckptio_file *file) {
   PyObject *r = bridge_call("open_reader", Py_BuildValue("(sNz)", path ? path : "", PyMPIComm_New(comm),
                                                          problem[0] ? problem : NULL));
   if (r == NULL) st = fail_python(ctx);
-  else {
-    struct ckptio_file_s *f = calloc(1, sizeof *f);
-    if (f == NULL) {
-      Py_DECREF(r); /* (the reader's sub-communicator is freed by its finalizer) */
-      st = record(CKPTIO_ERR_PYTHON, "ckptio_open: out of memory");
-    } else {
-      f->magic = HANDLE_MAGIC;
-      f->writer = 0;
-      f->obj = r;
-      *file = f;
-    }
-  }
+  else if ((*file = new_handle(r, 0, ctx)) == NULL) st = t_status;
   LEAVE();
   return st;
+}
+
+int ckptio_open(const char *path, MPI_Comm comm, ckptio_file *file) {
+  t_fortran = 0;
+  return open_impl(path, comm, file, NULL);
 }
 
 static int read_impl(ckptio_file f, const char *name, int dtype, int order, int ndim, const int64_t *offset,
@@ -552,7 +647,7 @@ static int read_impl(ckptio_file f, const char *name, int dtype, int order, int 
     PyObject *sh = shape_tuple("shape", order, ndim, shape, 0, dims, problem, sizeof problem);
     Py_XDECREF(sh);
     if (!problem[0]) off = shape_tuple("offset", order, ndim, offset, 1, NULL, problem, sizeof problem);
-    if (!problem[0] && !PyErr_Occurred()) arr = wrap_memory(buffer, dtype, ndim, dims, 1, problem, sizeof problem);
+    if (!problem[0] && !PyErr_Occurred()) arr = wrap_memory(buffer, dtype, ndim, dims, 1, 0, problem, sizeof problem);
   }
   conversion_problem(problem, sizeof problem);
   if (problem[0]) Py_CLEAR(arr);
@@ -576,6 +671,68 @@ int ckptio_read_order(ckptio_file file, const char *name, int dtype, int order, 
 int ckptio_read(ckptio_file file, const char *name, int dtype, int ndim, const int64_t *offset,
                 const int64_t *shape, void *buffer) {
   return read_impl(file, name, dtype, CKPTIO_ORDER_C, ndim, offset, shape, buffer, NULL);
+}
+
+/* Collective: every request becomes (name, numpy view of its buffer, offset tuple); a problem with any of them
+ * (or given_problem) is agreed on by the bridge before anything is read. */
+static int read_many_impl(ckptio_file f, int order, int n, const ckptio_read_request *reqs,
+                          const char *given_problem) {
+  const char *where = "ckptio_read_many";
+  char problem[512] = "";
+  if (check_handle(f, READER, where) != CKPTIO_OK) return t_status;
+  ENTER(where);
+  PyObject *names = PyList_New(0), *outs = PyList_New(0), *offs = PyList_New(0);
+  if (given_problem != NULL && given_problem[0]) snprintf(problem, sizeof problem, "%s", given_problem);
+  else if (n < 0) snprintf(problem, sizeof problem, "nrequests is negative (%d)", n);
+  else if (n > 0 && reqs == NULL) snprintf(problem, sizeof problem, "requests is NULL for %d request(s)", n);
+  else if (order != CKPTIO_ORDER_C && order != CKPTIO_ORDER_FORTRAN)
+    snprintf(problem, sizeof problem, "order must be CKPTIO_ORDER_C or CKPTIO_ORDER_FORTRAN, got %d", order);
+  for (int i = 0; !problem[0] && names && outs && offs && i < n; i++) {
+    const ckptio_read_request *q = &reqs[i];
+    npy_intp dims[CKPTIO_MAX_NDIM];
+    char item[256] = "";
+    if (q->name == NULL) {
+      snprintf(problem, sizeof problem, "request %d: variable name is NULL", i);
+      break;
+    }
+    if (check_ndim_order(q->ndim, order, item, sizeof item)) {
+      snprintf(problem, sizeof problem, "request %d (\"%.100s\"): %s", i, q->name, item);
+      break;
+    }
+    PyObject *sh = shape_tuple("shape", order, q->ndim, q->shape, 0, dims, item, sizeof item);
+    Py_XDECREF(sh);
+    PyObject *off = item[0] ? NULL : shape_tuple("offset", order, q->ndim, q->offset, 1, NULL, item, sizeof item);
+    PyObject *arr = item[0] || PyErr_Occurred() ? NULL
+                                                : wrap_memory(q->buffer, q->dtype, q->ndim, dims, 1, 0, item, sizeof item);
+    PyObject *name = item[0] || PyErr_Occurred() ? NULL : PyUnicode_FromString(q->name);
+    if (item[0]) snprintf(problem, sizeof problem, "request %d (\"%.100s\"): %s", i, q->name, item);
+    else if (name && arr && off) {
+      PyList_Append(names, name);
+      PyList_Append(outs, arr);
+      PyList_Append(offs, off);
+    }
+    Py_XDECREF(name);
+    Py_XDECREF(arr);
+    Py_XDECREF(off);
+    conversion_problem(problem, sizeof problem);
+  }
+  conversion_problem(problem, sizeof problem);
+  int st = CKPTIO_OK;
+  PyObject *r = names && outs && offs
+                    ? bridge_call("read_many", Py_BuildValue("(OOOOz)", f->obj, names, outs, offs,
+                                                             problem[0] ? problem : NULL))
+                    : NULL;
+  if (r == NULL) st = fail_python(where);
+  Py_XDECREF(r);
+  Py_XDECREF(names);
+  Py_XDECREF(outs);
+  Py_XDECREF(offs);
+  LEAVE();
+  return st;
+}
+
+int ckptio_read_many(ckptio_file file, int order, int nrequests, const ckptio_read_request *requests) {
+  return read_many_impl(file, order, nrequests, requests, NULL);
 }
 
 /* Local: bridge.<fn>(reader, key) -> Python object (new reference) or NULL with the error recorded. */
@@ -709,15 +866,16 @@ int ckptio_var_name(ckptio_file f, int index, char *buf, size_t buflen) {
 /* ---------------------------------------------------------------------------------------------------------
  * Finding checkpoints
  * ------------------------------------------------------------------------------------------------------- */
-static int latest_impl(MPI_Comm *comm, const char *dir, const char *prefix, char *buf, size_t buflen) {
+static int latest_impl(MPI_Comm *comm, const char *dir, const char *prefix, char *buf, size_t buflen, int verify) {
   char where[1200];
-  snprintf(where, sizeof where, "ckptio_latest(\"%.1000s\")", dir ? dir : "(null)");
+  snprintf(where, sizeof where, "%s(\"%.1000s\")", verify ? "ckptio_latest_verified" : "ckptio_latest",
+           dir ? dir : "(null)");
   if (comm && *comm == MPI_COMM_NULL) return recordf(CKPTIO_ERR_ARGUMENT, "%s: communicator is MPI_COMM_NULL", where);
   ENTER(where);
   int st = CKPTIO_OK;
   /* collective with comm: take part even with bad arguments (they are reported afterwards, locally) */
   PyObject *c = comm ? PyMPIComm_New(*comm) : Py_NewRef(Py_None);
-  PyObject *r = bridge_call("latest", Py_BuildValue("(ssN)", dir ? dir : "", prefix ? prefix : "chk", c));
+  PyObject *r = bridge_call("latest", Py_BuildValue("(ssNi)", dir ? dir : "", prefix ? prefix : "chk", c, verify));
   if (r == NULL) st = fail_python(where);
   else if (dir == NULL) st = recordf(CKPTIO_ERR_ARGUMENT, "%s: dir is NULL", where);
   else {
@@ -731,14 +889,21 @@ static int latest_impl(MPI_Comm *comm, const char *dir, const char *prefix, char
 }
 
 int ckptio_latest(const char *dir, const char *prefix, char *buf, size_t buflen) {
-  return latest_impl(NULL, dir, prefix, buf, buflen);
+  t_fortran = 0;
+  return latest_impl(NULL, dir, prefix, buf, buflen, 0);
 }
 
 int ckptio_latest_comm(MPI_Comm comm, const char *dir, const char *prefix, char *buf, size_t buflen) {
-  return latest_impl(&comm, dir, prefix, buf, buflen);
+  t_fortran = 0;
+  return latest_impl(&comm, dir, prefix, buf, buflen, 0);
 }
 
-int ckptio_prune(MPI_Comm comm, const char *dir, const char *prefix, int keep, int *nremoved) {
+int ckptio_latest_verified(MPI_Comm comm, const char *dir, const char *prefix, char *buf, size_t buflen) {
+  t_fortran = 0;
+  return latest_impl(&comm, dir, prefix, buf, buflen, 1);
+}
+
+static int prune_impl(MPI_Comm comm, const char *dir, const char *prefix, int keep, int *nremoved) {
   char where[1200], problem[128] = "";
   snprintf(where, sizeof where, "ckptio_prune(\"%.1000s\")", dir ? dir : "(null)");
   if (comm == MPI_COMM_NULL) return recordf(CKPTIO_ERR_ARGUMENT, "%s: communicator is MPI_COMM_NULL", where);
@@ -754,6 +919,11 @@ int ckptio_prune(MPI_Comm comm, const char *dir, const char *prefix, int keep, i
   Py_XDECREF(r);
   LEAVE();
   return st;
+}
+
+int ckptio_prune(MPI_Comm comm, const char *dir, const char *prefix, int keep, int *nremoved) {
+  t_fortran = 0;
+  return prune_impl(comm, dir, prefix, keep, nremoved);
 }
 
 /* ---------------------------------------------------------------------------------------------------------
@@ -790,6 +960,7 @@ int ckptio_last_error(char *buf, size_t buflen) {
 }
 
 int ckptio_initialize(void) {
+  t_fortran = 0;
   ENTER("ckptio_initialize");
   LEAVE();
   return CKPTIO_OK;
@@ -820,36 +991,81 @@ int ckptio_finalize(void) {
 }
 
 /* ---------------------------------------------------------------------------------------------------------
- * Fortran entry points: classic integer communicator handles
+ * Fortran entry points: classic integer communicator handles, Fortran names and order in messages
  * ------------------------------------------------------------------------------------------------------- */
+/* MPI_Comm_f2c must not be called before MPI_Init or after MPI_Finalize (Open MPI aborts): check first. */
+#define FORTRAN_COMM(where, fcomm, ccomm)              \
+  MPI_Comm ccomm;                                      \
+  t_fortran = 1;                                       \
+  do {                                                 \
+    int st_ = check_mpi(where);                        \
+    if (st_ != CKPTIO_OK) return st_;                  \
+    ccomm = MPI_Comm_f2c(fcomm);                       \
+  } while (0)
+
 int ckptio_create_f(const char *path, MPI_Fint comm, const char *backend, ckptio_file *file) {
-  return ckptio_create(path, MPI_Comm_f2c(comm), backend, file);
+  FORTRAN_COMM("ckptio_create", comm, c);
+  return create_impl(path, c, backend, file);
 }
 
-int ckptio_open_f(const char *path, MPI_Fint comm, ckptio_file *file) {
-  return ckptio_open(path, MPI_Comm_f2c(comm), file);
+int ckptio_open_f(const char *path, MPI_Fint comm, const char *problem, ckptio_file *file) {
+  FORTRAN_COMM("ckptio_open", comm, c);
+  return open_impl(path, c, file, problem);
 }
 
 int ckptio_latest_comm_f(MPI_Fint comm, const char *dir, const char *prefix, char *buf, size_t buflen) {
-  return ckptio_latest_comm(MPI_Comm_f2c(comm), dir, prefix, buf, buflen);
+  FORTRAN_COMM("ckptio_latest", comm, c);
+  return latest_impl(&c, dir, prefix, buf, buflen, 0);
+}
+
+int ckptio_latest_verified_f(MPI_Fint comm, const char *dir, const char *prefix, char *buf, size_t buflen) {
+  FORTRAN_COMM("ckptio_latest_verified", comm, c);
+  return latest_impl(&c, dir, prefix, buf, buflen, 1);
+}
+
+int ckptio_latest_f(const char *dir, const char *prefix, char *buf, size_t buflen) {
+  t_fortran = 1;
+  return latest_impl(NULL, dir, prefix, buf, buflen, 0);
+}
+
+int ckptio_series_create_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int64_t step,
+                           const char *backend, const char *problem, ckptio_file *file) {
+  FORTRAN_COMM("ckptio_series_create", comm, c);
+  return series_impl(c, dir, prefix, keep, step, backend, problem, file);
 }
 
 int ckptio_prune_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int *nremoved) {
-  return ckptio_prune(MPI_Comm_f2c(comm), dir, prefix, keep, nremoved);
+  FORTRAN_COMM("ckptio_prune", comm, c);
+  return prune_impl(c, dir, prefix, keep, nremoved);
 }
 
-/* Argument problems found by the Fortran module (non-contiguous array, wrong number of offsets, ...): a write
- * problem poisons the writer (its close fails on every rank), a read problem takes part in the collective read
- * so that every rank fails together, an error of a local call is just recorded. */
-int ckptio_write_problem_f(ckptio_file file, const char *name, const char *problem) {
+/* Writes and reads of module ckptio: Fortran order, and argument problems found in Fortran (non-contiguous
+ * array, wrong number of offsets, ...): a write problem poisons the writer (its close fails on every rank), a
+ * read problem takes part in the collective read so that every rank fails together. */
+int ckptio_write_f(ckptio_file file, const char *name, int dtype, int ndim, const int64_t *global_shape,
+                   const int64_t *offset, const int64_t *local_shape, const void *data, int segment, int force_copy,
+                   const char *problem) {
   int64_t zero = 0;
-  return write_impl("ckptio_write", file, name, CKPTIO_FLOAT64, CKPTIO_ORDER_C, 1, &zero, &zero, &zero, NULL, 0,
-                    problem ? problem : "invalid argument");
+  const char *given = problem && problem[0] ? problem : NULL;
+  if (given != NULL) /* the shape arguments may not match the array: don't look at them */
+    return write_impl(segment ? "ckptio_write_segment" : "ckptio_write", file, name, CKPTIO_FLOAT64,
+                      CKPTIO_ORDER_C, 1, &zero, &zero, &zero, NULL, 0, 0, given);
+  if (segment)
+    return write_impl("ckptio_write_segment", file, name, dtype, CKPTIO_ORDER_C, 1, NULL, NULL, local_shape, data,
+                      1, force_copy, NULL);
+  return write_impl("ckptio_write", file, name, dtype, CKPTIO_ORDER_FORTRAN, ndim, global_shape, offset,
+                    local_shape, data, 0, force_copy, NULL);
 }
 
-int ckptio_read_problem_f(ckptio_file file, const char *name, const char *problem) {
-  return read_impl(file, name, CKPTIO_FLOAT64, CKPTIO_ORDER_C, 0, NULL, NULL, NULL,
-                   problem ? problem : "invalid argument");
+int ckptio_read_f(ckptio_file file, const char *name, int dtype, int ndim, const int64_t *offset,
+                  const int64_t *shape, void *buffer, const char *problem) {
+  if (problem && problem[0])
+    return read_impl(file, name, CKPTIO_FLOAT64, CKPTIO_ORDER_C, 0, NULL, NULL, NULL, problem);
+  return read_impl(file, name, dtype, CKPTIO_ORDER_FORTRAN, ndim, offset, shape, buffer, NULL);
+}
+
+int ckptio_read_many_f(ckptio_file file, int nrequests, const ckptio_read_request *requests, const char *problem) {
+  return read_many_impl(file, CKPTIO_ORDER_FORTRAN, nrequests, requests, problem);
 }
 
 int ckptio_set_error_f(int status, const char *message) { return record(status, message); }

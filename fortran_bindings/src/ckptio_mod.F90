@@ -5,17 +5,21 @@
 !>  * Errors: every routine has an optional last argument ierr. Present: it receives CKPTIO_OK (0) or an error
 !>    code and the program continues (ckptio_error_message() gives the full message). Absent: on failure the
 !>    message is printed to stderr and MPI_Abort is called (like MPI's default error handler).
-!>  * Arrays: real(real32), real(real64), integer(int32), integer(int64), any rank (1..8), contiguous. A
+!>  * Arrays: real(real32), real(real64), integer(int32), integer(int64), complex(real32), complex(real64),
+!>    logical (stored as 1-byte booleans), any rank (0..8), contiguous. A
 !>    Fortran array a(n1,n2,n3) is stored as the C-order array of global shape (n3,n2,n1), so Python and C see
 !>    a(i,j,k) as a[k-1,j-1,i-1] and no copy is made. Offsets and global shapes are given here in Fortran order
 !>    (offset(1) belongs to the first index), as integer(int64), and offsets are 0-based (like HDF5's and
 !>    MPI_Type_create_subarray's starts): offset = [i0, j0, k0] places a(1,1,1) at global index (i0, j0, k0).
-!>  * ckptio_write only references the array: keep it allocated and unchanged until ckptio_close returns.
+!>  * ckptio_write copies the array before it returns (temporaries, expressions and copy-in dummies are safe).
+!>    ckptio_set_zero_copy(file, .true.) opts in to referencing it instead: then it must stay allocated and
+!>    unchanged until ckptio_close returns (checked by checksum at close), like MPI's nonblocking buffers.
+!>  * Pass ierr by keyword (ierr=ierr): some generics have optional arguments before it.
 !>  * Call ckptio_finalize() after the last ckptio call and before MPI_Finalize.
 module ckptio
   use, intrinsic :: iso_c_binding
   use, intrinsic :: iso_fortran_env, only: int32, int64, real32, real64, error_unit
-  use mpi_f08, only: MPI_Comm, MPI_Abort, MPI_Comm_rank, MPI_COMM_WORLD
+  use mpi_f08, only: MPI_Comm, MPI_Abort, MPI_Comm_rank, MPI_COMM_WORLD, MPI_Initialized, MPI_Finalized
   implicit none
   private
 
@@ -27,7 +31,7 @@ module ckptio
   ! ---- element types (enum ckptio_dtype), as returned by ckptio_inquire_var
   integer, parameter, public :: CKPTIO_DTYPE_OTHER = 0, CKPTIO_INT8 = 1, CKPTIO_INT16 = 2, CKPTIO_INT32 = 3, &
        CKPTIO_INT64 = 4, CKPTIO_UINT8 = 5, CKPTIO_UINT16 = 6, CKPTIO_UINT32 = 7, CKPTIO_UINT64 = 8, &
-       CKPTIO_FLOAT32 = 9, CKPTIO_FLOAT64 = 10
+       CKPTIO_FLOAT32 = 9, CKPTIO_FLOAT64 = 10, CKPTIO_BOOL = 11, CKPTIO_COMPLEX64 = 12, CKPTIO_COMPLEX128 = 13
   integer, parameter, public :: CKPTIO_MAX_NDIM = 8
   integer(c_int), parameter :: ORDER_FORTRAN = 1
 
@@ -38,9 +42,30 @@ module ckptio
      integer :: comm = -1            ! Fortran handle of the communicator, for MPI_Abort
   end type ckptio_file
 
+  !> One request of a batched read (internal to ckptio_read_batch); bind(C): ckptio_read_request of ckptio.h.
+  type, bind(C) :: c_read_request
+     type(c_ptr) :: name = c_null_ptr
+     integer(c_int) :: dtype = 0, ndim = 0
+     type(c_ptr) :: offset = c_null_ptr, shape = c_null_ptr, buffer = c_null_ptr
+  end type c_read_request
+  type :: read_item
+     character(kind=c_char, len=:), allocatable :: name
+     integer(c_int64_t) :: offset(CKPTIO_MAX_NDIM) = 0, shape(CKPTIO_MAX_NDIM) = 0
+     type(c_read_request) :: req
+  end type read_item
+  !> Requests collected with ckptio_batch_add and read together by ckptio_read_many (one collective exchange).
+  !> The arrays added are only referenced: keep them allocated until ckptio_read_many returns.
+  type, public :: ckptio_read_batch
+     private
+     type(read_item), allocatable :: items(:)
+     integer :: n = 0
+     character(len=300) :: problem = ' '
+  end type ckptio_read_batch
+
   public :: ckptio_create, ckptio_open, ckptio_close, ckptio_write, ckptio_write_segment, ckptio_read, &
        ckptio_set_attr, ckptio_get_attr, ckptio_inquire_var, ckptio_latest, ckptio_prune, ckptio_finalize, &
-       ckptio_strerror, ckptio_error_message
+       ckptio_strerror, ckptio_error_message, ckptio_set_zero_copy, ckptio_initialize, &
+       ckptio_batch_add, ckptio_read_many, ckptio_latest_verified, ckptio_series_create
 
   !> ckptio_create(path, comm, file [, backend] [, ierr]) -- local; nothing is written before ckptio_close.
   interface ckptio_create
@@ -52,30 +77,48 @@ module ckptio
   end interface ckptio_open
   !> ckptio_write(file, name, data, offset, global_shape [, ierr]) -- local; Fortran-order offset/global_shape.
   interface ckptio_write
-     module procedure write_r4, write_r8, write_i4, write_i8
+     module procedure write_r4, write_r8, write_i4, write_i8, write_c4, write_c8, write_l
   end interface ckptio_write
   !> ckptio_write_segment(file, name, data [, ierr]) -- local; this rank's variable-length piece of a 1-D
   !> variable (data of any rank is flattened in memory order); pieces are concatenated in rank order.
   interface ckptio_write_segment
-     module procedure segment_r4, segment_r8, segment_i4, segment_i8
+     module procedure segment_r4, segment_r8, segment_i4, segment_i8, segment_c4, segment_c8, segment_l
   end interface ckptio_write_segment
   !> ckptio_read(file, name, data [, offset] [, ierr]) -- collective; reads shape(data) elements at offset.
   interface ckptio_read
-     module procedure read_r4, read_r8, read_i4, read_i8
+     module procedure read_r4, read_r8, read_i4, read_i8, read_c4, read_c8, read_l
   end interface ckptio_read
-  !> ckptio_set_attr(file, key, value [, ierr]) -- local; integer (stored as int64), real(real64), character.
+  !> ckptio_set_attr(file, key, value [, ierr]) -- local; integer (stored as int64), real(real32) and
+  !> real(real64) (stored as float64), character.
   interface ckptio_set_attr
-     module procedure set_attr_i4, set_attr_i8, set_attr_r8, set_attr_str
+     module procedure set_attr_i4, set_attr_i8, set_attr_r4, set_attr_r8, set_attr_str
   end interface ckptio_set_attr
   !> ckptio_get_attr(file, key, value [, ierr]) -- local.
   interface ckptio_get_attr
-     module procedure get_attr_i4, get_attr_i8, get_attr_r8, get_attr_str
+     module procedure get_attr_i4, get_attr_i8, get_attr_r4, get_attr_r8, get_attr_str
   end interface ckptio_get_attr
   !> ckptio_latest([comm,] dir, path [, prefix] [, ierr]) -- newest complete checkpoint (blank if none);
   !> with comm collective (rank 0 looks, then broadcasts), without comm local.
   interface ckptio_latest
      module procedure latest_local, latest_f08, latest_int
   end interface ckptio_latest
+
+  !> ckptio_batch_add(batch, name, data [, offset] [, ierr]) -- local: add a read of shape(data) elements of
+  !> variable name at offset (default 0) into data; done by ckptio_read_many(file, batch [, ierr]).
+  interface ckptio_batch_add
+     module procedure batch_r4, batch_r8, batch_i4, batch_i8, batch_c4, batch_c8
+  end interface ckptio_batch_add
+  !> ckptio_series_create(comm, dir, step, keep, file [, prefix] [, backend] [, ierr]) -- collective: start
+  !> checkpoint dir/prefix_NNNNNN of a series (ckptio.Series); after its ckptio_close commits, only the newest
+  !> keep complete checkpoints of the series are kept. Restart with ckptio_latest_verified.
+  interface ckptio_series_create
+     module procedure series_f08, series_int
+  end interface ckptio_series_create
+  !> ckptio_latest_verified(comm, dir, path [, prefix] [, ierr]) -- collective: the newest checkpoint whose
+  !> checksums verify, falling back past corrupt or incomplete newer ones (as ckptio.Series.latest).
+  interface ckptio_latest_verified
+     module procedure latest_verified_f08, latest_verified_int
+  end interface ckptio_latest_verified
 
   !> ckptio_prune(comm, dir, keep [, prefix] [, nremoved] [, ierr]) -- collective retention (ckptio.Series):
   !> delete all but the newest keep complete checkpoints named prefix_NNNNNN (prefix default "chk").
@@ -91,49 +134,63 @@ module ckptio
        integer(c_int), value :: comm
        type(c_ptr), intent(out) :: file
      end function c_create
-     integer(c_int) function c_open(path, comm, file) bind(C, name="ckptio_open_f")
+     integer(c_int) function c_open(path, comm, problem, file) bind(C, name="ckptio_open_f")
        import :: c_int, c_char, c_ptr
-       character(kind=c_char), intent(in) :: path(*)
+       character(kind=c_char), intent(in) :: path(*), problem(*)
        integer(c_int), value :: comm
-       type(c_ptr), intent(out) :: file
+       type(c_ptr), intent(inout) :: file
      end function c_open
      integer(c_int) function c_close(file) bind(C, name="ckptio_close")
        import :: c_int, c_ptr
        type(c_ptr), value :: file
      end function c_close
-     integer(c_int) function c_write(file, name, dtype, order, ndim, global_shape, offset, local_shape, data) &
-          bind(C, name="ckptio_write_order")
+     integer(c_int) function c_write(file, name, dtype, ndim, global_shape, offset, local_shape, data, segment, &
+          force_copy, problem) bind(C, name="ckptio_write_f")
        import :: c_int, c_char, c_ptr, c_int64_t
        type(c_ptr), value :: file, data
-       character(kind=c_char), intent(in) :: name(*)
-       integer(c_int), value :: dtype, order, ndim
+       character(kind=c_char), intent(in) :: name(*), problem(*)
+       integer(c_int), value :: dtype, ndim, segment, force_copy
        integer(c_int64_t), intent(in) :: global_shape(*), offset(*), local_shape(*)
      end function c_write
-     integer(c_int) function c_write_segment(file, name, dtype, n, data) bind(C, name="ckptio_write_segment")
-       import :: c_int, c_char, c_ptr, c_int64_t
-       type(c_ptr), value :: file, data
-       character(kind=c_char), intent(in) :: name(*)
-       integer(c_int), value :: dtype
-       integer(c_int64_t), value :: n
-     end function c_write_segment
-     integer(c_int) function c_read(file, name, dtype, order, ndim, offset, shape, buffer) &
-          bind(C, name="ckptio_read_order")
+     integer(c_int) function c_read(file, name, dtype, ndim, offset, shape, buffer, problem) &
+          bind(C, name="ckptio_read_f")
        import :: c_int, c_char, c_ptr, c_int64_t
        type(c_ptr), value :: file, buffer
-       character(kind=c_char), intent(in) :: name(*)
-       integer(c_int), value :: dtype, order, ndim
+       character(kind=c_char), intent(in) :: name(*), problem(*)
+       integer(c_int), value :: dtype, ndim
        integer(c_int64_t), intent(in) :: offset(*), shape(*)
      end function c_read
-     integer(c_int) function c_write_problem(file, name, problem) bind(C, name="ckptio_write_problem_f")
-       import :: c_int, c_char, c_ptr
+     integer(c_int) function c_read_many(file, n, requests, problem) bind(C, name="ckptio_read_many_f")
+       import :: c_int, c_char, c_ptr, c_read_request
        type(c_ptr), value :: file
-       character(kind=c_char), intent(in) :: name(*), problem(*)
-     end function c_write_problem
-     integer(c_int) function c_read_problem(file, name, problem) bind(C, name="ckptio_read_problem_f")
-       import :: c_int, c_char, c_ptr
+       integer(c_int), value :: n
+       type(c_read_request), intent(in) :: requests(*)
+       character(kind=c_char), intent(in) :: problem(*)
+     end function c_read_many
+     integer(c_int) function c_series_create(comm, dir, prefix, keep, step, backend, problem, file) &
+          bind(C, name="ckptio_series_create_f")
+       import :: c_int, c_char, c_ptr, c_int64_t
+       integer(c_int), value :: comm, keep
+       character(kind=c_char), intent(in) :: dir(*), prefix(*), backend(*), problem(*)
+       integer(c_int64_t), value :: step
+       type(c_ptr), intent(inout) :: file
+     end function c_series_create
+     integer(c_int) function c_latest_verified(comm, dir, prefix, buf, buflen) &
+          bind(C, name="ckptio_latest_verified_f")
+       import :: c_int, c_char, c_size_t
+       integer(c_int), value :: comm
+       character(kind=c_char), intent(in) :: dir(*), prefix(*)
+       character(kind=c_char), intent(out) :: buf(*)
+       integer(c_size_t), value :: buflen
+     end function c_latest_verified
+     integer(c_int) function c_set_zero_copy(file, enable) bind(C, name="ckptio_set_zero_copy")
+       import :: c_int, c_ptr
        type(c_ptr), value :: file
-       character(kind=c_char), intent(in) :: name(*), problem(*)
-     end function c_read_problem
+       integer(c_int), value :: enable
+     end function c_set_zero_copy
+     integer(c_int) function c_initialize() bind(C, name="ckptio_initialize")
+       import :: c_int
+     end function c_initialize
      integer(c_int) function c_set_error(status, message) bind(C, name="ckptio_set_error_f")
        import :: c_int, c_char
        integer(c_int), value :: status
@@ -184,7 +241,7 @@ module ckptio
        integer(c_int), intent(out) :: dtype, ndim
        integer(c_int64_t), intent(out) :: shape(*)
      end function c_inquire_var
-     integer(c_int) function c_latest(dir, prefix, buf, buflen) bind(C, name="ckptio_latest")
+     integer(c_int) function c_latest(dir, prefix, buf, buflen) bind(C, name="ckptio_latest_f")
        import :: c_int, c_char, c_size_t
        character(kind=c_char), intent(in) :: dir(*), prefix(*)
        character(kind=c_char), intent(out) :: buf(*)
@@ -251,11 +308,19 @@ contains
     integer, intent(out), optional :: ierr
     type(MPI_Comm) :: c
     integer :: rank
+    logical :: up, down
     if (present(ierr)) then
        ierr = int(status)
        return
     end if
     if (status == CKPTIO_OK) return
+    call MPI_Initialized(up)
+    call MPI_Finalized(down)
+    if (.not. up .or. down) then                      ! no MPI_Abort possible: stop this process
+       write (error_unit, '(a,i0,a,a)') 'ckptio: error ', status, ', stopping: ', ckptio_error_message()
+       flush (error_unit)
+       error stop 'ckptio: error without ierr while MPI is not initialized'
+    end if
     call MPI_Comm_rank(MPI_COMM_WORLD, rank)
     write (error_unit, '(a,i0,a,i0,a,a)') 'ckptio: rank ', rank, ': error ', status, ', aborting: ', &
          ckptio_error_message()
@@ -273,13 +338,26 @@ contains
 
   ! ====================================================================================== create / open / close
 
+  !> Status of a handle that is still open where a new one is to be made (create/open): an error, so that a
+  !> pending checkpoint is never dropped silently.
+  integer(c_int) function still_open(where)
+    character(len=*), intent(in) :: where
+    still_open = c_set_error(int(CKPTIO_ERR_ARGUMENT, c_int), cstr(where // ': the ckptio_file still holds an ' // &
+         'open checkpoint; call ckptio_close on it first (it was left open and unchanged)'))
+  end function still_open
+
   subroutine create_int(path, comm, file, backend, ierr)
     character(len=*), intent(in) :: path
     integer, intent(in) :: comm                       !< classic (use mpi) communicator handle
-    type(ckptio_file), intent(out) :: file
+    type(ckptio_file), intent(inout) :: file          !< must not hold an open checkpoint
     character(len=*), intent(in), optional :: backend !< "mpiio" (default), "hdf5" or "pnetcdf"
     integer, intent(out), optional :: ierr
     integer(c_int) :: st
+    if (c_associated(file%handle)) then
+       st = still_open('ckptio_create("' // trim(path) // '")')
+       call finish(st, file%comm, ierr)
+       return
+    end if
     if (present(backend)) then
        st = c_create(cstr(path), int(comm, c_int), cstr(backend), file%handle)
     else
@@ -292,19 +370,26 @@ contains
   subroutine create_f08(path, comm, file, backend, ierr)
     character(len=*), intent(in) :: path
     type(MPI_Comm), intent(in) :: comm
-    type(ckptio_file), intent(out) :: file
+    type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in), optional :: backend
     integer, intent(out), optional :: ierr
     call create_int(path, comm%MPI_VAL, file, backend, ierr)
   end subroutine create_f08
 
+  !> Collective. A handle that is still open on some rank fails the open on every rank (and stays open).
   subroutine open_int(path, comm, file, ierr)
     character(len=*), intent(in) :: path
     integer, intent(in) :: comm
-    type(ckptio_file), intent(out) :: file
+    type(ckptio_file), intent(inout) :: file
     integer, intent(out), optional :: ierr
     integer(c_int) :: st
-    st = c_open(cstr(path), int(comm, c_int), file%handle)
+    if (c_associated(file%handle)) then
+       st = c_open(cstr(path), int(comm, c_int), cstr('the ckptio_file still holds an open checkpoint; call ' // &
+            'ckptio_close on it first (it was left open and unchanged)'), file%handle)
+       call finish(st, file%comm, ierr)
+       return
+    end if
+    st = c_open(cstr(path), int(comm, c_int), cstr(''), file%handle)
     if (st == CKPTIO_OK) file%comm = comm
     call finish(st, comm, ierr)
   end subroutine open_int
@@ -312,7 +397,7 @@ contains
   subroutine open_f08(path, comm, file, ierr)
     character(len=*), intent(in) :: path
     type(MPI_Comm), intent(in) :: comm
-    type(ckptio_file), intent(out) :: file
+    type(ckptio_file), intent(inout) :: file
     integer, intent(out), optional :: ierr
     call open_int(path, comm%MPI_VAL, file, ierr)
   end subroutine open_f08
@@ -332,129 +417,60 @@ contains
     call finish(st, file%comm, ierr)
   end subroutine ckptio_close
 
+  !> Local: zero-copy mode of a checkpoint being written (default .false.: every write copies the array).
+  !> With .true., the following writes only reference the arrays, which must then stay allocated and unchanged
+  !> until ckptio_close returns -- no expressions, array sections or dummies that the compiler may copy in.
+  !> Each block is checksummed at write and verified at close: a changed one fails the close on every rank.
+  subroutine ckptio_set_zero_copy(file, enable, ierr)
+    type(ckptio_file), intent(inout) :: file
+    logical, intent(in) :: enable
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    if (.not. c_associated(file%handle)) then
+       st = not_open('ckptio_set_zero_copy')
+    else
+       st = c_set_zero_copy(file%handle, merge(1_c_int, 0_c_int, enable))
+    end if
+    call finish(st, file%comm, ierr)
+  end subroutine ckptio_set_zero_copy
+
   ! ================================================================================================== writing
 
-  subroutine write_any(file, name, ptr, dtype, lshape, contiguous, offset, global_shape, ierr)
+  !> Local: block (segment .false.) or segment write through ckptio_write_f; force_copy for a temporary made
+  !> here (logical arrays), which must be copied even in zero-copy mode.
+  subroutine write_any(file, fname, name, ptr, dtype, lshape, contiguous, offset, global_shape, segment, &
+       force_copy, ierr)
     type(ckptio_file), intent(inout) :: file
-    character(len=*), intent(in) :: name
+    character(len=*), intent(in) :: fname, name
     type(c_ptr), intent(in) :: ptr
     integer, intent(in) :: dtype
     integer(int64), intent(in) :: lshape(:), offset(:), global_shape(:)
-    logical, intent(in) :: contiguous
+    logical, intent(in) :: contiguous, segment, force_copy
     integer, intent(out), optional :: ierr
     integer(c_int) :: st
+    integer(int64) :: n(1)
     character(len=200) :: problem
     problem = ' '
     if (.not. contiguous) then
-       problem = 'the array is not contiguous (pass a contiguous array; it is referenced until ckptio_close)'
-    else if (size(offset) /= size(lshape) .or. size(global_shape) /= size(lshape)) then
+       problem = 'the array is not contiguous (pass a contiguous array, or copy it into one)'
+    else if (.not. segment .and. (size(offset) /= size(lshape) .or. size(global_shape) /= size(lshape))) then
        write (problem, '(a,i0,a,i0,a,i0)') 'the array has rank ', size(lshape), ' but offset has ', &
             size(offset), ' elements and global_shape ', size(global_shape)
     end if
+    n(1) = product(lshape)
     if (.not. c_associated(file%handle)) then
-       st = not_open('ckptio_write("' // trim(name) // '")')
-    else if (problem /= ' ') then
-       st = c_write_problem(file%handle, cstr(name), cstr(problem))
+       st = not_open(fname // '("' // trim(name) // '")')
+    else if (segment) then
+       st = c_write(file%handle, cstr(name), int(dtype, c_int), 1_c_int, n, n, n, ptr, 1_c_int, &
+            merge(1_c_int, 0_c_int, force_copy), cstr(problem))
     else
-       st = c_write(file%handle, cstr(name), int(dtype, c_int), ORDER_FORTRAN, int(size(lshape), c_int), &
-            global_shape, offset, lshape, ptr)
+       st = c_write(file%handle, cstr(name), int(dtype, c_int), int(size(lshape), c_int), global_shape, offset, &
+            lshape, ptr, 0_c_int, merge(1_c_int, 0_c_int, force_copy), cstr(problem))
     end if
     call finish(st, file%comm, ierr)
   end subroutine write_any
 
-  subroutine write_r4(file, name, data, offset, global_shape, ierr)
-    type(ckptio_file), intent(inout) :: file
-    character(len=*), intent(in) :: name
-    real(real32), dimension(..), intent(in), target :: data
-    integer(int64), intent(in) :: offset(:), global_shape(:)
-    integer, intent(out), optional :: ierr
-    call write_any(file, name, c_loc(data), CKPTIO_FLOAT32, shape(data, int64), is_contiguous(data), &
-         offset, global_shape, ierr)
-  end subroutine write_r4
-
-  subroutine write_r8(file, name, data, offset, global_shape, ierr)
-    type(ckptio_file), intent(inout) :: file
-    character(len=*), intent(in) :: name
-    real(real64), dimension(..), intent(in), target :: data
-    integer(int64), intent(in) :: offset(:), global_shape(:)
-    integer, intent(out), optional :: ierr
-    call write_any(file, name, c_loc(data), CKPTIO_FLOAT64, shape(data, int64), is_contiguous(data), &
-         offset, global_shape, ierr)
-  end subroutine write_r8
-
-  subroutine write_i4(file, name, data, offset, global_shape, ierr)
-    type(ckptio_file), intent(inout) :: file
-    character(len=*), intent(in) :: name
-    integer(int32), dimension(..), intent(in), target :: data
-    integer(int64), intent(in) :: offset(:), global_shape(:)
-    integer, intent(out), optional :: ierr
-    call write_any(file, name, c_loc(data), CKPTIO_INT32, shape(data, int64), is_contiguous(data), &
-         offset, global_shape, ierr)
-  end subroutine write_i4
-
-  subroutine write_i8(file, name, data, offset, global_shape, ierr)
-    type(ckptio_file), intent(inout) :: file
-    character(len=*), intent(in) :: name
-    integer(int64), dimension(..), intent(in), target :: data
-    integer(int64), intent(in) :: offset(:), global_shape(:)
-    integer, intent(out), optional :: ierr
-    call write_any(file, name, c_loc(data), CKPTIO_INT64, shape(data, int64), is_contiguous(data), &
-         offset, global_shape, ierr)
-  end subroutine write_i8
-
-  subroutine segment_any(file, name, ptr, dtype, n, contiguous, ierr)
-    type(ckptio_file), intent(inout) :: file
-    character(len=*), intent(in) :: name
-    type(c_ptr), intent(in) :: ptr
-    integer, intent(in) :: dtype
-    integer(int64), intent(in) :: n
-    logical, intent(in) :: contiguous
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-    if (.not. c_associated(file%handle)) then
-       st = not_open('ckptio_write_segment("' // trim(name) // '")')
-    else if (.not. contiguous) then
-       st = c_write_problem(file%handle, cstr(name), cstr('the segment array is not contiguous'))
-    else
-       st = c_write_segment(file%handle, cstr(name), int(dtype, c_int), n, ptr)
-    end if
-    call finish(st, file%comm, ierr)
-  end subroutine segment_any
-
-  subroutine segment_r4(file, name, data, ierr)
-    type(ckptio_file), intent(inout) :: file
-    character(len=*), intent(in) :: name
-    real(real32), dimension(..), intent(in), target :: data
-    integer, intent(out), optional :: ierr
-    call segment_any(file, name, c_loc(data), CKPTIO_FLOAT32, size(data, kind=int64), is_contiguous(data), ierr)
-  end subroutine segment_r4
-
-  subroutine segment_r8(file, name, data, ierr)
-    type(ckptio_file), intent(inout) :: file
-    character(len=*), intent(in) :: name
-    real(real64), dimension(..), intent(in), target :: data
-    integer, intent(out), optional :: ierr
-    call segment_any(file, name, c_loc(data), CKPTIO_FLOAT64, size(data, kind=int64), is_contiguous(data), ierr)
-  end subroutine segment_r8
-
-  subroutine segment_i4(file, name, data, ierr)
-    type(ckptio_file), intent(inout) :: file
-    character(len=*), intent(in) :: name
-    integer(int32), dimension(..), intent(in), target :: data
-    integer, intent(out), optional :: ierr
-    call segment_any(file, name, c_loc(data), CKPTIO_INT32, size(data, kind=int64), is_contiguous(data), ierr)
-  end subroutine segment_i4
-
-  subroutine segment_i8(file, name, data, ierr)
-    type(ckptio_file), intent(inout) :: file
-    character(len=*), intent(in) :: name
-    integer(int64), dimension(..), intent(in), target :: data
-    integer, intent(out), optional :: ierr
-    call segment_any(file, name, c_loc(data), CKPTIO_INT64, size(data, kind=int64), is_contiguous(data), ierr)
-  end subroutine segment_i8
-
-  ! ================================================================================================== reading
-
+  !> Collective read into ptr (shp elements, Fortran order) at offset (default 0).
   subroutine read_any(file, name, ptr, dtype, shp, contiguous, offset, ierr)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
@@ -465,7 +481,7 @@ contains
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
     integer(c_int) :: st
-    integer(int64) :: off(size(shp))
+    integer(int64) :: off(max(size(shp), 1))
     character(len=200) :: problem
     problem = ' '
     off = 0
@@ -476,18 +492,37 @@ contains
           write (problem, '(a,i0,a,i0,a)') 'the array has rank ', size(shp), ' but offset has ', size(offset), &
                ' elements'
        else
-          off = offset
+          off(1:size(shp)) = offset
        end if
     end if
     if (.not. c_associated(file%handle)) then
        st = not_open('ckptio_read("' // trim(name) // '")')
-    else if (problem /= ' ') then
-       st = c_read_problem(file%handle, cstr(name), cstr(problem))   ! collective: every rank fails
     else
-       st = c_read(file%handle, cstr(name), int(dtype, c_int), ORDER_FORTRAN, int(size(shp), c_int), off, shp, ptr)
+       st = c_read(file%handle, cstr(name), int(dtype, c_int), int(size(shp), c_int), off, shp, ptr, cstr(problem))
     end if
     call finish(st, file%comm, ierr)
   end subroutine read_any
+
+  ! ---- type-specific wrappers of the generics ckptio_write, ckptio_write_segment, ckptio_read
+
+  subroutine write_r4(file, name, data, offset, global_shape, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    real(real32), dimension(..), intent(in), target :: data
+    integer(int64), intent(in) :: offset(:), global_shape(:)
+    integer, intent(out), optional :: ierr
+    call write_any(file, 'ckptio_write', name, c_loc(data), CKPTIO_FLOAT32, shape(data, int64), is_contiguous(data), &
+         offset, global_shape, .false., .false., ierr)
+  end subroutine write_r4
+
+  subroutine segment_r4(file, name, data, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    real(real32), dimension(..), intent(in), target :: data
+    integer, intent(out), optional :: ierr
+    call write_any(file, 'ckptio_write_segment', name, c_loc(data), CKPTIO_FLOAT32, [size(data, kind=int64)], &
+         is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr)
+  end subroutine segment_r4
 
   subroutine read_r4(file, name, data, offset, ierr)
     type(ckptio_file), intent(inout) :: file
@@ -498,6 +533,25 @@ contains
     call read_any(file, name, c_loc(data), CKPTIO_FLOAT32, shape(data, int64), is_contiguous(data), offset, ierr)
   end subroutine read_r4
 
+  subroutine write_r8(file, name, data, offset, global_shape, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    real(real64), dimension(..), intent(in), target :: data
+    integer(int64), intent(in) :: offset(:), global_shape(:)
+    integer, intent(out), optional :: ierr
+    call write_any(file, 'ckptio_write', name, c_loc(data), CKPTIO_FLOAT64, shape(data, int64), is_contiguous(data), &
+         offset, global_shape, .false., .false., ierr)
+  end subroutine write_r8
+
+  subroutine segment_r8(file, name, data, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    real(real64), dimension(..), intent(in), target :: data
+    integer, intent(out), optional :: ierr
+    call write_any(file, 'ckptio_write_segment', name, c_loc(data), CKPTIO_FLOAT64, [size(data, kind=int64)], &
+         is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr)
+  end subroutine segment_r8
+
   subroutine read_r8(file, name, data, offset, ierr)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
@@ -506,6 +560,25 @@ contains
     integer, intent(out), optional :: ierr
     call read_any(file, name, c_loc(data), CKPTIO_FLOAT64, shape(data, int64), is_contiguous(data), offset, ierr)
   end subroutine read_r8
+
+  subroutine write_i4(file, name, data, offset, global_shape, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    integer(int32), dimension(..), intent(in), target :: data
+    integer(int64), intent(in) :: offset(:), global_shape(:)
+    integer, intent(out), optional :: ierr
+    call write_any(file, 'ckptio_write', name, c_loc(data), CKPTIO_INT32, shape(data, int64), is_contiguous(data), &
+         offset, global_shape, .false., .false., ierr)
+  end subroutine write_i4
+
+  subroutine segment_i4(file, name, data, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    integer(int32), dimension(..), intent(in), target :: data
+    integer, intent(out), optional :: ierr
+    call write_any(file, 'ckptio_write_segment', name, c_loc(data), CKPTIO_INT32, [size(data, kind=int64)], &
+         is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr)
+  end subroutine segment_i4
 
   subroutine read_i4(file, name, data, offset, ierr)
     type(ckptio_file), intent(inout) :: file
@@ -516,6 +589,25 @@ contains
     call read_any(file, name, c_loc(data), CKPTIO_INT32, shape(data, int64), is_contiguous(data), offset, ierr)
   end subroutine read_i4
 
+  subroutine write_i8(file, name, data, offset, global_shape, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    integer(int64), dimension(..), intent(in), target :: data
+    integer(int64), intent(in) :: offset(:), global_shape(:)
+    integer, intent(out), optional :: ierr
+    call write_any(file, 'ckptio_write', name, c_loc(data), CKPTIO_INT64, shape(data, int64), is_contiguous(data), &
+         offset, global_shape, .false., .false., ierr)
+  end subroutine write_i8
+
+  subroutine segment_i8(file, name, data, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    integer(int64), dimension(..), intent(in), target :: data
+    integer, intent(out), optional :: ierr
+    call write_any(file, 'ckptio_write_segment', name, c_loc(data), CKPTIO_INT64, [size(data, kind=int64)], &
+         is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr)
+  end subroutine segment_i8
+
   subroutine read_i8(file, name, data, offset, ierr)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
@@ -524,6 +616,121 @@ contains
     integer, intent(out), optional :: ierr
     call read_any(file, name, c_loc(data), CKPTIO_INT64, shape(data, int64), is_contiguous(data), offset, ierr)
   end subroutine read_i8
+
+  subroutine write_c4(file, name, data, offset, global_shape, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    complex(real32), dimension(..), intent(in), target :: data
+    integer(int64), intent(in) :: offset(:), global_shape(:)
+    integer, intent(out), optional :: ierr
+    call write_any(file, 'ckptio_write', name, c_loc(data), CKPTIO_COMPLEX64, shape(data, int64), is_contiguous(data), &
+         offset, global_shape, .false., .false., ierr)
+  end subroutine write_c4
+
+  subroutine segment_c4(file, name, data, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    complex(real32), dimension(..), intent(in), target :: data
+    integer, intent(out), optional :: ierr
+    call write_any(file, 'ckptio_write_segment', name, c_loc(data), CKPTIO_COMPLEX64, [size(data, kind=int64)], &
+         is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr)
+  end subroutine segment_c4
+
+  subroutine read_c4(file, name, data, offset, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    complex(real32), dimension(..), intent(inout), target :: data
+    integer(int64), intent(in), optional :: offset(:)
+    integer, intent(out), optional :: ierr
+    call read_any(file, name, c_loc(data), CKPTIO_COMPLEX64, shape(data, int64), is_contiguous(data), offset, ierr)
+  end subroutine read_c4
+
+  subroutine write_c8(file, name, data, offset, global_shape, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    complex(real64), dimension(..), intent(in), target :: data
+    integer(int64), intent(in) :: offset(:), global_shape(:)
+    integer, intent(out), optional :: ierr
+    call write_any(file, 'ckptio_write', name, c_loc(data), CKPTIO_COMPLEX128, shape(data, int64), is_contiguous(data), &
+         offset, global_shape, .false., .false., ierr)
+  end subroutine write_c8
+
+  subroutine segment_c8(file, name, data, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    complex(real64), dimension(..), intent(in), target :: data
+    integer, intent(out), optional :: ierr
+    call write_any(file, 'ckptio_write_segment', name, c_loc(data), CKPTIO_COMPLEX128, [size(data, kind=int64)], &
+         is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr)
+  end subroutine segment_c8
+
+  subroutine read_c8(file, name, data, offset, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    complex(real64), dimension(..), intent(inout), target :: data
+    integer(int64), intent(in), optional :: offset(:)
+    integer, intent(out), optional :: ierr
+    call read_any(file, name, c_loc(data), CKPTIO_COMPLEX128, shape(data, int64), is_contiguous(data), offset, ierr)
+  end subroutine read_c8
+
+  !> Default logical arrays are stored as 1-byte booleans (numpy bool): converted through a logical(c_bool)
+  !> copy, which is always copied again by the C side (also in zero-copy mode) since it is freed on return.
+  subroutine write_l(file, name, data, offset, global_shape, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    logical, dimension(..), intent(in), target :: data
+    integer(int64), intent(in) :: offset(:), global_shape(:)
+    integer, intent(out), optional :: ierr
+    logical(c_bool), allocatable, target :: tmp(:)
+    call to_c_bool(data, tmp)
+    call write_any(file, 'ckptio_write', name, c_loc(tmp), CKPTIO_BOOL, shape(data, int64), is_contiguous(data), &
+         offset, global_shape, .false., .true., ierr)
+  end subroutine write_l
+
+  subroutine segment_l(file, name, data, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    logical, dimension(..), intent(in), target :: data
+    integer, intent(out), optional :: ierr
+    logical(c_bool), allocatable, target :: tmp(:)
+    call to_c_bool(data, tmp)
+    call write_any(file, 'ckptio_write_segment', name, c_loc(tmp), CKPTIO_BOOL, [size(data, kind=int64)], &
+         is_contiguous(data), [0_int64], [0_int64], .true., .true., ierr)
+  end subroutine segment_l
+
+  subroutine read_l(file, name, data, offset, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name
+    logical, dimension(..), intent(inout), target :: data
+    integer(int64), intent(in), optional :: offset(:)
+    integer, intent(out), optional :: ierr
+    logical(c_bool), allocatable, target :: tmp(:)
+    logical, pointer :: flat(:)
+    integer :: st
+    allocate (tmp(size(data)))
+    call read_any(file, name, c_loc(tmp), CKPTIO_BOOL, shape(data, int64), is_contiguous(data), offset, st)
+    if (st == CKPTIO_OK) then
+       call c_f_pointer(c_loc(data), flat, [size(data)])
+       flat = logical(tmp)
+    end if
+    call finish(int(st, c_int), file%comm, ierr)
+  end subroutine read_l
+
+  !> The elements of a contiguous logical array as logical(c_bool) (empty if not contiguous: write_any then
+  !> reports it).
+  subroutine to_c_bool(data, tmp)
+    logical, dimension(..), intent(in), target :: data
+    logical(c_bool), allocatable, intent(out) :: tmp(:)
+    logical, pointer :: flat(:)
+    if (is_contiguous(data)) then
+       call c_f_pointer(c_loc(data), flat, [size(data)])
+       tmp = logical(flat, c_bool)
+    else
+       allocate (tmp(0))
+    end if
+  end subroutine to_c_bool
+
+  ! ================================================================================================== reading
 
   !> Local: element type (CKPTIO_FLOAT64, ...) and global shape in Fortran order (size(shape) = rank) of a
   !> variable of an opened checkpoint. A per-rank segment variable has rank 1 and its total length.
@@ -584,6 +791,15 @@ contains
     end if
     call finish(st, file%comm, ierr)
   end subroutine set_attr_r8
+
+  !> A real(real32) attribute, stored as float64 (its exact value: real(value, real64)).
+  subroutine set_attr_r4(file, key, value, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: key
+    real(real32), intent(in) :: value
+    integer, intent(out), optional :: ierr
+    call set_attr_r8(file, key, real(value, real64), ierr)
+  end subroutine set_attr_r4
 
   !> A string attribute; trailing blanks of value are removed.
   subroutine set_attr_str(file, key, value, ierr)
@@ -654,6 +870,27 @@ contains
     call finish(st, file%comm, ierr)
   end subroutine get_attr_r8
 
+  !> A real attribute as real(real32) (rounded to nearest; CKPTIO_ERR_ARGUMENT if out of real32's range).
+  subroutine get_attr_r4(file, key, value, ierr)
+    type(ckptio_file), intent(in) :: file
+    character(len=*), intent(in) :: key
+    real(real32), intent(out) :: value
+    integer, intent(out), optional :: ierr
+    real(real64) :: v
+    integer :: st
+    value = 0
+    call get_attr_r8(file, key, v, st)
+    if (st == CKPTIO_OK) then
+       if (abs(v) > huge(value)) then
+          st = c_set_error(int(CKPTIO_ERR_ARGUMENT, c_int), cstr('ckptio_get_attr("' // trim(key) // &
+               '"): the value does not fit in real(real32)'))
+       else
+          value = real(v, real32)
+       end if
+    end if
+    call finish(int(st, c_int), file%comm, ierr)
+  end subroutine get_attr_r4
+
   !> A string attribute, blank padded; CKPTIO_ERR_ARGUMENT if it is longer than len(value).
   subroutine get_attr_str(file, key, value, ierr)
     type(ckptio_file), intent(in) :: file
@@ -722,6 +959,205 @@ contains
     call finish(st, comm, ierr)
   end subroutine latest_impl
 
+  ! ============================================================================================ batched reads
+
+  !> Local: record one request (the batch references data, which must stay allocated until ckptio_read_many).
+  !> A problem (non-contiguous array, wrong number of offsets, too many dimensions) is kept for
+  !> ckptio_read_many, which then fails on every rank.
+  subroutine batch_any(batch, name, ptr, dtype, shp, contiguous, offset, ierr)
+    type(ckptio_read_batch), intent(inout) :: batch
+    character(len=*), intent(in) :: name
+    type(c_ptr), intent(in) :: ptr
+    integer, intent(in) :: dtype
+    integer(int64), intent(in) :: shp(:)
+    logical, intent(in) :: contiguous
+    integer(int64), intent(in), optional :: offset(:)
+    integer, intent(out), optional :: ierr
+    type(read_item), allocatable :: grown(:)
+    character(len=300) :: problem
+    integer :: nd
+    problem = ' '
+    nd = size(shp)
+    if (.not. contiguous) then
+       problem = 'the array to read "' // trim(name) // '" into is not contiguous'
+    else if (present(offset)) then
+       if (size(offset) /= nd) write (problem, '(a,i0,a,i0,a)') 'read of "' // trim(name) // '": the array has rank ', &
+            nd, ' but offset has ', size(offset), ' elements'
+    end if
+    if (problem /= ' ') then
+       if (batch%problem == ' ') batch%problem = problem
+       call finish(c_set_error(int(CKPTIO_ERR_ARGUMENT, c_int), cstr('ckptio_batch_add("' // trim(name) // '"): ' &
+            // trim(problem))), -1, ierr)
+       return
+    end if
+    if (.not. allocated(batch%items)) allocate (batch%items(16))
+    if (batch%n == size(batch%items)) then
+       allocate (grown(2 * size(batch%items)))
+       grown(1:batch%n) = batch%items(1:batch%n)
+       call move_alloc(grown, batch%items)
+    end if
+    batch%n = batch%n + 1
+    associate (it => batch%items(batch%n))
+      it%name = cstr(name)
+      it%shape = 0
+      it%offset = 0
+      it%shape(1:nd) = shp
+      if (present(offset)) it%offset(1:nd) = offset
+      it%req%dtype = int(dtype, c_int)
+      it%req%ndim = int(nd, c_int)
+      it%req%buffer = ptr
+    end associate
+    if (present(ierr)) ierr = CKPTIO_OK
+  end subroutine batch_any
+
+  !> Collective: perform every request of batch in one two-phase exchange (the number of requests may differ
+  !> between ranks); the batch is empty afterwards. A problem with any request on any rank fails every rank.
+  subroutine ckptio_read_many(file, batch, ierr)
+    type(ckptio_file), intent(inout) :: file
+    type(ckptio_read_batch), intent(inout), target :: batch
+    integer, intent(out), optional :: ierr
+    type(c_read_request), allocatable :: reqs(:)
+    integer(c_int) :: st
+    integer :: i
+    allocate (reqs(max(batch%n, 1)))
+    do i = 1, batch%n   ! addresses taken now: the items array no longer grows
+       batch%items(i)%req%name = c_loc(batch%items(i)%name)
+       batch%items(i)%req%offset = c_loc(batch%items(i)%offset)
+       batch%items(i)%req%shape = c_loc(batch%items(i)%shape)
+       reqs(i) = batch%items(i)%req
+    end do
+    if (.not. c_associated(file%handle)) then
+       st = not_open('ckptio_read_many')
+    else
+       st = c_read_many(file%handle, int(batch%n, c_int), reqs, cstr(batch%problem))
+    end if
+    batch%n = 0
+    batch%problem = ' '
+    call finish(st, file%comm, ierr)
+  end subroutine ckptio_read_many
+
+  subroutine batch_r4(batch, name, data, offset, ierr)
+    type(ckptio_read_batch), intent(inout) :: batch
+    character(len=*), intent(in) :: name
+    real(real32), dimension(..), intent(inout), target :: data
+    integer(int64), intent(in), optional :: offset(:)
+    integer, intent(out), optional :: ierr
+    call batch_any(batch, name, c_loc(data), CKPTIO_FLOAT32, shape(data, int64), is_contiguous(data), offset, ierr)
+  end subroutine batch_r4
+
+  subroutine batch_r8(batch, name, data, offset, ierr)
+    type(ckptio_read_batch), intent(inout) :: batch
+    character(len=*), intent(in) :: name
+    real(real64), dimension(..), intent(inout), target :: data
+    integer(int64), intent(in), optional :: offset(:)
+    integer, intent(out), optional :: ierr
+    call batch_any(batch, name, c_loc(data), CKPTIO_FLOAT64, shape(data, int64), is_contiguous(data), offset, ierr)
+  end subroutine batch_r8
+
+  subroutine batch_i4(batch, name, data, offset, ierr)
+    type(ckptio_read_batch), intent(inout) :: batch
+    character(len=*), intent(in) :: name
+    integer(int32), dimension(..), intent(inout), target :: data
+    integer(int64), intent(in), optional :: offset(:)
+    integer, intent(out), optional :: ierr
+    call batch_any(batch, name, c_loc(data), CKPTIO_INT32, shape(data, int64), is_contiguous(data), offset, ierr)
+  end subroutine batch_i4
+
+  subroutine batch_i8(batch, name, data, offset, ierr)
+    type(ckptio_read_batch), intent(inout) :: batch
+    character(len=*), intent(in) :: name
+    integer(int64), dimension(..), intent(inout), target :: data
+    integer(int64), intent(in), optional :: offset(:)
+    integer, intent(out), optional :: ierr
+    call batch_any(batch, name, c_loc(data), CKPTIO_INT64, shape(data, int64), is_contiguous(data), offset, ierr)
+  end subroutine batch_i8
+
+  subroutine batch_c4(batch, name, data, offset, ierr)
+    type(ckptio_read_batch), intent(inout) :: batch
+    character(len=*), intent(in) :: name
+    complex(real32), dimension(..), intent(inout), target :: data
+    integer(int64), intent(in), optional :: offset(:)
+    integer, intent(out), optional :: ierr
+    call batch_any(batch, name, c_loc(data), CKPTIO_COMPLEX64, shape(data, int64), is_contiguous(data), offset, ierr)
+  end subroutine batch_c4
+
+  subroutine batch_c8(batch, name, data, offset, ierr)
+    type(ckptio_read_batch), intent(inout) :: batch
+    character(len=*), intent(in) :: name
+    complex(real64), dimension(..), intent(inout), target :: data
+    integer(int64), intent(in), optional :: offset(:)
+    integer, intent(out), optional :: ierr
+    call batch_any(batch, name, c_loc(data), CKPTIO_COMPLEX128, shape(data, int64), is_contiguous(data), offset, ierr)
+  end subroutine batch_c8
+
+  subroutine series_int(comm, dir, step, keep, file, prefix, backend, ierr)
+    integer, intent(in) :: comm
+    character(len=*), intent(in) :: dir
+    integer(int64), intent(in) :: step
+    integer, intent(in) :: keep
+    type(ckptio_file), intent(inout) :: file           !< must not hold an open checkpoint
+    character(len=*), intent(in), optional :: prefix   !< default "chk"
+    character(len=*), intent(in), optional :: backend  !< default "mpiio"
+    integer, intent(out), optional :: ierr
+    character(len=:), allocatable :: pre, be
+    integer(c_int) :: st
+    pre = 'chk'
+    be = 'mpiio'
+    if (present(prefix)) pre = prefix
+    if (present(backend)) be = backend
+    ! collective: a rank whose handle is still open takes part with that problem, so all fail together (and its
+    ! handle stays open and unchanged)
+    if (c_associated(file%handle)) then
+       st = c_series_create(int(comm, c_int), cstr(dir), cstr(pre), int(keep, c_int), int(step, c_int64_t), &
+            cstr(be), cstr('the ckptio_file still holds an open checkpoint; call ckptio_close on it first (it ' // &
+            'was left open and unchanged)'), file%handle)
+       call finish(st, file%comm, ierr)
+       return
+    end if
+    st = c_series_create(int(comm, c_int), cstr(dir), cstr(pre), int(keep, c_int), int(step, c_int64_t), cstr(be), &
+         cstr(''), file%handle)
+    if (st == CKPTIO_OK) file%comm = comm
+    call finish(st, comm, ierr)
+  end subroutine series_int
+
+  subroutine series_f08(comm, dir, step, keep, file, prefix, backend, ierr)
+    type(MPI_Comm), intent(in) :: comm
+    character(len=*), intent(in) :: dir
+    integer(int64), intent(in) :: step
+    integer, intent(in) :: keep
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in), optional :: prefix, backend
+    integer, intent(out), optional :: ierr
+    call series_int(comm%MPI_VAL, dir, step, keep, file, prefix, backend, ierr)
+  end subroutine series_f08
+
+  subroutine latest_verified_int(comm, dir, path, prefix, ierr)
+    integer, intent(in) :: comm
+    character(len=*), intent(in) :: dir
+    character(len=*), intent(out) :: path              !< blank when no checkpoint verifies
+    character(len=*), intent(in), optional :: prefix   !< default "chk"
+    integer, intent(out), optional :: ierr
+    character(kind=c_char) :: buf(len(path) + 1)
+    integer(c_int) :: st
+    path = ' '
+    if (present(prefix)) then
+       st = c_latest_verified(int(comm, c_int), cstr(dir), cstr(prefix), buf, size(buf, kind=c_size_t))
+    else
+       st = c_latest_verified(int(comm, c_int), cstr(dir), cstr('chk'), buf, size(buf, kind=c_size_t))
+    end if
+    if (st == CKPTIO_OK) call from_c(buf, path)
+    call finish(st, comm, ierr)
+  end subroutine latest_verified_int
+
+  subroutine latest_verified_f08(comm, dir, path, prefix, ierr)
+    type(MPI_Comm), intent(in) :: comm
+    character(len=*), intent(in) :: dir
+    character(len=*), intent(out) :: path
+    character(len=*), intent(in), optional :: prefix
+    integer, intent(out), optional :: ierr
+    call latest_verified_int(comm%MPI_VAL, dir, path, prefix, ierr)
+  end subroutine latest_verified_f08
+
   subroutine prune_int(comm, dir, keep, prefix, nremoved, ierr)
     integer, intent(in) :: comm
     character(len=*), intent(in) :: dir
@@ -777,6 +1213,13 @@ contains
        msg(i:i) = chars(i)
     end do
   end function ckptio_strerror
+
+  !> Optional: start the embedded interpreter and import ckptio now (otherwise the first call does it), e.g. to
+  !> time it separately or to see a startup problem early. Local; MPI must be initialized.
+  subroutine ckptio_initialize(ierr)
+    integer, intent(out), optional :: ierr
+    call finish(c_initialize(), -1, ierr)
+  end subroutine ckptio_initialize
 
   !> Release ckptio's Python state (and finalize the interpreter it started). Call after the last ckptio call
   !> (all files closed) and before MPI_Finalize.

@@ -5,6 +5,18 @@
  *                                           segments, attributes), read it back with another decomposition,
  *                                           check everything, print "ROUNDTRIP OK" on rank 0
  *   ckptio_test_c errors DIR                provoke errors; every rank prints "ERR <case> <rank> <status> <msg>"
+ *   ckptio_test_c memory DIR                default writes copy: free and reuse the buffers before close, read
+ *                                           back; zero-copy mode: a changed block fails the close everywhere.
+ *                                           "MEMORY OK" (and ERR lines)
+ *   ckptio_test_c lifecycle DIR             calls before MPI_Init and after MPI_Finalize: CKPTIO_ERR_INIT
+ *                                           (ERR lines), "LIFECYCLE OK"
+ *   ckptio_test_c latest_missing DIR        ckptio_latest(_comm) of a directory that does not exist (ERR lines)
+ *   ckptio_test_c many DIR NVARS            write NVARS small variables to DIR/chk_000001 and chk_000002, read
+ *                                           them back with one ckptio_read_many (rank 0 with none), compare with
+ *                                           one ckptio_read each (TIMING line); a wrong request on one rank
+ *                                           fails every rank (ERR lines). "MANY OK"
+ *   ckptio_test_c series DIR                4 checkpoints of a series with keep=2, restart: "SERIES OK <path>"
+ *   ckptio_test_c latest DIR                print "LATEST <ckptio_latest_comm>" and "VERIFIED <ckptio_latest_verified>"
  *
  * Values are functions of the global indices so Python can check the file too (see test_bindings.py).
  */
@@ -204,7 +216,214 @@ static int errors(const char *dir) {
   return 0;
 }
 
+/* Default mode copies at write: the buffers are freed and their memory reused before the close. */
+static int memory(const char *dir) {
+  char path[1024], found[1100];
+  const int64_t n = 1 << 20; /* 8 MiB of float64 per rank */
+  int64_t g = n * nprocs, o = n * rank, seglen = rank + 1;
+  int other = nprocs - 1 - rank;
+  double *x = malloc(sizeof(double) * n);
+  int64_t *seg = malloc(sizeof(int64_t) * seglen);
+  for (int64_t i = 0; i < n; i++) x[i] = (double)(o + i) + 0.5;
+  for (int64_t i = 0; i < seglen; i++) seg[i] = 100 * rank + i;
+  ckptio_file f;
+  snprintf(path, sizeof path, "%s/chk_000001", dir);
+  CHECK(ckptio_create(path, MPI_COMM_WORLD, "mpiio", &f));
+  CHECK(ckptio_write(f, "x", CKPTIO_FLOAT64, 1, &g, &o, &n, x));
+  CHECK(ckptio_write_segment(f, "seg", CKPTIO_INT64, seglen, seg));
+  free(x);
+  free(seg);
+  double *junk = malloc(sizeof(double) * 2 * n); /* likely reuses the freed memory */
+  for (int64_t i = 0; i < 2 * n; i++) junk[i] = -1.0;
+  CHECK(ckptio_close(f));
+  free(junk);
+
+  double *back = malloc(sizeof(double) * n);
+  int64_t at = n * other, total = (int64_t)nprocs * (nprocs + 1) / 2, zero = 0;
+  int64_t *segback = malloc(sizeof(int64_t) * total);
+  CHECK(ckptio_open(path, MPI_COMM_WORLD, &f));
+  CHECK(ckptio_read(f, "x", CKPTIO_FLOAT64, 1, &at, &n, back));
+  CHECK(ckptio_read(f, "seg", CKPTIO_INT64, 1, &zero, &total, segback));
+  EXPECT(ckptio_set_zero_copy(f, 1) == CKPTIO_ERR_ARGUMENT); /* a reader has no zero-copy mode */
+  CHECK(ckptio_close(f));
+  for (int64_t i = 0; i < n; i++) EXPECT(back[i] == (double)(at + i) + 0.5);
+  for (int r = 0, k = 0; r < nprocs; r++)
+    for (int q = 0; q <= r; q++) EXPECT(segback[k++] == 100 * r + q);
+
+  /* zero-copy mode: correct use commits; then a block changed on the last rank fails the close everywhere */
+  double *y = malloc(sizeof(double) * n);
+  for (int64_t i = 0; i < n; i++) y[i] = (double)(o + i);
+  snprintf(path, sizeof path, "%s/chk_000002", dir);
+  CHECK(ckptio_create(path, MPI_COMM_WORLD, "mpiio", &f));
+  CHECK(ckptio_set_zero_copy(f, 1));
+  CHECK(ckptio_write(f, "y", CKPTIO_FLOAT64, 1, &g, &o, &n, y));
+  CHECK(ckptio_close(f));
+  CHECK(ckptio_open(path, MPI_COMM_WORLD, &f));
+  CHECK(ckptio_read(f, "y", CKPTIO_FLOAT64, 1, &at, &n, back));
+  CHECK(ckptio_close(f));
+  for (int64_t i = 0; i < n; i++) EXPECT(back[i] == (double)(at + i));
+  snprintf(path, sizeof path, "%s/chk_000003", dir);
+  CHECK(ckptio_create(path, MPI_COMM_WORLD, "mpiio", &f));
+  CHECK(ckptio_set_zero_copy(f, 1));
+  CHECK(ckptio_write(f, "y", CKPTIO_FLOAT64, 1, &g, &o, &n, y));
+  CHECK(ckptio_set_zero_copy(f, 0)); /* back to copying: changing z below is allowed */
+  double z[2] = {1, 2};
+  int64_t gz = 2 * nprocs, oz = 2 * rank, nz = 2;
+  CHECK(ckptio_write(f, "z", CKPTIO_FLOAT64, 1, &gz, &oz, &nz, z));
+  z[0] = -5;
+  if (rank == nprocs - 1) y[n / 2] = -1.0;
+  report("zero_copy_changed", ckptio_close(f));
+  CHECK(ckptio_latest_comm(MPI_COMM_WORLD, dir, "chk", found, sizeof found));
+  snprintf(path, sizeof path, "%s/chk_000002", dir);
+  EXPECT(strcmp(found, path) == 0); /* chk_000003 was not committed */
+  free(y);
+  free(back);
+  free(segback);
+  if (rank == 0) printf("MEMORY OK %d ranks\n", nprocs);
+  return 0;
+}
+
+static double many_value(int var, long i) { return 1000.0 * var + i + 0.5; }
+
+static int many(const char *dir, int nvars) {
+  char path[1024];
+  enum { N = 4 };
+  int64_t g = N * nprocs, o = N * rank, n = N;
+  double *data = malloc(sizeof(double) * N * nvars);
+  char (*names)[16] = malloc(sizeof *names * nvars);
+  for (int v = 0; v < nvars; v++) {
+    snprintf(names[v], sizeof names[v], "v%05d", v);
+    for (int i = 0; i < N; i++) data[v * N + i] = many_value(v, o + i);
+  }
+  ckptio_file f;
+  for (int step = 1; step <= 2; step++) {
+    snprintf(path, sizeof path, "%s/chk_%06d", dir, step);
+    CHECK(ckptio_create(path, MPI_COMM_WORLD, "mpiio", &f));
+    for (int v = 0; v < nvars; v++) CHECK(ckptio_write(f, names[v], CKPTIO_FLOAT64, 1, &g, &o, &n, data + v * N));
+    CHECK(ckptio_close(f));
+  }
+  /* rank r reads rank P-1-r's pieces; rank 0 (with more than one rank) asks for nothing */
+  int other = nprocs - 1 - rank, mine = (rank == 0 && nprocs > 1) ? 0 : nvars;
+  int64_t at = N * other;
+  double *back = calloc((size_t)N * nvars, sizeof(double)), *single = calloc((size_t)N * nvars, sizeof(double));
+  ckptio_read_request *reqs = calloc((size_t)nvars, sizeof *reqs);
+  for (int v = 0; v < nvars; v++)
+    reqs[v] = (ckptio_read_request){names[v], CKPTIO_FLOAT64, 1, &at, &n, back + v * N};
+  CHECK(ckptio_open(path, MPI_COMM_WORLD, &f));
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t0 = MPI_Wtime();
+  CHECK(ckptio_read_many(f, CKPTIO_ORDER_C, mine, mine ? reqs : NULL));
+  double t_many = MPI_Wtime() - t0;
+  MPI_Barrier(MPI_COMM_WORLD);
+  t0 = MPI_Wtime();
+  for (int v = 0; v < nvars; v++) CHECK(ckptio_read(f, names[v], CKPTIO_FLOAT64, 1, &at, &n, single + v * N));
+  double t_single = MPI_Wtime() - t0;
+  for (int v = 0; v < mine; v++)
+    for (int i = 0; i < N; i++) EXPECT(back[v * N + i] == many_value(v, at + i));
+  for (int v = 0; v < nvars; v++)
+    for (int i = 0; i < N; i++) EXPECT(single[v * N + i] == many_value(v, at + i));
+  /* a wrong dtype in the last request of the last rank: every rank fails, before anything is read */
+  float fbuf[N];
+  memset(back, 0, sizeof(double) * N * nvars);
+  reqs[nvars - 1] = (ckptio_read_request){names[nvars - 1], rank == nprocs - 1 ? CKPTIO_FLOAT32 : CKPTIO_FLOAT64,
+                                         1, &at, &n, rank == nprocs - 1 ? (void *)fbuf : (void *)(back + (nvars - 1) * N)};
+  report("read_many_wrong_dtype", ckptio_read_many(f, CKPTIO_ORDER_C, nvars, reqs));
+  EXPECT(back[0] == 0.0);
+  ckptio_read_request unknown = {"nope", CKPTIO_FLOAT64, 1, &at, &n, back};
+  report("read_many_unknown", ckptio_read_many(f, CKPTIO_ORDER_C, rank == 0 ? 1 : 0, &unknown));
+  CHECK(ckptio_close(f));
+  if (rank == 0) printf("TIMING nvars %d read_many_s %.4f one_read_per_variable_s %.4f\n", nvars, t_many, t_single);
+  if (rank == 0) printf("MANY OK %d ranks\n", nprocs);
+  free(data);
+  free(names);
+  free(back);
+  free(single);
+  free(reqs);
+  return 0;
+}
+
+/* A series with keep=2: 4 checkpoints, the two newest stay; restart from the newest verified one. */
+static int series(const char *dir) {
+  char run[1024], found[1100];
+  snprintf(run, sizeof run, "%s/run", dir);
+  int64_t g = nprocs, o = rank, n = 1, step_back = 0;
+  ckptio_file f;
+  for (int64_t step = 10; step <= 40; step += 10) {
+    double x = (double)step + rank;
+    CHECK(ckptio_series_create(MPI_COMM_WORLD, run, NULL, 2, step, NULL, &f));
+    CHECK(ckptio_write(f, "x", CKPTIO_FLOAT64, 1, &g, &o, &n, &x));
+    CHECK(ckptio_set_attr_int64(f, "step", step));
+    CHECK(ckptio_close(f));
+  }
+  report("series_negative_step", ckptio_series_create(MPI_COMM_WORLD, run, NULL, 2, rank == 0 ? -1 : 50, NULL, &f));
+  EXPECT(f == NULL);
+  CHECK(ckptio_latest_verified(MPI_COMM_WORLD, run, "chk", found, sizeof found));
+  double x = 0;
+  CHECK(ckptio_open(found, MPI_COMM_WORLD, &f));
+  CHECK(ckptio_get_attr_int64(f, "step", &step_back));
+  CHECK(ckptio_read(f, "x", CKPTIO_FLOAT64, 1, &o, &n, &x));
+  CHECK(ckptio_close(f));
+  EXPECT(step_back == 40 && x == 40.0 + rank);
+  if (rank == 0) printf("SERIES OK %s\n", found);
+  return 0;
+}
+
+static int latest(const char *dir) {
+  char found[1100];
+  CHECK(ckptio_latest_comm(MPI_COMM_WORLD, dir, "chk", found, sizeof found));
+  if (rank == 0) printf("LATEST %s\n", found);
+  CHECK(ckptio_latest_verified(MPI_COMM_WORLD, dir, "chk", found, sizeof found));
+  if (rank == 0) printf("VERIFIED %s\n", found);
+  return 0;
+}
+
+/* A missing directory is an error, not "no checkpoint" (issue 11 item 11, Python side). */
+static int latest_missing(const char *dir) {
+  char missing[1100], found[1100];
+  snprintf(missing, sizeof missing, "%s/no_such_directory", dir);
+  report("latest_missing_local", ckptio_latest(missing, "chk", found, sizeof found));
+  report("latest_missing_comm", ckptio_latest_comm(MPI_COMM_WORLD, missing, "chk", found, sizeof found));
+  report("latest_empty_dir", ckptio_latest_comm(MPI_COMM_WORLD, dir, "chk", found, sizeof found));
+  EXPECT(found[0] == '\0');
+  return 0;
+}
+
+/* Before MPI_Init and after MPI_Finalize every call that takes a communicator returns CKPTIO_ERR_INIT. */
+static void lifecycle_calls(const char *when, const char *dir) {
+  char path[1024], buf[256], name[64];
+  ckptio_file f = NULL;
+  int nremoved = 0;
+  snprintf(path, sizeof path, "%s/chk_000001", dir);
+  snprintf(name, sizeof name, "create_%s", when);
+  report(name, ckptio_create(path, MPI_COMM_WORLD, "mpiio", &f));
+  snprintf(name, sizeof name, "open_%s", when);
+  report(name, ckptio_open(path, MPI_COMM_WORLD, &f));
+  snprintf(name, sizeof name, "latest_comm_%s", when);
+  report(name, ckptio_latest_comm(MPI_COMM_WORLD, dir, "chk", buf, sizeof buf));
+  snprintf(name, sizeof name, "prune_%s", when);
+  report(name, ckptio_prune(MPI_COMM_WORLD, dir, "chk", 1, &nremoved));
+  snprintf(name, sizeof name, "initialize_%s", when);
+  report(name, ckptio_initialize());
+}
+
+static int lifecycle(int argc, char **argv) {
+  const char *r = getenv("OMPI_COMM_WORLD_RANK");
+  rank = r ? atoi(r) : 0; /* MPI_Comm_rank is not allowed yet */
+  lifecycle_calls("before_init", argv[2]);
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
+  char buf[256];
+  CHECK(ckptio_latest_comm(MPI_COMM_WORLD, argv[2], "chk", buf, sizeof buf)); /* works in between */
+  CHECK(ckptio_finalize());
+  MPI_Finalize();
+  lifecycle_calls("after_finalize", argv[2]);
+  if (rank == 0) printf("LIFECYCLE OK\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc >= 3 && strcmp(argv[1], "lifecycle") == 0) return lifecycle(argc, argv);
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
@@ -221,6 +440,11 @@ int main(int argc, char **argv) {
 
   if (strcmp(argv[1], "roundtrip") == 0) roundtrip(argv[2], argc > 3 ? argv[3] : "mpiio");
   else if (strcmp(argv[1], "errors") == 0) errors(argv[2]);
+  else if (strcmp(argv[1], "memory") == 0) memory(argv[2]);
+  else if (strcmp(argv[1], "latest_missing") == 0) latest_missing(argv[2]);
+  else if (strcmp(argv[1], "many") == 0) many(argv[2], argc > 3 ? atoi(argv[3]) : 200);
+  else if (strcmp(argv[1], "latest") == 0) latest(argv[2]);
+  else if (strcmp(argv[1], "series") == 0) series(argv[2]);
   else EXPECT(!"unknown mode");
 
   CHECK(ckptio_finalize());

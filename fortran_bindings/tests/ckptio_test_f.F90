@@ -7,6 +7,19 @@
 !>   ckptio_test_f errors DIR    provoke errors with ierr present; every rank prints
 !>                               "ERR <case> <rank> <status> <message>"
 !>   ckptio_test_f abort DIR     open a missing checkpoint WITHOUT ierr: must print the message and MPI_Abort
+!>   ckptio_test_f temporaries DIR   write through compiler temporaries (expression, explicit-shape and
+!>                               contiguous dummies with copy-in, a 64 MiB expression), clobber the freed memory,
+!>                               close, read back with another decomposition; zero-copy mode: correct use
+!>                               works, a changed block fails the close on every rank. "TEMPORARIES OK"
+!>   ckptio_test_f types DIR     logical and complex arrays, real32 attributes, ckptio_initialize; read back
+!>                               with another decomposition; "TYPES OK" (Python checks the file)
+!>   ckptio_test_f many DIR      batched reads (ckptio_batch_add + ckptio_read_many) of 40 real64 and 40 int32
+!>                               variables, rank 0 with an empty batch; a non-contiguous request fails every
+!>                               rank; ckptio_latest_verified. "MANY OK"
+!>   ckptio_test_f series DIR    5 checkpoints of a series with keep=2 (ckptio_series_create), then restart
+!>                               with ckptio_latest_verified: "SERIES OK <path>"
+!>   ckptio_test_f lifecycle DIR calls with a communicator before MPI_Init and after MPI_Finalize (ERR lines),
+!>                               "LIFECYCLE OK"
 program ckptio_test_f
   use, intrinsic :: iso_fortran_env, only: int32, int64, real32, real64, error_unit
   use mpi_f08
@@ -16,16 +29,20 @@ program ckptio_test_f
   integer :: rank, nprocs, nargs
   character(len=1024) :: mode, dir
 
+  nargs = command_argument_count()
+  call get_command_argument(1, mode)
+  call get_command_argument(2, dir)
+  if (trim(mode) == 'lifecycle') then                ! starts MPI itself
+     call lifecycle()
+     stop
+  end if
   call MPI_Init()
   call MPI_Comm_rank(MPI_COMM_WORLD, rank)
   call MPI_Comm_size(MPI_COMM_WORLD, nprocs)
-  nargs = command_argument_count()
   if (nargs < 2) then
-     if (rank == 0) write (error_unit, '(a)') 'usage: ckptio_test_f layout|errors|abort DIR'
+     if (rank == 0) write (error_unit, '(a)') 'usage: ckptio_test_f layout|errors|abort|temporaries|types DIR'
      call MPI_Abort(MPI_COMM_WORLD, 2)
   end if
-  call get_command_argument(1, mode)
-  call get_command_argument(2, dir)
   select case (trim(mode))
   case ('layout')
      call layout()
@@ -33,6 +50,14 @@ program ckptio_test_f
      call errors()
   case ('abort')
      call abort_without_ierr()
+  case ('temporaries')
+     call temporaries()
+  case ('types')
+     call types()
+  case ('many')
+     call many()
+  case ('series')
+     call series()
   case default
      call MPI_Abort(MPI_COMM_WORLD, 2)
   end select
@@ -180,6 +205,7 @@ contains
     character(len=4) :: short
     character(len=1024) :: path
     integer :: ierr
+    integer(int64) :: t8
     x = 1
     w = 2
     g = [4_int64, int(2 * nprocs, int64)]
@@ -227,7 +253,369 @@ contains
     call ckptio_write(f, 'x', x, o, [4_int64, int(2 * nprocs + rank, int64)])
     call ckptio_close(f, ierr)
     call report('inconsistent_shape', ierr)
+    ! a block outside the global shape: the message shows Fortran-order shapes, as declared
+    call ckptio_create(path, MPI_COMM_WORLD, f)
+    call ckptio_write(f, 'x', x, [1_int64, int(2 * rank, int64)], [4_int64, int(2 * nprocs, int64)])
+    call ckptio_close(f, ierr=ierr)
+    call report('outside_global_shape', ierr)
+    ! Fortran names in messages: generic ckptio_get_attr, ckptio_write_segment
+    call ckptio_open(trim(dir) // '/chk_000001', MPI_COMM_WORLD, f)
+    call ckptio_get_attr(f, 'nope', t8, ierr=ierr)
+    call report('get_attr_name', ierr)
+    call ckptio_close(f)
+    call ckptio_create(path, MPI_COMM_WORLD, f)
+    call ckptio_write_segment(f, 's', x(1:4:2, :), ierr=ierr)
+    call report('segment_name', ierr)
+    call ckptio_close(f, ierr=ierr)
+
+    ! ckptio_create on a handle that still holds an open writer: an error, the pending checkpoint survives
+    path = trim(dir) // '/chk_000004'
+    call ckptio_create(path, MPI_COMM_WORLD, f)
+    call ckptio_write(f, 'x', x, o, g)
+    call ckptio_create(trim(dir) // '/chk_000005', MPI_COMM_WORLD, f, ierr=ierr)
+    call report('create_on_open_handle', ierr)
+    call ckptio_close(f, ierr=ierr)
+    call expect(ierr == CKPTIO_OK, 'the pending checkpoint is still committed')
+    ! ckptio_open on a handle still open on one rank (a writer on MPI_COMM_SELF): collective failure on every
+    ! rank; that rank's writer stays usable and commits
+    if (rank == 0) then
+       call ckptio_create(trim(dir) // '/self_000001', MPI_COMM_SELF, f)
+       call ckptio_write(f, 'x', x, [0_int64, 0_int64], [4_int64, 2_int64])
+    end if
+    call ckptio_open(path, MPI_COMM_WORLD, f, ierr=ierr)
+    call report('open_on_open_handle', ierr)
+    if (rank == 0) then
+       call ckptio_close(f, ierr=ierr)
+       call expect(ierr == CKPTIO_OK, 'the writer that stayed open commits')
+    end if
+    call ckptio_open(path, MPI_COMM_WORLD, f)
+    call ckptio_read(f, 'x', y, o)
+    call expect(all(y == 1), 'read after the failed open')
+    call ckptio_close(f)
   end subroutine errors
+
+  ! ---- writes through compiler temporaries: safe because ckptio_write copies by default
+
+  !> The actual argument is a non-contiguous section: the compiler copies it into a temporary for x (copy-in),
+  !> which is freed when this routine returns -- long before ckptio_close.
+  subroutine write_explicit(f, name, x, n, offset, gshape)
+    type(ckptio_file), intent(inout) :: f
+    character(len=*), intent(in) :: name
+    integer, intent(in) :: n
+    real(real64), intent(in) :: x(n)
+    integer(int64), intent(in) :: offset(:), gshape(:)
+    integer :: ierr
+    call ckptio_write(f, name, x, offset, gshape, ierr=ierr)
+    call expect(ierr == CKPTIO_OK, 'write through an explicit-shape dummy')
+  end subroutine write_explicit
+
+  subroutine write_contiguous(f, name, x, offset, gshape)
+    type(ckptio_file), intent(inout) :: f
+    character(len=*), intent(in) :: name
+    real(real64), contiguous, intent(in) :: x(:)
+    integer(int64), intent(in) :: offset(:), gshape(:)
+    integer :: ierr
+    call ckptio_write(f, name, x, offset, gshape, ierr=ierr)
+    call expect(ierr == CKPTIO_OK, 'write through a contiguous dummy')
+  end subroutine write_contiguous
+
+  !> A 64 MiB (global) expression: a heap temporary, unmapped when freed.
+  subroutine write_big_expression(f, big, offset, gshape, seconds)
+    type(ckptio_file), intent(inout) :: f
+    real(real64), intent(in) :: big(:)
+    integer(int64), intent(in) :: offset(:), gshape(:)
+    real(real64), intent(out) :: seconds
+    integer :: ierr
+    seconds = MPI_Wtime()
+    call ckptio_write(f, 'big', big + 0.5_real64, offset, gshape, ierr=ierr)
+    seconds = MPI_Wtime() - seconds
+    call expect(ierr == CKPTIO_OK, 'write of a big expression')
+  end subroutine write_big_expression
+
+  !> Reuse the memory the temporaries had (heap and stack) with other values.
+  subroutine clobber(n)
+    integer(int64), intent(in) :: n
+    real(real64), allocatable :: junk(:)
+    real(real64) :: onstack(4096)
+    allocate (junk(2 * n))
+    junk = -7.0_real64
+    onstack = -9.0_real64
+    call expect(junk(n) + onstack(100) < 0, 'clobber')
+  end subroutine clobber
+
+  subroutine temporaries()
+    integer, parameter :: n = 1000
+    integer(int64) :: nbig, i8
+    real(real64), allocatable :: a(:), wide(:), big(:), back(:), bigback(:)
+    type(ckptio_file) :: f
+    integer :: i, other, ierr
+    character(len=1024) :: path, found
+    real(real64) :: t_copy, t_zero, t_close_copy, t_close_zero
+    nbig = 64_int64 * 1024 * 1024 / 8 / nprocs        ! 64 MiB of float64 in total
+    allocate (a(n), wide(2 * n), back(n), big(nbig), bigback(nbig))
+    a = [(real(rank * n + i, real64), i = 1, n)]
+    wide = [(real(rank * 2 * n + i, real64) + 0.25_real64, i = 1, 2 * n)]
+    big = [(real(rank * nbig + i8, real64), i8 = 1, nbig)]
+    other = nprocs - 1 - rank
+
+    ! ---- default mode: every write copies, so temporaries are fine
+    path = trim(dir) // '/chk_000001'
+    call ckptio_create(path, MPI_COMM_WORLD, f)
+    call ckptio_write(f, 'expr', a * 2.0_real64, [int(rank * n, int64)], [int(nprocs * n, int64)], ierr=ierr)
+    call expect(ierr == CKPTIO_OK, 'write of an expression')
+    call write_explicit(f, 'explicit', wide(1:2 * n:2), n, [int(rank * n, int64)], [int(nprocs * n, int64)])
+    call write_contiguous(f, 'contig', wide(2:2 * n:2), [int(rank * n, int64)], [int(nprocs * n, int64)])
+    call write_big_expression(f, big, [rank * nbig], [nprocs * nbig], t_copy)
+    call clobber(nbig)
+    t_close_copy = MPI_Wtime()
+    call ckptio_close(f, ierr=ierr)
+    t_close_copy = MPI_Wtime() - t_close_copy
+    call expect(ierr == CKPTIO_OK, 'close after writes of temporaries: ' // ckptio_error_message())
+
+    ! ---- restart: read every variable back with another decomposition (rank r reads rank P-1-r's block)
+    call ckptio_open(path, MPI_COMM_WORLD, f)
+    call ckptio_read(f, 'expr', back, offset=[int(other * n, int64)])
+    call expect(all(back == [(2.0_real64 * (other * n + i), i = 1, n)]), 'values of the expression')
+    call ckptio_read(f, 'explicit', back, offset=[int(other * n, int64)])
+    call expect(all(back == [(real(other * 2 * n + 2 * i - 1, real64) + 0.25_real64, i = 1, n)]), &
+         'values of the explicit-shape copy-in')
+    call ckptio_read(f, 'contig', back, offset=[int(other * n, int64)])
+    call expect(all(back == [(real(other * 2 * n + 2 * i, real64) + 0.25_real64, i = 1, n)]), &
+         'values of the contiguous copy-in')
+    call ckptio_read(f, 'big', bigback, offset=[other * nbig])
+    call expect(all(bigback == [(real(other * nbig + i8, real64) + 0.5_real64, i8 = 1, nbig)]), &
+         'values of the big expression')
+    call ckptio_close(f)
+
+    ! ---- zero-copy mode, used correctly: the same bits, without the copy
+    path = trim(dir) // '/chk_000002'
+    call ckptio_create(path, MPI_COMM_WORLD, f)
+    call ckptio_set_zero_copy(f, .true.)
+    t_zero = MPI_Wtime()
+    call ckptio_write(f, 'big', big, [rank * nbig], [nprocs * nbig], ierr=ierr)
+    t_zero = MPI_Wtime() - t_zero
+    call expect(ierr == CKPTIO_OK, 'zero-copy write')
+    t_close_zero = MPI_Wtime()
+    call ckptio_close(f, ierr=ierr)
+    t_close_zero = MPI_Wtime() - t_close_zero
+    call expect(ierr == CKPTIO_OK, 'zero-copy close: ' // ckptio_error_message())
+    call ckptio_open(path, MPI_COMM_WORLD, f)
+    call ckptio_read(f, 'big', bigback, offset=[other * nbig])
+    call expect(all(bigback == [(real(other * nbig + i8, real64), i8 = 1, nbig)]), 'values of zero-copy big')
+    call ckptio_close(f)
+
+    ! ---- zero-copy mode, memory changed on one rank before close: fails on every rank, nothing committed
+    path = trim(dir) // '/chk_000003'
+    call ckptio_create(path, MPI_COMM_WORLD, f)
+    call ckptio_set_zero_copy(f, .true.)
+    call ckptio_write(f, 'a', a, [int(rank * n, int64)], [int(nprocs * n, int64)])
+    if (rank == 0) a(5) = -1.0_real64
+    call ckptio_close(f, ierr=ierr)
+    call report('zero_copy_changed', ierr)
+    call ckptio_latest(MPI_COMM_WORLD, dir, found)
+    call expect(trim(found) == trim(dir) // '/chk_000002', 'nothing committed: latest is ' // trim(found))
+
+    if (rank == 0) print '(a,4(1x,a,es10.3))', 'TIMING', 'write_copy_s', t_copy, 'write_zero_copy_s', t_zero, &
+         'close_copy_s', t_close_copy, 'close_zero_copy_s', t_close_zero
+    if (rank == 0) print '(a,i0,a)', 'TEMPORARIES OK ', nprocs, ' ranks'
+  end subroutine temporaries
+
+  ! ---- logical and complex arrays, real32 attributes, ckptio_initialize
+  subroutine types()
+    logical :: l(3, 2), lback(3, 2)
+    complex(real32) :: c4(5), c4back(5)
+    complex(real64) :: c8(2, 3), c8back(2, 3)
+    logical, allocatable :: lseg(:), lall(:)
+    type(ckptio_file) :: f
+    integer :: i, j, other, dtype, ierr
+    integer(int64), allocatable :: shp(:)
+    real(real32) :: r4
+    real(real64) :: r8
+    character(len=1024) :: path
+    call ckptio_initialize(ierr=ierr)
+    call expect(ierr == CKPTIO_OK, 'ckptio_initialize')
+    do j = 1, 2
+       do i = 1, 3
+          l(i, j) = mod(i + j + rank, 2) == 0
+       end do
+    end do
+    c4 = [(cmplx(rank, i, real32), i = 1, 5)]
+    do j = 1, 3
+       do i = 1, 2
+          c8(i, j) = cmplx(rank + 0.5_real64 * i, -j, real64)
+       end do
+    end do
+    allocate (lseg(rank + 1))
+    lseg = .true.
+    lseg(1) = .false.
+    path = trim(dir) // '/chk_000001'
+    call ckptio_create(path, MPI_COMM_WORLD, f)
+    call ckptio_write(f, 'l', l, [0_int64, int(2 * rank, int64)], [3_int64, int(2 * nprocs, int64)])
+    call ckptio_write(f, 'c4', c4, [int(5 * rank, int64)], [int(5 * nprocs, int64)])
+    call ckptio_write(f, 'c8', c8, [0_int64, int(3 * rank, int64)], [2_int64, int(3 * nprocs, int64)])
+    call ckptio_write_segment(f, 'lseg', lseg)
+    call ckptio_set_attr(f, 'r4', 0.1_real32)
+    call ckptio_close(f)
+
+    other = nprocs - 1 - rank
+    call ckptio_open(path, MPI_COMM_WORLD, f)
+    call ckptio_inquire_var(f, 'l', dtype=dtype, shape=shp)
+    call expect(dtype == CKPTIO_BOOL .and. all(shp == [3_int64, int(2 * nprocs, int64)]), 'inquire l')
+    call ckptio_inquire_var(f, 'c4', dtype=dtype)
+    call expect(dtype == CKPTIO_COMPLEX64, 'inquire c4')
+    call ckptio_inquire_var(f, 'c8', dtype=dtype)
+    call expect(dtype == CKPTIO_COMPLEX128, 'inquire c8')
+    call ckptio_read(f, 'l', lback, offset=[0_int64, int(2 * other, int64)])
+    do j = 1, 2
+       do i = 1, 3
+          call expect(lback(i, j) .eqv. (mod(i + j + other, 2) == 0), 'values of l')
+       end do
+    end do
+    call ckptio_read(f, 'c4', c4back, offset=[int(5 * other, int64)])
+    call expect(all(c4back == [(cmplx(other, i, real32), i = 1, 5)]), 'values of c4')
+    call ckptio_read(f, 'c8', c8back, offset=[0_int64, int(3 * other, int64)])
+    do j = 1, 3
+       do i = 1, 2
+          call expect(c8back(i, j) == cmplx(other + 0.5_real64 * i, -j, real64), 'values of c8')
+       end do
+    end do
+    allocate (lall(nprocs * (nprocs + 1) / 2))
+    call ckptio_read(f, 'lseg', lall)
+    call expect(count(.not. lall) == nprocs .and. .not. lall(1), 'values of lseg')
+    call ckptio_read(f, 'c4', c8back, offset=[0_int64, 0_int64], ierr=ierr)   ! wrong type: an error
+    call expect(ierr == CKPTIO_ERR_ARGUMENT, 'complex64 variable read as complex128')
+    call ckptio_get_attr(f, 'r4', r4)
+    call ckptio_get_attr(f, 'r4', r8)
+    call expect(r4 == 0.1_real32 .and. r8 == real(0.1_real32, real64), 'real32 attribute')
+    call ckptio_close(f)
+    if (rank == 0) print '(a,i0,a)', 'TYPES OK ', nprocs, ' ranks'
+  end subroutine types
+
+  ! ---- batched reads
+  subroutine many()
+    integer, parameter :: NV = 40, M = 3
+    real(real64) :: r(M, NV), rback(M, NV), strided(2 * M)
+    integer(int32) :: k(M, NV), kback(M, NV)
+    type(ckptio_file) :: f
+    type(ckptio_read_batch) :: batch
+    integer :: v, i, other, ierr
+    character(len=16) :: name
+    character(len=1024) :: path, found
+    do v = 1, NV
+       do i = 1, M
+          r(i, v) = 1000.0_real64 * v + M * rank + i + 0.5_real64
+          k(i, v) = 1000 * v + M * rank + i
+       end do
+    end do
+    path = trim(dir) // '/chk_000001'
+    call ckptio_create(path, MPI_COMM_WORLD, f)
+    do v = 1, NV
+       write (name, '(a,i3.3)') 'r', v
+       call ckptio_write(f, trim(name), r(:, v), [int(M * rank, int64)], [int(M * nprocs, int64)])
+       write (name, '(a,i3.3)') 'k', v
+       call ckptio_write(f, trim(name), k(:, v), [int(M * rank, int64)], [int(M * nprocs, int64)])
+    end do
+    call ckptio_close(f)
+
+    other = nprocs - 1 - rank
+    rback = 0
+    kback = 0
+    call ckptio_open(path, MPI_COMM_WORLD, f)
+    if (rank /= 0 .or. nprocs == 1) then
+       do v = 1, NV
+          write (name, '(a,i3.3)') 'r', v
+          call ckptio_batch_add(batch, trim(name), rback(:, v), offset=[int(M * other, int64)])
+          write (name, '(a,i3.3)') 'k', v
+          call ckptio_batch_add(batch, trim(name), kback(:, v), offset=[int(M * other, int64)])
+       end do
+    end if
+    call ckptio_read_many(f, batch)
+    if (rank /= 0 .or. nprocs == 1) then
+       do v = 1, NV
+          do i = 1, M
+             call expect(rback(i, v) == 1000.0_real64 * v + M * other + i + 0.5_real64, 'batched real64 value')
+             call expect(kback(i, v) == 1000 * v + M * other + i, 'batched int32 value')
+          end do
+       end do
+    end if
+    ! a non-contiguous request on the last rank: ckptio_batch_add says so there, ckptio_read_many fails everywhere
+    call ckptio_batch_add(batch, 'r001', rback(:, 1), ierr=ierr)
+    call expect(ierr == CKPTIO_OK, 'batch add')
+    if (rank == nprocs - 1) then
+       call ckptio_batch_add(batch, 'r002', strided(1:2 * M:2), ierr=ierr)
+       call expect(ierr == CKPTIO_ERR_ARGUMENT, 'non-contiguous batch request')
+    end if
+    call ckptio_read_many(f, batch, ierr=ierr)
+    call report('read_many_noncontiguous', ierr)
+    call ckptio_read_many(f, batch, ierr=ierr)          ! the batch was emptied: nothing to do, no error
+    call expect(ierr == CKPTIO_OK, 'empty batch')
+    call ckptio_close(f)
+    call ckptio_latest_verified(MPI_COMM_WORLD, dir, found, ierr=ierr)
+    call expect(ierr == CKPTIO_OK .and. trim(found) == trim(path), 'latest_verified ' // trim(found))
+    if (rank == 0) print '(a,i0,a)', 'MANY OK ', nprocs, ' ranks'
+  end subroutine many
+
+  ! ---- a series with retention, restart from the newest verified checkpoint
+  subroutine series()
+    type(ckptio_file) :: f
+    integer(int64) :: step, got
+    real(real64) :: x(3), back(3)
+    integer :: ierr
+    character(len=1024) :: found
+    do step = 1, 5
+       x = real(step, real64) + rank
+       call ckptio_series_create(MPI_COMM_WORLD, trim(dir) // '/run', step, 2, f, prefix='state')
+       call ckptio_write(f, 'x', x, [int(3 * rank, int64)], [int(3 * nprocs, int64)])
+       call ckptio_set_attr(f, 'step', step)
+       call ckptio_close(f)
+    end do
+    call ckptio_series_create(MPI_COMM_WORLD, trim(dir) // '/run', 6_int64, 0, f, ierr=ierr)
+    call report('series_keep_0', ierr)
+    call ckptio_latest_verified(MPI_COMM_WORLD, trim(dir) // '/run', found, prefix='state')
+    call ckptio_open(found, MPI_COMM_WORLD, f)
+    call ckptio_get_attr(f, 'step', got)
+    call ckptio_read(f, 'x', back, offset=[int(3 * rank, int64)])
+    call ckptio_close(f)
+    call expect(got == 5 .and. all(back == 5.0_real64 + rank), 'restart from the newest checkpoint')
+    if (rank == 0) print '(a,a)', 'SERIES OK ', trim(found)
+  end subroutine series
+
+  ! ---- communicator calls before MPI_Init and after MPI_Finalize: CKPTIO_ERR_INIT with ierr, no abort
+  subroutine lifecycle_calls(when)
+    character(len=*), intent(in) :: when
+    type(ckptio_file) :: f
+    integer :: ierr
+    character(len=256) :: found
+    call ckptio_create(trim(dir) // '/chk_000001', MPI_COMM_WORLD, f, ierr=ierr)
+    call report('create_f08_' // when, ierr)
+    call ckptio_create(trim(dir) // '/chk_000001', MPI_COMM_WORLD%MPI_VAL, f, ierr=ierr)
+    call report('create_int_' // when, ierr)
+    call ckptio_open(trim(dir) // '/chk_000001', MPI_COMM_WORLD, f, ierr=ierr)
+    call report('open_' // when, ierr)
+    call ckptio_latest(MPI_COMM_WORLD, dir, found, ierr=ierr)
+    call report('latest_' // when, ierr)
+    call ckptio_prune(MPI_COMM_WORLD, dir, 1, ierr=ierr)
+    call report('prune_' // when, ierr)
+    call ckptio_initialize(ierr=ierr)
+    call report('initialize_' // when, ierr)
+  end subroutine lifecycle_calls
+
+  subroutine lifecycle()
+    character(len=32) :: env
+    integer :: ierr, length
+    character(len=256) :: found
+    call get_environment_variable('OMPI_COMM_WORLD_RANK', env, length)   ! MPI_Comm_rank is not allowed yet
+    rank = 0
+    if (length > 0) read (env, *) rank
+    call lifecycle_calls('before_init')
+    call MPI_Init()
+    call ckptio_latest(MPI_COMM_WORLD, dir, found, ierr=ierr)            ! works in between
+    call expect(ierr == CKPTIO_OK, 'latest between MPI_Init and MPI_Finalize')
+    call ckptio_finalize()
+    call MPI_Finalize()
+    call lifecycle_calls('after_finalize')
+    if (rank == 0) print '(a)', 'LIFECYCLE OK'
+  end subroutine lifecycle
 
   subroutine abort_without_ierr()
     type(ckptio_file) :: f

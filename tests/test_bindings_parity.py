@@ -1,0 +1,94 @@
+"""C and Fortran bindings: batched reads and restart fallback past a corrupt checkpoint (issue 16 item 6).
+
+* ``ckptio_read_many`` (C) and ``ckptio_batch_add`` + ``ckptio_read_many`` (Fortran) read many small variables
+  in one collective exchange (``ckptio.Reader.read_many``); the number of requests may differ between ranks
+  (one rank asks for nothing); a bad request on one rank fails every rank before anything is read.
+* ``ckptio_series_create`` (C and Fortran) is ``ckptio.Series(...).create(step)``: after each commit only the
+  newest ``keep`` checkpoints of the series stay; a bad argument on one rank fails every rank.
+* ``ckptio_latest_verified`` verifies checksums and falls back past a corrupt newest checkpoint, where
+  ``ckptio_latest_comm`` (metadata only) still returns it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from mpi_helpers import run_program, run_script
+from test_bindings import CODES, ensure_build, error_lines
+
+pytestmark = [pytest.mark.mpi, pytest.mark.timeout(600)]
+
+
+@pytest.fixture(scope="session")
+def build():
+    return ensure_build()
+
+
+def _failed_everywhere(cases: dict, case: str, nprocs: int, status: int) -> str:
+    ranks = cases.get(case, {})
+    assert sorted(ranks) == list(range(nprocs)), (case, ranks)
+    assert {s for s, _ in ranks.values()} == {status}, (case, ranks)
+    messages = {m for _, m in ranks.values()}
+    assert len(messages) == 1, messages
+    return messages.pop()
+
+
+@pytest.mark.parametrize("nprocs", [2, 4])
+def test_c_read_many(build, tmp_path, nprocs):
+    proc = run_program(nprocs, [build / "ckptio_test_c", "many", tmp_path, "200"], timeout=300)
+    assert f"MANY OK {nprocs} ranks" in proc.stdout
+    cases = error_lines(proc.stdout)
+    message = _failed_everywhere(cases, "read_many_wrong_dtype", nprocs, CODES["CKPTIO_ERR_ARGUMENT"])
+    assert f"rank {nprocs - 1}: ArgumentError: variable 'v00199'" in message and "float32 buffer" in message
+    message = _failed_everywhere(cases, "read_many_unknown", nprocs, CODES["CKPTIO_ERR_NOT_FOUND"])
+    assert "'nope'" in message
+    timing = re.search(r"read_many_s ([\d.]+) one_read_per_variable_s ([\d.]+)", proc.stdout)
+    assert timing, proc.stdout
+
+
+@pytest.mark.parametrize("nprocs", [1, 3])
+def test_fortran_read_many(build, tmp_path, nprocs):
+    proc = run_program(nprocs, [build / "ckptio_test_f", "many", tmp_path], timeout=300)
+    assert f"MANY OK {nprocs} ranks" in proc.stdout
+    message = _failed_everywhere(error_lines(proc.stdout), "read_many_noncontiguous", nprocs,
+                                 CODES["CKPTIO_ERR_ARGUMENT"])
+    assert f'rank {nprocs - 1}: ArgumentError: the array to read "r002" into is not contiguous' in message
+
+
+CORRUPT_NEWEST = r"""
+import sys
+from ckptio.backends import detect_backend
+path = sys.argv[1]
+backend = detect_backend(path)
+extent = backend.extents(backend.read_metadata(path))[-1]
+with open(path, "r+b") as f:
+    f.seek(extent.file_offset + extent.nbytes // 2)
+    byte = f.read(1)
+    f.seek(-1, 1)
+    f.write(bytes([byte[0] ^ 0x40]))
+print("CORRUPTED")
+"""
+
+
+def test_latest_verified_falls_back_past_a_corrupt_checkpoint(build, tmp_path):
+    run_program(2, [build / "ckptio_test_c", "many", tmp_path, "20"], timeout=300)   # chk_000001, chk_000002
+    proc = run_program(2, [build / "ckptio_test_c", "latest", tmp_path])
+    assert f"LATEST {tmp_path}/chk_000002" in proc.stdout and f"VERIFIED {tmp_path}/chk_000002" in proc.stdout
+    assert "CORRUPTED" in run_script(1, CORRUPT_NEWEST, tmp_path, str(tmp_path / "chk_000002")).stdout
+    proc = run_program(2, [build / "ckptio_test_c", "latest", tmp_path])
+    assert f"LATEST {tmp_path}/chk_000002" in proc.stdout          # metadata only: does not see it
+    assert f"VERIFIED {tmp_path}/chk_000001" in proc.stdout        # checksums: falls back
+
+
+@pytest.mark.parametrize("program", ["ckptio_test_c", "ckptio_test_f"])
+def test_series_keeps_the_newest_and_restarts(build, tmp_path, program):
+    nprocs = 2
+    proc = run_program(nprocs, [build / program, "series", tmp_path], timeout=300)
+    c = program.endswith("_c")
+    prefix, steps = ("chk", (30, 40)) if c else ("state", (4, 5))
+    assert f"SERIES OK {tmp_path}/run/{prefix}_{steps[1]:06d}" in proc.stdout
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [f"{prefix}_{s:06d}" for s in steps]
+    case, words = ("series_negative_step", "step must not be negative") if c else ("series_keep_0", "keep must be")
+    message = _failed_everywhere(error_lines(proc.stdout), case, nprocs, CODES["CKPTIO_ERR_ARGUMENT"])
+    assert words in message
