@@ -175,9 +175,6 @@ def test_fortran_logical_complex_real32_attr(build, tmp_path, nprocs):
 
 
 # ------------------------------------------------------------------------------ ckptio_latest, missing directory
-@pytest.mark.xfail(reason="needs the Python side of issue 11 item 11: ckptio.latest() of a missing directory "
-                          "raises CheckpointIOError (today it returns None, so the C call returns CKPTIO_OK)",
-                   strict=False)
 def test_c_latest_of_missing_directory_is_an_error(build, tmp_path):
     nprocs = 2
     proc = run_program(nprocs, [build / "ckptio_test_c", "latest_missing", tmp_path], timeout=180)

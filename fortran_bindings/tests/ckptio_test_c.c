@@ -407,8 +407,10 @@ static void lifecycle_calls(const char *when, const char *dir) {
 }
 
 static int lifecycle(int argc, char **argv) {
+  /* MPI_Comm_rank is not allowed yet: the launcher's rank variable (Open MPI, then MPICH's Hydra / PMI) */
   const char *r = getenv("OMPI_COMM_WORLD_RANK");
-  rank = r ? atoi(r) : 0; /* MPI_Comm_rank is not allowed yet */
+  if (!r) r = getenv("PMI_RANK");
+  rank = r ? atoi(r) : 0;
   lifecycle_calls("before_init", argv[2]);
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -604,7 +604,9 @@ contains
     character(len=32) :: env
     integer :: ierr, length
     character(len=256) :: found
-    call get_environment_variable('OMPI_COMM_WORLD_RANK', env, length)   ! MPI_Comm_rank is not allowed yet
+    ! MPI_Comm_rank is not allowed yet: the launcher's rank variable (Open MPI, then MPICH's Hydra / PMI)
+    call get_environment_variable('OMPI_COMM_WORLD_RANK', env, length)
+    if (length == 0) call get_environment_variable('PMI_RANK', env, length)
     rank = 0
     if (length > 0) read (env, *) rank
     call lifecycle_calls('before_init')
