@@ -91,3 +91,30 @@ def test_stage_that_is_a_file_fails_on_every_rank(nprocs, tmp_path):
     (tmp_path / "stage").write_text("not a directory")
     proc = run_script(nprocs, BAD_STAGE, tmp_path, str(tmp_path / "out"), str(tmp_path / "stage"))
     assert proc.stdout.count("OK") == 2 * nprocs, proc.stdout
+
+
+def test_stage_kind_decision_names_the_node_that_cannot_see():
+    """ckptio.staging._decide (rank 0's part of locate): views are (host, node leader, probes seen) per rank."""
+    from ckptio import staging
+    from ckptio.errors import CheckpointIOError
+
+    shared = [("a", 0, [0, 2]), ("a", 0, [0, 2]), ("b", 2, [0, 2])]
+    local = [("a", 0, [0]), ("a", 0, [0]), ("b", 2, [2])]
+    assert staging._decide("/s", shared) is True
+    assert staging._decide("/s", local) is False
+    assert staging._decide("/s", [("a", 0, [0])]) is True  # one node: shared and node-local alike
+    blind = [("a", 0, [0]), ("a", 0, [0]), ("b", 2, [0])]  # node b sees node a's stage, not its own
+    with pytest.raises(CheckpointIOError, match=r"node b \(ranks 2\) cannot see its own node's probe file in /s"):
+        staging._decide("/s", blind)
+    partial = [("a", 0, [0, 1]), ("b", 1, [0, 1]), ("c", 2, [2])]  # a and b share a stage, c has its own
+    with pytest.raises(CheckpointIOError, match=r"node c \(ranks 2\) sees the stage of no other node out of a, b"):
+        staging._decide("/s", partial)
+
+
+def test_staged_copies_are_keyed_by_the_final_directory(tmp_path):
+    from ckptio import staging
+
+    a, b = staging.key_dir("/st", "/runs/A/chk_1"), staging.key_dir("/st", "/other/A/chk_1")
+    assert a != b and a.startswith("/st/A-") and b.startswith("/st/A-")
+    assert staging.key_dir("/st", "/runs/A/chk_2") == a
+    assert staging.checkpoint_dir("/st", "/runs/A/chk_1", "t").startswith(a + "/chk_1/")
