@@ -71,12 +71,14 @@ def write_restart(backend: str, mode: str, outdir: str, stage: str) -> None:
         aggregators = list(rd.aggregators)
         placed = placement.read_report(rd)
     written = placement.write_report(ck)
+    with ckptio.open(path, comm, aggregators=min(nodes + 1, size)) as rd:  # one per node first, then a second
+        more = placement.read_report(rd)["aggregators_per_node"]
     staged_files = []
     if mode == "staged":
         for _root, _dirs, files in os.walk(stage):
             staged_files += [f for f in files if f.endswith(".json")]
     report(aggregators=aggregators, is_aggregator=rank in aggregators, staged=sorted(staged_files), read=placed,
-           written=written, ok=True)
+           written=written, more=more, ok=True)
 
 
 def recover(outdir: str, stage: str) -> None:

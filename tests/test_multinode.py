@@ -51,6 +51,8 @@ def test_write_and_restart_across_nodes(backend, mode, layout, tmp_path):
     assert [p["host"] for p in placed["ranks"]] == nodes
     assert all((p["file_bytes"] > 0) == p["aggregator"] for p in placed["ranks"])
     assert sum(p["file_bytes"] for p in placed["ranks"]) >= 8 * 5 * 8 * len(nodes)
+    more = got[0]["more"]  # one more aggregator than nodes: every node has one, the first node a second
+    assert [len(v) for v in more.values()] == [2] + [1] * (len(more) - 1), more
     assert got[0]["written"]["ranks_per_node"] == {n: [q for q, m in enumerate(nodes) if m == n]
                                                    for n in dict.fromkeys(nodes)}
     assert (out / "chk_000001").is_file()
