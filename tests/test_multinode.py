@@ -126,3 +126,18 @@ def test_drain_killed_restart_on_same_nodes_uses_the_stage_other_nodes_fall_back
     got = reports(proc.stdout)
     assert len(got) == 4 and all(r["ok"] for r in got) and not got[0]["warned"], proc.stdout
     assert (out / "chk_000002").is_file()
+
+
+@pytest.mark.timeout(300)
+def test_final_directory_one_node_cannot_see_fails_on_every_rank_before_staging(tmp_path):
+    """The final directory exists only on nodeA (it is on node-local storage by mistake): every rank fails at
+    close(), the message names nodeB, and nothing is staged (the drain would open the file on every node)."""
+    node_dir(tmp_path, "nodeA").mkdir(parents=True)
+    (node_dir(tmp_path, "nodeA") / "out").mkdir()
+    stage = tmp_path / "shared-stage"
+    proc = run_nodes((2, 2), [sys.executable, APP, "bad-stage", node_local(tmp_path) / "out", stage], tmp_path,
+                     timeout=120)
+    got = reports(proc.stdout)
+    assert len(got) == 4 and all(r["ok"] for r in got), proc.stdout
+    assert all("seen from nodeB (rank 2)" in r["error"] for r in got), got[0]["error"]
+    assert not stage.exists() or not any(stage.rglob("*.json"))

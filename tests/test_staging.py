@@ -118,3 +118,40 @@ def test_staged_copies_are_keyed_by_the_final_directory(tmp_path):
     assert a != b and a.startswith("/st/A-") and b.startswith("/st/A-")
     assert staging.key_dir("/st", "/runs/A/chk_2") == a
     assert staging.checkpoint_dir("/st", "/runs/A/chk_1", "t").startswith(a + "/chk_1/")
+
+
+ONE_RANK_FAILS = """
+import os, sys, numpy as np, ckptio
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+r, n = comm.Get_rank(), comm.Get_size()
+out, stage = sys.argv[1], sys.argv[2]
+try:                                           # a bad declaration on the last rank only
+    with ckptio.create(os.path.join(out, "chk_000001"), comm, stage_dir=stage) as ck:
+        ck.write("x", np.zeros(3), offset=(3 * r + (1 if r == n - 1 else 0),), global_shape=(3 * n,))
+except ckptio.CheckpointError as exc:
+    assert "x" in str(exc), exc
+    print("DECL", r, flush=True)
+try:                                           # an exception inside the with-block on rank 0 only
+    with ckptio.create(os.path.join(out, "chk_000002"), comm, stage_dir=stage) as ck:
+        ck.write("x", np.zeros(3), offset=(3 * r,), global_shape=(3 * n,))
+        if r == 0:
+            raise RuntimeError("simulation failed")
+except RuntimeError:
+    print("RAISED", r, flush=True)
+except ckptio.CheckpointError as exc:
+    print("OTHERS", r, flush=True)
+assert not os.listdir(out), os.listdir(out)
+staged = [f for _, _, files in os.walk(stage) for f in files if f.endswith(".json")]
+assert not staged, staged
+print("OK", r, flush=True)
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+def test_staged_close_with_one_failing_rank_raises_everywhere_and_stages_nothing(tmp_path):
+    (tmp_path / "out").mkdir()
+    proc = run_script(3, ONE_RANK_FAILS, tmp_path, str(tmp_path / "out"), str(tmp_path / "stage"))
+    assert proc.stdout.count("DECL") == 3 and proc.stdout.count("OK") == 3, proc.stdout
+    assert proc.stdout.count("RAISED") == 1 and proc.stdout.count("OTHERS") == 2, proc.stdout
