@@ -141,3 +141,24 @@ def test_final_directory_one_node_cannot_see_fails_on_every_rank_before_staging(
     assert len(got) == 4 and all(r["ok"] for r in got), proc.stdout
     assert all("seen from nodeB (rank 2)" in r["error"] for r in got), got[0]["error"]
     assert not stage.exists() or not any(stage.rglob("*.json"))
+
+
+@pytest.mark.timeout(400)
+def test_restart_reads_the_node_local_stages_only_where_every_piece_is(tmp_path):
+    """open(path, stage_dir=) reads a staged checkpoint from the nodes' stages (same reads as from the file:
+    whole arrays, hyperslabs across writers, segments) when every rank's piece is on its own node; on other
+    nodes, or after the file was rewritten without staging, it reads the file (with a warning)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    stage = node_local(tmp_path) / "stage"
+
+    def job(layout, mode, expect):
+        proc = run_nodes(layout, [sys.executable, APP, "staged-read", out, stage, mode, expect], tmp_path)
+        got = reports(proc.stdout)
+        assert len(got) == sum(layout) and all(r["ok"] for r in got), proc.stdout
+        return got[0]
+
+    assert not job((2, 2), "staged", "stage")["warned"]
+    assert "no staged piece" in job((1, 1, 2), "none", "pfs")["warned"][0]  # the pieces are not where the ranks are
+    job((2, 2), "none", "stage")                                           # the same nodes again
+    assert "older" in job((2, 2), "sync", "pfs")["warned"][0]            # the file was rewritten since
