@@ -155,3 +155,47 @@ def test_staged_close_with_one_failing_rank_raises_everywhere_and_stages_nothing
     proc = run_script(3, ONE_RANK_FAILS, tmp_path, str(tmp_path / "out"), str(tmp_path / "stage"))
     assert proc.stdout.count("DECL") == 3 and proc.stdout.count("OK") == 3, proc.stdout
     assert proc.stdout.count("RAISED") == 1 and proc.stdout.count("OTHERS") == 2, proc.stdout
+
+
+CORRUPT_PIECE = """
+import os, sys, warnings, numpy as np, ckptio
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+r, n = comm.Get_rank(), comm.Get_size()
+out, stage = sys.argv[1], sys.argv[2]
+path = os.path.join(out, "chk_000001")
+ck = ckptio.create(path, comm, stage_dir=stage, attrs={"step": 1})
+ck.write("x", np.arange(6, dtype=np.float32) + 10 * r, offset=(6 * r,), global_shape=(6 * n,))
+ck.close()
+ck.wait()
+with ckptio.open(path, comm, stage_dir=stage) as rd:   # every piece fine: read from the stage
+    assert rd.source == "stage" and rd.attrs == {"step": 1}
+    assert (rd.read("x") == np.concatenate([np.arange(6, dtype=np.float32) + 10 * q for q in range(n)])).all()
+if r == n - 1:                                          # one flipped byte in the last rank's piece
+    data = [os.path.join(d, f) for d, _, fs in os.walk(stage) for f in fs if f.startswith(f"rank-{r:06d}")
+            and f.endswith(".data")][0]
+    with open(data, "r+b") as f:
+        f.seek(5)
+        b = f.read(1)
+        f.seek(5)
+        f.write(bytes([b[0] ^ 0xFF]))
+comm.Barrier()
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    rd = ckptio.open(path, comm, stage_dir=stage)
+assert isinstance(rd, ckptio.Reader), type(rd)
+if r == 0:
+    assert any(f"rank {n - 1}" in str(w.message) and "checksum" in str(w.message) for w in caught), caught
+assert (rd.read("x", offset=(6 * r,), shape=(6,)) == np.arange(6, dtype=np.float32) + 10 * r).all()
+rd.close()
+print("OK", r, flush=True)
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("nprocs", [1, 3])
+def test_restart_reads_the_stage_and_falls_back_on_a_corrupt_piece(nprocs, tmp_path):
+    (tmp_path / "out").mkdir()
+    proc = run_script(nprocs, CORRUPT_PIECE, tmp_path, str(tmp_path / "out"), str(tmp_path / "stage"))
+    assert proc.stdout.count("OK") == nprocs, proc.stdout
