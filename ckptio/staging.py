@@ -108,12 +108,16 @@ def locate(comm, stage_dir: str) -> StageInfo:
     probe = os.path.join(stage_dir, f"{_PROBE}{token}-{rank}")
 
     def make() -> None:
-        os.makedirs(stage_dir, exist_ok=True)
-        if rank == leader:
-            with open(probe, "w") as f:
-                f.write(host)
+        try:
+            os.makedirs(stage_dir, exist_ok=True)
+            if rank == leader:
+                with open(probe, "w") as f:
+                    f.write(host)
+        except OSError as exc:
+            raise CheckpointIOError(f"stage_dir {stage_dir} cannot be used on {host}: "
+                                    f"{exc.strerror or exc}") from None
 
-    coord.run(comm, f"{phase}: create the directory and its probe (on {host})", make)
+    coord.run(comm, f"{phase}: create the directory and its probe", make)
     try:
         def seen() -> tuple[str, int, list[int]]:
             prefix = f"{_PROBE}{token}-"
