@@ -99,13 +99,17 @@ def _agree_token(views: Sequence[tuple[str | None, str | None]], stage_dir: str,
 
 class StagedReader:
     """A staged checkpoint opened for restart (see :func:`open_staged`). Reads are collective, as with
-    :class:`ckptio.Reader`; ``source`` is ``"stage"``."""
+    :class:`ckptio.Reader`; ``source`` is ``"stage"``. It has ``attrs``, ``variables``, ``aggregators`` (every
+    rank serves its own piece) and ``stats``, but no ``meta`` (there is no file index: the manifests are the
+    index)."""
 
     source = "stage"
 
     def __init__(self, path: str, comm, directory: str, manifest: dict[str, Any], arrays: list[np.ndarray]):
-        from .reader import VariableInfo
+        from .reader import ReadStats, VariableInfo
 
+        self.stats = ReadStats()  # file_bytes: bytes this rank read from its own piece
+        self.stats.opened_file = True
         self.path, self.comm, self.directory = path, comm, directory
         self.attrs: dict[str, Any] = dict(manifest["attrs"])
         self.aggregators = list(range(comm.Get_size()))  # every rank reads its own piece
@@ -203,6 +207,7 @@ class StagedReader:
             for j, k, inter in pieces(me, d):
                 block = self._arrays[k]
                 src = block[inter.relative_to(self._blocks[me][k][1])]
+                self.stats.file_bytes += src.nbytes
                 if d == me:
                     outputs[j][inter.relative_to(mine[j][1])] = src
                     continue
@@ -213,6 +218,9 @@ class StagedReader:
         sd = np.concatenate(([0], np.cumsum(send_counts)[:-1])).astype(np.int64).tolist()
         rd = np.concatenate(([0], np.cumsum(recv_counts)[:-1])).astype(np.int64).tolist()
         comm.Alltoallv([send, (send_counts, sd), MPI.BYTE], [recv, (recv_counts, rd), MPI.BYTE])
+        self.stats.bytes_sent += sum(send_counts)
+        self.stats.bytes_received += sum(recv_counts)
+        self.stats.rounds += 1
         for s in range(size):
             if s == me:
                 continue
