@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .reader import Reader
+from .staged_reader import StagedReader, open_staged
 from .writer import Writer
 
 
@@ -32,12 +33,22 @@ def create(path: str | os.PathLike, comm, backend: str = "mpiio", attrs: Mapping
 
 
 def open(path: str | os.PathLike, comm, hints: Mapping[str, Any] | None = None, aggregators: int | None = None,
-         buffer_bytes: int | None = None, verify: bool = True) -> Reader:
+         buffer_bytes: int | None = None, verify: bool = True, stage_dir: str | os.PathLike | None = None
+         ) -> Reader | StagedReader:
     """Open a committed checkpoint for restart (collective). The backend is detected from the file.
 
     Rank 0 reads the metadata and broadcasts it; reads are two-phase aggregated: only ``aggregators``
     ranks (default ``min(nprocs, stripe count, 80)``, also set by ``CKPTIO_AGGREGATORS`` or ``cb_nodes`` in
     ``CKPTIO_HINTS``) open the file, in rounds of at most ``buffer_bytes`` (default 64 MiB, also
     ``CKPTIO_BUFFER_BYTES``). ``verify`` checks the checksum of every whole block read.
+
+    ``stage_dir`` (the one the checkpoint was written with): when the newest staged copy of ``path`` is usable
+    (same rank count, every rank's piece on its own node, checksums verified, not older than ``path``), the
+    restart reads from the stages (a :class:`ckptio.staged_reader.StagedReader`, same read API); otherwise,
+    with a warning naming what is missing, from ``path``.
     """
+    if stage_dir is not None:
+        staged = open_staged(os.fspath(path), comm, os.fspath(stage_dir), verify=verify)
+        if staged is not None:
+            return staged
     return Reader(path, comm, hints=hints, aggregators=aggregators, buffer_bytes=buffer_bytes, verify=verify)

@@ -24,6 +24,7 @@ Restart (:func:`recover`, from ``ckptio.latest(..., comm=, stage_dir=)`` and ``S
 newest staged checkpoint has no valid copy on the parallel file system (its drain was interrupted), it is
 drained now, but only when every rank's piece is present and verified on its own node (a restart on the same
 nodes with the same number of ranks, as in SCR); otherwise it is skipped with a warning, never waited for.
+``ckptio.open(path, comm, stage_dir=)`` reads from the stages by the same rule (:mod:`ckptio.staged_reader`).
 """
 
 from __future__ import annotations
@@ -103,12 +104,16 @@ def locate(comm, stage_dir: str) -> StageInfo:
     probe = os.path.join(stage_dir, f"{_PROBE}{token}-{rank}")
 
     def make() -> None:
-        os.makedirs(stage_dir, exist_ok=True)
-        if rank == leader:
-            with open(probe, "w") as f:
-                f.write(host)
+        try:
+            os.makedirs(stage_dir, exist_ok=True)
+            if rank == leader:
+                with open(probe, "w") as f:
+                    f.write(host)
+        except OSError as exc:
+            raise CheckpointIOError(f"stage_dir {stage_dir} cannot be used on {host}: "
+                                    f"{exc.strerror or exc}") from None
 
-    coord.run(comm, f"{phase}: create the directory and its probe (on {host})", make)
+    coord.run(comm, f"{phase}: create the directory and its probe", make)
     try:
         def seen() -> tuple[str, int, list[int]]:
             prefix = f"{_PROBE}{token}-"
@@ -294,8 +299,7 @@ def retain(comm, info: StageInfo, final_path: str, token: str) -> None:
         if not info.cleaner:
             return
         base = key_dir(info.directory, final_path)
-        with open(os.path.join(checkpoint_dir(info.directory, final_path, token), _DRAINED), "w"):
-            pass
+        mark_drained(checkpoint_dir(info.directory, final_path, token), final_path)
         for _name, tok, path in _staged(base):
             if tok < token:
                 shutil.rmtree(path, ignore_errors=True)
@@ -307,6 +311,29 @@ def retain(comm, info: StageInfo, final_path: str, token: str) -> None:
         coord.run(comm, f"stage {info.directory}: retention", remove)
     except CheckpointError as exc:
         warnings.warn(f"ckptio: could not remove old staged copies: {exc}", RuntimeWarning, stacklevel=2)
+
+
+def mark_drained(directory: str, final_path: str) -> None:
+    """Local: record in a staged checkpoint's directory that it was drained, and to which file (atomically:
+    several ranks of a node may write the same marker)."""
+    tmp = os.path.join(directory, f".{_DRAINED}.{uuid.uuid4().hex[:8]}")
+    with open(tmp, "w") as f:
+        json.dump(file_identity(os.stat(final_path)), f)
+    os.replace(tmp, os.path.join(directory, _DRAINED))
+
+
+def file_identity(st: os.stat_result) -> dict[str, int]:
+    """What identifies the final file a staged copy was drained to (a later write of that name differs)."""
+    return {"ino": st.st_ino, "mtime_ns": st.st_mtime_ns, "size": st.st_size}
+
+
+def drained_identity(directory: str) -> dict[str, int] | None:
+    """Local: the identity of the final file a staged checkpoint was drained to, or None if not drained."""
+    try:
+        with open(os.path.join(directory, _DRAINED)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
 
 
 def _staged(base: str) -> list[tuple[str, str, str]]:
@@ -379,6 +406,12 @@ def recover(comm, directory: str, pattern: catalog.NamePattern, stage_dir: str) 
                               RuntimeWarning, stacklevel=3)
             continue
         drain(comm, _restaging_writer, piece, final)
+        try:
+            coord.run(comm, f"stage {stage_dir}: mark {name} drained", lambda piece=piece, final=final:
+                      mark_drained(piece, final))
+        except CheckpointError as exc:
+            warnings.warn(f"ckptio: could not mark the staged copy of {final} drained: {exc}", RuntimeWarning,
+                          stacklevel=2)
         return final
     return None
 

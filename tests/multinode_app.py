@@ -71,12 +71,14 @@ def write_restart(backend: str, mode: str, outdir: str, stage: str) -> None:
         aggregators = list(rd.aggregators)
         placed = placement.read_report(rd)
     written = placement.write_report(ck)
+    with ckptio.open(path, comm, aggregators=min(nodes + 1, size)) as rd:  # one per node first, then a second
+        more = placement.read_report(rd)["aggregators_per_node"]
     staged_files = []
     if mode == "staged":
         for _root, _dirs, files in os.walk(stage):
             staged_files += [f for f in files if f.endswith(".json")]
     report(aggregators=aggregators, is_aggregator=rank in aggregators, staged=sorted(staged_files), read=placed,
-           written=written, ok=True)
+           written=written, more=more, ok=True)
 
 
 def recover(outdir: str, stage: str) -> None:
@@ -120,6 +122,30 @@ def stage_step(step: str, outdir: str, stage: str) -> None:
     report(ok=True)
 
 
+def staged_read(outdir: str, stage: str, mode: str, expect: str) -> None:
+    """mode: staged / sync (write chk_000001 first) or none; expect: where ckptio.open reads from."""
+    path = os.path.join(outdir, "chk_000001")
+    if mode != "none":
+        write(path, "mpiio", mode, stage, 1).wait()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rd = ckptio.open(path, comm, stage_dir=stage)
+    source = getattr(rd, "source", "pfs")
+    assert source == expect, (source, [str(w.message) for w in caught])
+    with rd, ckptio.open(path, comm) as ref:
+        writers = len(ref.meta["variables"]["ids"]["blocks"])
+        requests = [("x", None, None),                                   # the whole array on every rank
+                    ("x", (max(0, 8 * rank - 3), 1), (7, 3)),            # across the writers' blocks
+                    ("x", (0, 0), (0, 5))]                               # empty
+        if writers == size:
+            requests.append(("ids", None, None))                         # this rank's own segment
+        got, want = rd.read_many(requests), ref.read_many(requests)
+        for g, w in zip(got, want, strict=True):
+            assert g.dtype == w.dtype and g.shape == w.shape and (g == w).all()
+        assert rd.attrs == ref.attrs and set(rd.variables) == set(ref.variables)
+    report(source=source, warned=[str(w.message) for w in caught if "stage" in str(w.message)], ok=True)
+
+
 def restart(outdir: str, stage: str, step: str) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -137,4 +163,4 @@ def restart(outdir: str, stage: str, step: str) -> None:
 if __name__ == "__main__":
     action, *args = sys.argv[1:]
     {"write-restart": write_restart, "recover": recover, "bad-stage": bad_stage, "stage-step": stage_step,
-     "restart": restart}[action](*args)
+     "restart": restart, "staged-read": staged_read}[action](*args)

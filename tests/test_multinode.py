@@ -51,6 +51,8 @@ def test_write_and_restart_across_nodes(backend, mode, layout, tmp_path):
     assert [p["host"] for p in placed["ranks"]] == nodes
     assert all((p["file_bytes"] > 0) == p["aggregator"] for p in placed["ranks"])
     assert sum(p["file_bytes"] for p in placed["ranks"]) >= 8 * 5 * 8 * len(nodes)
+    more = got[0]["more"]  # one more aggregator than nodes: every node has one, the first node a second
+    assert [len(v) for v in more.values()] == [2] + [1] * (len(more) - 1), more
     assert got[0]["written"]["ranks_per_node"] == {n: [q for q, m in enumerate(nodes) if m == n]
                                                    for n in dict.fromkeys(nodes)}
     assert (out / "chk_000001").is_file()
@@ -124,3 +126,39 @@ def test_drain_killed_restart_on_same_nodes_uses_the_stage_other_nodes_fall_back
     got = reports(proc.stdout)
     assert len(got) == 4 and all(r["ok"] for r in got) and not got[0]["warned"], proc.stdout
     assert (out / "chk_000002").is_file()
+
+
+@pytest.mark.timeout(300)
+def test_final_directory_one_node_cannot_see_fails_on_every_rank_before_staging(tmp_path):
+    """The final directory exists only on nodeA (it is on node-local storage by mistake): every rank fails at
+    close(), the message names nodeB, and nothing is staged (the drain would open the file on every node)."""
+    node_dir(tmp_path, "nodeA").mkdir(parents=True)
+    (node_dir(tmp_path, "nodeA") / "out").mkdir()
+    stage = tmp_path / "shared-stage"
+    proc = run_nodes((2, 2), [sys.executable, APP, "bad-stage", node_local(tmp_path) / "out", stage], tmp_path,
+                     timeout=120)
+    got = reports(proc.stdout)
+    assert len(got) == 4 and all(r["ok"] for r in got), proc.stdout
+    assert all("seen from nodeB (rank 2)" in r["error"] for r in got), got[0]["error"]
+    assert not stage.exists() or not any(stage.rglob("*.json"))
+
+
+@pytest.mark.timeout(400)
+def test_restart_reads_the_node_local_stages_only_where_every_piece_is(tmp_path):
+    """open(path, stage_dir=) reads a staged checkpoint from the nodes' stages (same reads as from the file:
+    whole arrays, hyperslabs across writers, segments) when every rank's piece is on its own node; on other
+    nodes, or after the file was rewritten without staging, it reads the file (with a warning)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    stage = node_local(tmp_path) / "stage"
+
+    def job(layout, mode, expect):
+        proc = run_nodes(layout, [sys.executable, APP, "staged-read", out, stage, mode, expect], tmp_path)
+        got = reports(proc.stdout)
+        assert len(got) == sum(layout) and all(r["ok"] for r in got), proc.stdout
+        return got[0]
+
+    assert not job((2, 2), "staged", "stage")["warned"]
+    assert "no staged piece" in job((1, 1, 2), "none", "pfs")["warned"][0]  # the pieces are not where the ranks are
+    job((2, 2), "none", "stage")                                           # the same nodes again
+    assert "older" in job((2, 2), "sync", "pfs")["warned"][0]            # the file was rewritten since

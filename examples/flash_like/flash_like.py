@@ -518,7 +518,7 @@ def run(args: argparse.Namespace, comm: MPI.Comm) -> int:
 
     series = open_series(args, comm)
     if args.restart:
-        path = series.latest()  # newest complete and verified one (a staged copy is preferred)
+        path = series.latest()  # newest complete and verified one (an undrained staged one is drained first)
         if path is None:
             if rank == 0:
                 print(
