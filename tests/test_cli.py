@@ -190,8 +190,9 @@ def test_several_paths_worst_status_and_closed_pipe(tmp_path):
 
 def test_directory_scan_reads_a_few_bytes_of_other_files(tmp_path, monkeypatch):
     """latest() over files that are not checkpoints: a few KiB read per file, not up to 64 MiB."""
-    import ckptio
     from ckptio.backends import base, looks_like_checkpoint
+
+    import ckptio
 
     for i in range(5):
         (tmp_path / f"chk_data_{i}.bin").write_bytes(os.urandom(3 << 20))
