@@ -16,6 +16,7 @@ from .base import (
     detect_backend,
     get_backend,
     known_backends,
+    looks_like_checkpoint,
     missing_libraries,
     register,
 )
@@ -23,4 +24,5 @@ from .base import (
 MISSING: dict[str, str] = missing_libraries()  # backend -> why this process cannot write it
 
 __all__ = ["MISSING", "Backend", "Capabilities", "ExtentReader", "WriteSession", "WrittenBlock",
-           "available_backends", "detect_backend", "get_backend", "known_backends", "missing_libraries", "register"]
+           "available_backends", "detect_backend", "get_backend", "known_backends", "looks_like_checkpoint",
+           "missing_libraries", "register"]

@@ -63,13 +63,12 @@ from ckptio.errors import (
     CorruptCheckpointError,
     FormatVersionError,
     IncompleteCheckpointError,
-    UnknownFormatError,
 )
 from ckptio.hints import DEFAULT_STRIPING_UNIT, data_transfer_mode, info_to_dict
 from ckptio.layout import Box
 from ckptio.plan import BlockPlan, Extent, VariablePlan
 
-from .base import Backend, Capabilities, ExtentReader, WriteSession, WrittenBlock, register
+from .base import Backend, Capabilities, ExtentReader, WriteSession, WrittenBlock, not_ckptio, register
 from .rawio import RawExtentReader, SerialRawReader, check_data_landed, leading_axis_bands, reserve_collectively
 
 try:  # reading needs no h5py (h5lite parses ckptio's HDF5 files); writing needs h5py built with parallel HDF5
@@ -438,8 +437,7 @@ class HDF5Backend(Backend):
             with h5py.File(path, "r", locking=False) as f:
                 group = f.get(GROUP)
                 if not isinstance(group, h5py.Group):
-                    raise UnknownFormatError(f"{path}: an HDF5 file without a /{GROUP} group is not a ckptio "
-                                             "checkpoint")
+                    raise not_ckptio(path, "hdf5", f"an HDF5 file without a /{GROUP} group")
                 version = group.attrs.get("format_version")
                 if version is not None and int(version) > FORMAT_VERSION:
                     raise FormatVersionError(f"{path}: ckptio HDF5 layout version {int(version)} is newer than "
@@ -495,7 +493,7 @@ def _read_metadata_lite(path: str) -> dict[str, Any]:
             group = f.lookup(f"/{GROUP}")
             document = f.lookup(f"/{GROUP}/metadata") if group is not None else None
             if group is None:
-                raise UnknownFormatError(f"{path}: an HDF5 file without a /{GROUP} group is not a ckptio checkpoint")
+                raise not_ckptio(path, "hdf5", f"an HDF5 file without a /{GROUP} group")
             attrs = f.attrs(group)
             version = attrs.get("format_version")
             if version is not None and int(version) > FORMAT_VERSION:

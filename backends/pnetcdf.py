@@ -67,12 +67,11 @@ from ckptio.errors import (
     CorruptCheckpointError,
     FormatVersionError,
     IncompleteCheckpointError,
-    UnknownFormatError,
 )
 from ckptio.hints import DEFAULT_STRIPING_UNIT, data_transfer_mode, info_to_dict
 from ckptio.plan import BlockPlan, Extent, VariablePlan
 
-from .base import Backend, Capabilities, ExtentReader, WriteSession, WrittenBlock, register
+from .base import Backend, Capabilities, ExtentReader, WriteSession, WrittenBlock, not_ckptio, register
 from .rawio import RawExtentReader, SerialRawReader, check_data_landed, leading_axis_bands, reserve_collectively
 
 # pnetcdf-python initializes MPI when imported: import it only to write a file (reading needs neither it nor MPI)
@@ -373,8 +372,8 @@ class PnetCDFBackend(Backend):
     def _read_metadata(self, path: str) -> dict[str, Any]:
         header = read_header(path)
         if header.version != 5 or META_VAR not in header.vars or COMPLETE_VAR not in header.vars:
-            raise UnknownFormatError(f"{path}: a netCDF (CDF-{header.version}) file without the variables "
-                                     f"{META_VAR} and {COMPLETE_VAR} is not a ckptio checkpoint")
+            raise not_ckptio(path, "pnetcdf", f"a netCDF (CDF-{header.version}) file without the variables "
+                                              f"{META_VAR} and {COMPLETE_VAR}")
         version = header.attrs.get("ckptio_format_version")
         if version is not None:
             version = int(np.asarray(version).reshape(-1)[0])

@@ -1,8 +1,10 @@
-"""``ckptio`` command line: ``inspect`` a checkpoint, ``plan`` a hypothetical job's I/O.
+"""``ckptio`` command line: ``inspect`` checkpoints, ``plan`` a hypothetical job's I/O.
 
 Exit status of ``inspect``: 0 valid, 1 corrupt, incomplete or of a newer format version than this ckptio
 (the message names the variable and block, or both versions), 2 usage error or file not found / not a
-checkpoint.
+checkpoint (another format, a file of another program, a FIFO or other non-regular file: never opened for
+reading, so it cannot block). With several paths, each is reported and the status is the highest of theirs.
+A closed standard output (``ckptio inspect --json ... | head -1``) ends the command quietly.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ def inspect_report(path: str, verify: bool) -> tuple[int, dict[str, Any]]:
     """Build the inspect document (the same fields for every backend) and the exit status."""
     from .backends import detect_backend
     from .errors import (
+        CapabilityError,
         CheckpointError,
         CorruptCheckpointError,
         FormatVersionError,
@@ -40,20 +43,26 @@ def inspect_report(path: str, verify: bool) -> tuple[int, dict[str, Any]]:
 
     report: dict[str, Any] = {"path": path, "format": None, "status": None, "error": None, "verified": False,
                               "problems": []}
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         report.update(status="missing", error=f"{path}: no such file")
         return EXIT_USAGE, report
     try:
-        backend = detect_backend(path)
+        backend = detect_backend(path, thorough=True)
     except CorruptCheckpointError as exc:  # no signature, but a damaged checkpoint of the format it names
         report.update(format=getattr(exc, "backend", None), status="corrupt", error=str(exc))
         return EXIT_BAD, report
-    except (UnknownFormatError, OSError) as exc:
+    except (UnknownFormatError, OSError) as exc:  # incl. FIFOs, sockets, devices (never opened for reading)
         report.update(status="unknown", error=str(exc))
         return EXIT_USAGE, report
     report["format"] = backend.name
     try:
         meta = backend.read_metadata(path)
+    except UnknownFormatError as exc:  # the format's container, but not written by ckptio (plain HDF5, netCDF)
+        report.update(status="unknown", error=str(exc))
+        return EXIT_USAGE, report
+    except CapabilityError as exc:  # a valid structure the built-in reader does not implement: not damage
+        report.update(status="unreadable here", error=str(exc))
+        return EXIT_USAGE, report
     except IncompleteCheckpointError as exc:
         report.update(status="incomplete", error=str(exc))
         return EXIT_BAD, report
@@ -98,7 +107,7 @@ def inspect_report(path: str, verify: bool) -> tuple[int, dict[str, Any]]:
 def _print_inspect(report: dict[str, Any], show_stats: bool) -> None:
     out = sys.stdout
     print(f"checkpoint  {report['path']}", file=out)
-    if report["format"] is None or report["status"] in ("missing", "unknown"):
+    if report["format"] is None or report["status"] in ("missing", "unknown", "unreadable here"):
         print(f"status      {report['status']}: {report['error']}", file=out)
         return
     if report["status"] != "complete" and "variables" not in report:
@@ -144,15 +153,38 @@ def _print_inspect(report: dict[str, Any], show_stats: bool) -> None:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    code, report = inspect_report(args.path, args.verify)
-    if args.json:
-        if not args.stats:
-            report.pop("stats", None)
-        json.dump(report, sys.stdout, indent=2, sort_keys=True, default=str)
-        print()
-    else:
-        _print_inspect(report, args.stats)
-    return code
+    """Every path in turn (text: one report after the other; ``--json``: one document, or a list of them for
+    several paths); the exit status is the highest of the paths'. Output stops quietly when stdout closes."""
+    worst = EXIT_OK
+    reports = []
+    try:
+        for i, path in enumerate(args.path):
+            code, report = inspect_report(path, args.verify)
+            worst = max(worst, code)
+            if not args.stats:
+                report.pop("stats", None)
+            if args.json:
+                reports.append(report)
+                continue
+            if i:
+                print()
+            _print_inspect(report, args.stats)
+            sys.stdout.flush()
+        if args.json:
+            json.dump(reports[0] if len(reports) == 1 else reports, sys.stdout, indent=2, sort_keys=True, default=str)
+            print()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+    return worst
+
+
+def _silence_stdout() -> None:
+    """The reader of our stdout left (``| head``): send what is still buffered to /dev/null, so neither this
+    command nor the interpreter's exit prints a BrokenPipeError traceback."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -177,8 +209,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ckptio", description="Inspect ckptio checkpoints and plan their I/O.")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("inspect", help="list and verify a checkpoint (any backend)")
-    p.add_argument("path")
+    p = sub.add_parser("inspect", help="list and verify checkpoints (any backend)")
+    p.add_argument("path", nargs="+", help="one or more checkpoint files")
     p.add_argument("--verify", action="store_true", help="read every block and check every checksum")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--stats", action="store_true", help="show the write statistics stored in the checkpoint")
@@ -207,7 +239,11 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return EXIT_USAGE if exc.code not in (0, None) else EXIT_OK
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except BrokenPipeError:  # stdout closed early (any command): end quietly
+        _silence_stdout()
+        return EXIT_BAD
 
 
 if __name__ == "__main__":

@@ -110,3 +110,103 @@ def test_plan_command_prints_and_plots(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "RESTART" in proc.stdout and "naive" in proc.stdout and png.stat().st_size > 1000
+
+
+# ------------------------------------------------------------------------ files that are not checkpoints
+def _plain_hdf5(path: Path) -> None:
+    import h5py
+    import numpy as np
+
+    with h5py.File(path, "w") as f:
+        f["x"] = np.arange(10.0)
+        f.attrs["title"] = "written by another program"
+
+
+def _plain_netcdf(path: Path) -> None:
+    """A classic CDF-5 file with one variable, written byte by byte (no netCDF library needed)."""
+    import struct
+
+    name = b"x\0\0\0"
+    header = (b"CDF\x05" + struct.pack(">Q", 0)
+              + struct.pack(">IQ", 10, 1) + struct.pack(">Q", 1) + name + struct.pack(">Q", 4)  # dim x = 4
+              + struct.pack(">IQ", 0, 0)  # no global attributes
+              + struct.pack(">IQ", 11, 1) + struct.pack(">Q", 1) + name + struct.pack(">Q", 1) + struct.pack(">Q", 0)
+              + struct.pack(">IQ", 0, 0) + struct.pack(">IQQ", 6, 32, 0))
+    begin = len(header)
+    header = header[:-8] + struct.pack(">Q", begin)
+    path.write_bytes(header + struct.pack(">4d", 1, 2, 3, 4))
+
+
+def test_plain_hdf5_and_netcdf_files_are_not_checkpoints_exit_2(tmp_path):
+    from ckptio.backends.pnetcdf import read_header
+
+    h5, nc = tmp_path / "other.h5", tmp_path / "other.nc"
+    _plain_hdf5(h5)
+    _plain_netcdf(nc)
+    assert read_header(str(nc)).vars["x"].begin > 0  # a well-formed CDF file
+    for path, fmt in ((h5, "hdf5"), (nc, "pnetcdf")):
+        proc = inspect("--json", str(path))
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        report = json.loads(proc.stdout)
+        assert report["status"] == "unknown" and "not a ckptio checkpoint" in report["error"], report
+        assert report["format"] == fmt
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_fifo_does_not_block_and_says_what_it_is(tmp_path):
+    fifo = tmp_path / "chk_fifo"
+    os.mkfifo(fifo)
+    proc = inspect(str(fifo))  # before: blocked in open() until the 120 s timeout
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "FIFO" in proc.stdout and "not a regular file" in proc.stdout, proc.stdout
+    import ckptio
+
+    with pytest.raises(ckptio.UnknownFormatError, match="FIFO"):
+        ckptio.backends.detect_backend(str(fifo))
+
+
+@pytest.mark.mpi
+def test_several_paths_worst_status_and_closed_pipe(tmp_path):
+    good = tmp_path / "chk_good"
+    run_script(2, WRITE, tmp_path, str(good), "mpiio")
+    junk = tmp_path / "junk"
+    junk.write_bytes(os.urandom(4096))
+    bad = tmp_path / "chk_bad"
+    raw = bytearray(good.read_bytes())
+    raw[len(raw) // 3] ^= 0xFF  # in the data
+    bad.write_bytes(bytes(raw))
+    both = inspect("--verify", str(good), str(bad))
+    assert both.returncode == 1 and both.stdout.count("checkpoint  ") == 2, both.stdout
+    assert inspect(str(good), str(bad), str(junk)).returncode == 2
+    assert inspect(str(good), str(good)).returncode == 0
+    many = json.loads(inspect("--json", str(good), str(junk)).stdout)
+    assert [r["status"] for r in many] == ["complete", "unknown"]
+    for args in (["--json", "--stats", *[str(good)] * 40], [*[str(good)] * 40]):
+        proc = subprocess.run(f"{CKPTIO} inspect {' '.join(args)} | head -1", shell=True, capture_output=True,
+                              text=True, env=mpi_env(), timeout=120)
+        assert proc.stdout.count("\n") == 1, proc.stdout
+        assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+
+
+def test_directory_scan_reads_a_few_bytes_of_other_files(tmp_path, monkeypatch):
+    """latest() over files that are not checkpoints: a few KiB read per file, not up to 64 MiB."""
+    from ckptio.backends import base, looks_like_checkpoint
+
+    import ckptio
+
+    for i in range(5):
+        (tmp_path / f"chk_data_{i}.bin").write_bytes(os.urandom(3 << 20))
+    (tmp_path / "chk_notes.txt").write_text("notes\n" * 1000)
+    scanned: list[int] = []
+    find = base._find_document
+    monkeypatch.setattr(base, "_find_document", lambda f, size: scanned.append(size) or find(f, size))
+    with pytest.warns(UserWarning):
+        assert ckptio.latest(tmp_path) is None
+    assert scanned == [], "the tails of files that are plainly not checkpoints were searched"
+    assert not any(looks_like_checkpoint(str(p)) for p in tmp_path.iterdir())
+    zeroed = tmp_path / "chk_zeroed"  # a zeroed header is still diagnosed (the common damage)
+    zeroed.write_bytes(bytes(8192))
+    assert looks_like_checkpoint(str(zeroed))
+    with pytest.raises(ckptio.UnknownFormatError):
+        base.detect_backend(str(zeroed))
+    assert scanned, "a zeroed header is searched for a metadata document"
