@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .backends import detect_backend
-from .errors import CheckpointError, CheckpointIOError
+from .errors import CapabilityError, CheckpointError, CheckpointIOError
 
 SEQ_ATTR = "ckptio_series_seq"
 _TEMP = re.compile(r"\.(?P<name>.+)\.ckptio-tmp-[0-9a-f]{12}")
@@ -131,6 +131,8 @@ def scan(directory: str | os.PathLike, pattern: NamePattern, read: bool = True) 
         if read:
             try:
                 entry.seq = _seq_of(read_metadata(path))
+            except CapabilityError:
+                raise  # a library this process lacks: never a reason to skip (or delete) a good checkpoint
             except (CheckpointError, OSError, ValueError) as exc:
                 entry.problem = str(exc)
         entries.append(entry)
@@ -207,6 +209,8 @@ def _iter_valid(entries: list[Entry], verify: bool) -> Iterator[str]:
         else:
             try:
                 check(e.path, verify)
+            except CapabilityError:
+                raise  # see scan()
             except (CheckpointError, OSError) as exc:
                 _skip(e.path, str(exc))
                 continue
