@@ -17,9 +17,11 @@ trajectory. The *timeline* is every committed, not superseded checkpoint; in it 
 agree. :func:`latest` chooses only from the timeline (newest step first); retention (ckptio.series) deletes
 superseded checkpoints first. The record lives in each checkpoint's own metadata, so it is committed atomically
 with the checkpoint, survives copying the directory, and needs no separate journal that could disagree with the
-files. Checkpoints without the attribute (written by ``ckptio.create`` or an older ckptio) count as
-sequence 0: among themselves they are ordered by step, as before. A file whose metadata cannot be read
-(truncated, damaged index) cannot say where it belongs: it supersedes nothing, is never chosen, never deleted.
+files. Checkpoints without the attribute (written by ``ckptio.create``, the C/Fortran API or an older ckptio;
+sequence 0) carry no timeline: they are never superseded and supersede nothing, and are ordered by step like
+every other one (so a Fortran run continuing a Python Series' directory keeps the step order). A file whose
+metadata cannot be read (truncated, damaged index) cannot say where it belongs: it supersedes nothing, is never
+chosen, never deleted.
 """
 
 from __future__ import annotations
@@ -150,7 +152,7 @@ def _seq_of(meta: dict) -> int:
 
 def superseded(entries: list[Entry]) -> dict[str, Entry]:
     """{path of a superseded checkpoint: the checkpoint that superseded it} (see the module docstring)."""
-    committed = [e for e in entries if e.committed]
+    committed = [e for e in entries if e.seq]  # 0: written without a Series, no timeline; None: unreadable
     out: dict[str, Entry] = {}
     for x in committed:
         later = [y for y in committed if y.seq > x.seq and y.step <= x.step]  # type: ignore[operator]

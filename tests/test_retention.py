@@ -61,6 +61,10 @@ def test_restart_from_older_step_supersedes_the_abandoned_newer_ones():
     assert [e.step for e in doomed] == [3]
     # checkpoints without a sequence number (ckptio.create, older ckptio) keep the step order among themselves
     assert not catalog.superseded([_e(1, 0), _e(2, 0)])
+    # ... nor with a Series' ones: a Fortran run (no sequence) continuing a Python Series' directory keeps step order
+    mixed = [_e(5, 1), _e(10, 2), _e(15, 0), _e(20, 0)]
+    assert not catalog.superseded(mixed)
+    assert [e.step for e in plan_retention(mixed, 3, set())[0]] == [5]
 
 
 # ------------------------------------------------------------------------------------------ MPI scripts
