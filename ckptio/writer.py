@@ -95,7 +95,6 @@ class Writer:
         self._pending: list[_Pending] = []
         self._error: BaseException | None = None
         self._closed = False
-        self._make_directory = False  # the stage copy: create stage_dir if missing (as Series does)
         self.stats = WriteStats()
         self.compression = codecs.parse_compression(compression)
         if self.compression is not None and not self.backend.capabilities.compression:
@@ -276,18 +275,22 @@ class Writer:
             self._pending = []
         self.stats = WriteStats({"stage": time.perf_counter() - t0}, comm.allgather(written), [1] * nprocs)
         final = self.path
+        on_commit = getattr(self, "_on_commit", None)  # Series retention, as in _close_async
 
         def drain(comm) -> None:
             staging.drain(comm, lambda path, comm, _manifest: self._clone(path, comm), directory, final)
             staging.retain(comm, info, final, token)
+            if on_commit is not None and background:  # synchronous: Series runs it after close() returns
+                on_commit(comm)
 
         if not background:
             drain(comm)
             return
         engine = async_io.engine_for(comm)
-        engine.check_finished_before_new()
+        finished = engine.settle_before_new()
         self.handle = async_io.AsyncCheckpoint(self.path)
         engine.submit(self.handle, drain, lambda: None)
+        async_io.raise_failures(finished, f"close() of {self.path} (which was submitted normally)")
 
     def _prepare_staged(self) -> dict[str, Any]:
         """Local part of a staged close's declare phase: C order (checksums are computed while writing the
@@ -409,8 +412,6 @@ class Writer:
                 p.decl["stored_nbytes"], p.decl["codec"] = int(p.stored.nbytes), f"{codec}:{level}"
             else:
                 p.stored = data
-        if self._make_directory and self.comm.Get_rank() == 0:
-            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         check_dir = _directory_problem(self.path) if self.comm.Get_rank() == 0 else None
         return {"decls": [p.decl for p in self._pending], "attrs": self.attrs, "dir_problem": check_dir,
                 "prepare_seconds": time.perf_counter() - t}

@@ -117,7 +117,8 @@ if r == 0:
     os.utime(os.path.join(d, stale), (1, 1))
     os.utime(os.path.join(d, fresh), (4e9, 4e9))
 comm.Barrier()
-series = ckptio.Series(d, comm, prefix="chk", keep=2, mode=mode)
+kw = {"stage_dir": d + "-stage"} if mode == "staged" else {"mode": mode}   # staged: retention at each drain's commit
+series = ckptio.Series(d, comm, prefix="chk", keep=2, **kw)
 for s in range(1, 9):
     ck = write(series, s)
     ck.wait()            # Writer.wait only: retention must already have run (as the checkpoint committed)
@@ -269,7 +270,7 @@ print("OK", r, flush=True)
 
 @pytest.mark.mpi
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("mode", ["sync", "async", "staged"])
 @pytest.mark.parametrize("nprocs", [1, 2, 4])
 def test_series_owns_only_its_exact_names_and_applies_keep_at_each_commit(nprocs, mode, tmp_path):
     d = tmp_path / "run"
