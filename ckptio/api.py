@@ -25,22 +25,25 @@ def create(path: str | os.PathLike, comm, backend: str = "mpiio", attrs: Mapping
     rank sees or one per node at the same path; created if missing) is written first, each rank its own piece,
     and drained to ``path`` in the background, checksums verified (see :mod:`ckptio.staging`).
 
-    Local (no communication). It raises at once only for arguments every rank passes alike (``backend``,
-    ``mode``, ``hints``, ``compression``); a bad ``attrs`` value is raised by ``close()`` on every rank.
+    Local (no communication). It raises at once only for arguments that are wrong in themselves (an unknown
+    ``backend`` or ``mode``, bad ``hints`` or ``compression``); a bad ``attrs`` value, one the backend cannot
+    store, and a ``path``, ``backend``, ``mode``, ``stage_dir`` or ``compression`` that differs between ranks
+    are raised by ``close()`` on every rank, in its first phase, before anything is written.
     """
     return Writer(path, comm, backend=backend, attrs=attrs, hints=hints, compression=compression, mode=mode,
                   stage_dir=stage_dir)
 
 
 def open(path: str | os.PathLike, comm, hints: Mapping[str, Any] | None = None, aggregators: int | None = None,
-         buffer_bytes: int | None = None, verify: bool = True, stage_dir: str | os.PathLike | None = None
+         buffer_bytes: int | str | None = None, verify: bool = True, stage_dir: str | os.PathLike | None = None
          ) -> Reader | StagedReader:
     """Open a committed checkpoint for restart (collective). The backend is detected from the file.
 
     Rank 0 reads the metadata and broadcasts it; reads are two-phase aggregated: only ``aggregators``
     ranks (default ``min(nprocs, stripe count, 80)``, also set by ``CKPTIO_AGGREGATORS`` or ``cb_nodes`` in
     ``CKPTIO_HINTS``) open the file, in rounds of at most ``buffer_bytes`` (default 64 MiB, also
-    ``CKPTIO_BUFFER_BYTES``). ``verify`` checks the checksum of every whole block read.
+    ``CKPTIO_BUFFER_BYTES``; bytes or a size such as ``"64M"``, see :mod:`ckptio.units`). Both must be the same
+    on every rank (checked). ``verify`` checks the checksum of every whole block read.
 
     ``stage_dir`` (the one the checkpoint was written with): when the newest staged copy of ``path`` is usable
     (same rank count, every rank's piece on its own node, checksums verified, not older than ``path``), the

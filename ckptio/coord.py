@@ -15,8 +15,9 @@ Signals: a signal handler's exception can appear between any two bytecodes, also
 one operation, where no agreement can catch it. :func:`collective_section` (entered by ``Writer.close`` and
 by every collective method of ``Reader``) therefore holds back the signals that have a Python handler while
 the operation runs, in the main thread, and delivers them at the next agreement point (every function here
-checks first): the handler runs there, and its exception is that rank's failure for the phase. A signal still
-held at the end of the section is delivered then, after the last collective.
+checks first, except inside the work of another phase, see :func:`_phase_work`): the handler runs there, and
+its exception is that rank's failure for the phase. A signal still held at the end of the section is
+delivered then, after the last collective.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class _Held:
     depth = 0
     handlers: dict[int, Any] = {}
     pending: list[int] = []
+    inner = 0  # > 0 while the work of a phase runs: its own (backend-internal) agreements deliver nothing
 
 
 def _record(signum: int, frame) -> None:
@@ -87,7 +89,7 @@ def collective_section() -> Iterator[None]:
 def deliver_held_signals() -> BaseException | None:
     """Local: run the handlers of the signals held so far; the first exception one raised (this rank's
     failure for the current phase), or None. Called at every agreement point."""
-    if not _Held.pending or threading.current_thread() is not threading.main_thread():
+    if not _Held.pending or _Held.inner or threading.current_thread() is not threading.main_thread():
         return None
     pending, _Held.pending = _Held.pending, []
     for signum in pending:
@@ -98,6 +100,20 @@ def deliver_held_signals() -> BaseException | None:
         except BaseException as exc:  # whatever the handler raises is this rank's failure
             return exc
     return None
+
+
+@contextlib.contextmanager
+def _phase_work() -> Iterator[None]:
+    """Around the local work of a phase: a backend's own agreements inside it (e.g. around creating its file)
+    must not turn a held signal into a failure, because the backend may not undo what it did before them (an
+    open HDF5 file, whose close is collective). The signal is delivered at the phase's own agreement, where
+    the writer or reader cleans up on every rank alike."""
+    main = threading.current_thread() is threading.main_thread()
+    _Held.inner += main
+    try:
+        yield
+    finally:
+        _Held.inner -= main
 
 
 def _describe(exc: BaseException) -> tuple[str, str]:
@@ -154,7 +170,8 @@ def run(comm, phase: str, fn: Callable[[], T]) -> T:
     result: Any = None
     error: BaseException | None = None
     try:
-        result = fn()
+        with _phase_work():
+            result = fn()
     except BaseException as exc:  # any exception is a failure every rank must learn of
         error = exc
     agree(comm, phase, error)
@@ -172,7 +189,8 @@ def gather_and_plan(comm, phase: str, local: Callable[[], Any], plan: Callable[[
     try:
         if own is not None:
             raise own
-        payload: Any = ("ok", local())
+        with _phase_work():
+            payload: Any = ("ok", local())
     except BaseException as exc:  # see run()
         own = exc
         payload = (_FAILED, _describe(exc))
@@ -187,7 +205,8 @@ def gather_and_plan(comm, phase: str, local: Callable[[], Any], plan: Callable[[
                 own = deliver_held_signals()
                 if own is not None:
                     raise own
-                outcome = ("ok", plan([p[1] for p in gathered]))
+                with _phase_work():
+                    outcome = ("ok", plan([p[1] for p in gathered]))
             except BaseException as exc:  # see run()
                 own = exc
                 outcome = (_FAILED, {root: _describe(exc)})
@@ -210,7 +229,8 @@ def bcast_from_root(comm, phase: str, fn: Callable[[], T], root: int = 0) -> T:
             own = deliver_held_signals()
             if own is not None:
                 raise own
-            outcome = ("ok", fn())
+            with _phase_work():
+                outcome = ("ok", fn())
         except BaseException as exc:  # see run()
             own = exc
             outcome = (_FAILED, {root: _describe(exc)})

@@ -334,14 +334,16 @@ class Writer:
                                                        self._plan_global)
         timings["declare"] = time.perf_counter() - t0
         session = None
+        created: list[Any] = []  # the session even when the create phase failed on another rank: abort it
         info = hintsmod.to_info(self.hints)
         try:
             t = time.perf_counter()
             _faults.point("create file", comm)
             session = coord.run(comm, f"checkpoint {self.path}: create file",
-                                lambda: self.backend.create(tmp, comm, info, variables, layout,
-                                                            {"hints": self.hints, "nprocs": comm.Get_size(),
-                                                             "attrs": self.attrs}))
+                                lambda: created.append(self.backend.create(tmp, comm, info, variables, layout,
+                                                                           {"hints": self.hints,
+                                                                            "nprocs": comm.Get_size(),
+                                                                            "attrs": self.attrs})) or created[0])
             # before any collective write: a full file system is one clean error (MPI-IO may hang or lose data)
             coord.bcast_from_root(comm, f"checkpoint {self.path}: reserve space",
                                   lambda: reserve_space(tmp, session.data_ranges(), "its data"))
@@ -366,6 +368,7 @@ class Writer:
             coord.run(comm, f"checkpoint {self.path}: commit",
                       lambda: (session.commit(meta), _faults.point("commit vote", comm)))
             session = None
+            created.clear()  # committed: nothing to abort any more
             timings["commit"] = time.perf_counter() - t
             _faults.point("rename", comm)
             coord.bcast_from_root(comm, f"checkpoint {self.path}: check and rename",
@@ -376,6 +379,8 @@ class Writer:
             self.stats.seconds["total"] = time.perf_counter() - t0
             self.meta = meta
         except BaseException:
+            if session is None and created:
+                session = created[0]  # created on this rank, but the create phase failed (on some rank)
             if session is not None:
                 session.abort()
             if rank == 0:

@@ -325,6 +325,10 @@ def exchange_cases(directory: str, backend: str) -> dict[str, Callable[[], Any]]
 
 def main() -> None:
     group, directory, backend = sys.argv[1:4]
+    if os.environ.get("LEAVE_JOB_DUMP_AFTER"):  # diagnosing a hang: every rank prints its stack, then exits
+        import faulthandler
+
+        faulthandler.dump_traceback_later(float(os.environ["LEAVE_JOB_DUMP_AFTER"]), exit=True)
     os.makedirs(os.path.join(directory, "stage"), exist_ok=True)
     if group in ("leave", "args"):
         run_case("setup", lambda: write(os.path.join(directory, "good"), backend), directory)
