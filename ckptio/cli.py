@@ -1,8 +1,9 @@
-"""``ckptio`` command line: ``inspect`` a checkpoint, ``plan`` a hypothetical job's I/O.
+"""``ckptio`` command line: ``inspect`` a checkpoint, ``plan`` a hypothetical job's I/O, and the serial tools of
+:mod:`ckptio.commands` (``ls``, ``diff``, ``dump``, ``convert``). Every command runs as one process, no mpirun.
 
 Exit status of ``inspect``: 0 valid, 1 corrupt, incomplete or of a newer format version than this ckptio
 (the message names the variable and block, or both versions), 2 usage error or file not found / not a
-checkpoint.
+checkpoint. With several paths: the largest of their statuses.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ from typing import Any
 from .units import argparse_size
 
 EXIT_OK, EXIT_BAD, EXIT_USAGE = 0, 1, 2
+EXIT_CODES = """exit status (every command, like h5diff):
+  0  success: valid / identical (within --rtol/--atol) / printed / converted and checked
+  1  differences (diff), or a checkpoint is corrupt, incomplete or of a newer format version
+  2  error: usage, missing file, not a checkpoint, unknown variable, bad slice, DST exists"""
 
 
 def _human(n: float) -> str:
@@ -144,15 +149,9 @@ def _print_inspect(report: dict[str, Any], show_stats: bool) -> None:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    code, report = inspect_report(args.path, args.verify)
-    if args.json:
-        if not args.stats:
-            report.pop("stats", None)
-        json.dump(report, sys.stdout, indent=2, sort_keys=True, default=str)
-        print()
-    else:
-        _print_inspect(report, args.stats)
-    return code
+    from .commands.inspect_many import inspect_paths
+
+    return inspect_paths(args, inspect_report, _print_inspect)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -175,11 +174,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ckptio", description="Inspect ckptio checkpoints and plan their I/O.")
+    from .commands import COMMANDS
+    from .meta import __version__
+
+    parser = argparse.ArgumentParser(prog="ckptio", description="Inspect, list, compare, dump and convert ckptio "
+                                     "checkpoints, and plan their I/O. One process, no mpirun needed.",
+                                     epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"ckptio {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("inspect", help="list and verify a checkpoint (any backend)")
-    p.add_argument("path")
-    p.add_argument("--verify", action="store_true", help="read every block and check every checksum")
+    p = sub.add_parser("inspect", help="list and verify checkpoints (any backend, one or more paths)")
+    p.add_argument("path", nargs="+")
+    p.add_argument("--verify", action="store_true",
+                   help="read every block and check every checksum; also show each variable's min and max")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--stats", action="store_true", help="show the write statistics stored in the checkpoint")
     p.set_defaults(func=cmd_inspect)
@@ -198,6 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--json", action="store_true")
     q.add_argument("--plot", metavar="FILE.png", help="write a per-OST load picture")
     q.set_defaults(func=cmd_plan)
+    for command in COMMANDS:
+        command.add_parser(sub)
     return parser
 
 
