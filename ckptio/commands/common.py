@@ -4,10 +4,9 @@ bounded pieces, and progress bars shown only when stdout is a terminal. Local: o
 from __future__ import annotations
 
 import functools
-import math
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import numpy as np
@@ -15,7 +14,7 @@ import numpy as np
 from ..errors import CheckpointError
 
 EXIT_OK, EXIT_DIFFERENT, EXIT_ERROR = 0, 1, 2
-CHUNK_BYTES = 64 << 20  # the largest piece of one variable held in memory at once (per checkpoint)
+CHUNK_BYTES = 16 << 20  # the largest piece of one variable read at once (per checkpoint; a compressed block whole)
 
 T = TypeVar("T")
 
@@ -25,10 +24,9 @@ class UsageError(CheckpointError):
     exit status 2."""
 
 
-def open_serial(path: str, verify: bool = True):
-    """Open ``path`` for reading in this process alone (``MPI.COMM_SELF``; no mpirun needed). A missing path or
-    a file that is not a checkpoint raises :class:`UsageError`; a damaged one its CheckpointError."""
-    from ..api import open as ck_open
+def checkpoint_backend(path: str):
+    """The backend of the checkpoint at ``path``. A missing path, a directory or a file that is not a checkpoint
+    raises :class:`UsageError` (exit 2); a damaged checkpoint its CheckpointError."""
     from ..backends import detect_backend
     from ..errors import UnknownFormatError
 
@@ -37,9 +35,17 @@ def open_serial(path: str, verify: bool = True):
     if os.path.isdir(path):
         raise UsageError(f"{path}: is a directory (use 'ckptio ls {path}')")
     try:
-        detect_backend(path)
+        return detect_backend(path)
     except UnknownFormatError as exc:
         raise UsageError(str(exc)) from None
+
+
+def open_serial(path: str, verify: bool = True):
+    """Open ``path`` as a Reader in this process alone (``MPI.COMM_SELF``; no mpirun needed); errors as
+    :func:`checkpoint_backend`."""
+    from ..api import open as ck_open
+
+    checkpoint_backend(path)
     from mpi4py import MPI
 
     return ck_open(path, MPI.COMM_SELF, verify=verify)
@@ -51,20 +57,6 @@ def variable_or_error(reader, name: str):
         have = ", ".join(sorted(reader.variables)) or "no variables"
         raise UsageError(f"variable {name!r} is not in {reader.path} (it has: {have})")
     return reader.variables[name]
-
-
-def row_chunks(shape: tuple[int, ...], itemsize: int, limit: int = CHUNK_BYTES) -> Iterator[tuple[tuple[int, ...],
-                                                                                               tuple[int, ...]]]:
-    """Pure: (offset, shape) pieces covering an array of ``shape``, split along the first axis so that each holds
-    at most ``limit`` bytes (at least one row). A 0-d or empty array is one piece."""
-    if not shape or math.prod(shape) == 0:
-        yield (0,) * len(shape), tuple(shape)
-        return
-    row = math.prod(shape[1:]) * itemsize
-    rows = max(1, limit // max(row, 1))
-    for r0 in range(0, shape[0], rows):
-        n = min(rows, shape[0] - r0)
-        yield (r0, *[0] * (len(shape) - 1)), (n, *shape[1:])
 
 
 def read_box(reader, name: str, offset: tuple[int, ...], shape: tuple[int, ...]) -> np.ndarray:

@@ -1,7 +1,8 @@
 """``ckptio convert SRC DST --backend B``: rewrite a checkpoint in another format (or the same one).
 
-One process, ``MPI.COMM_SELF``. Streamed: every writer block of every variable is read in pieces of at most
-:data:`~ckptio.commands.common.CHUNK_BYTES` into a file-backed spool (``numpy.memmap`` in a temporary directory
+One process, ``MPI.COMM_SELF``. Streamed: SRC is read once, variable by variable, in pieces of at most
+:data:`~ckptio.commands.common.CHUNK_BYTES` (:mod:`ckptio.commands.stream`, every block checksum verified), each
+piece copied into the file-backed spool of the writer blocks it meets (``numpy.memmap`` in a temporary directory
 next to DST, removed afterwards), so resident memory stays bounded whatever the checkpoint size; the spool needs
 as much free disk space as the data. The result keeps the attributes and the block decomposition of every array
 variable (same offsets and shapes, all now written by rank 0); a per-rank segment variable becomes one segment
@@ -24,34 +25,30 @@ from typing import Any
 import numpy as np
 
 from ..errors import CheckpointError, CorruptCheckpointError, IncompleteCheckpointError
-from .common import (
-    EXIT_DIFFERENT,
-    EXIT_OK,
-    UsageError,
-    error_exit,
-    guarded,
-    open_serial,
-    progress,
-    read_box,
-    row_chunks,
-)
+from ..layout import Box
+from .common import EXIT_DIFFERENT, EXIT_OK, UsageError, error_exit, guarded, progress
+from .stream import Source
 
 NAME = "convert"
 
 
-def _spool(reader, name: str, dtype: np.dtype, offset: tuple[int, ...], shape: tuple[int, ...],
-           directory: str, count: int) -> np.ndarray:
-    """Read the box ``offset``/``shape`` of ``name`` piece by piece into a new file-backed array."""
+def _spool(dtype: np.dtype, shape: tuple[int, ...], directory: str, count: int) -> np.ndarray:
+    """A new file-backed array (or an in-memory one when empty)."""
     if math.prod(shape) == 0:
         return np.empty(shape, dtype)
-    spool = np.lib.format.open_memmap(os.path.join(directory, f"{count}.npy"), mode="w+", dtype=dtype,
-                                      shape=shape)
-    for sub_off, sub_shape in row_chunks(shape, dtype.itemsize):
-        rows = slice(sub_off[0], sub_off[0] + sub_shape[0]) if shape else ()
-        part = read_box(reader, name, tuple(o + s for o, s in zip(offset, sub_off, strict=True)), sub_shape)
-        spool[rows] = part
-        spool.flush()
-    return spool
+    return np.lib.format.open_memmap(os.path.join(directory, f"{count}.npy"), mode="w+", dtype=dtype, shape=shape)
+
+
+def _fill(source: Source, name: str, targets: list[tuple[Box, np.ndarray]]) -> None:
+    """Stream variable ``name`` once and copy every piece into the target blocks it meets."""
+    for box, arr in source.pieces(name):
+        for block, spool in targets:
+            common = block.intersect(box)
+            if common is not None:
+                spool[common.relative_to(block)] = arr[common.relative_to(box)]
+    for _block, spool in targets:
+        if isinstance(spool, np.memmap):
+            spool.flush()
 
 
 def _variable_metadata(writer, var: dict[str, Any]) -> dict[str, Any]:
@@ -70,7 +67,6 @@ def convert(src: str, dst: str, backend: str, force: bool = False) -> dict[str, 
 
     from ..api import create
     from ..backends import detect_backend, get_backend, known_backends
-    from ..verify import verify_blocks
 
     if backend not in known_backends():
         raise UsageError(f"unknown backend {backend!r} (known: {', '.join(known_backends())})")
@@ -87,32 +83,41 @@ def convert(src: str, dst: str, backend: str, force: bool = False) -> dict[str, 
         raise UsageError(f"{src} and {dst} are the same file")
     get_backend(backend).require_writable()
     blocks_written = 0
-    with open_serial(src) as reader:
-        meta = reader.meta
+    with Source(src) as source:
+        meta = source.meta
         spool_dir = tempfile.mkdtemp(prefix=".ckptio-convert-", dir=os.path.dirname(os.path.abspath(dst)))
         try:
             writer = create(dst, MPI.COMM_SELF, backend=backend, attrs=meta.get("attrs", {}))
             with writer:
-                work = [(name, var) for name, var in meta["variables"].items()]
-                for name, var in progress(work, desc="convert", unit="var"):
-                    info = reader.variables[name]
+                for name, var in progress(list(meta["variables"].items()), desc="convert", unit="var"):
+                    shape, dtype = source.shape(name), source.dtype(name)
                     extra = _variable_metadata(writer, var)
-                    if var["kind"] == "segment":
-                        data = _spool(reader, name, info.dtype, (0,), info.shape, spool_dir, blocks_written)
-                        writer.write(name, data, **extra)
+                    if var["kind"] == "segment":  # one rank here: the writers' segments become one
+                        targets = [(Box((0,), shape), _spool(dtype, shape, spool_dir, blocks_written))]
+                        _fill(source, name, targets)
+                        writer.write(name, targets[0][1], **extra)
                         blocks_written += 1
                         continue
-                    blocks = var["blocks"] or [{"offset": [0] * len(info.shape), "shape": list(info.shape)}]
+                    blocks = var["blocks"] or [{"offset": [0] * len(shape), "shape": list(shape)}]
+                    targets = []
                     for block in blocks:
-                        data = _spool(reader, name, info.dtype, tuple(block["offset"]), tuple(block["shape"]),
-                                      spool_dir, blocks_written)
-                        writer.write(name, data, offset=tuple(block["offset"]), global_shape=info.shape, **extra)
+                        box = Box(tuple(block["offset"]), tuple(block["shape"]))
+                        targets.append((box, _spool(dtype, box.shape, spool_dir, blocks_written)))
                         blocks_written += 1
+                    _fill(source, name, targets)
+                    for box, spool in targets:
+                        writer.write(name, spool, offset=box.offset, global_shape=shape, **extra)
         finally:
             shutil.rmtree(spool_dir, ignore_errors=True)
-    out_backend = detect_backend(dst)
-    out_meta = out_backend.read_metadata(dst)
-    problems = [str(p) for p in verify_blocks(out_backend, dst, out_meta)]
+    problems = []
+    with Source(dst) as result:  # every block checksum of DST, streamed like SRC was
+        out_meta = result.meta
+        for name in result.variables:
+            try:
+                for _piece in result.pieces(name):
+                    pass
+            except CheckpointError as exc:
+                problems.append(str(exc))
     for name, var in meta["variables"].items():
         if var["kind"] == "segment":
             continue

@@ -1,11 +1,13 @@
 """``ckptio diff A B``: compare two checkpoints value by value, whatever their formats and writer rank counts.
 
 Streams variable by variable, each in pieces of at most :data:`~ckptio.commands.common.CHUNK_BYTES` per file
-(first axis), so memory stays bounded for any checkpoint size. Elements ``a`` and ``b`` are equal when
-``|a - b| <= atol + rtol * |b|`` (numpy.isclose; NaN equals NaN; with both tolerances 0: exactly equal).
-Attributes (checkpoint and per-variable) are compared as stored, except the series bookkeeping attribute
+(:mod:`ckptio.commands.stream`: each file read once, every block checksum verified), so memory stays bounded for
+any checkpoint size; when the two store a variable differently (other format or decomposition) and it exceeds
+CHUNK_BYTES, B's copy is gathered in a temporary file under TMPDIR first (disk, not memory). Elements ``a`` and
+``b`` are equal when ``|a - b| <= atol + rtol * |b|`` (numpy.isclose; NaN equals NaN; with both tolerances 0:
+exactly equal). Attributes (checkpoint and per-variable) are compared as stored, except the series bookkeeping attribute
 ``ckptio_series_seq`` (a commit counter, different between runs by design). Exit: 0 identical (or within the
-tolerances), 1 different, 2 error. One process, COMM_SELF.
+tolerances), 1 different, 2 error (also a damaged checkpoint: it cannot be compared). One process, no MPI.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,8 +25,10 @@ import numpy as np
 
 from ..catalog import SEQ_ATTR
 from ..errors import CheckpointError
+from ..layout import Box
 from ..meta import attrs_identical
-from .common import EXIT_DIFFERENT, EXIT_OK, error_exit, guarded, open_serial, progress, read_box, row_chunks
+from .common import CHUNK_BYTES, EXIT_DIFFERENT, EXIT_OK, error_exit, guarded, progress
+from .stream import Source, nbytes_of
 
 NAME = "diff"
 IGNORED_ATTRS = frozenset({SEQ_ATTR})
@@ -63,7 +69,7 @@ def compare_chunk(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> tup
         differ = a != b
         return differ, differ.astype(np.float64)
     work = np.complex128 if "c" in kinds else np.float64
-    x, y = a.astype(work), b.astype(work)
+    x, y = a.astype(work, copy=False), b.astype(work, copy=False)
     with np.errstate(invalid="ignore", over="ignore"):
         absdiff = np.asarray(np.abs(x - y), dtype=np.float64)
         if rtol == 0 and atol == 0:
@@ -73,40 +79,55 @@ def compare_chunk(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> tup
     return np.asarray(differ), np.where(np.isnan(absdiff), np.inf, absdiff)  # NaN against a number: infinitely apart
 
 
-def diff_variable(ra, rb, name: str, rtol: float, atol: float) -> VariableDiff | None:
-    """Local: the differences of variable ``name`` between the two open readers, or None if it is the same."""
-    va, vb = ra.variables[name], rb.variables[name]
-    if va.shape != vb.shape:
-        return VariableDiff(name, f"shape {va.shape} in A, {vb.shape} in B")
-    if va.kind != vb.kind:
-        return VariableDiff(name, f"kind {va.kind} in A, {vb.kind} in B")
-    out = VariableDiff(name, size=math.prod(va.shape))
-    wa = ra.meta["variables"][name].get("attrs", {})
-    wb = rb.meta["variables"][name].get("attrs", {})
+def diff_variable(sa: Source, sb: Source, name: str, rtol: float, atol: float,
+                  spool_dir: str | None = None) -> VariableDiff | None:
+    """Local: the differences of variable ``name`` between two checkpoints, or None if it is the same.
+
+    When both store the variable in the same pieces (same format and decomposition: the restart check), the
+    pieces are compared in lockstep. Otherwise B's variable is first gathered into an array (in memory up to
+    CHUNK_BYTES, beyond that a numpy.memmap in ``spool_dir``: disk, not memory), then A's pieces are compared
+    against it. Each file is read once, every block checksum verified."""
+    va, vb = sa.variables[name], sb.variables[name]
+    shape = sa.shape(name)
+    if shape != sb.shape(name):
+        return VariableDiff(name, f"shape {shape} in A, {sb.shape(name)} in B")
+    if va["kind"] != vb["kind"]:
+        return VariableDiff(name, f"kind {va['kind']} in A, {vb['kind']} in B")
+    out = VariableDiff(name, size=math.prod(shape))
     problems = []
-    if va.dtype != vb.dtype:
-        problems.append(f"dtype {va.dtype} in A, {vb.dtype} in B")
+    if sa.dtype(name) != sb.dtype(name):
+        problems.append(f"dtype {sa.dtype(name)} in A, {sb.dtype(name)} in B")
+    wa, wb = va.get("attrs", {}), vb.get("attrs", {})
     if not attrs_identical(wa, wb):
         problems.append(f"attributes differ ({_attr_diff(wa, wb)})")
-    itemsize = max(va.dtype.itemsize, vb.dtype.itemsize)
-    for offset, shape in row_chunks(va.shape, itemsize):
-        if math.prod(shape) == 0:
-            continue
-        a, b = read_box(ra, name, offset, shape), read_box(rb, name, offset, shape)
-        differ, absdiff = compare_chunk(a, b, rtol, atol)
+    if sa.piece_boxes(name) == sb.piece_boxes(name):
+        pairs = ((box, a, b) for (box, a), (_, b) in zip(sa.pieces(name), sb.pieces(name), strict=True))
+    else:
+        whole = Box((0,) * len(shape), shape)
+        if nbytes_of(shape, sb.dtype(name)) <= CHUNK_BYTES or spool_dir is None:
+            full_b = np.empty(shape, sb.dtype(name))
+        else:
+            full_b = np.lib.format.open_memmap(os.path.join(spool_dir, "b.npy"), mode="w+", dtype=sb.dtype(name),
+                                               shape=shape)
+        sb.read_all(name, full_b)
+        pairs = ((box, a, full_b[box.relative_to(whole)]) for box, a in sa.pieces(name))
+    for box, a, b in pairs:
+        differ, absdiff = compare_chunk(a, np.asarray(b), rtol, atol)
         n = int(np.count_nonzero(differ))
         if not n:
             continue
-        if out.first_index is None:
-            local = np.unravel_index(int(np.flatnonzero(differ)[0]), differ.shape) if differ.ndim else ()
-            out.first_index = tuple(int(o + i) for o, i in zip(offset, local, strict=True))
+        first = np.flatnonzero(differ)[0]
+        local = np.unravel_index(int(first), differ.shape) if differ.ndim else ()
+        index = tuple(int(o + i) for o, i in zip(box.offset, local, strict=True))
+        if out.first_index is None or index < out.first_index:
+            out.first_index = index
         out.count += n
         out.max_abs = max(out.max_abs, float(absdiff[differ].max()))
-        if b.dtype.kind in "biufc":
-            ref = np.abs(b[differ].astype(np.complex128 if b.dtype.kind == "c" else np.float64))
-            with np.errstate(divide="ignore", invalid="ignore"):
-                rel = np.where(ref > 0, absdiff[differ] / np.where(ref > 0, ref, 1), np.inf)
-            out.max_rel = max(out.max_rel, float(rel.max()))
+        ref = np.abs(np.asarray(b)[differ].astype(np.complex128 if b.dtype.kind == "c" else np.float64)) \
+            if b.dtype.kind in "biufc" else np.zeros(n)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = np.where(ref > 0, absdiff[differ] / np.where(ref > 0, ref, 1), np.inf)
+        out.max_rel = max(out.max_rel, float(rel.max()))
     out.notes = problems
     if out.count:
         return out
@@ -132,18 +153,20 @@ def _attr_diff(a: dict[str, Any], b: dict[str, Any]) -> str:
 
 def diff_checkpoints(path_a: str, path_b: str, rtol: float = 0.0, atol: float = 0.0) -> dict[str, Any]:
     """Local: the comparison document (``identical``, ``attributes``, ``only_in_a``/``only_in_b``,
-    ``differences`` per variable). Raises CheckpointError if either checkpoint cannot be read."""
-    with open_serial(path_a) as ra, open_serial(path_b) as rb:
-        attrs_a = {k: v for k, v in ra.attrs.items() if k not in IGNORED_ATTRS}
-        attrs_b = {k: v for k, v in rb.attrs.items() if k not in IGNORED_ATTRS}
+    ``differences`` per variable, ``bytes_read``). Raises CheckpointError if either cannot be read or fails
+    verification (a damaged checkpoint cannot be compared)."""
+    with Source(path_a) as sa, Source(path_b) as sb, tempfile.TemporaryDirectory(prefix="ckptio-diff-") as spool:
+        attrs_a = {k: v for k, v in sa.attrs.items() if k not in IGNORED_ATTRS}
+        attrs_b = {k: v for k, v in sb.attrs.items() if k not in IGNORED_ATTRS}
         attr_text = None if attrs_identical(attrs_a, attrs_b) else _attr_diff(attrs_a, attrs_b)
-        names_a, names_b = set(ra.variables), set(rb.variables)
+        names_a, names_b = set(sa.variables), set(sb.variables)
         common = sorted(names_a & names_b)
         diffs = [d for name in progress(common, desc="diff", unit="var")
-                 if (d := diff_variable(ra, rb, name, rtol, atol)) is not None]
+                 if (d := diff_variable(sa, sb, name, rtol, atol, spool)) is not None]
+        nread = sa.bytes_read + sb.bytes_read
     doc = {"a": path_a, "b": path_b, "rtol": rtol, "atol": atol, "attributes": attr_text,
            "only_in_a": sorted(names_a - names_b), "only_in_b": sorted(names_b - names_a),
-           "compared": len(common), "differences": diffs}
+           "compared": len(common), "differences": diffs, "bytes_read": nread}
     doc["identical"] = not (attr_text or doc["only_in_a"] or doc["only_in_b"] or diffs)
     return doc
 
