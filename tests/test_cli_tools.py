@@ -304,3 +304,41 @@ def test_progress_bar_only_on_a_terminal(run):
         os.close(master)
     assert proc.returncode == 0
     assert b"diff:" in proc.stderr and b"var" in proc.stderr, proc.stderr  # tqdm's bar
+
+
+# ------------------------------------------------------------------------------------------- streaming reads
+@pytest.mark.mpi
+@pytest.mark.parametrize("which", ["a", "b", "c"])
+def test_stream_reads_each_byte_once_in_bounded_pieces(run, which):
+    """The pieces diff/convert/min-max use: at most `limit` bytes (one row here), covering the variable once,
+    each stored byte read once, values as written (one process, no MPI)."""
+    from ckptio.commands.stream import Source
+    from ckptio.layout import Box
+
+    row = 5 * 3 * 8
+    with Source(str(run[which])) as src:
+        got = np.full(DENS.shape, np.nan)
+        for box, arr in src.pieces("dens", limit=row + 7):
+            assert arr.nbytes <= row + 7 and arr.shape == box.shape
+            sel = box.relative_to(Box((0, 0, 0), DENS.shape))
+            assert np.isnan(got[sel]).all()  # nothing yielded twice
+            got[sel] = arr
+        assert np.array_equal(got, DENS) and src.bytes_read == DENS.nbytes
+
+
+@pytest.mark.mpi
+def test_stream_and_diff_detect_a_damaged_block_split_into_pieces(run, tmp_path):
+    from ckptio import CorruptCheckpointError
+    from ckptio.commands.stream import Source
+
+    bad = tmp_path / "bad.ck"
+    shutil.copy(run["a"], bad)
+    _flip_data_byte(bad)
+    with Source(str(bad)) as src, pytest.raises(CorruptCheckpointError, match=r"block 0 \(written by rank 0\)"):
+        for _ in src.pieces("dens", limit=1):
+            pass
+    proc = ckptio("diff", str(run["b"]), str(bad))
+    assert proc.returncode == 2 and "checksum mismatch" in proc.stderr, proc.stdout + proc.stderr
+    proc = ckptio("convert", str(bad), str(tmp_path / "out.h5"), "--backend", "hdf5")
+    assert proc.returncode == 1 and "is damaged, nothing written" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out.h5").exists() and not [p for p in os.listdir(tmp_path) if "ckptio" in p]
