@@ -342,3 +342,28 @@ def test_stream_and_diff_detect_a_damaged_block_split_into_pieces(run, tmp_path)
     proc = ckptio("convert", str(bad), str(tmp_path / "out.h5"), "--backend", "hdf5")
     assert proc.returncode == 1 and "is damaged, nothing written" in proc.stderr, proc.stderr
     assert not (tmp_path / "out.h5").exists() and not [p for p in os.listdir(tmp_path) if "ckptio" in p]
+
+
+def test_ls_marks_superseded_checkpoints_like_latest(tmp_path):
+    """A run that restarted from step 90 after step 100 existed wrote chk_000095 later (higher series sequence):
+    chk_000100 is superseded and chk_000095 is the newest valid, as ckptio.latest says. One process, no mpirun."""
+    script = tmp_path / "series.py"
+    script.write_text("""
+import sys, numpy as np, ckptio
+from mpi4py import MPI
+for step, seq in ((90, 1), (100, 2), (95, 3)):
+    with ckptio.create(f"{sys.argv[1]}/chk_{step:06d}", MPI.COMM_SELF, attrs={"ckptio_series_seq": seq}) as ck:
+        ck.write("x", np.arange(4.0), offset=(0,), global_shape=(4,))
+print(ckptio.latest(sys.argv[1]))
+""")
+    latest = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
+                            env=mpi_env(), timeout=120, check=True).stdout.strip()
+    assert latest == str(tmp_path / "chk_000095")
+    proc = ckptio("ls", str(tmp_path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["name"]: r for r in json.loads(proc.stdout)["files"]}
+    assert rows["chk_000100"]["status"] == "superseded" and rows["chk_000100"]["error"] == "by chk_000095"
+    assert [n for n, r in rows.items() if r["newest_valid"]] == ["chk_000095"]
+    assert rows["chk_000090"]["status"] == "valid" and "series.py" not in rows
+    text = ckptio("ls", str(tmp_path)).stdout
+    assert "superseded (by chk_000095)" in text and "* chk_000095" in text
