@@ -19,8 +19,10 @@ from .units import argparse_size
 EXIT_OK, EXIT_BAD, EXIT_USAGE = 0, 1, 2
 EXIT_CODES = """exit status (every command, like h5diff):
   0  success: valid / identical (within --rtol/--atol) / printed / converted and checked
-  1  differences (diff), or a checkpoint is corrupt, incomplete or of a newer format version
-  2  error: usage, missing file, not a checkpoint, unknown variable, bad slice, DST exists"""
+  1  differences (diff), or a checkpoint is corrupt, incomplete or of a newer format version (inspect, ls,
+     dump, the SRC of convert)
+  2  error: usage, missing file, not a checkpoint, unknown variable, bad slice, DST exists, a damaged
+     checkpoint given to diff (it cannot be compared)"""
 
 
 def _human(n: float) -> str:
