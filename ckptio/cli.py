@@ -1,10 +1,11 @@
-"""``ckptio`` command line: ``inspect`` checkpoints, ``plan`` a hypothetical job's I/O.
+"""``ckptio`` command line: ``inspect`` checkpoints, ``plan`` a hypothetical job's I/O, and the serial tools of
+:mod:`ckptio.commands` (``ls``, ``diff``, ``dump``, ``convert``). Every command runs as one process, no mpirun.
 
 Exit status of ``inspect``: 0 valid, 1 corrupt, incomplete or of a newer format version than this ckptio
 (the message names the variable and block, or both versions), 2 usage error or file not found / not a
 checkpoint (another format, a file of another program, a FIFO or other non-regular file: never opened for
 reading, so it cannot block). With several paths, each is reported and the status is the highest of theirs.
-A closed standard output (``ckptio inspect --json ... | head -1``) ends the command quietly.
+A closed standard output (``ckptio inspect --json ... | head -1``) ends any command quietly.
 """
 
 from __future__ import annotations
@@ -18,6 +19,12 @@ from typing import Any
 from .units import argparse_size
 
 EXIT_OK, EXIT_BAD, EXIT_USAGE = 0, 1, 2
+EXIT_CODES = """exit status (every command, like h5diff):
+  0  success: valid / identical (within --rtol/--atol) / printed / converted and checked
+  1  differences (diff), or a checkpoint is corrupt, incomplete or of a newer format version (inspect, ls,
+     dump, the SRC of convert)
+  2  error: usage, missing file, not a checkpoint, unknown variable, bad slice, DST exists, a damaged
+     checkpoint given to diff (it cannot be compared)"""
 
 
 def _human(n: float) -> str:
@@ -154,29 +161,11 @@ def _print_inspect(report: dict[str, Any], show_stats: bool) -> None:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     """Every path in turn (text: one report after the other; ``--json``: one document, or a list of them for
-    several paths); the exit status is the highest of the paths'. Output stops quietly when stdout closes."""
-    worst = EXIT_OK
-    reports = []
-    try:
-        for i, path in enumerate(args.path):
-            code, report = inspect_report(path, args.verify)
-            worst = max(worst, code)
-            if not args.stats:
-                report.pop("stats", None)
-            if args.json:
-                reports.append(report)
-                continue
-            if i:
-                print()
-            _print_inspect(report, args.stats)
-            sys.stdout.flush()
-        if args.json:
-            json.dump(reports[0] if len(reports) == 1 else reports, sys.stdout, indent=2, sort_keys=True, default=str)
-            print()
-        sys.stdout.flush()
-    except BrokenPipeError:
-        _silence_stdout()
-    return worst
+    several paths), with each variable's min/max under ``--verify``; the exit status is the highest of the paths'.
+    A closed stdout is handled by :func:`main`."""
+    from .commands.inspect_many import inspect_paths
+
+    return inspect_paths(args, inspect_report, _print_inspect)
 
 
 def _silence_stdout() -> None:
@@ -207,11 +196,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ckptio", description="Inspect ckptio checkpoints and plan their I/O.")
+    from .commands import COMMANDS
+    from .meta import __version__
+
+    parser = argparse.ArgumentParser(prog="ckptio", description="Inspect, list, compare, dump and convert ckptio "
+                                     "checkpoints, and plan their I/O. One process, no mpirun needed.",
+                                     epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"ckptio {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("inspect", help="list and verify checkpoints (any backend)")
+    p = sub.add_parser("inspect", help="list and verify checkpoints (any backend, one or more paths)")
     p.add_argument("path", nargs="+", help="one or more checkpoint files")
-    p.add_argument("--verify", action="store_true", help="read every block and check every checksum")
+    p.add_argument("--verify", action="store_true",
+                   help="read every block and check every checksum; also show each variable's min and max")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--stats", action="store_true", help="show the write statistics stored in the checkpoint")
     p.set_defaults(func=cmd_inspect)
@@ -230,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--json", action="store_true")
     q.add_argument("--plot", metavar="FILE.png", help="write a per-OST load picture")
     q.set_defaults(func=cmd_plan)
+    for command in COMMANDS:
+        command.add_parser(sub)
     return parser
 
 

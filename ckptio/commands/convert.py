@@ -1,0 +1,161 @@
+"""``ckptio convert SRC DST --backend B``: rewrite a checkpoint in another format (or the same one).
+
+One process, ``MPI.COMM_SELF``. Streamed: SRC is read once, variable by variable, in pieces of at most
+:data:`~ckptio.commands.common.CHUNK_BYTES` (:mod:`ckptio.commands.stream`, every block checksum verified), each
+piece copied into the file-backed spool of the writer blocks it meets (``numpy.memmap`` in a temporary directory
+next to DST, removed afterwards), so resident memory stays bounded whatever the checkpoint size; the spool needs
+as much free disk space as the data. The result keeps the attributes and the block decomposition of every array
+variable (same offsets and shapes, all now written by rank 0); a per-rank segment variable becomes one segment
+(COMM_SELF has one rank), holding the same values. DST is written atomically through ``ckptio.create`` (a
+temporary, renamed on commit), then every block checksum of DST is checked (``inspect --verify``) and, for array
+variables, compared with SRC's. An existing DST is refused unless ``--force``.
+Exit: 0 converted and checked, 1 SRC damaged, 2 usage error / missing SRC / DST exists / check failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import sys
+import tempfile
+from typing import Any
+
+import numpy as np
+
+from ..errors import CheckpointError, CorruptCheckpointError, IncompleteCheckpointError
+from ..layout import Box
+from .common import EXIT_DIFFERENT, EXIT_OK, UsageError, error_exit, guarded, progress
+from .stream import Source
+
+NAME = "convert"
+
+
+def _spool(dtype: np.dtype, shape: tuple[int, ...], directory: str, count: int) -> np.ndarray:
+    """A new file-backed array (or an in-memory one when empty)."""
+    if math.prod(shape) == 0:
+        return np.empty(shape, dtype)
+    return np.lib.format.open_memmap(os.path.join(directory, f"{count}.npy"), mode="w+", dtype=dtype, shape=shape)
+
+
+def _fill(source: Source, name: str, targets: list[tuple[Box, np.ndarray]]) -> None:
+    """Stream variable ``name`` once and copy every piece into the target blocks it meets."""
+    for box, arr in source.pieces(name):
+        for block, spool in targets:
+            common = block.intersect(box)
+            if common is not None:
+                spool[common.relative_to(block)] = arr[common.relative_to(box)]
+    for _block, spool in targets:
+        if isinstance(spool, np.memmap):
+            spool.flush()
+
+
+def _variable_metadata(writer, var: dict[str, Any]) -> dict[str, Any]:
+    """Per-variable ``dims``/``attrs`` of SRC as keyword arguments of ``writer.write``, when both the checkpoint
+    and this ckptio's Writer have them (a checkpoint without them gets none)."""
+    import inspect
+
+    accepted = inspect.signature(writer.write).parameters
+    return {k: var[k] for k in ("dims", "attrs") if var.get(k) and k in accepted}
+
+
+def convert(src: str, dst: str, backend: str, force: bool = False) -> dict[str, Any]:
+    """Local (one process): convert ``src`` to ``dst`` in ``backend``'s format and check it. Returns a summary.
+    Raises UsageError / CheckpointError."""
+    from mpi4py import MPI
+
+    from ..api import create
+    from ..backends import detect_backend, get_backend, known_backends
+
+    if backend not in known_backends():
+        raise UsageError(f"unknown backend {backend!r} (known: {', '.join(known_backends())})")
+    if os.path.isdir(dst):
+        raise UsageError(f"{dst} is a directory")
+    if os.path.lexists(dst):
+        if not force:
+            raise UsageError(f"{dst} exists (use --force to replace it)")
+        try:
+            detect_backend(dst)
+        except (CheckpointError, OSError):
+            raise UsageError(f"{dst} exists and is not a checkpoint: not replaced, even with --force") from None
+    if os.path.exists(src) and os.path.exists(dst) and os.path.samefile(src, dst):
+        raise UsageError(f"{src} and {dst} are the same file")
+    get_backend(backend).require_writable()
+    blocks_written = 0
+    with Source(src) as source:
+        meta = source.meta
+        spool_dir = tempfile.mkdtemp(prefix=".ckptio-convert-", dir=os.path.dirname(os.path.abspath(dst)))
+        try:
+            writer = create(dst, MPI.COMM_SELF, backend=backend, attrs=meta.get("attrs", {}))
+            with writer:
+                for name, var in progress(list(meta["variables"].items()), desc="convert", unit="var"):
+                    shape, dtype = source.shape(name), source.dtype(name)
+                    extra = _variable_metadata(writer, var)
+                    if var["kind"] == "segment":  # one rank here: the writers' segments become one
+                        targets = [(Box((0,), shape), _spool(dtype, shape, spool_dir, blocks_written))]
+                        _fill(source, name, targets)
+                        writer.write(name, targets[0][1], **extra)
+                        blocks_written += 1
+                        continue
+                    blocks = var["blocks"] or [{"offset": [0] * len(shape), "shape": list(shape)}]
+                    targets = []
+                    for block in blocks:
+                        box = Box(tuple(block["offset"]), tuple(block["shape"]))
+                        targets.append((box, _spool(dtype, box.shape, spool_dir, blocks_written)))
+                        blocks_written += 1
+                    _fill(source, name, targets)
+                    for box, spool in targets:
+                        writer.write(name, spool, offset=box.offset, global_shape=shape, **extra)
+        finally:
+            shutil.rmtree(spool_dir, ignore_errors=True)
+    problems = []
+    with Source(dst) as result:  # every block checksum of DST, streamed like SRC was
+        out_meta = result.meta
+        for name in result.variables:
+            try:
+                for _piece in result.pieces(name):
+                    pass
+            except CheckpointError as exc:
+                problems.append(str(exc))
+    for name, var in meta["variables"].items():
+        if var["kind"] == "segment":
+            continue
+        new = out_meta["variables"].get(name)
+        if new is None:
+            problems.append(f"variable {name!r} missing from {dst}")
+            continue
+        old_sums = sorted((tuple(b["offset"]), b["checksum"]) for b in var["blocks"])
+        new_sums = sorted((tuple(b["offset"]), b["checksum"]) for b in new["blocks"])
+        if old_sums != new_sums:
+            problems.append(f"variable {name!r}: block checksums of {dst} differ from {src}'s")
+    return {"src": src, "dst": dst, "backend": backend, "variables": len(meta["variables"]),
+            "blocks": blocks_written, "problems": problems}
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(NAME, help="rewrite a checkpoint in another format (streamed, checked)", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("src")
+    p.add_argument("dst")
+    p.add_argument("--backend", required=True, help="format of DST: mpiio, hdf5 or pnetcdf")
+    p.add_argument("--force", action="store_true", help="replace DST if it exists")
+    p.set_defaults(func=run)
+
+
+@guarded(NAME)
+def run(args: argparse.Namespace) -> int:
+    try:
+        summary = convert(args.src, args.dst, args.backend, args.force)
+    except (CorruptCheckpointError, IncompleteCheckpointError) as exc:
+        print(f"ckptio {NAME}: {args.src} is damaged, nothing written: {exc}", file=sys.stderr)
+        return EXIT_DIFFERENT
+    except (CheckpointError, OSError) as exc:
+        return error_exit(NAME, exc)
+    if summary["problems"]:
+        os.unlink(args.dst)  # this command created it: a result that does not check out is not left behind
+        return error_exit(NAME, CheckpointError(f"{args.dst} was written but did not check out, so it was "
+                                                "removed: " + "; ".join(summary["problems"][:5])))
+    print(f"converted {args.src} -> {args.dst} ({args.backend}): {summary['variables']} variables, "
+          f"{summary['blocks']} blocks, every checksum checked")
+    return EXIT_OK
