@@ -206,7 +206,7 @@ KEYFILE="$VENV/.ckptio-stack"
 FORCE=0
 if [ -f "$KEYFILE" ] && [ "$(cat "$KEYFILE")" != "$STACK_KEY" ]; then
   say "build mode changed ($(cat "$KEYFILE") -> $STACK_KEY): rebuilding MPI packages"; FORCE=1
-elif [ ! -f "$KEYFILE" ] && [ "$CLUSTER" = 1 ]; then
+elif [ ! -f "$KEYFILE" ] && [ "$CLUSTER" = 1 ] && [ "$DEBIAN_MPICH" = 0 ]; then   # MPICH mode: checks below
   FORCE=1
 fi
 NOCACHE=""; [ "$CLUSTER" = 1 ] && NOCACHE="--no-cache-dir"
