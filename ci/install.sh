@@ -206,7 +206,7 @@ KEYFILE="$VENV/.ckptio-stack"
 FORCE=0
 if [ -f "$KEYFILE" ] && [ "$(cat "$KEYFILE")" != "$STACK_KEY" ]; then
   say "build mode changed ($(cat "$KEYFILE") -> $STACK_KEY): rebuilding MPI packages"; FORCE=1
-elif [ ! -f "$KEYFILE" ] && [ "$CLUSTER" = 1 ]; then
+elif [ ! -f "$KEYFILE" ] && [ "$CLUSTER" = 1 ] && [ "$DEBIAN_MPICH" = 0 ]; then   # MPICH mode: checks below
   FORCE=1
 fi
 NOCACHE=""; [ "$CLUSTER" = 1 ] && NOCACHE="--no-cache-dir"
@@ -214,8 +214,14 @@ NOCACHE=""; [ "$CLUSTER" = 1 ] && NOCACHE="--no-cache-dir"
 # would abort in MPI_Init or mix two MPI libraries in one process.
 H5PY_LINK_OK() {
   [ "$CLUSTER" = 0 ] && return 0
-  local so; so=$(MPI4PY_RC_INITIALIZE=false "$PY" -c "import h5py._objects as m; print(m.__file__)" 2>/dev/null) || return 1
-  ldd "$so" | grep -q "$(readlink -f "$HDF5_DIR")\|$HDF5_DIR"
+  local so want got
+  so=$(MPI4PY_RC_INITIALIZE=false "$PY" -c "import h5py.defs as m; print(m.__file__)" 2>/dev/null) || return 1
+  for want in "$HDF5_DIR/lib/libhdf5.so" "$HDF5_DIR/lib64/libhdf5.so" "$HDF5_DIR/libhdf5.so" ""; do
+    [ -e "$want" ] && break
+  done
+  [ -n "$want" ] || { warn "no libhdf5.so under HDF5_DIR=$HDF5_DIR: cannot check h5py's link"; return 0; }
+  got=$(ldd "$so" | awk '$1 ~ /^libhdf5(_[a-z]+)?\.so/ && $1 !~ /_hl/ {print $3; exit}')
+  [ -n "$got" ] && [ "$(readlink -f "$got")" = "$(readlink -f "$want")" ]
 }
 
 # ---- 3. mpi4py
@@ -340,6 +346,8 @@ if [ "$DEBIAN_MPICH" = 1 ]; then
   for l in mpirun mpiexec mpicc mpicxx mpifort mpif90; do
     [ "$(readlink "$VENV/bin/$l" 2>/dev/null)" = "/usr/bin/$l.mpich" ] || { ln -sfn "/usr/bin/$l.mpich" "$VENV/bin/$l"; CHANGED=1; }
   done
+  # Hydra starts hydra_pmi_proxy from the directory it was called from
+  [ -L "$VENV/bin/hydra_pmi_proxy" ] || { ln -sfn /usr/bin/hydra_pmi_proxy "$VENV/bin/hydra_pmi_proxy"; CHANGED=1; }
 fi
 if [ "$CLUSTER" = 0 ] && ! grep -q OMPI_ALLOW_RUN_AS_ROOT "$VENV/bin/activate"; then
   cat >> "$VENV/bin/activate" <<'EOF'
@@ -425,7 +433,7 @@ if r == 0:
     if netCDF4 is not None and netCDF4.__has_parallel4_support__:
         with netCDF4.Dataset(f"{d}/t4.nc") as f:
             assert (f["x"][:] == want).all()
-    print("smoke OK on %d ranks:" % n, MPI.Get_library_version().split(",")[0].strip(),
+    print("smoke OK on %d ranks:" % n, MPI.Get_library_version().split(",")[0].splitlines()[0].strip(),
           "| mpi4py", mpi4py.__version__, "| numpy", np.__version__,
           "| h5py", h5py.__version__, "(HDF5", h5py.version.hdf5_version + ", mpi)",
           "| netCDF4", netCDF4.__version__ + " (lib " + netCDF4.__netcdf4libversion__ + ", parallel)"

@@ -170,13 +170,15 @@ def test_mpich_venv_is_self_consistent():
     """The MPICH venv launches with MPICH's Hydra, its mpi4py runs on MPICH and its h5py links MPICH's HDF5."""
     venv = require_stack("mpich")
     assert os.path.realpath(venv / "bin" / "mpirun") == os.path.realpath("/usr/bin/mpirun.mpich")
-    code = ("import mpi4py; mpi4py.rc.initialize = False\nfrom mpi4py import MPI; import h5py._objects as o\n"
+    code = ("import mpi4py; mpi4py.rc.initialize = False\nfrom mpi4py import MPI; import h5py.defs as o\n"
             "print(MPI.Get_library_version().split()[0]); print(o.__file__)")
     lib, so = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True,
                              timeout=120, check=True, cwd="/").stdout.split()[:2]
     assert lib == "MPICH", lib
     ldd = subprocess.run(["ldd", so], capture_output=True, text=True, check=True).stdout
-    assert "hdf5/mpich" in ldd and "openmpi" not in ldd, ldd
+    hdf5 = next(line.split()[2] for line in ldd.splitlines() if line.split()[0].startswith("libhdf5"))
+    assert os.path.realpath(hdf5) == os.path.realpath("/usr/lib/x86_64-linux-gnu/hdf5/mpich/libhdf5.so"), ldd
+    assert "openmpi" not in ldd and "libmpi.so.40" not in ldd, ldd
 
 
 def test_launcher_matches_this_interpreter():

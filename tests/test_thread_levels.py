@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from mpi_helpers import run_script
+from mpi_helpers import mpi_flavour, run_script
 
 TILES = r'''
 import json, sys, warnings
@@ -73,6 +73,8 @@ def _result(stdout: str) -> dict:
 def test_tiles_round_trip_at_every_thread_level(tmp_path: Path, backend: str, thread_level: str, io: str | None,
                                                 transfer: str) -> None:
     env = {"OMPI_MCA_io": io} if io else {}
+    if mpi_flavour() != "openmpi":
+        transfer = "collective"  # the hazard is Open MPI's OMPIO: MPICH-family MPIs run ROMIO at any thread level
     out = _result(run_script(4, TILES, tmp_path, thread_level, str(tmp_path), backend, env=env).stdout)
     assert out["bad"] == 0, out
     assert out["transfer"] == transfer, out

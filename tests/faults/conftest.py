@@ -23,6 +23,8 @@ sys.path.insert(0, str(FAULTS))  # fault_job
 from mpi_helpers import BACKENDS, REPO, mpi_env, mpiexec  # noqa: E402
 
 JOB = FAULTS / "fault_job.py"
+# How the launcher reports a rank killed by SIGKILL: Open MPI's mpirun (stderr), MPICH's Hydra (stdout).
+KILLED_RANK_REPORTS = ("exited on signal 9", "Killed (signal 9)")
 NPROCS = 4
 
 
