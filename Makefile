@@ -3,6 +3,7 @@
 #   make demo         FLASH-like checkpoint/restart demo on 4 ranks
 #   make test         the test suite without the slow fault matrices (tests start mpirun themselves)
 #   make test-faults  every fault-injection test, the slow matrices included
+#   make test-slow    only the slow tests (make test + make test-slow = everything on this MPI; what .ci/run does)
 #   make test-matrix  the per-MPI-IO matrix (conformance sync/async/staged at 1, 2, 4 and oversubscribed rank
 #                     counts, N-to-M, strace aggregators, bindings, bounded faults, cross-MPI restart); .ci/run runs
 #                     it on MPICH (MPI=mpich) and on Open MPI's ROMIO (OMPI_MCA_io=romio321)
@@ -38,7 +39,7 @@ export VENV MPI
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := test
-.PHONY: install demo test test-faults test-matrix lint bench clean distclean
+.PHONY: install demo test test-faults test-slow test-matrix lint bench clean distclean
 
 install:
 	bash ci/install.sh
@@ -54,6 +55,11 @@ test: install
 
 test-faults: install
 	$(PY) -m pytest tests/faults $(PYTEST_FLAGS)
+
+# `make test-slow`: only the tests marked slow (the long fault matrices); with `make test` it covers what
+# `make test-faults` adds, without running the bounded fault tests twice (what .ci/run uses).
+test-slow: install
+	$(PY) -m pytest tests -m slow $(PYTEST_FLAGS)
 
 # The matrix every MPI-IO implementation must pass (tests/test_mpi_stacks.py has the cross-MPI restart, which
 # needs both venvs: `make install MPI=mpich` once). Fault subset: the fast, bounded fault tests (killed ranks in

@@ -19,12 +19,14 @@ from typing import Any
 from .units import argparse_size
 
 EXIT_OK, EXIT_BAD, EXIT_USAGE = 0, 1, 2
+EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a command its pipe reader left
 EXIT_CODES = """exit status (every command, like h5diff):
   0  success: valid / identical (within --rtol/--atol) / printed / converted and checked
   1  differences (diff), or a checkpoint is corrupt, incomplete or of a newer format version (inspect, ls,
      dump, the SRC of convert)
   2  error: usage, missing file, not a checkpoint, unknown variable, bad slice, DST exists, a damaged
-     checkpoint given to diff (it cannot be compared)"""
+     checkpoint given to diff (it cannot be compared)
+  141  the reader of standard output left (`| head`): output stopped quietly, as on SIGPIPE"""
 
 
 def _human(n: float) -> str:
@@ -239,9 +241,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE if exc.code not in (0, None) else EXIT_OK
     try:
         return int(args.func(args))
-    except BrokenPipeError:  # stdout closed early (any command): end quietly
-        _silence_stdout()
-        return EXIT_BAD
+    except BrokenPipeError:  # stdout closed early (any command): end quietly, with the shell's status for a
+        _silence_stdout()    # process ended by SIGPIPE, never 1 or 2 ("corrupt"/"different", "error")
+        return EXIT_CLOSED_PIPE
 
 
 if __name__ == "__main__":

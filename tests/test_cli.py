@@ -188,6 +188,30 @@ def test_several_paths_worst_status_and_closed_pipe(tmp_path):
         assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
 
 
+BIG = """
+import sys, numpy as np, ckptio
+from mpi4py import MPI
+with ckptio.create(sys.argv[1], MPI.COMM_WORLD) as ck:
+    ck.write("x", np.arange(20000, dtype=np.float64), offset=(0,), global_shape=(20000,))
+"""
+
+
+def test_every_command_into_a_closed_pipe_ends_quietly_with_the_sigpipe_status(tmp_path):
+    """``ckptio ... | head -1`` under ``set -o pipefail``: no traceback, and status 141 (128 + SIGPIPE) or 0 (the
+    output fitted the pipe), never 1 or 2, which mean "corrupt"/"different" and "error" (issue 11 item 12)."""
+    big = tmp_path / "chk_000001"
+    run_script(1, BIG, tmp_path, str(big))
+    for i in range(2, 400):  # names that look like checkpoints: one line each in `ls`
+        (tmp_path / f"chk_{i:06d}").write_bytes(b"not a checkpoint")
+    commands = [f"inspect --verify {' '.join([str(big)] * 60)}", f"ls {tmp_path}", f"dump {big} x --full",
+                f"dump --json {big} x --full", f"diff {big} {big}"]
+    for command in commands:
+        proc = subprocess.run(f"set -o pipefail; {CKPTIO} {command} | head -1", shell=True, executable="/bin/bash",
+                              capture_output=True, text=True, env=mpi_env(), timeout=180)
+        assert proc.returncode in (0, 141), (command, proc.returncode, proc.stderr)
+        assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, (command, proc.stderr)
+
+
 def test_directory_scan_reads_a_few_bytes_of_other_files(tmp_path, monkeypatch):
     """latest() over files that are not checkpoints: a few KiB read per file, not up to 64 MiB."""
     from ckptio.backends import base, looks_like_checkpoint

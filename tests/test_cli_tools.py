@@ -186,7 +186,7 @@ def test_convert_refuses_bad_inputs_and_never_overwrites_other_files(run, tmp_pa
     notes = tmp_path / "notes.txt"
     notes.write_text("mine")
     cases = [((str(run["a"]), str(notes), "--backend", "mpiio"), "exists (use --force"),
-             ((str(run["a"]), str(notes), "--backend", "mpiio", "--force"), "is not a checkpoint: not replaced"),
+             ((str(run["a"]), str(notes), "--backend", "mpiio", "--force"), "is not a complete ckptio checkpoint"),
              ((str(run["a"]), str(tmp_path / "o"), "--backend", "netcdf4"), "unknown backend 'netcdf4'"),
              ((str(tmp_path / "missing"), str(tmp_path / "o"), "--backend", "mpiio"), "no such file"),
              ((str(run["junk"]), str(tmp_path / "o"), "--backend", "hdf5"), "not a ckptio checkpoint")]
@@ -199,6 +199,30 @@ def test_convert_refuses_bad_inputs_and_never_overwrites_other_files(run, tmp_pa
     proc = ckptio("convert", str(run["mod"]), str(out), "--backend", "mpiio", "--force")
     assert proc.returncode == 0, proc.stderr
     assert ckptio("diff", str(run["mod"]), str(out)).returncode == 0
+
+
+USER_FILES = """
+import sys, numpy as np, h5py, netCDF4
+with h5py.File(sys.argv[1], "w") as f:
+    f["precious"] = np.arange(10)
+with netCDF4.Dataset(sys.argv[2], "w", format="NETCDF3_64BIT_DATA") as f:
+    f.createDimension("n", 10)
+    f.createVariable("precious", "i8", ("n",))[:] = np.arange(10)
+"""
+
+
+def test_convert_force_never_replaces_an_hdf5_or_netcdf_file_ckptio_did_not_write(run, tmp_path):
+    """Outside trial: ``--force`` over a user's plain HDF5 / CDF-5 file (the right signature, no ckptio metadata)
+    replaced it with a checkpoint: data loss. Only a complete ckptio checkpoint may be replaced."""
+    h5, nc = tmp_path / "user.h5", tmp_path / "user.nc"
+    subprocess.run([sys.executable, "-c", USER_FILES, str(h5), str(nc)], check=True, env=mpi_env(), timeout=120)
+    before = {p: p.read_bytes() for p in (h5, nc)}
+    for dst in (h5, nc):
+        for backend in ("mpiio", "hdf5", "pnetcdf"):
+            proc = ckptio("convert", str(run["a"]), str(dst), "--backend", backend, "--force")
+            assert proc.returncode == 2 and "not a complete ckptio checkpoint" in proc.stderr, (dst, backend,
+                                                                                                 proc.stderr)
+    assert {p: p.read_bytes() for p in (h5, nc)} == before
 
 
 # ------------------------------------------------------------------------------------------------------- ls

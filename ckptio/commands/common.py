@@ -85,6 +85,8 @@ def guarded(command: str) -> Callable[[Callable[[Any], int]], Callable[[Any], in
         def guarded_run(args: Any) -> int:
             try:
                 return run(args)
+            except BrokenPipeError:
+                raise  # the reader of stdout left: ckptio.cli.main ends quietly
             except Exception as exc:
                 import traceback
 

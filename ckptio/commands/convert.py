@@ -75,10 +75,11 @@ def convert(src: str, dst: str, backend: str, force: bool = False) -> dict[str, 
     if os.path.lexists(dst):
         if not force:
             raise UsageError(f"{dst} exists (use --force to replace it)")
-        try:
-            detect_backend(dst)
+        try:  # a ckptio checkpoint whose metadata reads back: a file in a checkpoint FORMAT (any HDF5 or CDF
+            detect_backend(dst, thorough=True).read_metadata(dst)  # file) that ckptio did not write is user data
         except (CheckpointError, OSError):
-            raise UsageError(f"{dst} exists and is not a checkpoint: not replaced, even with --force") from None
+            raise UsageError(f"{dst} exists and is not a complete ckptio checkpoint: not replaced, even with "
+                             "--force (ckptio never deletes a file it did not create)") from None
     if os.path.exists(src) and os.path.exists(dst) and os.path.samefile(src, dst):
         raise UsageError(f"{src} and {dst} are the same file")
     get_backend(backend).require_writable()
