@@ -104,6 +104,10 @@ def _check_same_options(gathered: list[dict[str, Any]]) -> None:
     """Rank 0: the read plan is computed on every rank, so its inputs must be the same on every rank."""
     for key in gathered[0]:
         differ = [r for r, g in enumerate(gathered) if g[key] != gathered[0][key]]
+        if differ and key == "path":
+            raise DeclarationError(f"ckptio.open: the path differs between ranks (rank 0: {gathered[0][key]!r}, "
+                                   f"rank {differ[0]}: {gathered[differ[0]][key]!r}); every rank must open the "
+                                   "same checkpoint")
         if differ:
             env = ENV_BUFFER_BYTES if key == "buffer_bytes" else hintsmod.ENV_AGGREGATORS
             raise DeclarationError(f"ckptio.open: {key} differs between ranks (rank 0: {gathered[0][key]!r}, "
@@ -145,8 +149,11 @@ class Reader:
                 chosen["buffer_bytes"] = DEFAULT_BUFFER_BYTES
             chosen["aggregators"] = (units.parse_count(aggregators, "aggregators") if aggregators is not None
                                      else hintsmod.aggregator_override(hints))
-            # the read plan is computed on every rank from these two: they must be the same everywhere
-            return {"buffer_bytes": chosen["buffer_bytes"], "aggregators": chosen["aggregators"]}
+            # the read plan is computed on every rank from these two, and rank 0's metadata serves every rank's
+            # reads of the file: all three must be the same everywhere (a different path on one rank made an
+            # aggregator read another checkpoint's bytes against rank 0's checksums: "corrupt", falsely)
+            return {"path": os.path.abspath(self.path), "buffer_bytes": chosen["buffer_bytes"],
+                    "aggregators": chosen["aggregators"]}
 
         def load(gathered: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
             _check_same_options(gathered)

@@ -267,6 +267,12 @@ def args_cases(directory: str, backend: str) -> dict[str, Callable[[], Any]]:
     cases["arg_buffer_zero_one_rank"] = read_with(buffer_bytes=0 if rank == last else None)
     cases["arg_buffer_differs"] = read_with(buffer_bytes="1M" if rank == last else "2M")
     cases["env_aggregators_garbage_one_rank"] = read_with({"CKPTIO_AGGREGATORS": "two"} if rank == last else None)
+
+    def open_path_differs() -> Any:  # outside trial: an aggregator read another checkpoint -> false "corrupt"
+        other = os.path.join(directory, "good_other")  # written by main() with "good"
+        with ckptio.open(other if rank == last else good, comm) as r:
+            return r.read("dens", offset=(8 * rank, 0), shape=(8, 4))
+    cases["open_path_differs"] = open_path_differs
     cases["arg_aggregators_zero"] = read_with(aggregators=0)
 
     # 20: attributes
@@ -332,6 +338,7 @@ def main() -> None:
     os.makedirs(os.path.join(directory, "stage"), exist_ok=True)
     if group in ("leave", "args"):
         run_case("setup", lambda: write(os.path.join(directory, "good"), backend), directory)
+        run_case("setup", lambda: write(os.path.join(directory, "good_other"), backend), directory)
     cases = {"leave": leave_cases, "args": args_cases, "exchange": exchange_cases}[group](directory, backend)
     only = os.environ.get("LEAVE_JOB_CASES")
     for name, fn in cases.items():
