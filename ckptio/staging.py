@@ -113,8 +113,13 @@ def locate(comm, stage_dir: str) -> StageInfo:
             raise CheckpointIOError(f"stage_dir {stage_dir} cannot be used on {host}: "
                                     f"{exc.strerror or exc}") from None
 
-    coord.run(comm, f"{phase}: create the directory and its probe", make)
+    def remove_probe() -> None:
+        if rank == leader:
+            _remove_if_there(probe)
+
     try:
+        coord.run(comm, f"{phase}: create the directory and its probe", make)
+
         def seen() -> tuple[str, int, list[int]]:
             prefix = f"{_PROBE}{token}-"
             names = [n for n in os.listdir(stage_dir) if n.startswith(prefix)]
@@ -122,8 +127,8 @@ def locate(comm, stage_dir: str) -> StageInfo:
 
         shared = coord.gather_and_plan(comm, f"{phase}: who sees which probe", seen,
                                        lambda views: _decide(stage_dir, views))
-    finally:
-        coord.run(comm, f"{phase}: remove the probe", lambda: os.unlink(probe) if rank == leader else None)
+    finally:  # also after a failure (a full stage): a probe left behind would fill it further
+        coord.run(comm, f"{phase}: remove the probe", remove_probe)
     hosts = tuple(comm.allgather(host))
     return StageInfo(stage_dir, shared, hosts, rank == 0 if shared else rank == leader)
 
@@ -177,6 +182,36 @@ def write_piece(directory: str, rank: int, nprocs: int, header: dict[str, Any],
             flags |= os.O_TRUNC
     else:
         flags |= os.O_TRUNC
+    try:
+        return _write_piece_files(directory, data_path, manifest_name, flags, rank, nprocs, header, blocks)
+    except BaseException:  # a full stage or an interrupt: leave nothing of this piece (it would fill the stage
+        for path in (data_path, os.path.join(directory, f".{manifest_name}.tmp")):  # for every later checkpoint)
+            _remove_if_there(path)
+        raise
+
+
+def remove_piece(directory: str, rank: int, nprocs: int) -> None:
+    """Local: remove this rank's piece (data file and manifest) of a staged checkpoint that failed collectively,
+    and the checkpoint's directories once empty, so a full stage does not stay full for the next checkpoint."""
+    for name in _piece_names(rank, nprocs):
+        _remove_if_there(os.path.join(directory, name))
+    for path in (directory, os.path.dirname(directory)):
+        try:
+            os.rmdir(path)
+        except OSError:  # not empty (another rank's piece on a shared stage, or another token) or gone
+            break
+
+
+def _remove_if_there(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _write_piece_files(directory: str, data_path: str, manifest_name: str, flags: int, rank: int, nprocs: int,
+                       header: dict[str, Any], blocks: Sequence[tuple[dict[str, Any], np.ndarray]]) -> int:
+    """Local: :func:`write_piece`'s data file, then its manifest (atomically); returns the bytes written."""
     entries, pos = [], 0
     fd = os.open(data_path, flags, 0o644)
     try:

@@ -270,7 +270,11 @@ class Writer:
                 spare = staging.spare_data_file(self.stage_dir, self.path, rank, nprocs)
                 return staging.write_piece(directory, rank, nprocs, header, blocks, spare)
 
-            written = coord.run(comm, f"checkpoint {self.path}: write to stage {self.stage_dir}", write_piece)
+            try:
+                written = coord.run(comm, f"checkpoint {self.path}: write to stage {self.stage_dir}", write_piece)
+            except BaseException:  # failed on some rank (a full stage): no rank keeps its piece of it
+                staging.remove_piece(directory, rank, nprocs)
+                raise
         finally:
             self._pending = []
         self.stats = WriteStats({"stage": time.perf_counter() - t0}, comm.allgather(written), [1] * nprocs)
