@@ -236,11 +236,22 @@ class _PnetCDFWriteSession(WriteSession):
                 table.iput_var(rows)
                 sums.iput_var(chars)
         if self.transfer == "independent":
-            self._independently("write the data (independent wait)", self.file.wait)
+            self._independently("write the data (independent wait)", self._io_error(self.file.wait))
         else:
-            coord.run(self.comm, "write the data (wait_all)", self.file.wait_all)
-        coord.run(self.comm, "sync the data", self.file.sync)
+            coord.run(self.comm, "write the data (wait_all)", self._io_error(self.file.wait_all))
+        coord.run(self.comm, "sync the data", self._io_error(self.file.sync))
         return written
+
+    def _io_error(self, call: Callable[[], Any]) -> Callable[[], Any]:
+        """``call`` with PnetCDF's write errors (pnetcdf-python raises RuntimeError, e.g. "Unknown error occurs
+        in writing file" when ROMIO gets ENOSPC) turned into CheckpointIOError naming the file."""
+        def wrapped() -> Any:
+            try:
+                return call()
+            except RuntimeError as exc:
+                raise CheckpointIOError(f"{self.path}: PnetCDF could not write the data ({exc}): no space left on "
+                                        "the file system, a quota, or a refused write") from exc
+        return wrapped
 
     def storage_info(self) -> dict[str, dict[str, Any]]:
         """Rank 0: every variable's ``begin`` from the header PnetCDF wrote at ``enddef`` (synced since)."""
