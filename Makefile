@@ -67,7 +67,7 @@ test-slow: install
 MATRIX_TESTS := tests/test_conformance.py tests/test_async_series.py::test_conformance_in_background_modes \
                 tests/test_mpi_stacks.py tests/test_aggregators_strace.py tests/test_bindings.py tests/faults
 test-matrix: install
-	$(PY) -m pytest $(MATRIX_TESTS) -m "not slow" $(PYTEST_FLAGS)
+	CKPTIO_TEST_OVERSUBSCRIBED=8 $(PY) -m pytest $(MATRIX_TESTS) -m "not slow" $(PYTEST_FLAGS)
 
 lint: install
 	$(PY) -m ruff check .

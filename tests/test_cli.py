@@ -218,8 +218,8 @@ def test_directory_scan_reads_a_few_bytes_of_other_files(tmp_path, monkeypatch):
 
     import ckptio
 
-    for i in range(5):
-        (tmp_path / f"chk_data_{i}.bin").write_bytes(os.urandom(3 << 20))
+    for i in range(5):  # named exactly like checkpoints (others are never opened): each is sniffed, then skipped
+        (tmp_path / f"chk_{i:06d}").write_bytes(os.urandom(3 << 20))
     (tmp_path / "chk_notes.txt").write_text("notes\n" * 1000)
     scanned: list[int] = []
     find = base._find_document

@@ -45,7 +45,14 @@ N = 8 * size  # rows of the test array, 8 per rank
 
 
 def emit(kind: str, payload: dict[str, Any]) -> None:
-    sys.stdout.write(f"{kind} {json.dumps(payload)}\n")
+    """One ``KIND {json}`` record: on stdout (for the log) and, with LEAVE_JOB_RESULTS, appended to this rank's own
+    file there, which is what the tests read (mpirun may split long lines of several ranks into each other)."""
+    line = f"{kind} {json.dumps(payload)}\n"
+    results = os.environ.get("LEAVE_JOB_RESULTS")
+    if results:
+        with open(os.path.join(results, f"rank{rank}.records"), "a") as f:
+            f.write(line)
+    sys.stdout.write(line)
     sys.stdout.flush()
 
 

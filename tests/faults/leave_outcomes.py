@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,12 +41,15 @@ def run_leave_job(group: str, workdir: Path, backend: str, nprocs: int, timeout:
     """``mpirun -n nprocs python leave_job.py GROUP workdir backend``; a hang fails the test (timeout). Ranks
     that end with sys.exit(code) make mpirun's own status non-zero, so the status is not checked here: every
     rank must instead have reported every case and reached the end of the program."""
-    proc = run_mpi(nprocs, [str(JOB), group, str(workdir), backend], timeout=timeout, env=env, check=False)
+    results = Path(tempfile.mkdtemp(prefix="leave-records-", dir=workdir.parent))
+    proc = run_mpi(nprocs, [str(JOB), group, str(workdir), backend], timeout=timeout, check=False,
+                   env={**(env or {}), "LEAVE_JOB_RESULTS": str(results)})
     outcomes: dict[str, dict[int, dict]] = {}
     files: dict[str, list[str]] = {}
     order: list[str] = []
     done = set()
-    for line in proc.stdout.splitlines():
+    records = [line for path in sorted(results.glob("rank*.records")) for line in path.read_text().splitlines()]
+    for line in records:
         kind, _, payload = line.partition(" ")
         if kind == "OUTCOME":
             o = json.loads(payload)
