@@ -449,16 +449,7 @@ class HDF5Backend(Backend):
                 if (not isinstance(document, h5py.Dataset) or document.shape != () or document.dtype.kind != "S"
                         or document.dtype.itemsize > size):
                     raise CorruptCheckpointError(f"{path}: /{GROUP}/metadata is missing or damaged")
-                text = document[()]
-                if np.bytes_(metamod.checksum(text)) != group.attrs.get("metadata_checksum"):
-                    raise CorruptCheckpointError(f"{path}: /{GROUP}/metadata checksum mismatch (the metadata "
-                                                 "document is damaged)")
-                try:
-                    meta = metamod.loads(text)
-                except FormatVersionError:
-                    raise
-                except ValueError as exc:
-                    raise CorruptCheckpointError(f"{path}: /{GROUP}/metadata is not valid metadata ({exc})") from None
+                meta = _parse_document(path, document[()], group.attrs.get("metadata_checksum"))
                 _check_datasets(path, f, meta, size)
         except CheckpointError:
             raise
@@ -505,16 +496,7 @@ def _read_metadata_lite(path: str) -> dict[str, Any]:
             ds = f.dataset(document) if document is not None else None
             if ds is None or ds.shape != () or ds.dtype is None or ds.dtype.kind != "S" or ds.dtype.itemsize > size:
                 raise CorruptCheckpointError(f"{path}: /{GROUP}/metadata is missing or damaged")
-            text = f.read(ds)[()]
-            if np.bytes_(metamod.checksum(text)) != attrs.get("metadata_checksum"):
-                raise CorruptCheckpointError(f"{path}: /{GROUP}/metadata checksum mismatch (the metadata "
-                                             "document is damaged)")
-            try:
-                meta = metamod.loads(text)
-            except FormatVersionError:
-                raise
-            except ValueError as exc:
-                raise CorruptCheckpointError(f"{path}: /{GROUP}/metadata is not valid metadata ({exc})") from None
+            meta = _parse_document(path, f.read(ds)[()], attrs.get("metadata_checksum"))
             if meta.get("backend") != HDF5Backend.name:
                 raise CorruptCheckpointError(f"{path}: metadata says backend {meta.get('backend')!r}, file is HDF5")
             for name, var in meta["variables"].items():
@@ -555,3 +537,17 @@ def _check_datasets(path: str, f: h5py.File, meta: Mapping[str, Any], size: int)
         is_dataset = isinstance(dset, h5py.Dataset)
         _check_dataset(path, name, var, list(dset.shape) if is_dataset else None,
                        dset.id.get_offset() if is_dataset else None, size)
+
+
+def _parse_document(path: str, text: bytes, stored_checksum: Any) -> dict[str, Any]:
+    """The metadata document of ``/ckptio`` (read through h5py or the built-in parser), checked against its
+    stored checksum; damage is CorruptCheckpointError, a newer schema FormatVersionError. Local."""
+    if np.bytes_(metamod.checksum(text)) != stored_checksum:
+        raise CorruptCheckpointError(f"{path}: /{GROUP}/metadata checksum mismatch (the metadata document is "
+                                     "damaged)")
+    try:
+        return metamod.loads(text)
+    except FormatVersionError:
+        raise
+    except ValueError as exc:
+        raise CorruptCheckpointError(f"{path}: /{GROUP}/metadata is not valid metadata ({exc})") from None
