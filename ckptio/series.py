@@ -59,6 +59,8 @@ class Series:
                  stage_dir: str | os.PathLike | None = None, suffix: str = "", **create_options: Any):
         if not isinstance(keep, int) or keep < 1:
             raise ValueError(f"keep={keep!r}: must be an int of at least 1")
+        if not prefix:
+            raise ValueError("prefix must not be empty: a series owns exactly the names {prefix}_{step}{suffix}")
         self.directory = os.fspath(directory)
         self.comm = comm
         self.prefix, self.keep, self.backend, self.digits, self.suffix = prefix, keep, backend, digits, suffix
@@ -72,10 +74,22 @@ class Series:
         self._next_seq: int | None = None
         self._lock = threading.Lock()  # rank 0: the main thread and the I/O thread's retention share the directory
 
-        def make() -> None:
+        # what decides which files the series owns and deletes must be the same on every rank (rank 0 acts on it)
+        settings = {"directory": os.path.abspath(self.directory), "prefix": prefix, "suffix": suffix,
+                    "digits": digits, "keep": keep, "backend": backend,
+                    "stage_dir": os.path.abspath(self.stage_dir) if self.stage_dir else None}
+
+        def check_and_make(gathered: list[dict[str, Any]]) -> None:
+            for key in settings:
+                differ = [r for r, g in enumerate(gathered) if g[key] != gathered[0][key]]
+                if differ:
+                    raise DeclarationError(f"Series: {key} differs between ranks (rank 0: {gathered[0][key]!r}, "
+                                           f"rank {differ[0]}: {gathered[differ[0]][key]!r}); construct the Series "
+                                           "with the same arguments on every rank")
             os.makedirs(self.directory, exist_ok=True)
 
-        coord.bcast_from_root(comm, f"series {self.directory}: create directory", make)
+        coord.gather_and_plan(comm, f"series {self.directory}: arguments and directory", lambda: settings,
+                              check_and_make)
 
     def path(self, step: int) -> str:
         return os.path.join(self.directory, self.pattern.name(step))

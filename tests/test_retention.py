@@ -365,3 +365,30 @@ def test_no_raw_broadcast_or_barrier_outside_coord():
                 found.append(f"{rel}:{number}: {line.strip()}")
     assert not found, "raw collectives outside ckptio.coord (use coord.bcast_from_root/run):\n" + "\n".join(found)
     assert os.path.exists(REPO / "ckptio" / "coord.py")
+
+
+SERIES_ARGS = COMMON + """
+d = sys.argv[1]
+for kw in ({"keep": 1 + (r == n - 1)}, {"prefix": "chk" if r else "ckp"}, {"suffix": ".h5" if r == n - 1 else ""}):
+    try:
+        ckptio.Series(d, comm, **kw)
+        print("ACCEPTED", kw, flush=True)
+    except ckptio.DeclarationError as exc:
+        assert "differs between ranks" in str(exc) and f"rank {n - 1}" in str(exc), exc
+        print("REFUSED", r, flush=True)
+try:
+    ckptio.Series(d, comm, prefix="")
+except ValueError as exc:
+    assert "prefix must not be empty" in str(exc)
+    print("EMPTY", r, flush=True)
+print("OK", r, flush=True)
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+def test_series_arguments_that_differ_between_ranks_are_refused_everywhere(tmp_path):
+    """Outside trial: keep= differing between ranks was silently rank 0's; an empty prefix was accepted."""
+    proc = run_script(2, SERIES_ARGS, tmp_path, str(tmp_path / "run"), timeout=100)
+    assert "ACCEPTED" not in proc.stdout and proc.stdout.count("REFUSED") == 6, proc.stdout
+    assert proc.stdout.count("EMPTY") == 2 and proc.stdout.count("OK") == 2, proc.stdout
