@@ -42,7 +42,14 @@ RANK_COUNTS = (1, 2, 4, OVERSUBSCRIBED)
 
 
 def mpi_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {**os.environ, **OMPI_ENV, **(extra or {})}
+    """The environment of a test job: the caller's, Open MPI's root/oversubscription settings, this venv first.
+
+    ``PYTHONUNBUFFERED`` (set by many CI runners) is removed unless ``extra`` asks for it: unbuffered, one ``print``
+    is several write()s, and the launcher then interleaves two ranks' output inside a line ("REFUSEDREFUSED ...").
+    Block-buffered, a flushed print reaches the launcher as one write, so each line stays whole."""
+    env = {**os.environ, **OMPI_ENV}
+    env.pop("PYTHONUNBUFFERED", None)
+    env.update(extra or {})
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
     return env
 
