@@ -27,12 +27,15 @@ import re
 import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO, ClassVar
+from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar
 
 import numpy as np
 
 from ckptio.errors import CapabilityError, CheckpointError, CorruptCheckpointError, UnknownFormatError
 from ckptio.plan import BlockPlan, Extent, VariablePlan
+
+if TYPE_CHECKING:
+    from ckptio.extent_table import ExtentTable
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,13 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def extents(self, meta: Mapping[str, Any]) -> list[Extent]:
         """Pure: where every variable's bytes lie, as extents sorted by file offset."""
+
+    def extent_table(self, meta: Mapping[str, Any]) -> ExtentTable:
+        """Pure: :meth:`extents` as columns (:class:`ckptio.extent_table.ExtentTable`), what the restart planner
+        partitions. The default converts the list; a backend overrides it with a vectorized builder."""
+        from ckptio import extent_table
+
+        return extent_table.from_extents(meta, self.extents(meta))
 
     @abc.abstractmethod
     def open_extent_reader(self, path: str, comm, info, meta: Mapping[str, Any]) -> ExtentReader:

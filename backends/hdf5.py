@@ -466,6 +466,11 @@ class HDF5Backend(Backend):
     def extents(self, meta: Mapping[str, Any]) -> list[Extent]:
         return leading_axis_bands(meta)
 
+    def extent_table(self, meta: Mapping[str, Any]):
+        from ckptio import extent_table
+
+        return extent_table.from_bands(meta)
+
     def open_extent_reader(self, path: str, comm, info, meta: Mapping[str, Any]) -> ExtentReader:
         return RawExtentReader(path, comm, info, meta)
 

@@ -280,6 +280,11 @@ class NativeBackend(Backend):
         out.sort(key=lambda e: e.file_offset)
         return out
 
+    def extent_table(self, meta: Mapping[str, Any]):
+        from ckptio import extent_table
+
+        return extent_table.from_blocks(meta)
+
     def open_extent_reader(self, path: str, comm, info, meta: Mapping[str, Any]) -> ExtentReader:
         return RawExtentReader(path, comm, info, meta)
 

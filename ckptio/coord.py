@@ -242,6 +242,33 @@ def bcast_from_root(comm, phase: str, fn: Callable[[], T], root: int = 0) -> T:
     return outcome[1]
 
 
+def scatter_from_root(comm, phase: str, fn: Callable[[], list[Any]], root: int = 0) -> Any:
+    """Collective: ``fn`` runs on ``root`` only and returns one payload per rank; rank ``r`` gets the ``r``-th
+    (or, if ``fn`` failed, the same error as every rank). Each rank receives only its own payload, so what a
+    rank receives does not grow with the job unless its own share does (the restart aggregators' rows)."""
+    payloads: Any = None
+    own: BaseException | None = None
+    if comm.Get_rank() == root:
+        try:
+            own = deliver_held_signals()
+            if own is not None:
+                raise own
+            with _phase_work():
+                values = fn()
+                if len(values) != comm.Get_size():
+                    raise ValueError(f"{phase}: {len(values)} payloads for {comm.Get_size()} ranks")
+                payloads = [("ok", v) for v in values]
+        except BaseException as exc:  # see run()
+            own = exc
+            payloads = [(_FAILED, {root: _describe(exc)})] * comm.Get_size()
+    outcome = comm.scatter(payloads, root=root)
+    if outcome[0] == _FAILED:
+        _reraise_own(own)
+        failures = outcome[1]
+        raise collective_error_class([n for n, _ in failures.values()])(phase, failures)
+    return outcome[1]
+
+
 def node_leader(comm) -> int:
     """Collective: the lowest rank of ``comm`` that shares this rank's node (memory), ``MPI_COMM_TYPE_SHARED``.
 

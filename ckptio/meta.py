@@ -44,6 +44,11 @@ def checksum(data: Any) -> str:
     return xxhash.xxh3_64_hexdigest(memoryview(data).cast("B"))
 
 
+def checksum_int(data: Any) -> int:
+    """:func:`checksum` as an unsigned 64-bit integer (the columnar block tables' form)."""
+    return xxhash.xxh3_64_intdigest(memoryview(data).cast("B"))
+
+
 def array_checksum(array: np.ndarray) -> str:
     """Checksum of an array's elements in C order and native byte order (the stored block convention)."""
     arr = np.ascontiguousarray(array)
@@ -63,6 +68,9 @@ class StreamingChecksum:
 
     def hexdigest(self) -> str:
         return self._h.hexdigest()
+
+    def intdigest(self) -> int:
+        return self._h.intdigest()
 
 
 def _native_marker() -> str:

@@ -2,15 +2,19 @@
 
 ::
 
-      rank 0                        all ranks                    aggregators only (A of P)
-    ---------                      -----------                  ----------------------------
-    read metadata  --bcast-->  state hyperslabs  --allgather-->  plan (same on every rank)
-                                                                 open file (sub-communicator)
-                                                    round k:     read domain part k (one Read_all)
-                                                                 verify whole-block checksums
+      rank 0 (at open)                          every rank (per read)           aggregators only (A of P)
+    ----------------------------------------   ---------------------------      ---------------------------
+    metadata -> extent table -> runs per       route requests to the runs'  -->  match them to own extents
+    aggregator; bcast variables + routing,      boxes (Alltoallv)                parts, rounds, pieces
+    scatter each aggregator its own rows       <-- piece descriptors (Alltoallv) ---
+                                                                     round k:    read domain part k
+                                                                                 verify block checksums
                                <------------- Alltoallv (exact bytes per rank) -------------
                                assemble arrays
 
+No rank holds every rank's requests or the whole exchange map (:mod:`ckptio.readplan`): what a rank computes
+and receives per read is O(its own requests and pieces + aggregators); an aggregator's is O(its rows and the
+requests that meet them).
 Only ``A = min(nprocs, stripe count, 80)`` ranks (overridable) ever open the file, each reading a
 contiguous file domain in rounds of at most ``buffer_bytes``; everybody else receives its data over MPI.
 All public methods that read are collective over the communicator.
@@ -26,13 +30,14 @@ from typing import Any
 
 import numpy as np
 
-from . import coord, units
+from . import coord, readplan, units
 from . import hints as hintsmod
 from . import meta as metamod
 from .backends import detect_backend, get_backend
 from .errors import CheckpointError, ClosedCheckpointError, CorruptCheckpointError, DeclarationError, ReadRequestError
+from .extent_table import ExtentTable
 from .layout import Box, normalize_request
-from .plan import SEGMENT, Request, choose_aggregators, exchange_for_rank, plan_read
+from .plan import SEGMENT, Extent, Request, choose_aggregators
 
 DEFAULT_BUFFER_BYTES = 64 << 20
 ENV_BUFFER_BYTES = "CKPTIO_BUFFER_BYTES"
@@ -115,9 +120,35 @@ def _check_same_options(gathered: list[dict[str, Any]]) -> None:
                                    f"the same {env}) on every rank")
 
 
-def node_ids(comm) -> list[int]:
-    """Collective: for every rank, an id of the node it runs on (lowest rank sharing its memory)."""
-    return comm.allgather(coord.node_leader(comm))
+def light_metadata(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The document without its block lists (each variable says ``nblocks`` instead): what every rank holds.
+    The blocks live in the extent table, partitioned among the aggregators."""
+    out = {k: v for k, v in meta.items() if k != "variables"}
+    out["variables"] = {name: {**{k: v for k, v in var.items() if k != "blocks"}, "nblocks": len(var["blocks"])}
+                        for name, var in meta["variables"].items()}
+    return out
+
+
+def own_segments(meta: Mapping[str, Any], nreaders: int) -> list[dict[str, tuple[int, int]]]:
+    """Rank 0: for every reading rank, ``{segment variable: (start, length)}`` of the segments it reads by
+    default: those of writer ranks ``[r*W//P, (r+1)*W//P)``, concatenated (empty at the end of the ones
+    before when it has none)."""
+    out: list[dict[str, tuple[int, int]]] = [{} for _ in range(nreaders)]
+    writers = int(meta["nprocs"])
+    readers = np.arange(nreaders, dtype=np.int64)
+    first, last = readers * writers // nreaders, (readers + 1) * writers // nreaders
+    for name, var in meta["variables"].items():
+        if var["kind"] != SEGMENT:
+            continue
+        blocks = var["blocks"]  # validated: in rank order, end to end from 0
+        brank = np.array([b["rank"] for b in blocks], np.int64)
+        ends_before = np.zeros(len(blocks) + 1, np.int64)  # the end of blocks[:i] is where block i starts
+        np.cumsum([b["shape"][0] for b in blocks], out=ends_before[1:])
+        start = ends_before[np.searchsorted(brank, first)]
+        stop = ends_before[np.searchsorted(brank, last)]
+        for r in range(nreaders):
+            out[r][name] = (int(start[r]), int(stop[r] - start[r]))
+    return out
 
 
 class Reader:
@@ -134,13 +165,17 @@ class Reader:
         self._closed = False
 
     def _open(self, comm, hints: Mapping[str, Any] | None, aggregators: object, buffer_bytes: object) -> None:
-        """Collective: the options (checked alike on every rank), the metadata (rank 0), the aggregators."""
+        """Collective: the options (checked alike on every rank), the node of every rank (gathered on rank 0),
+        the metadata and the extent table (rank 0 reads and partitions them), then a broadcast of the
+        variables and the routing index and a scatter of each aggregator's rows."""
         from mpi4py import MPI
 
         chosen: dict[str, Any] = {}
+        node = coord.node_leader(comm)
+        size = comm.Get_size()
 
-        def options() -> dict[str, Any]:
-            chosen["hints"] = hintsmod.resolve_hints(comm.Get_size(), hints)
+        def options() -> tuple[dict[str, Any], int]:
+            chosen["hints"] = hintsmod.resolve_hints(size, hints)
             if buffer_bytes is not None:
                 chosen["buffer_bytes"] = units.parse_size(buffer_bytes, "buffer_bytes")
             elif os.environ.get(ENV_BUFFER_BYTES):
@@ -149,39 +184,61 @@ class Reader:
                 chosen["buffer_bytes"] = DEFAULT_BUFFER_BYTES
             chosen["aggregators"] = (units.parse_count(aggregators, "aggregators") if aggregators is not None
                                      else hintsmod.aggregator_override(hints))
-            # the read plan is computed on every rank from these two, and rank 0's metadata serves every rank's
-            # reads of the file: all three must be the same everywhere (a different path on one rank made an
-            # aggregator read another checkpoint's bytes against rank 0's checksums: "corrupt", falsely)
+            # the read plan is computed from these two, and rank 0's metadata serves every rank's reads of the
+            # file: all three must be the same everywhere (a different path on one rank made an aggregator
+            # read another checkpoint's bytes against rank 0's checksums: "corrupt", falsely)
             return {"path": os.path.abspath(self.path), "buffer_bytes": chosen["buffer_bytes"],
-                    "aggregators": chosen["aggregators"]}
+                    "aggregators": chosen["aggregators"]}, node
 
-        def load(gathered: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
-            _check_same_options(gathered)
+        per_rank: list[Any] = []
+
+        def load(gathered: list[tuple[dict[str, Any], int]]) -> dict[str, Any]:
+            _check_same_options([g[0] for g in gathered])
             backend = detect_backend(self.path)
-            return backend.name, backend.read_metadata(self.path)
+            meta = backend.read_metadata(self.path)
+            table = backend.extent_table(meta)
+            layout = meta.get("layout", {})
+            stripe_unit = int(layout.get("stripe_unit", hintsmod.DEFAULT_STRIPING_UNIT))
+            chosen_aggregators = choose_aggregators(size, [g[1] for g in gathered], int(layout.get("stripe_count", 1)),
+                                                    chosen["aggregators"])
+            owner, routing = readplan.partition(table, chosen_aggregators, stripe_unit)
+            rows = readplan.rows_of_aggregators(owner, len(chosen_aggregators))
+            segments = own_segments(meta, size)
+            per_rank.extend({"segments": seg, "table": None} for seg in segments)
+            for a, rank in enumerate(chosen_aggregators):
+                per_rank[rank]["table"] = table.take(rows[a]).to_arrays()
+            return {"backend": backend.name, "meta": light_metadata(meta), "stripe_unit": stripe_unit,
+                    "names": table.names, "var_ndim": table.var_ndim, "routing": routing}
 
-        backend_name, self.meta = coord.gather_and_plan(comm, f"open {self.path}", options, load)
-        self.backend = get_backend(backend_name)
+        common = coord.gather_and_plan(comm, f"open {self.path}", options, load)
+        own = coord.scatter_from_root(comm, f"open {self.path}: restart plan", lambda: per_rank)
+        self.meta = common["meta"]
+        self.backend = get_backend(common["backend"])
+        self._routing: readplan.Routing = common["routing"]
+        self._runs_by_var = self._routing.by_var()
+        self._var_index = {n: i for i, n in enumerate(common["names"])}
+        self._var_ndim = common["var_ndim"]
+        self._table: ExtentTable | None = ExtentTable.from_arrays(own["table"]) if own["table"] is not None else None
+        self._segments: dict[str, tuple[int, int]] = own["segments"]
         self._attrs: dict[str, Any] = dict(self.meta["attrs"])
         self._variables: dict[str, VariableInfo] = {
             name: VariableInfo(name, tuple(v["shape"]), np.dtype(v["dtype"]).newbyteorder("="), v["kind"],
-                               len(v["blocks"]), metamod.variable_nbytes(v))
+                               v["nblocks"], metamod.variable_nbytes(v))
             for name, v in self.meta["variables"].items()
         }
-        self._extents = self.backend.extents(self.meta)
-        self._itemsizes = {n: np.dtype(v["dtype"]).itemsize for n, v in self.meta["variables"].items()}
+        self._itemsizes = np.array([np.dtype(self.meta["variables"][n]["dtype"]).itemsize for n in common["names"]]
+                                   or [1], np.int64)
         self.hints = chosen["hints"]
         for key, value in self.backend.extra_hints.items():
             self.hints.setdefault(key, value)
         self.buffer_bytes: int = chosen["buffer_bytes"]
-        stripe_count = int(self.meta.get("layout", {}).get("stripe_count", 1))
-        self.stripe_unit = int(self.meta.get("layout", {}).get("stripe_unit", hintsmod.DEFAULT_STRIPING_UNIT))
-        self.aggregators = choose_aggregators(comm.Get_size(), node_ids(comm), stripe_count, chosen["aggregators"])
+        self.stripe_unit = common["stripe_unit"]
+        self.aggregators = [int(a) for a in self._routing.aggregators]
         is_aggregator = comm.Get_rank() in self.aggregators
         self._agg_comm = comm.Split(0 if is_aggregator else MPI.UNDEFINED, comm.Get_rank())
         self._extent_reader = None
         self._opened = False
-        self._chains: dict[str, Any] = {}
+        self._chains: dict[int, Any] = {}
         self.stats = ReadStats()
         self._last_failed = False
 
@@ -231,44 +288,101 @@ class Reader:
             return outputs
 
     def _read_many(self, requests) -> list[np.ndarray]:
+        """Collective: route the requests, let the aggregators plan, then read and exchange round by round."""
         comm = self.comm
-        rank = comm.Get_rank()
         t = time.perf_counter()
         mine = coord.run(comm, f"read {self.path}: requests", lambda: self._requests(requests))
-        all_requests = comm.allgather(mine)
-        plan = plan_read(self._extents, self._itemsizes, all_requests, self.aggregators, self.stripe_unit,
-                         self.buffer_bytes)
-        exchange = exchange_for_rank(plan, all_requests, rank)
+        nd = self._routing.ndim
+        records = readplan.request_records([self._padded(q) for q in mine], nd)
+        routed = readplan.route_requests(records, self._routing, self._runs_by_var)
+        to_rank: dict[int, np.ndarray] = {self.aggregators[a]: r for a, r in enumerate(routed) if len(r)}
+        received = self._exchange_records(to_rank, records.shape[1])
+        plan = coord.run(comm, f"read {self.path}: plan", lambda: self._plan(received))
+        descriptors = self._exchange_records(
+            {d: rows for d, rows in enumerate(plan.descriptors_for(comm.Get_size())) if len(rows)} if plan else {},
+            2 + 2 * nd)
+        nrounds = comm.allreduce(plan.nrounds if plan is not None else 0, op=self._max_op())
+        incoming = readplan.parse_descriptors(descriptors, nd, nrounds)
         outputs = coord.run(comm, f"read {self.path}: allocate", lambda: [
             np.empty(q.box.shape, dtype=self._variables[q.var].dtype) for q in mine])
-        agg_index = plan.aggregator_index(rank)
         self.stats.seconds["plan"] += time.perf_counter() - t
-        self._ensure_open(plan.nrounds > 0)
-        for k in range(plan.nrounds):
+        self._ensure_open(nrounds > 0)
+        for k in range(nrounds):
             error: BaseException | None = None
             arrays: dict[int, np.ndarray] = {}
-            if agg_index is not None:
-                extents = plan.rounds[agg_index][k] if k < len(plan.rounds[agg_index]) else []
+            if plan is not None:  # every aggregator, every round: the file read is collective among them
                 try:
                     t = time.perf_counter()
+                    parts = plan.rounds[k] if k < plan.nrounds else []
+                    extents = [self._part_extent(plan.parts[p]) for p in parts]
                     data, calls = self._extent_reader.read(extents)
                     self.stats.seconds["io"] += time.perf_counter() - t
                     self.stats.file_bytes += sum(e.nbytes for e in extents)
                     self.stats.file_calls += calls
                     t = time.perf_counter()
-                    for e, arr in zip(extents, data, strict=True):
-                        arrays[id(e)] = arr
+                    for p, arr in zip(parts, data, strict=True):
+                        arrays[p] = arr
                         if self.verify:
-                            self._verify_extent(e, arr)
+                            self._verify_part(plan.parts[p], arr)
                     self.stats.seconds["verify"] += time.perf_counter() - t
                 except BaseException as exc:  # any failure is agreed on after the exchange
                     error = exc
             t = time.perf_counter()
-            error = self._exchange(exchange[k], arrays, mine, outputs, error)
+            error = self._exchange(k, plan, incoming[k], arrays, records, outputs, error)
             self.stats.seconds["exchange"] += time.perf_counter() - t
             self.stats.rounds += 1
-            coord.agree(comm, f"read {self.path}: round {k + 1} of {plan.nrounds}", error)
+            coord.agree(comm, f"read {self.path}: round {k + 1} of {nrounds}", error)
         return outputs
+
+    @staticmethod
+    def _max_op():
+        from mpi4py import MPI
+
+        return MPI.MAX
+
+    def _padded(self, q: Request) -> tuple[int, np.ndarray, np.ndarray]:
+        """A request as (variable index, lo, shape) padded to the table's dimensions (offset 0, extent 1)."""
+        nd = self._routing.ndim
+        lo, shape = np.zeros(nd, np.int64), np.ones(nd, np.int64)
+        lo[:q.box.ndim], shape[:q.box.ndim] = q.box.offset, q.box.shape
+        return self._var_index[q.var], lo, shape
+
+    def _plan(self, received: list[np.ndarray]) -> readplan.AggregatorPlan | None:
+        """Local: an aggregator's plan for the requests it received (None elsewhere)."""
+        if self._table is None:
+            if any(len(r) for r in received):
+                raise AssertionError("a rank that is not a restart aggregator received read requests")
+            return None
+        return readplan.match_requests(self._table, received, self._itemsizes, self.buffer_bytes)
+
+    def _exchange_records(self, send: Mapping[int, np.ndarray], width: int) -> list[np.ndarray]:
+        """Collective: int64 records (rows of ``width``) to the ranks in ``send``; returns what every rank sent
+        this one, by source rank. An Alltoall of counts, then one Alltoallv (the per-rank arrays of counts are
+        what MPI needs; the payload is this rank's own)."""
+        from mpi4py import MPI
+
+        size = self.comm.Get_size()
+        counts = np.zeros(size, np.int64)
+        for dest, rows in send.items():
+            counts[dest] = rows.size
+        rcounts = np.zeros(size, np.int64)
+        self.comm.Alltoall(counts, rcounts)
+        sendbuf = (np.concatenate([send[d].reshape(-1) for d in sorted(send)]).astype(np.int64)
+                   if send else np.zeros(0, np.int64))
+        recvbuf = np.empty(int(rcounts.sum()), np.int64)
+        sdispl = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        rdispl = np.concatenate(([0], np.cumsum(rcounts)[:-1]))
+        self.comm.Alltoallv([sendbuf, (counts, sdispl), MPI.INT64_T], [recvbuf, (rcounts, rdispl), MPI.INT64_T])
+        return [recvbuf[int(rdispl[r]):int(rdispl[r] + rcounts[r])].reshape(-1, width) for r in range(size)]
+
+    def _part_extent(self, part: readplan.Part) -> Extent:
+        """A part of one of this aggregator's extents, as the Extent its ExtentReader reads."""
+        t = self._table
+        nd = int(t.var_ndim[t.var[part.row]])
+        box = Box(tuple(int(x) for x in part.lo[:nd]), tuple(int(x) for x in part.shape[:nd]))
+        c = int(t.codec[part.row])
+        return Extent(t.names[t.var[part.row]], box, part.file_offset, part.nbytes, (), None,
+                      t.codecs[c] if c >= 0 else None)
 
     def close(self) -> None:
         """Collective: close the file on the aggregators and free the sub-communicator."""
@@ -349,42 +463,41 @@ class Reader:
         return Request(name, normalize_request(name, var.shape, off, shp))
 
     def _own_segment(self, name: str) -> Box:
-        blocks = self.meta["variables"][name]["blocks"]
-        writers = self.meta["nprocs"]
-        rank, size = self.comm.Get_rank(), self.comm.Get_size()
-        first, last = rank * writers // size, (rank + 1) * writers // size
-        mine = [b for b in blocks if first <= b["rank"] < last]
-        if not mine:
-            before = [b for b in blocks if b["rank"] < first]
-            start = (before[-1]["offset"][0] + before[-1]["shape"][0]) if before else 0
-            return Box((start,), (0,))
-        start = mine[0]["offset"][0]
-        return Box((start,), (mine[-1]["offset"][0] + mine[-1]["shape"][0] - start,))
+        start, length = self._segments[name]
+        return Box((start,), (length,))
 
-    def _verify_extent(self, extent, arr: np.ndarray) -> None:
-        """Check the checksum of every writer block this extent holds entirely (streaming for chains)."""
-        var = self.meta["variables"][extent.var]
-        declared = np.dtype(var["dtype"])
-        if extent.chain is not None:
-            key, part, nparts = extent.chain
-            h = self._chains.setdefault(key, metamod.StreamingChecksum())
+    def _verify_part(self, part: readplan.Part, arr: np.ndarray) -> None:
+        """Check the checksum of every writer block the part's extent holds (streaming across the parts of a
+        split extent with one block; the parts of a split band are not checked)."""
+        t = self._table
+        row = part.row
+        name = t.names[t.var[row]]
+        declared = np.dtype(self.meta["variables"][name]["dtype"])
+        first, stop = int(t.vptr[row]), int(t.vptr[row + 1])
+        if part.chain is not None:
+            index, nparts = part.chain
+            h = self._chains.setdefault(row, metamod.StreamingChecksum())
             h.update(np.ascontiguousarray(arr, dtype=declared).reshape(-1).view(np.uint8))
-            if part + 1 < nparts:
-                return
-            digest = self._chains.pop(key).hexdigest()
-            index, box, expected = extent.verify[0]
-            self._check(extent.var, index, digest, expected)
+            if index + 1 == nparts:
+                self._check(row, first, self._chains.pop(row).intdigest())
             return
-        for index, box, expected in extent.verify:
-            sub = arr[box.relative_to(extent.box)]
-            self._check(extent.var, index, metamod.checksum(np.ascontiguousarray(sub, dtype=declared)), expected)
+        if not part.verified:
+            return
+        nd = int(t.var_ndim[t.var[row]])
+        for j in range(first, stop):
+            sub = arr[tuple(slice(int(a - b), int(a - b + n)) for a, b, n in
+                            zip(t.vlo[j, :nd], part.lo[:nd], t.vshape[j, :nd], strict=True))]
+            self._check(row, j, metamod.checksum_int(np.ascontiguousarray(sub, dtype=declared)))
 
-    def _check(self, name: str, index: int, digest: str, expected: str) -> None:
-        if digest != expected:
-            b = self.meta["variables"][name]["blocks"][index]
+    def _check(self, row: int, j: int, digest: int) -> None:
+        t = self._table
+        if digest != int(t.vsum[j]):
+            name = t.names[t.var[row]]
+            nd = int(t.var_ndim[t.var[row]])
             raise CorruptCheckpointError(
-                f"{self.path}: variable {name!r} block {index} (written by rank {b['rank']}, offset {b['offset']}, "
-                f"shape {b['shape']}): checksum mismatch, data is corrupt (stored {expected}, computed {digest})")
+                f"{self.path}: variable {name!r} block {int(t.vblock[j])} (written by rank {int(t.vrank[j])}, offset "
+                f"{t.vlo[j, :nd].tolist()}, shape {t.vshape[j, :nd].tolist()}): checksum mismatch, data is corrupt "
+                f"(stored {int(t.vsum[j]):016x}, computed {digest:016x})")
 
     def _alltoallv_in_parts(self, peak: int, sendbuf: np.ndarray, send_counts: list[int], send_displs: np.ndarray,
                             recvbuf: np.ndarray, recv_counts: list[int], recv_displs: np.ndarray) -> None:
@@ -418,55 +531,75 @@ class Reader:
                 recvbuf[start:start + r_counts[src]] = into[pos:pos + r_counts[src]]
                 pos += r_counts[src]
 
-    def _exchange(self, ex, arrays: dict[int, np.ndarray], mine: Sequence[Request], outputs: list[np.ndarray],
+    def _exchange(self, k: int, plan: readplan.AggregatorPlan | None, incoming: Mapping[int, np.ndarray],
+                  arrays: Mapping[int, np.ndarray], records: np.ndarray, outputs: list[np.ndarray],
                   error: BaseException | None) -> BaseException | None:
-        """Collective: one Alltoallv moving every piece from its aggregator to the rank that asked for it.
+        """Collective: round ``k``'s Alltoallv moving every piece from its aggregator to the rank that asked.
 
-        ``error``: this rank's failure so far in the round (its read or checksum). A failure while preparing
-        the buffers is added; the ranks then skip the Alltoallv together (one Allreduce tells them) and the
-        round's error (or None) is returned for the agreement that follows.
+        ``plan``: this rank's aggregator plan (None elsewhere); ``incoming``: per source, the descriptors
+        ``[qi, lo, shape]`` of what it sends this rank in this round, in the order it packs them; ``arrays``:
+        the round's parts as read, by part index; ``records``: this rank's padded requests. ``error``: this
+        rank's failure so far in the round (its read or checksum). A failure while preparing the buffers is
+        added; the ranks then skip the Alltoallv together (one Allreduce tells them) and the round's error (or
+        None) is returned for the agreement that follows.
 
-        Each byte is copied once into the send buffer (straight from the aggregator's extent, strided or not),
-        moved by MPI, and copied once into the caller's array. Pieces an aggregator holds for itself skip MPI:
-        one copy from the extent into the output. Sender and receiver enumerate a (source, destination) pair's
-        pieces in the same canonical order (see :func:`ckptio.plan.exchange_for_rank`), so the bytes line up.
+        Each byte is copied once into the send buffer (straight from the part, strided or not), moved by MPI,
+        and copied once into the caller's array. Pieces an aggregator holds for itself skip MPI: one copy from
+        the part into the output. Both sides use the aggregator's canonical order (part, then request).
         """
         from mpi4py import MPI
 
         size, me = self.comm.Get_size(), self.comm.Get_rank()
+        nd = self._routing.ndim
 
-        def nbytes(p) -> int:
-            return p.count * self._itemsizes[p.extent.var]
+        def region(lo: np.ndarray, shape: np.ndarray, origin: np.ndarray, ndim: int) -> tuple[slice, ...]:
+            return tuple(slice(int(a - o), int(a - o + n)) for a, o, n in
+                         zip(lo[:ndim], origin[:ndim], shape[:ndim], strict=True))
 
-        send_counts = [0] * size
-        for dest, pieces in ex.send.items():
-            if dest != me:
-                send_counts[dest] = sum(nbytes(p) for p in pieces)
-        recv_counts = [0] * size
-        for src, pieces in ex.recv.items():
+        lo_end = (0, 0)
+        if plan is not None and len(plan.piece_round):
+            lo_end = tuple(np.searchsorted(plan.piece_round, [k, k + 1]).tolist())
+        sel = slice(*lo_end)
+        dests = plan.piece_dest[sel] if plan is not None else np.zeros(0, np.int64)
+        parts = plan.piece_part[sel] if plan is not None else np.zeros(0, np.int64)
+        send_counts = np.zeros(size, np.int64)
+        if len(dests):
+            t = self._table
+            part_var = t.var[np.array([plan.parts[p].row for p in parts.tolist()], np.int64)]
+            piece_bytes = plan.piece_shape[sel].prod(axis=1) * self._itemsizes[part_var]
+            np.add.at(send_counts, dests, piece_bytes)
+            send_counts[me] = 0
+        recv_counts = np.zeros(size, np.int64)
+        for src, rows in incoming.items():
             if src != me:
-                recv_counts[src] = sum(nbytes(p) for p in pieces)
+                q = rows[:, 0]
+                recv_counts[src] = int((rows[:, 1 + nd:].prod(axis=1) * np.array(
+                    [outputs[i].itemsize for i in q.tolist()], np.int64)).sum())
         send_displs = np.concatenate(([0], np.cumsum(send_counts)[:-1])).astype(np.int64)
         recv_displs = np.concatenate(([0], np.cumsum(recv_counts)[:-1])).astype(np.int64)
         sendbuf = recvbuf = np.empty(0, np.uint8)
         if error is None:
             try:
-                sendbuf = np.empty(sum(send_counts), np.uint8)
-                for dest in sorted(ex.send):
-                    if dest == me:
-                        for p in ex.send[dest]:  # my own request: extent -> output directly
-                            outputs[p.request_index][p.box.relative_to(mine[p.request_index].box)] = \
-                                arrays[id(p.extent)][p.box.relative_to(p.extent.box)]
+                sendbuf = np.empty(int(send_counts.sum()), np.uint8)
+                pos = send_displs.copy()
+                t = self._table
+                for i in range(lo_end[0], lo_end[1]):
+                    part = plan.parts[int(plan.piece_part[i])]
+                    dest, qi = int(plan.piece_dest[i]), int(plan.piece_qi[i])
+                    plo, pshape = plan.piece_lo[i], plan.piece_shape[i]
+                    ndim = int(t.var_ndim[t.var[part.row]])
+                    src = arrays[int(plan.piece_part[i])][region(plo, pshape, part.lo, ndim)]
+                    if dest == me:  # my own request: part -> output directly
+                        outputs[qi][region(plo, pshape, records[qi, 2:2 + nd], ndim)] = src
                         continue
-                    pos = int(send_displs[dest])
-                    for p in ex.send[dest]:
-                        src = arrays[id(p.extent)][p.box.relative_to(p.extent.box)]
-                        n = nbytes(p)
-                        sendbuf[pos:pos + n].view(src.dtype).reshape(p.box.shape)[...] = src
-                        pos += n
-                recvbuf = np.empty(sum(recv_counts), np.uint8)
+                    n = src.size * src.itemsize
+                    at = int(pos[dest])
+                    sendbuf[at:at + n].view(src.dtype).reshape(src.shape)[...] = src
+                    pos[dest] = at + n
+                recvbuf = np.empty(int(recv_counts.sum()), np.uint8)
             except BaseException as exc:  # agreed on by the caller, after the Allreduce below
                 error = exc
+        send_counts, recv_counts = send_counts.tolist(), recv_counts.tolist()
         # Whether any rank failed, and the most any rank moves: one Alltoallv when that is below
         # MAX_MESSAGE_BYTES, else several (the same decision on every rank)
         status = np.array([max(sum(send_counts), sum(recv_counts)), 0 if error is None else 1], np.int64)
@@ -482,14 +615,15 @@ class Reader:
             self._alltoallv_in_parts(peak, sendbuf, send_counts, send_displs, recvbuf, recv_counts, recv_displs)
         self.stats.bytes_sent += sum(send_counts)
         self.stats.bytes_received += sum(recv_counts)
-        for src in sorted(ex.recv):
+        for src in sorted(incoming):
             if src == me:
                 continue
             pos = int(recv_displs[src])
-            for p in ex.recv[src]:
-                req = mine[p.request_index]
-                out = outputs[p.request_index]
-                n = nbytes(p)
-                out[p.box.relative_to(req.box)] = recvbuf[pos:pos + n].view(out.dtype).reshape(p.box.shape)
+            for qi, *box in incoming[src].tolist():
+                out = outputs[qi]
+                lo, shape = np.array(box[:nd], np.int64), np.array(box[nd:], np.int64)
+                where = region(lo, shape, records[qi, 2:2 + nd], out.ndim)
+                n = int(shape.prod()) * out.itemsize
+                out[where] = recvbuf[pos:pos + n].view(out.dtype).reshape(out[where].shape)
                 pos += n
         return None

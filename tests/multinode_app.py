@@ -133,7 +133,7 @@ def staged_read(outdir: str, stage: str, mode: str, expect: str) -> None:
     source = getattr(rd, "source", "pfs")
     assert source == expect, (source, [str(w.message) for w in caught])
     with rd, ckptio.open(path, comm) as ref:
-        writers = len(ref.meta["variables"]["ids"]["blocks"])
+        writers = ref.variables["ids"].nblocks
         requests = [("x", None, None),                                   # the whole array on every rank
                     ("x", (max(0, 8 * rank - 3), 1), (7, 3)),            # across the writers' blocks
                     ("x", (0, 0), (0, 5))]                               # empty

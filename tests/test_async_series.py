@@ -119,7 +119,7 @@ for spec in ("zstd", "zstd+shuffle:5"):
         ck.write("ids", np.arange(r * 3, dtype=np.int64))
     with ckptio.open(sys.argv[1], comm, buffer_bytes=4096) as ck:
         assert (ck.read("x", offset=(200 * r, 0), shape=(200, 100)) == x).all()
-        b = ck.meta["variables"]["x"]["blocks"][0]
+        b = ck.backend.read_metadata(sys.argv[1])["variables"]["x"]["blocks"][0]
         assert b["codec"] == spec.split(":")[0] + ":" + (spec.split(":")[1] if ":" in spec else "3")
         assert b["stored_nbytes"] < 200 * 100 * 8
 try:
