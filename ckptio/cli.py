@@ -152,13 +152,9 @@ def _print_inspect(report: dict[str, Any], show_stats: bool) -> None:
     print("hints got   " + (" ".join(f"{k}={v}" for k, v in sorted(hints.get("effective", {}).items())) or "(none)"),
           file=out)
     if show_stats:
-        w = report.get("stats", {}).get("write", {})
-        secs = w.get("seconds", {})
-        print("write stats " + ", ".join(f"{k} {v:.4f} s" for k, v in secs.items()), file=out)
-        per_rank = w.get("bytes_per_rank", [])
-        if per_rank:
-            print(f"            bytes per rank min {_human(min(per_rank))} max {_human(max(per_rank))} total "
-                  f"{_human(sum(per_rank))}; file-write calls per rank {max(w.get('calls_per_rank', [0]))}", file=out)
+        from .commands.stats_view import print_stats
+
+        print_stats(report.get("stats", {}), _human, out)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
