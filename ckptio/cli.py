@@ -152,13 +152,9 @@ def _print_inspect(report: dict[str, Any], show_stats: bool) -> None:
     print("hints got   " + (" ".join(f"{k}={v}" for k, v in sorted(hints.get("effective", {}).items())) or "(none)"),
           file=out)
     if show_stats:
-        w = report.get("stats", {}).get("write", {})
-        secs = w.get("seconds", {})
-        print("write stats " + ", ".join(f"{k} {v:.4f} s" for k, v in secs.items()), file=out)
-        per_rank = w.get("bytes_per_rank", [])
-        if per_rank:
-            print(f"            bytes per rank min {_human(min(per_rank))} max {_human(max(per_rank))} total "
-                  f"{_human(sum(per_rank))}; file-write calls per rank {max(w.get('calls_per_rank', [0]))}", file=out)
+        from .commands.stats_view import print_stats
+
+        print_stats(report.get("stats", {}), _human, out)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -197,6 +193,20 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _positive_int(what: str):
+    """An argparse ``type=`` for a positive count (errors become usage errors naming the option)."""
+    from .errors import DeclarationError
+    from .units import parse_count
+
+    def convert(text: str) -> int:
+        try:
+            return parse_count(text, what)
+        except DeclarationError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return convert
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .commands import COMMANDS
     from .meta import __version__
@@ -225,6 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--aggregators", type=int, default=None, help="override the aggregator count")
     q.add_argument("--buffer", default="64M", type=argparse_size("--buffer"),
                    help="aggregator buffer per round, e.g. 64M, 64MiB, 1G or bytes (default 64M)")
+    q.add_argument("--ranks-per-node", type=_positive_int("--ranks-per-node"), default=None, metavar="N",
+                   help="ranks per node (filled node by node): also report aggregators per node and per OST")
     q.add_argument("--json", action="store_true")
     q.add_argument("--plot", metavar="FILE.png", help="write a per-OST load picture")
     q.set_defaults(func=cmd_plan)

@@ -48,6 +48,7 @@ class PlanScenario:
     decomposition: str = "shifted"
     aggregators: int | None = None
     buffer_bytes: int = 64 << 20
+    ranks_per_node: int | None = None  # None: placement on nodes is not modelled (every rank its own node)
 
     @classmethod
     def from_args(cls, args) -> PlanScenario:
@@ -55,7 +56,7 @@ class PlanScenario:
                    stripe_count=args.stripe_count or min(args.ranks, MAX_STRIPE_COUNT),
                    stripe_size=parse_size(args.stripe_size), variables=args.variables, readers=args.readers,
                    decomposition=args.decomposition, aggregators=args.aggregators,
-                   buffer_bytes=parse_size(args.buffer))
+                   buffer_bytes=parse_size(args.buffer), ranks_per_node=getattr(args, "ranks_per_node", None))
 
 
 def split_even(n: int, parts: int) -> list[tuple[int, int]]:
@@ -140,13 +141,43 @@ def _merge_runs(offsets: list[int], lengths: list[int]) -> list[tuple[int, int]]
     return [(a, b) for a, b in merged]
 
 
+def node_of_ranks(nranks: int, ranks_per_node: int | None) -> list[int]:
+    """Node id of every rank, ranks filled node by node (``mpirun``'s default mapping); without
+    ``ranks_per_node`` every rank is its own node (the planner's view before issue 14)."""
+    return list(range(nranks)) if not ranks_per_node else [r // ranks_per_node for r in range(nranks)]
+
+
+def placement_summary(aggregators: list[int], nranks: int, ranks_per_node: int) -> dict[str, Any]:
+    """Pure: how ``aggregators`` (ranks) of an ``nranks``-rank job spread over its nodes: max/min/mean per node,
+    how many nodes hold one, and a histogram {aggregators on a node: nodes}. O(nodes) time, O(distinct) size."""
+    nodes = -(-nranks // ranks_per_node)
+    counts = np.bincount(np.asarray(aggregators, dtype=np.int64) // ranks_per_node, minlength=nodes)
+    values, freq = np.unique(counts, return_counts=True)
+    return {"nodes": nodes, "ranks_per_node": ranks_per_node, "max": int(counts.max()), "min": int(counts.min()),
+            "mean": float(counts.mean()), "nodes_with_aggregators": int((counts > 0).sum()),
+            "histogram": {str(int(v)): int(f) for v, f in zip(values, freq, strict=True)}}
+
+
+def write_aggregator_ranks(s: PlanScenario) -> list[int]:
+    """The ranks that write the file in the ckptio pattern: ``cb_nodes`` (the --aggregators override, else the
+    stripe count) of them; with ``ranks_per_node``, as ROMIO places them under ckptio's ``cb_config_list=*:1``:
+    the first rank of each node, at most one per node (so never more than the job's nodes)."""
+    want = min(s.ranks, s.aggregators or s.stripe_count)
+    if not s.ranks_per_node:
+        return list(range(want))
+    nodes = -(-s.ranks // s.ranks_per_node)
+    return [n * s.ranks_per_node for n in range(min(want, nodes))]
+
+
 def simulate(s: PlanScenario) -> dict[str, Any]:
-    """Write and restart, naive versus ckptio, for the scenario. Returns a JSON-able document."""
+    """Write and restart, naive versus ckptio, for the scenario. Returns a JSON-able document; with
+    ``ranks_per_node``, each pattern also gets ``aggregators_per_node`` (:func:`placement_summary`)."""
     from .plan import choose_aggregators
 
     extents, itemsizes, requests = build_job(s)
     readers = len(requests)
-    nagg_read = choose_aggregators(readers, list(range(readers)), s.stripe_count, s.aggregators)
+    nagg_read = choose_aggregators(readers, node_of_ranks(readers, s.ranks_per_node), s.stripe_count,
+                                   s.aggregators)
     plan = plan_read(extents, itemsizes, requests, nagg_read, s.stripe_size, s.buffer_bytes)
     # restart, ckptio: every aggregator reads its domain round by round, merged into contiguous runs
     runs, who = [], []
@@ -194,7 +225,8 @@ def simulate(s: PlanScenario) -> dict[str, Any]:
             who.append(rank)
     write_naive = ost_load(np.array(runs, dtype=np.int64).reshape(-1, 2), np.array(who, dtype=np.int64),
                            s.stripe_size, s.stripe_count)
-    nagg_write = min(s.ranks, s.aggregators or s.stripe_count)
+    writers = write_aggregator_ranks(s)
+    nagg_write = len(writers)
     start, end = extents[0].file_offset, extents[-1].file_offset + extents[-1].nbytes
     domain = -(-((end - start) // nagg_write + 1) // s.stripe_size) * s.stripe_size
     runs, who = [], []
@@ -206,7 +238,7 @@ def simulate(s: PlanScenario) -> dict[str, Any]:
             who.append(a)
     write_agg = ost_load(np.array(runs, dtype=np.int64).reshape(-1, 2), np.array(who, dtype=np.int64),
                          s.stripe_size, s.stripe_count)
-    return {
+    result = {
         "scenario": asdict(s) | {"readers": readers, "file_bytes": end},
         "write": {"naive": {"ranks_opening_file": s.ranks, "aggregators": s.ranks, **write_naive},
                   "ckptio": {"ranks_opening_file": nagg_write, "aggregators": nagg_write, **write_agg}},
@@ -214,6 +246,14 @@ def simulate(s: PlanScenario) -> dict[str, Any]:
                     "ckptio": {"ranks_opening_file": len(plan.aggregators), "aggregators": len(plan.aggregators),
                                "rounds": plan.nrounds, "domains": plan.domains, **restart_agg}},
     }
+    if s.ranks_per_node:
+        rpn = s.ranks_per_node
+        for phase, pattern, ranks, nranks in (("write", "naive", range(s.ranks), s.ranks),
+                                              ("write", "ckptio", writers, s.ranks),
+                                              ("restart", "naive", range(readers), readers),
+                                              ("restart", "ckptio", list(plan.aggregators), readers)):
+            result[phase][pattern]["aggregators_per_node"] = placement_summary(list(ranks), nranks, rpn)
+    return result
 
 
 def format_comparison(result: dict[str, Any]) -> str:
@@ -236,7 +276,25 @@ def format_comparison(result: dict[str, Any]) -> str:
     r = result["restart"]["ckptio"]
     lines.append(f"restart: {r['aggregators']} aggregators read contiguous domains in {r['rounds']} round(s); "
                  f"per-OST byte imbalance (max/mean) {r['bytes']['imbalance']:.3f}")
+    if sc.get("ranks_per_node"):
+        lines += ["", *format_placement(result)]
     return "\n".join(lines)
+
+
+def format_placement(result: dict[str, Any]) -> list[str]:
+    """Text lines: aggregators per node and per OST of every phase and pattern (``--ranks-per-node``)."""
+    sc = result["scenario"]
+    w, r = result["write"]["naive"]["aggregators_per_node"], result["restart"]["naive"]["aggregators_per_node"]
+    lines = [f"PLACEMENT ({sc['ranks_per_node']} ranks per node: {w['nodes']} writer nodes, {r['nodes']} restart "
+             "nodes; ckptio writes modelled as ROMIO with cb_config_list=*:1)",
+             f"{'':22}{'aggregators/node max/mean':>26}{'nodes with one':>16}{'aggregators/OST max/mean':>26}"]
+    for phase in ("write", "restart"):
+        for pattern in ("naive", "ckptio"):
+            p = result[phase][pattern]
+            a, c = p["aggregators_per_node"], p["clients"]
+            lines.append(f"  {phase + ' ' + pattern:<20}{a['max']:>16} /{a['mean']:>8.2f}"
+                         f"{a['nodes_with_aggregators']:>9}/{a['nodes']:<6}{c['max']:>17.0f} /{c['mean']:>7.1f}")
+    return lines
 
 
 def plot_ost_load(result: dict[str, Any], path: str) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _faults, async_io, coord
+from . import _faults, async_io, coord, placement_stats
 from . import codec as codecs
 from . import hints as hintsmod
 from . import meta as metamod
@@ -355,12 +355,14 @@ class Writer:
             t = time.perf_counter()
             mine = self._my_blocks(variables, rank)
             _faults.point("write data", comm)
+            io_mark = placement_stats.io_mark()  # what this rank really moves to the file (stats.write.placement)
             written = coord.run(comm, f"checkpoint {self.path}: write data", lambda: session.write_blocks(mine))
             timings["write"] = time.perf_counter() - t
             local_report = {"blocks": [(p.decl["name"], bp.local_index, p.decl["checksum"], w.file_offset,
                                         w.stored_nbytes, w.codec)
                                        for (bp, _), p, w in zip(mine, self._pending, written, strict=True)],
-                            "bytes": sum(w.stored_nbytes for w in written), "timings": timings}
+                            "bytes": sum(w.stored_nbytes for w in written), "timings": timings,
+                            "placement": placement_stats.local_record(io_mark)}
             t = time.perf_counter()
             _faults.point("checksum gather", comm)
             # rank 0's effective hints are asked for inside the phase: an MPI error there is agreed on too
@@ -487,7 +489,9 @@ class Writer:
             "hints": {"requested": dict(self.hints), "effective": dict(effective),
                       "io_component": hintsmod.io_component()},
             "stats": {"write": {"seconds": seconds, "bytes_per_rank": [rep["bytes"] for rep in reports],
-                                "calls_per_rank": [1 for _ in reports]}},
+                                "calls_per_rank": [1 for _ in reports],
+                                "placement": placement_stats.summarize([rep["placement"] for rep in reports],
+                                                                       [rep["bytes"] for rep in reports])}},
             "variables": out_vars,
         }
 

@@ -8,6 +8,8 @@
     multinode_app.py bad-stage OUTDIR STAGE                     a staged close must fail on every rank
     multinode_app.py stage-step STEP OUTDIR STAGE               one staged checkpoint (run with CKPTIO_FAULT to
                                                                 kill its drain)
+    multinode_app.py placement-write OUTDIR CONFIG_LIST          a native checkpoint with cb_config_list=CONFIG_LIST
+                                                                ("default": ckptio's choice); report the placement
     multinode_app.py restart OUTDIR STAGE STEP                  latest(comm=, stage_dir=) must give STEP with the
                                                                 values the writers of STEP wrote
 """
@@ -79,6 +81,20 @@ def write_restart(backend: str, mode: str, outdir: str, stage: str) -> None:
             staged_files += [f for f in files if f.endswith(".json")]
     report(aggregators=aggregators, is_aggregator=rank in aggregators, staged=sorted(staged_files), read=placed,
            written=written, more=more, ok=True)
+
+
+def placement_write(outdir: str, config_list: str) -> None:
+    """One native checkpoint of 1 MiB per rank, with cb_config_list=CONFIG_LIST unless it is "default"; report
+    the placement the write recorded, the hints MPI-IO reported back and the io component."""
+    path = os.path.join(outdir, "chk_000001")
+    hints = {} if config_list == "default" else {"cb_config_list": config_list}
+    data = np.full(1 << 17, rank, np.float64)
+    with ckptio.create(path, comm, hints=hints) as ck:
+        ck.write("x", data, offset=(data.size * rank,), global_shape=(data.size * size,))
+    with ckptio.open(path, comm) as rd:
+        assert (rd.read("x", offset=(data.size * rank,), shape=(data.size,)) == rank).all()
+        hints_got = rd.meta["hints"]
+    report(written=placement.write_report(ck), hints=hints_got, ok=True)
 
 
 def recover(outdir: str, stage: str) -> None:
@@ -163,4 +179,4 @@ def restart(outdir: str, stage: str, step: str) -> None:
 if __name__ == "__main__":
     action, *args = sys.argv[1:]
     {"write-restart": write_restart, "recover": recover, "bad-stage": bad_stage, "stage-step": stage_step,
-     "restart": restart, "staged-read": staged_read}[action](*args)
+     "restart": restart, "staged-read": staged_read, "placement-write": placement_write}[action](*args)
