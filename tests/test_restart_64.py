@@ -3,7 +3,6 @@ several aggregators per variable): checkpoints written by 6 ranks, read back by 
 decomposition, for the native and the HDF5 backend, every element checked."""
 
 import pytest
-
 from mpi_helpers import run_script
 
 WRITE = r"""
