@@ -8,6 +8,7 @@ Every check runs in a fresh interpreter (``sys.modules`` of the test process alr
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -61,3 +62,19 @@ if 'hdf5' in ckptio.backends.available_backends():
         assert np.array_equal(ck.read('x'), np.arange(6.0))
 """
     loaded_after(code)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+def test_startup_benchmark_runs(tmp_path):
+    """``benchmarks/startup.py`` at 1 rank, Python caller (its figures are not checked, only that they exist and
+    that ``import ckptio`` loaded none of the libraries); the syscall columns when strace is installed."""
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.startup", "--ranks", "1", "--repeats", "1",
+                           "--c-program", "none", "--workdir", str(tmp_path), "--json", str(tmp_path / "r.json")],
+                          cwd=REPO, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    entry = json.loads((tmp_path / "r.json").read_text())["by_ranks"]["python/1"]
+    assert entry["heavy_loaded"] == [] and entry["total_s"] > 0 and entry["rss_delta_mib"] > 0
+    if shutil.which("strace"):
+        assert entry["open_per_rank"] > entry["open_ckptio_per_rank"] > 0
+    assert "| python | 1 |" in proc.stdout

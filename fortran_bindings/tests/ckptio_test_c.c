@@ -17,6 +17,8 @@
  *                                           fails every rank (ERR lines). "MANY OK"
  *   ckptio_test_c series DIR                4 checkpoints of a series with keep=2, restart: "SERIES OK <path>"
  *   ckptio_test_c latest DIR                print "LATEST <ckptio_latest_comm>" and "VERIFIED <ckptio_latest_verified>"
+ *   ckptio_test_c startup DIR [baseline]    benchmarks/startup.py: per rank "STARTUP <rank> init_s .. first_call_s ..
+ *                                           total_s .. rss_delta_kib .." (baseline: MPI only, no ckptio call)
  *   ckptio_test_c background DIR [single]   ckptio_create_ex: async (buffer reused right after close), staged
  *                                           (DIR/stage) and compressed (zstd+shuffle:3) checkpoints, waited for and
  *                                           read back; a background write that fails (coverage) reports at
@@ -536,6 +538,42 @@ static int background(const char *dir) {
   return 1;
 }
 
+static long rss_kib(void) {
+  FILE *fp = fopen("/proc/self/status", "r");
+  char line[256];
+  long kib = 0;
+  if (fp == NULL) return 0;
+  while (fgets(line, sizeof line, fp))
+    if (strncmp(line, "VmRSS:", 6) == 0) kib = atol(line + 6);
+  fclose(fp);
+  return kib;
+}
+
+/* benchmarks/startup.py: the embedded interpreter's cost per rank -- ckptio_initialize (Python, numpy, mpi4py,
+ * ckptio), then the first calls (ckptio_latest_comm, a tiny create/write/close). "baseline": MPI only. */
+static void startup(const char *dir, int baseline) {
+  char path[1024], found[1024];
+  double x[4] = {1, 2, 3, 4};
+  int64_t g = 4 * nprocs, o = 4 * rank, n = 4;
+  ckptio_file f;
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (baseline) return;
+  long rss0 = rss_kib();
+  double t0 = MPI_Wtime();
+  CHECK(ckptio_initialize());
+  double t1 = MPI_Wtime();
+  CHECK(ckptio_latest_comm(MPI_COMM_WORLD, dir, "none_", found, sizeof found));
+  snprintf(path, sizeof path, "%s/tiny_c%d", dir, nprocs);
+  CHECK(ckptio_create(path, MPI_COMM_WORLD, "mpiio", &f));
+  CHECK(ckptio_write(f, "x", CKPTIO_FLOAT64, 1, &g, &o, &n, x));
+  CHECK(ckptio_close(f));
+  double t2 = MPI_Wtime();
+  printf("STARTUP %d init_s %.6f first_call_s %.6f total_s %.6f rss_delta_kib %ld\n", rank, t1 - t0, t2 - t1,
+         t2 - t0, rss_kib() - rss0);
+  fflush(stdout);
+  CHECK(ckptio_finalize());
+}
+
 int main(int argc, char **argv) {
   if (argc >= 3 && strcmp(argv[1], "lifecycle") == 0) return lifecycle(argc, argv);
   int provided = 0, unwaited = 0;
@@ -548,6 +586,11 @@ int main(int argc, char **argv) {
   if (argc < 3) {
     if (rank == 0) fprintf(stderr, "usage: %s roundtrip|errors DIR [BACKEND]\n", argv[0]);
     MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  if (strcmp(argv[1], "startup") == 0) { /* before anything else starts the interpreter */
+    startup(argv[2], argc > 3 && strcmp(argv[3], "baseline") == 0);
+    MPI_Finalize();
+    return 0;
   }
   /* the host's MPI error handler must survive ckptio's initialization (mpi4py would switch it) */
   CHECK(ckptio_initialize());
