@@ -321,7 +321,8 @@ static int check_handle(ckptio_file f, int want, const char *where) {
   if (want == CLOSED_BACKGROUND) {
     if (!f->background)
       return recordf(CKPTIO_ERR_ARGUMENT, "%s: the handle is not a background checkpoint (created without mode "
-                                          "\"async\" or a stage_dir): ckptio_close finishes and frees it, there is nothing to wait for", where);
+                                          "\"async\" or a stage_dir): ckptio_close finishes and frees it, "
+                                          "there is nothing to wait for", where);
     if (!f->closed)
       return recordf(CKPTIO_ERR_ARGUMENT, "%s: the checkpoint is not closed yet; call ckptio_close first", where);
     return CKPTIO_OK;

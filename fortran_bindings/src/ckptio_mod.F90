@@ -14,6 +14,9 @@
 !>  * ckptio_write copies the array before it returns (temporaries, expressions and copy-in dummies are safe).
 !>    ckptio_set_zero_copy(file, .true.) opts in to referencing it instead: then it must stay allocated and
 !>    unchanged until ckptio_close returns (checked by checksum at close), like MPI's nonblocking buffers.
+!>  * ckptio_create(..., mode='async') or stage_dir=: a background checkpoint. ckptio_close returns once the
+!>    data is staged and keeps the handle; ckptio_wait(file) reports the background write's outcome (the same
+!>    on every rank) and releases it. ckptio_wait_all and ckptio_finalize report failures never waited for.
 !>  * Pass ierr by keyword (ierr=ierr): some generics have optional arguments before it.
 !>  * Call ckptio_finalize() after the last ckptio call and before MPI_Finalize.
 module ckptio
