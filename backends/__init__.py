@@ -1,9 +1,14 @@
 """Storage backends, installed as ``ckptio.backends``. Every backend is always registered: detecting and reading
 a checkpoint need no format library (the built-in header parsers and the raw extent reader do it). Writing
 HDF5 needs h5py built with MPI, writing PnetCDF needs pnetcdf-python; without them ``create`` raises
-CapabilityError naming the library and its install command (:data:`MISSING`, :func:`available_backends`)."""
+CapabilityError naming the library and its install command (:data:`MISSING`, :func:`available_backends`).
+
+No backend module imports its library at import time (h5py and pnetcdf-python load on the first write or h5py
+read): ``import ckptio`` stays cheap on every rank of a large job."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from . import hdf5, mpiio, pnetcdf  # noqa: F401 - register "hdf5", "mpiio", "pnetcdf"
 from .base import (
@@ -21,7 +26,16 @@ from .base import (
     register,
 )
 
-MISSING: dict[str, str] = missing_libraries()  # backend -> why this process cannot write it
+
+def __getattr__(name: str) -> Any:
+    """``MISSING`` (backend -> why this process cannot write it), computed on first access: finding out imports
+    the backends' libraries (h5py), which ``import ckptio`` must not do (issue 16, startup cost per rank)."""
+    if name == "MISSING":
+        missing = missing_libraries()
+        globals()["MISSING"] = missing
+        return missing
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["MISSING", "Backend", "Capabilities", "ExtentReader", "WriteSession", "WrittenBlock",
            "available_backends", "detect_backend", "get_backend", "known_backends", "looks_like_checkpoint",

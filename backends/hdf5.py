@@ -71,17 +71,31 @@ from ckptio.plan import BlockPlan, Extent, VariablePlan
 from .base import Backend, Capabilities, ExtentReader, WriteSession, WrittenBlock, not_ckptio, register
 from .rawio import RawExtentReader, SerialRawReader, check_data_landed, leading_axis_bands, reserve_collectively
 
-try:  # reading needs no h5py (h5lite parses ckptio's HDF5 files); writing needs h5py built with parallel HDF5
-    import h5py
-except ImportError:
-    h5py = None
+# Reading needs no h5py (h5lite parses ckptio's HDF5 files); writing needs h5py built with parallel HDF5. It is
+# imported on first use, never by ``import ckptio`` (issue 16: h5py and libhdf5 cost ~100 opened files and ~20 MB
+# per rank at startup). Every use of the module global below comes after _load_h5py().
+h5py: Any = None
+_h5py_tried = False
+
+
+def _load_h5py() -> Any:
+    """The h5py module, imported on the first call; None when it cannot be imported (any rank, not collective)."""
+    global h5py, _h5py_tried
+    if not _h5py_tried:
+        try:
+            import h5py as module
+        except ImportError:
+            module = None
+        h5py, _h5py_tried = module, True
+    return h5py
+
 
 INSTALL_HINT = ("install h5py built with parallel HDF5: `make install` in the ckptio source tree, or `HDF5_MPI=ON "
                 "CC=mpicc HDF5_DIR=/path/to/parallel/hdf5 pip install --no-binary=h5py --no-build-isolation h5py`")
 
 
 def _h5py_write_problem() -> str | None:
-    if h5py is None:
+    if _load_h5py() is None:
         return f"h5py is not installed; {INSTALL_HINT}"
     if not h5py.get_config().mpi:
         return f"h5py {h5py.__version__} is built without MPI (a serial HDF5 wheel); {INSTALL_HINT}"
@@ -430,7 +444,7 @@ class HDF5Backend(Backend):
     def read_metadata(self, path: str) -> dict[str, Any]:
         """Serial, no MPI: the document in ``/ckptio``, checked against the datasets. With h5py (any build,
         serial wheels too) through h5py; without it through the built-in parser :mod:`.h5lite`."""
-        if h5py is None:
+        if _load_h5py() is None:
             return _read_metadata_lite(path)
         try:
             size = os.path.getsize(path)

@@ -93,6 +93,18 @@ typedef struct ckptio_file_s *ckptio_file;
  * a handle it held before is not closed (close it first; Fortran's ckptio_create reports an open handle). */
 int ckptio_create(const char *path, MPI_Comm comm, const char *backend, ckptio_file *file);
 
+/* Local. ckptio_create with the options of Python's ckptio.create; NULL or "" selects the default of each.
+ *  - mode: "sync" (default) or "async": ckptio_close returns once the blocks are copied into ckptio's staging
+ *    buffers; an I/O thread writes and commits (needs MPI_Init_thread with MPI_THREAD_MULTIPLE; otherwise
+ *    ckptio warns on stderr and writes synchronously -- the handle rules below stay the same).
+ *  - stage_dir: a fast tier (node-local, e.g. /dev/shm/job, the same path on every node): ckptio_close writes
+ *    each rank's blocks there, the I/O thread drains them to `path` in the background, checksums verified.
+ *  - compression: "zstd" or "zstd+shuffle", optionally ":LEVEL" (mpiio backend only).
+ * Every rank must pass the same options (checked by ckptio_close on every rank). A handle created with mode
+ * "async" or a stage_dir is a BACKGROUND handle: ckptio_close does not free it, ckptio_wait does (see below). */
+int ckptio_create_ex(const char *path, MPI_Comm comm, const char *backend, const char *mode, const char *stage_dir,
+                     const char *compression, ckptio_file *file);
+
 /* Local. Zero-copy mode of a handle being written (default off: writes copy). enable != 0: the following
  * ckptio_write / ckptio_write_segment calls reference the caller's memory until ckptio_close() returns (see
  * "Memory" above); 0: they copy again. Blocks already declared keep the mode they were written with. */
@@ -121,6 +133,20 @@ int ckptio_set_attr_string(ckptio_file file, const char *key, const char *value)
  * its name only if every rank succeeded). For a checkpoint opened for reading: close the file. The handle is
  * freed in every case (also on failure). */
 int ckptio_close(ckptio_file file);
+/* Background handles (mode "async" or a stage_dir): ckptio_close returns once the data is staged and keeps the
+ * handle -- also when it fails -- like an MPI request: call ckptio_wait on it exactly once. Until then the
+ * caller's arrays may be reused (the data was copied), and only ckptio_wait and ckptio_done accept the handle. */
+
+/* Local. Block until the background checkpoint of a closed background handle is committed, and free the handle.
+ * A failure of the background write is returned here on every rank, with the same status and message (the
+ * ranks' I/O threads agree on it). CKPTIO_OK when ckptio_close failed (nothing is pending then). */
+int ckptio_wait(ckptio_file file);
+/* Local. *flag = 1 when nothing of that checkpoint is still written in the background (then ckptio_wait does
+ * not block), else 0. The handle stays valid. */
+int ckptio_done(ckptio_file file, int *flag);
+/* Local. Wait for every background checkpoint of this process, and return the first failure that no ckptio_wait
+ * reported (whose handle was not waited for yet). ckptio_finalize does this first, too. */
+int ckptio_wait_all(void);
 
 /* ---- reading ------------------------------------------------------------------------------------------ */
 
@@ -204,7 +230,8 @@ int ckptio_last_error(char *buf, size_t buflen);
 /* Optional: start the interpreter and import ckptio now (otherwise the first call does it). */
 int ckptio_initialize(void);
 
-/* Release ckptio's Python objects and, if this library started the interpreter, finalize it (Py_FinalizeEx).
+/* Wait for every background checkpoint (a failure nobody was told about is returned), release ckptio's Python
+ * objects and, if this library started the interpreter, finalize it (Py_FinalizeEx).
  * Call it once, from the thread that made the first ckptio call, after the last ckptio call and BEFORE
  * MPI_Finalize(); no ckptio call works afterwards (the interpreter cannot be restarted with numpy loaded).
  * An interpreter the library did not start (host program in Python) is left running. */
@@ -215,7 +242,8 @@ int ckptio_finalize(void);
  * ckptio_get_attr_int64) and Fortran order for shapes and offsets. The communicator is converted only after
  * checking that MPI is initialized and not finalized (CKPTIO_ERR_INIT otherwise). `problem` (non-empty: an
  * argument problem found in Fortran) takes part in the call's agreement so that every rank fails together. */
-int ckptio_create_f(const char *path, MPI_Fint comm, const char *backend, ckptio_file *file);
+int ckptio_create_f(const char *path, MPI_Fint comm, const char *backend, const char *mode, const char *stage_dir,
+                    const char *compression, ckptio_file *file);
 int ckptio_open_f(const char *path, MPI_Fint comm, const char *problem, ckptio_file *file);
 int ckptio_latest_comm_f(MPI_Fint comm, const char *dir, const char *prefix, char *buf, size_t buflen);
 int ckptio_latest_f(const char *dir, const char *prefix, char *buf, size_t buflen);

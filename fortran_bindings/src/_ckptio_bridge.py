@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import ckptio
-from ckptio import coord
+from ckptio import async_io, coord
 from ckptio.errors import CheckpointError, CollectiveError, ReadRequestError
 from ckptio.meta import checksum
 
@@ -102,9 +102,13 @@ class WriteHandle:
         return [w.where for w in self.watched if checksum(w.array) != w.checksum]
 
 
-def create(path: str, comm, backend: str) -> WriteHandle:
-    """Local: ckptio.create; the writer is wrapped for the zero-copy bookkeeping."""
-    return WriteHandle(ckptio.create(path, comm, backend=backend))
+def create(path: str, comm, backend: str, mode: str | None = None, stage_dir: str | None = None,
+           compression: str | None = None) -> WriteHandle:
+    """Local: ckptio.create (None: its default for mode, stage_dir, compression); the writer is wrapped for the
+    zero-copy bookkeeping. A mode or compression that is wrong in itself raises here; one that differs
+    between ranks is raised by the close on every rank (as in Python)."""
+    return WriteHandle(ckptio.create(path, comm, backend=backend, mode=mode or "sync", stage_dir=stage_dir,
+                                     compression=compression))
 
 
 def series_create(directory: str, comm, prefix: str, keep: int, step: int, backend: str,
@@ -158,6 +162,26 @@ def close(obj) -> None:
         obj.watched.clear()
         obj = obj.writer
     _argument_errors_specialized(obj.close)
+
+
+def wait(handle: WriteHandle) -> None:
+    """Local: block until the background (async or staged) checkpoint closed by :func:`close` is committed; raise
+    its error, which is the same on every rank (agreed by the I/O threads). Nothing to wait for after a failed
+    close or a synchronous fallback (no MPI_THREAD_MULTIPLE)."""
+    handle.writer.wait()
+
+
+def done(handle: WriteHandle) -> bool:
+    """Local: whether nothing of that checkpoint is still written in the background (ckptio_done)."""
+    return handle.writer.done()
+
+
+def wait_all(where: str = "ckptio_wait_all") -> None:
+    """Local: wait for every background checkpoint of this process (ckptio.wait_all), then raise the first failure
+    that no wait reported yet, the others named in its notes (ckptio_wait_all, and ckptio_finalize before it
+    finalizes the interpreter: ckptio's exit handler would otherwise report it during Py_FinalizeEx)."""
+    ckptio.wait_all()
+    async_io.raise_failures(async_io.unreported_failures(), where)
 
 
 # ------------------------------------------------------------------------------------------------ reading

@@ -52,6 +52,8 @@ struct ckptio_file_s {
   int writer;     /* 1: created with ckptio_create, 0: opened with ckptio_open */
   int fortran;    /* made by a Fortran entry point: Fortran names and order in messages */
   int zero_copy;  /* writer: reference caller memory instead of copying (ckptio_set_zero_copy) */
+  int background; /* writer created with mode "async" or a stage_dir: ckptio_close keeps it for ckptio_wait */
+  int closed;     /* background writer after ckptio_close: only ckptio_wait / ckptio_done accept it */
   PyObject *obj;  /* the bridge's WriteHandle, or a ckptio.Reader */
 };
 
@@ -306,12 +308,28 @@ static const char *where_name(char *buf, size_t n, const char *fn, const char *n
   return buf;
 }
 
+#define ANY_HANDLE (-1)
+#define WRITER 1
+#define READER 0
+#define CLOSED_BACKGROUND 2
 /* Local check of a handle (no MPI: a bad handle cannot take part in a collective anyway). Every function on a
  * handle starts with it: it also sets the caller language of the call from the handle. */
 static int check_handle(ckptio_file f, int want, const char *where) {
   if (f == NULL || f->magic != HANDLE_MAGIC)
     return recordf(CKPTIO_ERR_ARGUMENT, "%s: invalid or closed ckptio handle", where);
   t_fortran = f->fortran;
+  if (want == CLOSED_BACKGROUND) {
+    if (!f->background)
+      return recordf(CKPTIO_ERR_ARGUMENT, "%s: the handle is not a background checkpoint (created without mode "
+                                          "\"async\" or a stage_dir): ckptio_close finishes and frees it, "
+                                          "there is nothing to wait for", where);
+    if (!f->closed)
+      return recordf(CKPTIO_ERR_ARGUMENT, "%s: the checkpoint is not closed yet; call ckptio_close first", where);
+    return CKPTIO_OK;
+  }
+  if (f->closed)
+    return recordf(CKPTIO_ERR_ARGUMENT, "%s: the checkpoint was already closed (it is written in the background); "
+                                        "only ckptio_wait and ckptio_done accept this handle now", where);
   if (want == 1 && !f->writer)
     return recordf(CKPTIO_ERR_ARGUMENT, "%s: the handle was opened for reading (ckptio_open), not created", where);
   if (want == 0 && f->writer)
@@ -319,9 +337,6 @@ static int check_handle(ckptio_file f, int want, const char *where) {
                                         "opened for reading", where);
   return CKPTIO_OK;
 }
-#define ANY_HANDLE (-1)
-#define WRITER 1
-#define READER 0
 
 /* Shape arguments in storage (C) order. Fills dims (if given) and returns a Python tuple (new reference), or
  * NULL with `problem` set. `values` NULL means all zeros (offsets only). */
@@ -435,7 +450,9 @@ static ckptio_file new_handle(PyObject *obj, int writer, const char *where) {
   return f;
 }
 
-static int create_impl(const char *path, MPI_Comm comm, const char *backend, ckptio_file *file) {
+/* Local. mode/stage_dir/compression NULL or "": ckptio.create's defaults (sync, no stage, no compression). */
+static int create_impl(const char *path, MPI_Comm comm, const char *backend, const char *mode,
+                       const char *stage_dir, const char *compression, ckptio_file *file) {
   const char *where = "ckptio_create";
   if (file == NULL) return recordf(CKPTIO_ERR_ARGUMENT, "%s: file (output handle pointer) is NULL", where);
   *file = NULL;
@@ -445,10 +462,14 @@ static int create_impl(const char *path, MPI_Comm comm, const char *backend, ckp
   int st = CKPTIO_OK;
   char ctx[1200];
   snprintf(ctx, sizeof ctx, "ckptio_create(\"%.1000s\")", path);
-  PyObject *w = bridge_call("create", Py_BuildValue("(sNs)", path, PyMPIComm_New(comm),
-                                                    backend && *backend ? backend : "mpiio"));
+  PyObject *w = bridge_call("create", Py_BuildValue("(sNszzz)", path, PyMPIComm_New(comm),
+                                                    backend && *backend ? backend : "mpiio",
+                                                    mode && *mode ? mode : NULL,
+                                                    stage_dir && *stage_dir ? stage_dir : NULL,
+                                                    compression && *compression ? compression : NULL));
   if (w == NULL) st = fail_python(ctx);
   else if ((*file = new_handle(w, 1, ctx)) == NULL) st = t_status;
+  else (*file)->background = (mode && strcmp(mode, "async") == 0) || (stage_dir && *stage_dir);
   LEAVE();
   return st;
 }
@@ -486,7 +507,13 @@ int ckptio_series_create(MPI_Comm comm, const char *dir, const char *prefix, int
 
 int ckptio_create(const char *path, MPI_Comm comm, const char *backend, ckptio_file *file) {
   t_fortran = 0;
-  return create_impl(path, comm, backend, file);
+  return create_impl(path, comm, backend, NULL, NULL, NULL, file);
+}
+
+int ckptio_create_ex(const char *path, MPI_Comm comm, const char *backend, const char *mode, const char *stage_dir,
+                     const char *compression, ckptio_file *file) {
+  t_fortran = 0;
+  return create_impl(path, comm, backend, mode, stage_dir, compression, file);
 }
 
 int ckptio_set_zero_copy(ckptio_file f, int enable) {
@@ -589,6 +616,12 @@ int ckptio_set_attr_string(ckptio_file file, const char *key, const char *value)
   return set_attr_impl("ckptio_set_attr_string", file, key, make_string, value);
 }
 
+static void free_handle(ckptio_file f) { /* GIL held */
+  Py_CLEAR(f->obj);
+  f->magic = 0;
+  free(f);
+}
+
 int ckptio_close(ckptio_file f) {
   const char *where = "ckptio_close";
   if (check_handle(f, ANY_HANDLE, where) != CKPTIO_OK) return t_status;
@@ -597,9 +630,51 @@ int ckptio_close(ckptio_file f) {
   PyObject *r = bridge_call("close", Py_BuildValue("(O)", f->obj));
   if (r == NULL) st = fail_python(where);
   Py_XDECREF(r);
-  Py_CLEAR(f->obj);
-  f->magic = 0;
-  free(f);
+  if (f->background) f->closed = 1; /* kept (also on failure) until ckptio_wait, like an MPI request */
+  else free_handle(f);
+  LEAVE();
+  return st;
+}
+
+int ckptio_wait(ckptio_file f) {
+  const char *where = "ckptio_wait";
+  if (check_handle(f, CLOSED_BACKGROUND, where) != CKPTIO_OK) return t_status;
+  ENTER(where);
+  int st = CKPTIO_OK;
+  PyObject *r = bridge_call("wait", Py_BuildValue("(O)", f->obj));
+  if (r == NULL) st = fail_python(where);
+  Py_XDECREF(r);
+  free_handle(f);
+  LEAVE();
+  return st;
+}
+
+int ckptio_done(ckptio_file f, int *flag) {
+  const char *where = "ckptio_done";
+  if (check_handle(f, CLOSED_BACKGROUND, where) != CKPTIO_OK) return t_status;
+  if (flag == NULL) return recordf(CKPTIO_ERR_ARGUMENT, "%s: flag is NULL", where);
+  ENTER(where);
+  int st = CKPTIO_OK;
+  PyObject *r = bridge_call("done", Py_BuildValue("(O)", f->obj));
+  if (r == NULL) st = fail_python(where);
+  else *flag = PyObject_IsTrue(r) == 1;
+  Py_XDECREF(r);
+  LEAVE();
+  return st;
+}
+
+/* GIL held: bridge.wait_all(); its error recorded as `where`'s. */
+static int wait_all_locked(const char *where) {
+  PyObject *r = bridge_call("wait_all", Py_BuildValue("(s)", where));
+  int st = r == NULL ? fail_python(where) : CKPTIO_OK;
+  Py_XDECREF(r);
+  return st;
+}
+
+int ckptio_wait_all(void) {
+  t_fortran = 0;
+  ENTER("ckptio_wait_all");
+  int st = wait_all_locked("ckptio_wait_all");
   LEAVE();
   return st;
 }
@@ -977,6 +1052,9 @@ int ckptio_finalize(void) {
   g_finalized = 1;
   if (g_own_interpreter) PyEval_RestoreThread(g_main_tstate);
   PyGILState_STATE gil = g_own_interpreter ? PyGILState_UNLOCKED : PyGILState_Ensure();
+  /* Background checkpoints finish first; a failure nobody was told about becomes this call's error (otherwise
+   * ckptio's exit handler would report it while Py_FinalizeEx runs, and might end the process). */
+  if (g_bridge != NULL) st = wait_all_locked("ckptio_finalize");
   for (size_t i = 0; i < NERRMAP; i++) Py_CLEAR(g_errmap[i].cls);
   Py_CLEAR(g_bridge);
   if (g_own_interpreter) {
@@ -1003,9 +1081,10 @@ int ckptio_finalize(void) {
     ccomm = MPI_Comm_f2c(fcomm);                       \
   } while (0)
 
-int ckptio_create_f(const char *path, MPI_Fint comm, const char *backend, ckptio_file *file) {
+int ckptio_create_f(const char *path, MPI_Fint comm, const char *backend, const char *mode, const char *stage_dir,
+                    const char *compression, ckptio_file *file) {
   FORTRAN_COMM("ckptio_create", comm, c);
-  return create_impl(path, c, backend, file);
+  return create_impl(path, c, backend, mode, stage_dir, compression, file);
 }
 
 int ckptio_open_f(const char *path, MPI_Fint comm, const char *problem, ckptio_file *file) {

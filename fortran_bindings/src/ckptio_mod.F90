@@ -14,6 +14,9 @@
 !>  * ckptio_write copies the array before it returns (temporaries, expressions and copy-in dummies are safe).
 !>    ckptio_set_zero_copy(file, .true.) opts in to referencing it instead: then it must stay allocated and
 !>    unchanged until ckptio_close returns (checked by checksum at close), like MPI's nonblocking buffers.
+!>  * ckptio_create(..., mode='async') or stage_dir=: a background checkpoint. ckptio_close returns once the
+!>    data is staged and keeps the handle; ckptio_wait(file) reports the background write's outcome (the same
+!>    on every rank) and releases it. ckptio_wait_all and ckptio_finalize report failures never waited for.
 !>  * Pass ierr by keyword (ierr=ierr): some generics have optional arguments before it.
 !>  * Call ckptio_finalize() after the last ckptio call and before MPI_Finalize.
 module ckptio
@@ -40,6 +43,8 @@ module ckptio
      private
      type(c_ptr) :: handle = c_null_ptr
      integer :: comm = -1            ! Fortran handle of the communicator, for MPI_Abort
+     logical :: background = .false. ! created with mode="async" or a stage_dir: ckptio_close keeps the handle
+     logical :: closed = .false.     ! background checkpoint closed, handle kept until ckptio_wait
   end type ckptio_file
 
   !> One request of a batched read (internal to ckptio_read_batch); bind(C): ckptio_read_request of ckptio.h.
@@ -65,9 +70,11 @@ module ckptio
   public :: ckptio_create, ckptio_open, ckptio_close, ckptio_write, ckptio_write_segment, ckptio_read, &
        ckptio_set_attr, ckptio_get_attr, ckptio_inquire_var, ckptio_latest, ckptio_prune, ckptio_finalize, &
        ckptio_strerror, ckptio_error_message, ckptio_set_zero_copy, ckptio_initialize, &
-       ckptio_batch_add, ckptio_read_many, ckptio_latest_verified, ckptio_series_create
+       ckptio_batch_add, ckptio_read_many, ckptio_latest_verified, ckptio_series_create, ckptio_wait, &
+       ckptio_done, ckptio_wait_all
 
-  !> ckptio_create(path, comm, file [, backend] [, ierr]) -- local; nothing is written before ckptio_close.
+  !> ckptio_create(path, comm, file [, backend] [, mode=] [, stage_dir=] [, compression=] [, ierr=]) -- local;
+  !> nothing is written before ckptio_close. mode="async" or a stage_dir: a background checkpoint (ckptio_wait).
   interface ckptio_create
      module procedure create_f08, create_int
   end interface ckptio_create
@@ -128,12 +135,25 @@ module ckptio
 
   ! ---- the C API (ckptio.h)
   interface
-     integer(c_int) function c_create(path, comm, backend, file) bind(C, name="ckptio_create_f")
+     integer(c_int) function c_create(path, comm, backend, mode, stage_dir, compression, file) &
+          bind(C, name="ckptio_create_f")
        import :: c_int, c_char, c_ptr
-       character(kind=c_char), intent(in) :: path(*), backend(*)
+       character(kind=c_char), intent(in) :: path(*), backend(*), mode(*), stage_dir(*), compression(*)
        integer(c_int), value :: comm
        type(c_ptr), intent(out) :: file
      end function c_create
+     integer(c_int) function c_wait(file) bind(C, name="ckptio_wait")
+       import :: c_int, c_ptr
+       type(c_ptr), value :: file
+     end function c_wait
+     integer(c_int) function c_done(file, flag) bind(C, name="ckptio_done")
+       import :: c_int, c_ptr
+       type(c_ptr), value :: file
+       integer(c_int), intent(out) :: flag
+     end function c_done
+     integer(c_int) function c_wait_all() bind(C, name="ckptio_wait_all")
+       import :: c_int
+     end function c_wait_all
      integer(c_int) function c_open(path, comm, problem, file) bind(C, name="ckptio_open_f")
        import :: c_int, c_char, c_ptr
        character(kind=c_char), intent(in) :: path(*), problem(*)
@@ -340,40 +360,67 @@ contains
 
   !> Status of a handle that is still open where a new one is to be made (create/open): an error, so that a
   !> pending checkpoint is never dropped silently.
-  integer(c_int) function still_open(where)
+  integer(c_int) function still_open(where, file)
     character(len=*), intent(in) :: where
-    still_open = c_set_error(int(CKPTIO_ERR_ARGUMENT, c_int), cstr(where // ': the ckptio_file still holds an ' // &
-         'open checkpoint; call ckptio_close on it first (it was left open and unchanged)'))
+    type(ckptio_file), intent(in) :: file
+    still_open = c_set_error(int(CKPTIO_ERR_ARGUMENT, c_int), cstr(where // ': ' // open_problem(file)))
   end function still_open
 
-  subroutine create_int(path, comm, file, backend, ierr)
+  !> Why a handle that is still associated cannot be reused (create/open/series_create).
+  function open_problem(file) result(text)
+    type(ckptio_file), intent(in) :: file
+    character(len=:), allocatable :: text
+    if (file%closed) then
+       text = 'the ckptio_file still holds a background checkpoint; call ckptio_wait on it first (it was left ' // &
+            'unchanged)'
+    else
+       text = 'the ckptio_file still holds an open checkpoint; call ckptio_close on it first (it was left open ' // &
+            'and unchanged)'
+    end if
+  end function open_problem
+
+  !> The value of an optional character argument, or default.
+  function opt(value, default) result(text)
+    character(len=*), intent(in), optional :: value
+    character(len=*), intent(in) :: default
+    character(len=:), allocatable :: text
+    text = default
+    if (present(value)) text = trim(value)
+  end function opt
+
+  subroutine create_int(path, comm, file, backend, ierr, mode, stage_dir, compression)
     character(len=*), intent(in) :: path
     integer, intent(in) :: comm                       !< classic (use mpi) communicator handle
     type(ckptio_file), intent(inout) :: file          !< must not hold an open checkpoint
     character(len=*), intent(in), optional :: backend !< "mpiio" (default), "hdf5" or "pnetcdf"
     integer, intent(out), optional :: ierr
+    character(len=*), intent(in), optional :: mode        !< "sync" (default) or "async"
+    character(len=*), intent(in), optional :: stage_dir   !< fast tier written first, drained in the background
+    character(len=*), intent(in), optional :: compression !< "zstd" or "zstd+shuffle" [":LEVEL"] (mpiio only)
     integer(c_int) :: st
     if (c_associated(file%handle)) then
-       st = still_open('ckptio_create("' // trim(path) // '")')
+       st = still_open('ckptio_create("' // trim(path) // '")', file)
        call finish(st, file%comm, ierr)
        return
     end if
-    if (present(backend)) then
-       st = c_create(cstr(path), int(comm, c_int), cstr(backend), file%handle)
-    else
-       st = c_create(cstr(path), int(comm, c_int), cstr('mpiio'), file%handle)
+    st = c_create(cstr(path), int(comm, c_int), cstr(opt(backend, 'mpiio')), cstr(opt(mode, '')), &
+         cstr(opt(stage_dir, '')), cstr(opt(compression, '')), file%handle)
+    if (st == CKPTIO_OK) then
+       file%comm = comm
+       file%background = opt(mode, '') == 'async' .or. len_trim(opt(stage_dir, '')) > 0
+       file%closed = .false.
     end if
-    if (st == CKPTIO_OK) file%comm = comm
     call finish(st, comm, ierr)
   end subroutine create_int
 
-  subroutine create_f08(path, comm, file, backend, ierr)
+  subroutine create_f08(path, comm, file, backend, ierr, mode, stage_dir, compression)
     character(len=*), intent(in) :: path
     type(MPI_Comm), intent(in) :: comm
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in), optional :: backend
     integer, intent(out), optional :: ierr
-    call create_int(path, comm%MPI_VAL, file, backend, ierr)
+    character(len=*), intent(in), optional :: mode, stage_dir, compression
+    call create_int(path, comm%MPI_VAL, file, backend, ierr, mode, stage_dir, compression)
   end subroutine create_f08
 
   !> Collective. A handle that is still open on some rank fails the open on every rank (and stays open).
@@ -384,8 +431,7 @@ contains
     integer, intent(out), optional :: ierr
     integer(c_int) :: st
     if (c_associated(file%handle)) then
-       st = c_open(cstr(path), int(comm, c_int), cstr('the ckptio_file still holds an open checkpoint; call ' // &
-            'ckptio_close on it first (it was left open and unchanged)'), file%handle)
+       st = c_open(cstr(path), int(comm, c_int), cstr(open_problem(file)), file%handle)
        call finish(st, file%comm, ierr)
        return
     end if
@@ -403,7 +449,9 @@ contains
   end subroutine open_f08
 
   !> Collective: commit a checkpoint being written (atomically, on every rank or none), or close one opened
-  !> for reading. The file is closed afterwards in every case.
+  !> for reading. The file is closed afterwards in every case -- except a background checkpoint (mode="async"
+  !> or a stage_dir): close returns once the data is staged, and the handle is kept (also on failure) until
+  !> ckptio_wait, which reports the background write's outcome.
   subroutine ckptio_close(file, ierr)
     type(ckptio_file), intent(inout) :: file
     integer, intent(out), optional :: ierr
@@ -412,10 +460,60 @@ contains
        st = not_open('ckptio_close')
     else
        st = c_close(file%handle)
+       if (file%background) then             ! kept by the C side too (a second close is refused there)
+          file%closed = .true.
+          call finish(st, file%comm, ierr)
+          return
+       end if
     end if
     file%handle = c_null_ptr
+    file%background = .false.
+    file%closed = .false.
     call finish(st, file%comm, ierr)
   end subroutine ckptio_close
+
+  !> Local: block until the background checkpoint closed by ckptio_close is committed, and release the handle.
+  !> A failure of the background write is reported here, with the same code and message on every rank.
+  subroutine ckptio_wait(file, ierr)
+    type(ckptio_file), intent(inout) :: file
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    if (.not. c_associated(file%handle)) then
+       st = not_open('ckptio_wait')
+    else
+       st = c_wait(file%handle)
+       if (file%closed) then                 ! (otherwise the C side refused it and the handle stays valid)
+          file%handle = c_null_ptr
+          file%background = .false.
+          file%closed = .false.
+       end if
+    end if
+    call finish(st, file%comm, ierr)
+  end subroutine ckptio_wait
+
+  !> Local: done = .true. when nothing of the closed background checkpoint is still being written (then
+  !> ckptio_wait does not block). The handle stays valid.
+  subroutine ckptio_done(file, done, ierr)
+    type(ckptio_file), intent(inout) :: file
+    logical, intent(out) :: done
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st, flag
+    done = .false.
+    if (.not. c_associated(file%handle)) then
+       st = not_open('ckptio_done')
+    else
+       st = c_done(file%handle, flag)
+       if (st == CKPTIO_OK) done = flag /= 0
+    end if
+    call finish(st, file%comm, ierr)
+  end subroutine ckptio_done
+
+  !> Local: wait for every background checkpoint of this process; report the first failure that no ckptio_wait
+  !> reported. ckptio_finalize does this too, before it finalizes the interpreter.
+  subroutine ckptio_wait_all(ierr)
+    integer, intent(out), optional :: ierr
+    call finish(c_wait_all(), -1, ierr)
+  end subroutine ckptio_wait_all
 
   !> Local: zero-copy mode of a checkpoint being written (default .false.: every write copies the array).
   !> With .true., the following writes only reference the arrays, which must then stay allocated and unchanged
@@ -1109,14 +1207,17 @@ contains
     ! handle stays open and unchanged)
     if (c_associated(file%handle)) then
        st = c_series_create(int(comm, c_int), cstr(dir), cstr(pre), int(keep, c_int), int(step, c_int64_t), &
-            cstr(be), cstr('the ckptio_file still holds an open checkpoint; call ckptio_close on it first (it ' // &
-            'was left open and unchanged)'), file%handle)
+            cstr(be), cstr(open_problem(file)), file%handle)
        call finish(st, file%comm, ierr)
        return
     end if
     st = c_series_create(int(comm, c_int), cstr(dir), cstr(pre), int(keep, c_int), int(step, c_int64_t), cstr(be), &
          cstr(''), file%handle)
-    if (st == CKPTIO_OK) file%comm = comm
+    if (st == CKPTIO_OK) then
+       file%comm = comm
+       file%background = .false.
+       file%closed = .false.
+    end if
     call finish(st, comm, ierr)
   end subroutine series_int
 

@@ -17,6 +17,14 @@
  *                                           fails every rank (ERR lines). "MANY OK"
  *   ckptio_test_c series DIR                4 checkpoints of a series with keep=2, restart: "SERIES OK <path>"
  *   ckptio_test_c latest DIR                print "LATEST <ckptio_latest_comm>" and "VERIFIED <ckptio_latest_verified>"
+ *   ckptio_test_c startup DIR [baseline]    benchmarks/startup.py: per rank "STARTUP <rank> init_s .. first_call_s ..
+ *                                           total_s .. rss_delta_kib .." (baseline: MPI only, no ckptio call)
+ *   ckptio_test_c background DIR [single]   ckptio_create_ex: async (buffer reused right after close), staged
+ *                                           (DIR/stage) and compressed (zstd+shuffle:3) checkpoints, waited for and
+ *                                           read back; a background write that fails (coverage) reports at
+ *                                           ckptio_wait, ckptio_wait_all and ckptio_finalize; handle misuse (ERR
+ *                                           lines). MPI_THREAD_MULTIPLE unless "single" (ckptio then falls back to
+ *                                           synchronous writes). "BACKGROUND OK"
  *
  * Values are functions of the global indices so Python can check the file too (see test_bindings.py).
  */
@@ -424,14 +432,165 @@ static int lifecycle(int argc, char **argv) {
   return 0;
 }
 
+/* One 1-D variable "x" of 4 doubles per rank (value 100 * step + global index); gextra > 0 leaves elements
+ * uncovered, which the (background) declare phase rejects. */
+static void write_x(ckptio_file f, int step, int gextra, double *x) {
+  int64_t g = 4 * nprocs + gextra, o = 4 * rank, n = 4;
+  for (int i = 0; i < 4; i++) x[i] = 100.0 * step + o + i;
+  CHECK(ckptio_write(f, "x", CKPTIO_FLOAT64, 1, &g, &o, &n, x));
+}
+
+static void check_x(const char *path, int step) {
+  ckptio_file f;
+  double back[4];
+  int64_t o = 4 * rank, n = 4;
+  CHECK(ckptio_open(path, MPI_COMM_WORLD, &f));
+  CHECK(ckptio_read(f, "x", CKPTIO_FLOAT64, 1, &o, &n, back));
+  for (int i = 0; i < 4; i++) EXPECT(back[i] == 100.0 * step + o + i);
+  CHECK(ckptio_close(f));
+}
+
+/* Returns 1: a failed background checkpoint is left unwaited on purpose (ckptio_finalize must report it).
+ * Without MPI_THREAD_MULTIPLE ckptio writes synchronously: the failures are then reported by ckptio_close, and
+ * ckptio_wait / ckptio_wait_all / ckptio_finalize have nothing to report (the Python test checks both). */
+static int background(const char *dir) {
+  char path[1024], stage[1024];
+  double x[4];
+  ckptio_file f, g;
+  int flag = -1;
+
+  /* async: close returns once staged; the buffer is reused at once; wait commits */
+  snprintf(path, sizeof path, "%s/async_000001", dir);
+  CHECK(ckptio_create_ex(path, MPI_COMM_WORLD, "mpiio", "async", NULL, NULL, &f));
+  write_x(f, 1, 0, x);
+  CHECK(ckptio_close(f));
+  for (int i = 0; i < 4; i++) x[i] = -1.0; /* the checkpoint holds the values at close */
+  int64_t one = 1, zero = 0;
+  report("write_after_close", ckptio_write(f, "y", CKPTIO_FLOAT64, 1, &one, &zero, &one, x));
+  report("close_twice", ckptio_close(f));
+  CHECK(ckptio_done(f, &flag));
+  EXPECT(flag == 0 || flag == 1);
+  CHECK(ckptio_wait(f));
+  check_x(path, 1);
+
+  /* staged: each rank's piece goes to DIR/stage, drained to path in the background */
+  snprintf(path, sizeof path, "%s/staged_000002", dir);
+  snprintf(stage, sizeof stage, "%s/stage", dir);
+  CHECK(ckptio_create_ex(path, MPI_COMM_WORLD, NULL, NULL, stage, NULL, &f));
+  write_x(f, 2, 0, x);
+  report("wait_before_close", ckptio_wait(f));
+  CHECK(ckptio_close(f));
+  CHECK(ckptio_wait(f));
+  check_x(path, 2);
+
+  /* compression, async ("" selects the defaults too) */
+  snprintf(path, sizeof path, "%s/zstd_000003", dir);
+  CHECK(ckptio_create_ex(path, MPI_COMM_WORLD, "", "async", "", "zstd+shuffle:3", &f));
+  write_x(f, 3, 0, x);
+  CHECK(ckptio_close(f));
+  CHECK(ckptio_wait(f));
+  check_x(path, 3);
+
+  /* a synchronous handle has nothing to wait for */
+  snprintf(path, sizeof path, "%s/sync_000004", dir);
+  CHECK(ckptio_create_ex(path, MPI_COMM_WORLD, "mpiio", "sync", NULL, NULL, &f));
+  report("wait_sync_handle", ckptio_wait(f));
+  write_x(f, 4, 0, x);
+  CHECK(ckptio_close(f));
+
+  /* options wrong in themselves: local errors at create */
+  snprintf(path, sizeof path, "%s/bad_000005", dir);
+  report("bad_mode", ckptio_create_ex(path, MPI_COMM_WORLD, "mpiio", "later", NULL, NULL, &f));
+  report("compression_hdf5", ckptio_create_ex(path, MPI_COMM_WORLD, "hdf5", NULL, NULL, "zstd", &f));
+
+  /* a background write that fails (an element nobody wrote): close succeeds, wait reports it on every rank */
+  snprintf(path, sizeof path, "%s/fail_000006", dir);
+  CHECK(ckptio_create_ex(path, MPI_COMM_WORLD, "mpiio", "async", NULL, NULL, &f));
+  write_x(f, 6, 1, x);
+  report("background_close", ckptio_close(f));
+  report("background_wait", ckptio_wait(f));
+
+  /* never waited for: ckptio_wait_all reports it, once */
+  snprintf(path, sizeof path, "%s/fail_000007", dir);
+  CHECK(ckptio_create_ex(path, MPI_COMM_WORLD, "mpiio", "async", NULL, NULL, &f));
+  write_x(f, 7, 1, x);
+  report("background_close7", ckptio_close(f)); /* (without MPI_THREAD_MULTIPLE: the error is here instead) */
+  report("background_wait_all", ckptio_wait_all());
+  CHECK(ckptio_wait_all());
+  ckptio_wait(f); /* frees the handle (its failure again) */
+
+  /* options that differ between ranks: the close fails on every rank, before anything is written */
+  if (nprocs > 1) {
+    snprintf(path, sizeof path, "%s/mixed_000008", dir);
+    CHECK(ckptio_create_ex(path, MPI_COMM_WORLD, "mpiio", rank == 0 ? "async" : "sync", NULL, NULL, &f));
+    write_x(f, 8, 0, x);
+    report("mode_differs", ckptio_close(f));
+    if (rank == 0) CHECK(ckptio_wait(f)); /* a background handle is kept after a failed close: nothing pending */
+  }
+
+  /* left unwaited: ckptio_finalize reports it (main) */
+  snprintf(path, sizeof path, "%s/fail_000009", dir);
+  CHECK(ckptio_create_ex(path, MPI_COMM_WORLD, "mpiio", "async", NULL, NULL, &g));
+  write_x(g, 9, 1, x);
+  report("background_close9", ckptio_close(g));
+  if (rank == 0) printf("BACKGROUND OK %d ranks\n", nprocs);
+  fflush(stdout);
+  return 1;
+}
+
+static long rss_kib(void) {
+  FILE *fp = fopen("/proc/self/status", "r");
+  char line[256];
+  long kib = 0;
+  if (fp == NULL) return 0;
+  while (fgets(line, sizeof line, fp))
+    if (strncmp(line, "VmRSS:", 6) == 0) kib = atol(line + 6);
+  fclose(fp);
+  return kib;
+}
+
+/* benchmarks/startup.py: the embedded interpreter's cost per rank -- ckptio_initialize (Python, numpy, mpi4py,
+ * ckptio), then the first calls (ckptio_latest_comm, a tiny create/write/close). "baseline": MPI only. */
+static void startup(const char *dir, int baseline) {
+  char path[1024], found[1024];
+  double x[4] = {1, 2, 3, 4};
+  int64_t g = 4 * nprocs, o = 4 * rank, n = 4;
+  ckptio_file f;
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (baseline) return;
+  long rss0 = rss_kib();
+  double t0 = MPI_Wtime();
+  CHECK(ckptio_initialize());
+  double t1 = MPI_Wtime();
+  CHECK(ckptio_latest_comm(MPI_COMM_WORLD, dir, "none_", found, sizeof found));
+  snprintf(path, sizeof path, "%s/tiny_c%d", dir, nprocs);
+  CHECK(ckptio_create(path, MPI_COMM_WORLD, "mpiio", &f));
+  CHECK(ckptio_write(f, "x", CKPTIO_FLOAT64, 1, &g, &o, &n, x));
+  CHECK(ckptio_close(f));
+  double t2 = MPI_Wtime();
+  printf("STARTUP %d init_s %.6f first_call_s %.6f total_s %.6f rss_delta_kib %ld\n", rank, t1 - t0, t2 - t1,
+         t2 - t0, rss_kib() - rss0);
+  fflush(stdout);
+  CHECK(ckptio_finalize());
+}
+
 int main(int argc, char **argv) {
   if (argc >= 3 && strcmp(argv[1], "lifecycle") == 0) return lifecycle(argc, argv);
-  MPI_Init(&argc, &argv);
+  int provided = 0, unwaited = 0;
+  if (argc >= 3 && strcmp(argv[1], "background") == 0 && !(argc > 3 && strcmp(argv[3], "single") == 0))
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided); /* what mode "async" needs */
+  else
+    MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
   if (argc < 3) {
     if (rank == 0) fprintf(stderr, "usage: %s roundtrip|errors DIR [BACKEND]\n", argv[0]);
     MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  if (strcmp(argv[1], "startup") == 0) { /* before anything else starts the interpreter */
+    startup(argv[2], argc > 3 && strcmp(argv[3], "baseline") == 0);
+    MPI_Finalize();
+    return 0;
   }
   /* the host's MPI error handler must survive ckptio's initialization (mpi4py would switch it) */
   CHECK(ckptio_initialize());
@@ -447,9 +606,11 @@ int main(int argc, char **argv) {
   else if (strcmp(argv[1], "many") == 0) many(argv[2], argc > 3 ? atoi(argv[3]) : 200);
   else if (strcmp(argv[1], "latest") == 0) latest(argv[2]);
   else if (strcmp(argv[1], "series") == 0) series(argv[2]);
+  else if (strcmp(argv[1], "background") == 0) unwaited = background(argv[2]);
   else EXPECT(!"unknown mode");
 
-  CHECK(ckptio_finalize());
+  if (unwaited) report("finalize_unwaited", ckptio_finalize());
+  else CHECK(ckptio_finalize());
   EXPECT(ckptio_open("x", MPI_COMM_WORLD, NULL) == CKPTIO_ERR_INIT); /* nothing works after finalize */
   MPI_Finalize();
   return 0;

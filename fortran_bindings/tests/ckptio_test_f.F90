@@ -18,6 +18,9 @@
 !>                               rank; ckptio_latest_verified. "MANY OK"
 !>   ckptio_test_f series DIR    5 checkpoints of a series with keep=2 (ckptio_series_create), then restart
 !>                               with ckptio_latest_verified: "SERIES OK <path>"
+!>   ckptio_test_f background DIR   mode='async', stage_dir= and compression= of ckptio_create, ckptio_wait,
+!>                               ckptio_done; background failures reported by ckptio_wait, ckptio_wait_all and
+!>                               ckptio_finalize (MPI_THREAD_MULTIPLE); ERR lines and "BACKGROUND OK"
 !>   ckptio_test_f lifecycle DIR calls with a communicator before MPI_Init and after MPI_Finalize (ERR lines),
 !>                               "LIFECYCLE OK"
 program ckptio_test_f
@@ -26,7 +29,7 @@ program ckptio_test_f
   use ckptio
   implicit none
   integer, parameter :: N1 = 4, N2 = 3, NK = 2     ! a(N1, N2, NK) per rank, decomposed along the last axis
-  integer :: rank, nprocs, nargs
+  integer :: rank, nprocs, nargs, provided
   character(len=1024) :: mode, dir
 
   nargs = command_argument_count()
@@ -36,7 +39,11 @@ program ckptio_test_f
      call lifecycle()
      stop
   end if
-  call MPI_Init()
+  if (trim(mode) == 'background') then
+     call MPI_Init_thread(MPI_THREAD_MULTIPLE, provided)   ! what mode='async' needs
+  else
+     call MPI_Init()
+  end if
   call MPI_Comm_rank(MPI_COMM_WORLD, rank)
   call MPI_Comm_size(MPI_COMM_WORLD, nprocs)
   if (nargs < 2) then
@@ -58,10 +65,12 @@ program ckptio_test_f
      call many()
   case ('series')
      call series()
+  case ('background')
+     call background()                       ! (calls ckptio_finalize itself)
   case default
      call MPI_Abort(MPI_COMM_WORLD, 2)
   end select
-  call ckptio_finalize()
+  if (trim(mode) /= 'background') call ckptio_finalize()
   call MPI_Finalize()
 
 contains
@@ -579,6 +588,85 @@ contains
     call expect(got == 5 .and. all(back == 5.0_real64 + rank), 'restart from the newest checkpoint')
     if (rank == 0) print '(a,a)', 'SERIES OK ', trim(found)
   end subroutine series
+
+  ! ---- async, staged and compressed checkpoints (keyword options of ckptio_create), ckptio_wait/done/wait_all
+  subroutine write_x(f, step, gextra)        ! x = 100*step + global 0-based index; gextra > 0: uncovered elements
+    type(ckptio_file), intent(inout) :: f
+    integer, intent(in) :: step, gextra
+    real(real64) :: x(4)
+    integer :: i
+    x = [(100.0_real64 * step + 4 * rank + i, i = 0, 3)]
+    call ckptio_write(f, 'x', x, [int(4 * rank, int64)], [int(4 * nprocs + gextra, int64)])
+    x = -1.0_real64                          ! the checkpoint holds the values at the write (copied)
+  end subroutine write_x
+
+  subroutine check_x(path, step)
+    character(len=*), intent(in) :: path
+    integer, intent(in) :: step
+    type(ckptio_file) :: f
+    real(real64) :: back(4)
+    integer :: i
+    call ckptio_open(path, MPI_COMM_WORLD, f)
+    call ckptio_read(f, 'x', back, offset=[int(4 * rank, int64)])
+    call ckptio_close(f)
+    call expect(all(back == [(100.0_real64 * step + 4 * rank + i, i = 0, 3)]), 'background checkpoint ' // path)
+  end subroutine check_x
+
+  subroutine background()
+    type(ckptio_file) :: f, g
+    integer :: ierr
+    logical :: done
+    real(real64) :: y(1)
+    ! async: close returns once staged, wait commits
+    call ckptio_create(trim(dir) // '/async_000001', MPI_COMM_WORLD, f, mode='async')
+    call write_x(f, 1, 0)
+    call ckptio_close(f)
+    call ckptio_create(trim(dir) // '/other', MPI_COMM_WORLD, f, ierr=ierr)
+    call report('create_on_pending', ierr)
+    y = 0
+    call ckptio_write(f, 'y', y, [0_int64], [1_int64], ierr=ierr)
+    call report('write_after_close', ierr)
+    call ckptio_done(f, done)
+    call ckptio_wait(f)
+    call check_x(trim(dir) // '/async_000001', 1)
+    ! staged (sync mode, stage_dir): drained in the background
+    call ckptio_create(trim(dir) // '/staged_000002', MPI_COMM_WORLD, f, stage_dir=trim(dir) // '/stage')
+    call write_x(f, 2, 0)
+    call ckptio_close(f)
+    call ckptio_wait(f)
+    call check_x(trim(dir) // '/staged_000002', 2)
+    ! compression, async, backend given positionally
+    call ckptio_create(trim(dir) // '/zstd_000003', MPI_COMM_WORLD, f, 'mpiio', mode='async', &
+         compression='zstd+shuffle:3')
+    call write_x(f, 3, 0)
+    call ckptio_close(f)
+    call ckptio_wait(f)
+    call check_x(trim(dir) // '/zstd_000003', 3)
+    call ckptio_create(trim(dir) // '/bad', MPI_COMM_WORLD, f, 'hdf5', compression='zstd', ierr=ierr)
+    call report('compression_hdf5', ierr)
+    ! background failures (an element nobody wrote): reported by ckptio_wait, ckptio_wait_all, ckptio_finalize
+    call ckptio_create(trim(dir) // '/fail_000006', MPI_COMM_WORLD, f, mode='async')
+    call write_x(f, 6, 1)
+    call ckptio_close(f, ierr=ierr)
+    call report('background_close', ierr)
+    call ckptio_wait(f, ierr=ierr)
+    call report('background_wait', ierr)
+    call ckptio_create(trim(dir) // '/fail_000007', MPI_COMM_WORLD, f, mode='async')
+    call write_x(f, 7, 1)
+    call ckptio_close(f, ierr=ierr)
+    call report('background_close7', ierr)
+    call ckptio_wait_all(ierr=ierr)
+    call report('background_wait_all', ierr)
+    call ckptio_wait(f, ierr=ierr)           ! frees the handle (its failure again)
+    call ckptio_create(trim(dir) // '/fail_000009', MPI_COMM_WORLD, g, mode='async')
+    call write_x(g, 9, 1)
+    call ckptio_close(g, ierr=ierr)
+    call report('background_close9', ierr)
+    if (rank == 0) print '(a,i0,a)', 'BACKGROUND OK ', nprocs, ' ranks'
+    flush (6)
+    call ckptio_finalize(ierr=ierr)          ! g was never waited for
+    call report('finalize_unwaited', ierr)
+  end subroutine background
 
   ! ---- communicator calls before MPI_Init and after MPI_Finalize: CKPTIO_ERR_INIT with ierr, no abort
   subroutine lifecycle_calls(when)

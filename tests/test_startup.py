@@ -1,0 +1,80 @@
+"""Startup cost (issue 16, item 8): ``import ckptio`` loads no format or tool library until a backend or command
+needs it; each rank of a large job then opens and stats far fewer files at startup (figures in
+``benchmarks/README.md``, measured by ``benchmarks/startup.py``).
+
+Every check runs in a fresh interpreter (``sys.modules`` of the test process already holds h5py). No timing.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from mpi_helpers import REPO
+
+HEAVY = ("h5py", "pnetcdf", "netCDF4", "matplotlib", "tqdm", "xarray")
+
+
+def loaded_after(code: str) -> list[str]:
+    """The HEAVY modules in ``sys.modules`` after ``code`` ran in a fresh interpreter."""
+    probe = f"import json, sys\n{code}\nprint(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("code", [
+    "import ckptio",
+    "import ckptio, ckptio.backends, ckptio.cli, ckptio.commands, ckptio.series, ckptio.catalog",
+    "from ckptio.backends import get_backend, known_backends; known_backends(); get_backend('hdf5')",
+])
+def test_import_loads_no_format_library(code):
+    assert loaded_after(code) == []
+
+
+def test_missing_is_computed_on_first_use():
+    """``ckptio.backends.MISSING`` still answers (the backends' libraries are imported to find out) and agrees with
+    ``available_backends``; the h5py module then is loaded, because asking about hdf5 needs it."""
+    code = ("from ckptio.backends import MISSING, available_backends, known_backends\n"
+            "assert sorted(set(known_backends()) - set(MISSING)) == available_backends(), (MISSING,)\n"
+            "import ckptio.backends.hdf5 as h\n"
+            "assert (h.h5py is None) == ('h5py' not in sys.modules)")
+    loaded = loaded_after(code)
+    hdf5_writable = subprocess.run([sys.executable, "-c", "import h5py"], capture_output=True).returncode == 0
+    assert ("h5py" in loaded) == hdf5_writable
+
+
+def test_hdf5_written_by_ckptio_reads_without_h5py_in_sys_modules_first(tmp_path):
+    """A write through the hdf5 backend imports h5py on demand (the first ``create``), and the file reads back."""
+    code = f"""
+import numpy as np
+from mpi4py import MPI
+import ckptio
+import ckptio.backends
+assert 'h5py' not in sys.modules
+if 'hdf5' in ckptio.backends.available_backends():
+    with ckptio.create({str(tmp_path / 'c')!r}, MPI.COMM_SELF, backend='hdf5') as ck:
+        ck.write('x', np.arange(6.0), offset=(0,), global_shape=(6,))
+    with ckptio.open({str(tmp_path / 'c')!r}, MPI.COMM_SELF) as ck:
+        assert np.array_equal(ck.read('x'), np.arange(6.0))
+"""
+    loaded_after(code)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+def test_startup_benchmark_runs(tmp_path):
+    """``benchmarks/startup.py`` at 1 rank, Python caller (its figures are not checked, only that they exist and
+    that ``import ckptio`` loaded none of the libraries); the syscall columns when strace is installed."""
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.startup", "--ranks", "1", "--repeats", "1",
+                           "--c-program", "none", "--workdir", str(tmp_path), "--json", str(tmp_path / "r.json")],
+                          cwd=REPO, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    entry = json.loads((tmp_path / "r.json").read_text())["by_ranks"]["python/1"]
+    assert entry["heavy_loaded"] == [] and entry["total_s"] > 0 and entry["rss_delta_mib"] > 0
+    if shutil.which("strace"):
+        assert entry["open_per_rank"] > entry["open_ckptio_per_rank"] > 0
+    assert "| python | 1 |" in proc.stdout
