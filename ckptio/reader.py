@@ -51,6 +51,8 @@ class VariableInfo:
     kind: str
     nblocks: int
     nbytes: int
+    dims: tuple[str, ...] = ()  # the axes' names (declared with write(dims=), else <name>_d0, ...)
+    attrs: Mapping[str, Any] = field(default_factory=dict)  # the variable's own attributes
 
 
 @dataclass
@@ -165,7 +167,8 @@ class Reader:
         self._attrs: dict[str, Any] = dict(self.meta["attrs"])
         self._variables: dict[str, VariableInfo] = {
             name: VariableInfo(name, tuple(v["shape"]), np.dtype(v["dtype"]).newbyteorder("="), v["kind"],
-                               len(v["blocks"]), metamod.variable_nbytes(v))
+                               len(v["blocks"]), metamod.variable_nbytes(v), metamod.variable_dims(name, v),
+                               dict(v.get("attrs", {})))
             for name, v in self.meta["variables"].items()
         }
         self._extents = self.backend.extents(self.meta)
