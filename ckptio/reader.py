@@ -496,3 +496,15 @@ class Reader:
                 out[p.box.relative_to(req.box)] = recvbuf[pos:pos + n].view(out.dtype).reshape(p.box.shape)
                 pos += n
         return None
+
+    # ------------------------------------------------------------------ analysis views (see ckptio.lazy)
+    def __getitem__(self, name: str) -> Any:
+        """Local: ``ck["dens"]``, a lazy h5py-like view of one variable (indexing it is a collective read)."""
+        from .lazy import LazyVariable
+
+        return LazyVariable(self, name)
+
+    def __repr__(self) -> str:
+        from .lazy import describe_reader
+
+        return describe_reader(self)
