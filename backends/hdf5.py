@@ -98,6 +98,10 @@ def _h5py_write_problem() -> str | None:
 SIGNATURE = b"\x89HDF\r\n\x1a\n"
 # The NAME of a dimension scale that is no variable, as netCDF-C and h5netcdf write and recognise it
 NOT_A_VARIABLE = "This is a netCDF dimension but not a netCDF variable.%10d"
+# A dimension scale lists the datasets attached to it in one attribute (REFERENCE_LIST, 16 bytes per dataset),
+# which HDF5 keeps in the scale's object header, at most 64 KiB: attaching a 4086th dataset failed (measured,
+# HDF5 1.12 through h5py). Refused beyond this many, before anything is attached.
+MAX_SCALE_USERS = 4000
 FORMAT_VERSION = 1
 GROUP = "ckptio"
 COMPLETE = 1
@@ -269,9 +273,17 @@ class _HDF5WriteSession(WriteSession):
         """Collective (dataset and attribute creation): one dimension scale per declared dimension name, attached
         to every variable that uses it (see the module docstring). Returns the datasets created for them."""
         lengths: dict[str, int] = {}
+        users: dict[str, int] = {}
         for name, d in self.described.items():
             for dim, n in zip(d.get("dims", ()), self.variables[name].shape, strict=True):
                 lengths[dim] = n
+                users[dim] = users.get(dim, 0) + (dim != name)  # a coordinate variable is its own scale
+        crowded = sorted(dim for dim, count in users.items() if count > MAX_SCALE_USERS)
+        if crowded:
+            raise CapabilityError(f"dimension {crowded[0]!r} is shared by {users[crowded[0]]} variables; the hdf5 "
+                                  f"backend attaches a dimension scale to at most {MAX_SCALE_USERS} datasets (HDF5 "
+                                  "lists them in one attribute of at most 64 KiB): split the dimension name, or "
+                                  "use backend='mpiio' or 'pnetcdf'")
         scales: dict[str, h5py.Dataset] = {}
         created = []
         for dim in sorted(lengths):

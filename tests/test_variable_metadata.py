@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from mpi_helpers import mpi_env, run_mpi
+from mpi_helpers import mpi_env, run_mpi, run_script
 
 HERE = Path(__file__).resolve()
 NB = 6  # blocks along the leading axis
@@ -258,6 +258,33 @@ def test_declarations_that_differ_fail_on_every_rank(tmp_path: Path, backend: st
         assert len(cases) == 9, out
         for case in cases:
             assert results[(kind, case)] == {"0:OK", "1:OK"}, (case, out)
+
+
+CROWDED_SCALE = """
+import os, sys, numpy as np, ckptio
+import ckptio.backends.hdf5 as h5backend
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+h5backend.MAX_SCALE_USERS = 2  # the real limit (4000) would need 4001 datasets
+ck = ckptio.create(os.path.join(sys.argv[1], "chk"), comm, backend="hdf5")
+for name in ("a", "b", "c"):
+    ck.write(name, np.zeros((1, 4)), offset=(comm.Get_rank(), 0), global_shape=(2, 4), dims=("n", "x"))
+try:
+    ck.close()
+    print("NOERROR", flush=True)
+except ckptio.CapabilityError as exc:
+    print("REFUSED" if "dimension 'n' is shared by 3 variables" in str(exc) else f"BAD {exc!r}", flush=True)
+print("LEFT", sorted(os.listdir(sys.argv[1])), flush=True)
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+def test_hdf5_refuses_a_dimension_scale_beyond_its_attribute_limit(tmp_path: Path) -> None:
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    out = run_script(2, CROWDED_SCALE, tmp_path, str(out_dir), timeout=240).stdout.split("\n")
+    assert sorted(line for line in out if line) == ["LEFT []", "LEFT []", "REFUSED", "REFUSED"], out
 
 
 def _doc() -> dict:
