@@ -10,6 +10,7 @@ every rank before anything is written. The result goes into the metadata documen
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -52,19 +53,31 @@ def show(d: Description) -> str:
     return f"{dims} and {attrs}"
 
 
-def agree(by_rank: Sequence[Mapping[str, Description]]) -> dict[str, Description]:
-    """Rank 0: every variable's description, from each rank's (one per variable it declared blocks of; a rank
-    without blocks of a variable has no say). DeclarationError naming the variable and two ranks when ranks
-    declared different ones."""
-    first: dict[str, tuple[int, Description]] = {}
-    for rank, described in enumerate(by_rank):
-        for name, d in described.items():
-            r0, d0 = first.setdefault(name, (rank, d))
-            if not same(d0, d):
-                raise DeclarationError(f"variable {name!r}: rank {r0} declared {show(d0)} but rank {rank} declared "
-                                       f"{show(d)}; every block of a variable must declare the same dims and attrs "
-                                       "on every rank")
-    return {name: d for name, (_, d) in first.items()}
+def pack(described: Mapping[str, Description]) -> dict[str, list[str]]:
+    """Local: one rank's descriptions as sent to rank 0, each distinct one once: its JSON text -> the variables
+    declaring it (typically one or two texts for all variables: the gather grows by about a name per variable
+    and rank, not a description). JSON text equality is :func:`same`: ``1``, ``1.0`` and ``true`` differ."""
+    out: dict[str, list[str]] = {}
+    for name, d in described.items():
+        out.setdefault(json.dumps(d, sort_keys=True, allow_nan=True), []).append(name)
+    return out
+
+
+def agree(by_rank: Sequence[Mapping[str, list[str]]]) -> dict[str, Description]:
+    """Rank 0: every variable's description, from each rank's :func:`pack` (one per variable it declared blocks
+    of; a rank without blocks of a variable has no say). DeclarationError naming the variable and two ranks
+    when ranks declared different ones."""
+    first: dict[str, tuple[int, str]] = {}
+    for rank, packed in enumerate(by_rank):
+        for text, names in packed.items():
+            for name in names:
+                r0, text0 = first.setdefault(name, (rank, text))
+                if text0 != text:
+                    d0, d = json.loads(text0), json.loads(text)
+                    raise DeclarationError(f"variable {name!r}: rank {r0} declared {show(d0)} but rank {rank} "
+                                           f"declared {show(d)}; every block of a variable must declare the same "
+                                           "dims and attrs on every rank")
+    return {name: json.loads(text) for name, (_, text) in first.items()}
 
 
 def check_dimensions(shapes: Mapping[str, Sequence[int]], described: Mapping[str, Description]) -> dict[str, int]:

@@ -331,8 +331,8 @@ class Writer:
         final_dir = os.path.dirname(os.path.abspath(self.path))
         problem = None if os.path.isdir(final_dir) else (f"{final_dir} is not a directory seen from "
                                                          f"{MPI.Get_processor_name()} (rank {self.comm.Get_rank()})")
-        return {"decls": [p.decl for p in self._pending], "attrs": self.attrs, "described": self._described,
-                "prepare_seconds": time.perf_counter() - t,
+        return {"decls": [p.decl for p in self._pending], "attrs": self.attrs,
+                "described": varmeta.pack(self._described), "prepare_seconds": time.perf_counter() - t,
                 "dir_problem": _directory_problem(self.path) if self.comm.Get_rank() == 0 else None,
                 "sees_final": problem}
 
@@ -445,8 +445,9 @@ class Writer:
             else:
                 p.stored = data
         check_dir = _directory_problem(self.path) if self.comm.Get_rank() == 0 else None
-        return {"decls": [p.decl for p in self._pending], "attrs": self.attrs, "described": self._described,
-                "dir_problem": check_dir, "prepare_seconds": time.perf_counter() - t}
+        return {"decls": [p.decl for p in self._pending], "attrs": self.attrs,
+                "described": varmeta.pack(self._described), "dir_problem": check_dir,
+                "prepare_seconds": time.perf_counter() - t}
 
     def _plan_global(self, gathered: list[dict[str, Any]]):
         """Rank 0: validate everything (the variables' dims and attrs too: the same on every rank, one length per

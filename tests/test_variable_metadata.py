@@ -287,6 +287,28 @@ def test_hdf5_refuses_a_dimension_scale_beyond_its_attribute_limit(tmp_path: Pat
     assert sorted(line for line in out if line) == ["LEFT []", "LEFT []", "REFUSED", "REFUSED"], out
 
 
+def test_ranks_agree_on_descriptions_as_stored() -> None:
+    """The declare phase compares what every rank would store: a NaN equals a NaN, 1, 1.0 and True differ;
+    each rank sends each distinct description once."""
+    from ckptio import varmeta
+
+    with_nan = varmeta.declare("a", 1, ("n",), {"fill": float("nan")}, 0)
+    packed = varmeta.pack({"a": with_nan, "b": with_nan, "c": {}})
+    assert sorted(map(len, packed)) == [2, len('{"attrs": {"fill": NaN}, "dims": ["n"]}')]
+    agreed = varmeta.agree([packed, varmeta.pack({"a": varmeta.declare("a", 1, ("n",), {"fill": np.nan}, 1)})])
+    assert agreed["b"]["dims"] == ["n"] and np.isnan(agreed["b"]["attrs"]["fill"]) and agreed["c"] == {}
+    for one, other in ((1, 1.0), (1, True), (0.0, -0.0), ([1], [1.0])):
+        with pytest.raises(ckptio_declaration_error(), match="variable 'a': rank 0 declared"):
+            varmeta.agree([varmeta.pack({"a": varmeta.declare("a", 0, None, {"k": one}, 0)}),
+                           varmeta.pack({"a": varmeta.declare("a", 0, None, {"k": other}, 1)})])
+
+
+def ckptio_declaration_error() -> type:
+    from ckptio import DeclarationError
+
+    return DeclarationError
+
+
 def _doc() -> dict:
     return {"schema": 1, "backend": "mpiio", "nprocs": 1, "checksum": "xxh3_64", "attrs": {},
             "variables": {"a": {"dtype": "<f8", "shape": [2, 3], "kind": "array", "dims": ["n", "m"],
