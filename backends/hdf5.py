@@ -5,7 +5,15 @@ File layout::
     /<name>                  one dataset per variable, in its GLOBAL shape and declared dtype; contiguous
                              layout, allocated at creation, never filled (no useless fill writes), aligned
                              to the stripe unit when at least one stripe long; per-rank segments are 1-D
-                             datasets of the total length
+                             datasets of the total length; the variable's own attributes (``attrs=`` of
+                             ``write()``) as HDF5 attributes
+    /<dim>                   a dimension scale per dimension name declared with ``dims=`` (one for every
+                             variable using it), as netCDF-4 writes them, so netCDF-C, h5netcdf and xarray see
+                             shared named dimensions: a 1-D variable named like its only dimension is itself
+                             the scale (a coordinate variable); otherwise a dataset of the dimension's length,
+                             of 1-byte integers never written (1 byte per element allocated: netCDF-4 uses 4),
+                             whose NAME says "This is a netCDF dimension but not a netCDF variable". Variables
+                             declared without ``dims`` have no scales (readers show ``phony_dim_N``)
     /  (attributes)          the checkpoint's attributes (numbers, strings and numeric lists natively,
                              anything else as JSON text)
     /ckptio                  group: attributes ``format_version``, ``ckptio_version``,
@@ -102,6 +110,12 @@ def _h5py_write_problem() -> str | None:
     return None
 
 SIGNATURE = b"\x89HDF\r\n\x1a\n"
+# The NAME of a dimension scale that is no variable, as netCDF-C and h5netcdf write and recognise it
+NOT_A_VARIABLE = "This is a netCDF dimension but not a netCDF variable.%10d"
+# A dimension scale lists the datasets attached to it in one attribute (REFERENCE_LIST, 16 bytes per dataset),
+# which HDF5 keeps in the scale's object header, at most 64 KiB: attaching a 4086th dataset failed (measured,
+# HDF5 1.12 through h5py). Refused beyond this many, before anything is attached.
+MAX_SCALE_USERS = 4000
 FORMAT_VERSION = 1
 GROUP = "ckptio"
 COMPLETE = 1
@@ -215,6 +229,7 @@ class _HDF5WriteSession(WriteSession):
         stripe_unit = int(options.get("hints", {}).get("striping_unit", DEFAULT_STRIPING_UNIT))
         self.path, self.comm = path, comm
         self.variables = variables
+        self.described: Mapping[str, Mapping[str, Any]] = options.get("described", {})
         rank = comm.Get_rank()
         # local index -> variable name of this rank's blocks; collective H5Dwrite calls per variable (all ranks)
         self._mine = {b.local_index: name for name, v in variables.items() for b in v.blocks if b.rank == rank}
@@ -239,8 +254,10 @@ class _HDF5WriteSession(WriteSession):
         in :meth:`write_blocks`, after the space was reserved)."""
         for name, var in self.variables.items():
             dset = self.file.create_dataset(name, shape=var.shape, dtype=np.dtype(var.dtype), dcpl=_dcpl())
-            dset.attrs["ckptio_kind"] = var.kind
+            for key, value in self.described.get(name, {}).get("attrs", {}).items():
+                dset.attrs[key] = _attr_value(value)
             self.datasets[name] = dset
+        scales = self._dimension_scales()
         group = self.file.create_group(GROUP)
         group.attrs["format_version"] = np.int64(FORMAT_VERSION)
         group.attrs["ckptio_version"] = np.bytes_(metamod.__version__)
@@ -261,10 +278,42 @@ class _HDF5WriteSession(WriteSession):
             file_end = int(self.file.id.get_filesize())
         except RuntimeError:
             file_end = 0
-        datasets = [*self.datasets.values(), *(dset for dset, _ in self._tables.values())]
+        datasets = [*self.datasets.values(), *scales, *(dset for dset, _ in self._tables.values())]
         data_end = max((int(d.id.get_offset()) + int(d.id.get_storage_size()) for d in datasets
                         if d.id.get_offset() is not None), default=0)
         self._data_end = max(file_end, data_end)
+
+    def _dimension_scales(self) -> list[h5py.Dataset]:
+        """Collective (dataset and attribute creation): one dimension scale per declared dimension name, attached
+        to every variable that uses it (see the module docstring). Returns the datasets created for them."""
+        lengths: dict[str, int] = {}
+        users: dict[str, int] = {}
+        for name, d in self.described.items():
+            for dim, n in zip(d.get("dims", ()), self.variables[name].shape, strict=True):
+                lengths[dim] = n
+                users[dim] = users.get(dim, 0) + (dim != name)  # a coordinate variable is its own scale
+        crowded = sorted(dim for dim, count in users.items() if count > MAX_SCALE_USERS)
+        if crowded:
+            raise CapabilityError(f"dimension {crowded[0]!r} is shared by {users[crowded[0]]} variables; the hdf5 "
+                                  f"backend attaches a dimension scale to at most {MAX_SCALE_USERS} datasets (HDF5 "
+                                  "lists them in one attribute of at most 64 KiB): split the dimension name, or "
+                                  "use backend='mpiio' or 'pnetcdf'")
+        scales: dict[str, h5py.Dataset] = {}
+        created = []
+        for dim in sorted(lengths):
+            if dim in self.datasets:  # a coordinate variable (checked when declared): its dataset is the scale
+                scales[dim] = self.datasets[dim]
+                scales[dim].make_scale(dim)
+            else:
+                scales[dim] = self.file.create_dataset(dim, shape=(lengths[dim],), dtype=np.int8, dcpl=_dcpl())
+                scales[dim].make_scale(NOT_A_VARIABLE % lengths[dim])
+                created.append(scales[dim])
+        for name in sorted(self.described):
+            dset = self.datasets[name]
+            for axis, dim in enumerate(self.described[name].get("dims", ())):
+                if scales[dim] is not dset:
+                    dset.dims[axis].attach_scale(scales[dim])
+        return created
 
     def write_blocks(self, blocks: Sequence[tuple[BlockPlan, np.ndarray]]) -> list[WrittenBlock]:
         """Collective: ``self._ncalls[name]`` collective ``H5Dwrite`` calls per variable, on every rank."""

@@ -4,9 +4,12 @@ File layout (CDF-5, ``NC_64BIT_DATA``; all data big-endian, as the format requir
 
     header               dimensions, global attributes, variable definitions (never rewritten after the
                          define phase, so no data is ever moved)
-    <name>(<name>_d0, <name>_d1, ...)
-                         one variable per ckptio variable, in its GLOBAL shape (per-rank segments: 1-D of
-                         the total length); attribute ``ckptio_kind`` = "array" or "segment"
+    <name>(<dim>, ...)   one variable per ckptio variable, in its GLOBAL shape (per-rank segments: 1-D of
+                         the total length), with its own attributes (``attrs=`` of ``write()``; names that are
+                         not plain netCDF names only in the JSON document). Its dimensions are those
+                         declared with ``dims=``, else ``<name>_d0``, ``<name>_d1``, ...; a dimension name is
+                         defined once and shared by every variable using it (one name, one length: checked
+                         when declared)
     ckptio_blocks_<name>(ckptio_nblocks_<name>, ckptio_blockcols_<k>)
                          int64 block table: one row per block, ``rank, offset[0..ndim), shape[0..ndim)``
     ckptio_checksums_<name>(ckptio_nblocks_<name>, ckptio_checksum_len)
@@ -97,10 +100,6 @@ NOTE = (f"ckptio checkpoint: the metadata document (JSON) is the text variable {
 _NC_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.+-]*$")
 
 
-def _dim_names(name: str, ndim: int) -> list[str]:
-    return [f"{name}_d{i}" for i in range(ndim)]
-
-
 def _stored(var: VariablePlan) -> bool:
     """CDF cannot hold a variable with a zero-length axis (length 0 means UNLIMITED)."""
     return math.prod(var.shape) > 0
@@ -156,6 +155,7 @@ class _PnetCDFWriteSession(WriteSession):
         from mpi4py import MPI
 
         self.path, self.comm, self.variables = path, comm, variables
+        self.described: Mapping[str, Mapping[str, Any]] = options.get("described", {})
         rank = comm.Get_rank()
         self._mine = {b.local_index: name for name, v in variables.items() for b in v.blocks if b.rank == rank}
         self.transfer = data_transfer_mode("pnetcdf", rank)  # "independent" where OMPIO would corrupt collective I/O
@@ -189,12 +189,19 @@ class _PnetCDFWriteSession(WriteSession):
         f.def_dim("ckptio_checksum_len", CHECKSUM_LEN)
         self.vars: dict[str, Any] = {}
         self.tables: dict[str, tuple[Any, Any]] = {}
+        defined: set[str] = set()
         for name, var in self.variables.items():
             if _stored(var):
-                for dim, n in zip(_dim_names(name, len(var.shape)), var.shape, strict=True):
-                    f.def_dim(dim, n)
-                v = f.def_var(name, np.dtype(var.dtype), tuple(_dim_names(name, len(var.shape))))
-                v.put_att("ckptio_kind", var.kind)
+                described = self.described.get(name, {})
+                dims = described.get("dims") or metamod.default_dims(name, len(var.shape))
+                for dim, n in zip(dims, var.shape, strict=True):
+                    if dim not in defined:  # shared: same name, same length (checked when declared)
+                        f.def_dim(dim, n)
+                        defined.add(dim)
+                v = f.def_var(name, np.dtype(var.dtype), tuple(dims))
+                for key, value in described.get("attrs", {}).items():
+                    if _NC_NAME.match(key):
+                        v.put_att(key, _attr_value(value))
                 self.vars[name] = v
         for name, var in self.variables.items():
             ncols = 1 + 2 * len(var.shape)

@@ -34,10 +34,14 @@ def create(path: str | os.PathLike, comm, backend: str = "mpiio", attrs: Mapping
                   stage_dir=stage_dir)
 
 
-def open(path: str | os.PathLike, comm, hints: Mapping[str, Any] | None = None, aggregators: int | None = None,
+def open(path: str | os.PathLike, comm=None, hints: Mapping[str, Any] | None = None, aggregators: int | None = None,
          buffer_bytes: int | str | None = None, verify: bool = True, stage_dir: str | os.PathLike | None = None
          ) -> Reader | StagedReader:
-    """Open a committed checkpoint for restart (collective). The backend is detected from the file.
+    """Open a committed checkpoint for restart (collective over ``comm``). The backend is detected from the file.
+
+    Without ``comm`` (``None``): this process alone (``MPI.COMM_SELF``), as in a notebook or a serial analysis
+    script, with or without mpirun; then ``ck["dens"][3:5]`` reads lazily (:mod:`ckptio.lazy`) and every read
+    is this process's own.
 
     Rank 0 reads the metadata and broadcasts it; reads are two-phase aggregated: only ``aggregators``
     ranks (default ``min(nprocs, stripe count, 80)``, also set by ``CKPTIO_AGGREGATORS`` or ``cb_nodes`` in
@@ -50,6 +54,10 @@ def open(path: str | os.PathLike, comm, hints: Mapping[str, Any] | None = None, 
     restart reads from the stages (a :class:`ckptio.staged_reader.StagedReader`, same read API); otherwise,
     with a warning naming what is missing, from ``path``.
     """
+    if comm is None:
+        from mpi4py import MPI
+
+        comm = MPI.COMM_SELF
     if stage_dir is not None:
         staged = open_staged(os.fspath(path), comm, os.fspath(stage_dir), verify=verify)
         if staged is not None:

@@ -13,10 +13,16 @@ Schema (``schema`` = :data:`SCHEMA_VERSION`)::
      "hints": {"requested": {...}, "effective": {...}, "io_component": "..."},
      "stats": {"write": {...}},
      "variables": {"dens": {"dtype": "<f8", "shape": [64, 16, 16, 16], "kind": "array",
+                            "dims": ["block", "z", "y", "x"], "attrs": {"units": "g/cm**3"},
                             "storage": {...backend specific...},
                             "blocks": [{"rank": 0, "offset": [0,0,0,0], "shape": [16,16,16,16],
                                         "checksum": "8f3a...", "file_offset": 4096, "stored_nbytes": 524288,
                                         "codec": null}]}}}
+
+``dims`` and ``attrs`` of a variable are optional (schema 1 documents without them stay valid): ``dims`` names
+each axis (:func:`variable_dims` gives ``<name>_d<i>`` when absent, the netCDF backend's names), one name meaning
+one length across the whole checkpoint (:func:`shared_dim_lengths`); ``attrs`` are the variable's own
+attributes (``units``, ``long_name``, ...), JSON values as the checkpoint's.
 """
 
 from __future__ import annotations
@@ -221,6 +227,7 @@ def validate(meta: Mapping[str, Any]) -> None:
             _validate_variable(name, var, nprocs)
         except ValueError as exc:
             raise ValueError(f"variable {name!r}: {exc}") from None
+    shared_dim_lengths(meta["variables"])
 
 
 def _validate_variable(name: str, var: Any, nprocs: int) -> None:
@@ -245,6 +252,10 @@ def _validate_variable(name: str, var: Any, nprocs: int) -> None:
         raise ValueError(f"kind {var['kind']!r} is neither 'array' nor 'segment'")
     if var["kind"] == "segment" and len(shape) != 1:
         raise ValueError(f"a per-rank segment variable has shape {list(shape)}, expected 1-D")
+    if "dims" in var:
+        check_dims(var["dims"], len(shape))
+    if "attrs" in var:
+        _validate_attrs(_dict(var["attrs"], "attrs"))
     if "storage" in var:
         storage = _dict(var["storage"], "storage")
         if storage.get("file_offset") is not None:
@@ -303,3 +314,72 @@ def _check_tiling(shape: tuple[int, ...], boxes: list[tuple[int, Box]], segments
     covered, total = sum(box.size for _, box in boxes), math.prod(shape)
     if covered != total:
         raise ValueError(f"blocks cover {covered} of {total} elements of the global shape {list(shape)}")
+
+
+# ------------------------------------------------------------------------------ per-variable dims and attrs
+# Attribute names the HDF5 dimension-scale API and netCDF-4 manage themselves on a dataset (a user value would
+# break the dimensions every HDF5/netCDF reader sees). Names starting with "_" are netCDF's (``_FillValue``
+# changes how readers decode the data, and must have the variable's type): refused as well.
+RESERVED_VARIABLE_ATTRS = frozenset({"CLASS", "NAME", "DIMENSION_LIST", "REFERENCE_LIST", "DIMENSION_LABELS"})
+
+
+def default_dims(name: str, ndim: int) -> list[str]:
+    """The dimension names of a variable declared without ``dims``: ``<name>_d0``, ``<name>_d1``, ..."""
+    return [f"{name}_d{i}" for i in range(ndim)]
+
+
+def variable_dims(name: str, var: Mapping[str, Any]) -> tuple[str, ...]:
+    """The dimension names of variable ``name`` of a (validated) document: declared, or the defaults."""
+    return tuple(var.get("dims") or default_dims(name, len(var["shape"])))
+
+
+def check_dim_name(dim: Any) -> str:
+    """A dimension name follows the variable-name rules (portable to HDF5 and netCDF); DeclarationError (a
+    ValueError) otherwise."""
+    try:
+        return check_name(dim)
+    except DeclarationError as exc:
+        raise DeclarationError(str(exc).replace("variable name", "dimension name", 1)) from None
+
+
+def check_dims(dims: Any, ndim: int) -> list[str]:
+    """``dims`` as stored: a list of ``ndim`` distinct dimension names (DeclarationError otherwise)."""
+    if isinstance(dims, str | bytes) or not isinstance(dims, list | tuple):
+        raise DeclarationError(f"dims {dims!r} must be a sequence of dimension names (one per axis)")
+    if len(dims) != ndim:
+        raise DeclarationError(f"dims {list(dims)} name {len(dims)} axes, but the variable has {ndim}")
+    for dim in dims:
+        check_dim_name(dim)
+    if len(set(dims)) != len(dims):
+        raise DeclarationError(f"dims {list(dims)} name one dimension twice (each axis needs its own dimension)")
+    return list(dims)
+
+
+def check_variable_attr_name(key: Any) -> None:
+    """DeclarationError if ``key`` cannot be a variable attribute's name in every format."""
+    if not isinstance(key, str) or not key or "/" in key:
+        raise DeclarationError(f"attribute name {key!r} must be a non-empty string without '/'")
+    if key in RESERVED_VARIABLE_ATTRS or key.startswith("_"):
+        raise DeclarationError(f"attribute name {key!r} is reserved (HDF5 dimension scales use CLASS, NAME, "
+                               "DIMENSION_LIST, REFERENCE_LIST and DIMENSION_LABELS; netCDF names starting with '_')")
+
+
+def _validate_attrs(attrs: Mapping[str, Any]) -> None:
+    for key, value in attrs.items():
+        check_variable_attr_name(key)
+        if not attrs_identical(jsonable_attr(key, value), value):  # plain JSON types, as normalize_attrs stores
+            raise ValueError(f"attribute {key!r} is {value!r}, not a stored attribute value")
+
+
+def shared_dim_lengths(variables: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    """Every dimension name of ``variables`` (name -> entry with ``shape`` and optional ``dims``; defaults
+    count) with its length. DeclarationError (a ValueError) naming both variables when one name has two
+    lengths: a dimension is shared, so HDF5 and netCDF files hold it once."""
+    lengths: dict[str, tuple[int, str]] = {}
+    for name, var in variables.items():
+        for dim, n in zip(variable_dims(name, var), var["shape"], strict=True):
+            first = lengths.setdefault(dim, (n, name))
+            if first[0] != n:
+                raise DeclarationError(f"dimension {dim!r} has length {first[0]} in variable {first[1]!r} but {n} in "
+                                       f"variable {name!r}; a dimension name means one length in a checkpoint")
+    return {dim: n for dim, (n, _) in lengths.items()}

@@ -56,6 +56,8 @@ class VariableInfo:
     kind: str
     nblocks: int
     nbytes: int
+    dims: tuple[str, ...] = ()  # the axes' names (declared with write(dims=), else <name>_d0, ...)
+    attrs: Mapping[str, Any] = field(default_factory=dict)  # the variable's own attributes
 
 
 @dataclass
@@ -223,7 +225,8 @@ class Reader:
         self._attrs: dict[str, Any] = dict(self.meta["attrs"])
         self._variables: dict[str, VariableInfo] = {
             name: VariableInfo(name, tuple(v["shape"]), np.dtype(v["dtype"]).newbyteorder("="), v["kind"],
-                               v["nblocks"], metamod.variable_nbytes(v))
+                               v["nblocks"], metamod.variable_nbytes(v), metamod.variable_dims(name, v),
+                               dict(v.get("attrs", {})))
             for name, v in self.meta["variables"].items()
         }
         self._itemsizes = np.array([np.dtype(self.meta["variables"][n]["dtype"]).itemsize for n in common["names"]]
@@ -627,3 +630,15 @@ class Reader:
                 out[where] = recvbuf[pos:pos + n].view(out.dtype).reshape(out[where].shape)
                 pos += n
         return None
+
+    # ------------------------------------------------------------------ analysis views (see ckptio.lazy)
+    def __getitem__(self, name: str) -> Any:
+        """Local: ``ck["dens"]``, a lazy h5py-like view of one variable (indexing it is a collective read)."""
+        from .lazy import LazyVariable
+
+        return LazyVariable(self, name)
+
+    def __repr__(self) -> str:
+        from .lazy import describe_reader
+
+        return describe_reader(self)

@@ -22,6 +22,7 @@ import numpy as np
 from . import coord, staging
 from .errors import CheckpointError, ReadRequestError
 from .layout import Box, normalize_request
+from .meta import default_dims
 
 
 def _candidate(stage_dir: str, path: str, rank: int, nprocs: int) -> tuple[str | None, str | None]:
@@ -115,7 +116,8 @@ class StagedReader:
         self.aggregators = list(range(comm.Get_size()))  # every rank reads its own piece
         self._arrays = arrays
         tables = comm.allgather([(b["name"], b["kind"], b["dtype"], b.get("offset"), b["array_shape"],
-                                  b.get("global_shape")) for b in manifest["blocks"]])
+                                  b.get("global_shape"), b.get("dims"), b.get("attrs")) for b in manifest["blocks"]])
+        described: dict[str, tuple[Any, Any]] = {}  # dims and attrs declared with the blocks, if any
         self._blocks: list[list[tuple[str, Box]]] = []  # per rank: (variable, box) of each block, in order
         shapes: dict[str, tuple[int, ...]] = {}
         kinds: dict[str, tuple[str, str]] = {}
@@ -124,8 +126,9 @@ class StagedReader:
         self._own_segment: dict[str, Box] = {}
         for r, table in enumerate(tables):
             boxes = []
-            for name, kind, dtype, offset, shape, gshape in table:
+            for name, kind, dtype, offset, shape, gshape, dims, attrs in table:
                 kinds.setdefault(name, (kind, dtype))
+                described.setdefault(name, (dims, attrs))
                 nblocks[name] = nblocks.get(name, 0) + 1
                 if kind == "array":
                     box = Box(tuple(offset), tuple(shape))
@@ -140,7 +143,9 @@ class StagedReader:
             self._blocks.append(boxes)
         shapes.update({name: (end,) for name, end in seg_end.items()})
         self.variables = {name: VariableInfo(name, shapes[name], np.dtype(dtype).newbyteorder("="), kind,
-                                             nblocks[name], int(np.prod(shapes[name])) * np.dtype(dtype).itemsize)
+                                             nblocks[name], int(np.prod(shapes[name])) * np.dtype(dtype).itemsize,
+                                             tuple(described[name][0] or default_dims(name, len(shapes[name]))),
+                                             dict(described[name][1] or {}))
                           for name, (kind, dtype) in sorted(kinds.items())}
         for name in seg_end:
             self._own_segment.setdefault(name, Box((seg_end[name],), (0,)))

@@ -316,10 +316,11 @@ def drain(comm, writer_factory, directory: str, final_path: str) -> None:
     twin = writer_factory(final_path, comm, manifest)
     try:
         for b, a in zip(manifest["blocks"], arrays, strict=True):
+            described = {"dims": b.get("dims"), "attrs": b.get("attrs")}  # declared with the block, if any
             if b["kind"] == "array":
-                twin.write(b["name"], a, offset=b["offset"], global_shape=b["global_shape"])
+                twin.write(b["name"], a, offset=b["offset"], global_shape=b["global_shape"], **described)
             else:
-                twin.write(b["name"], a)
+                twin.write(b["name"], a, **described)
     except CheckpointError as exc:
         twin._error = twin._error or exc  # raised by close() on every rank, naming this one
     twin.close()

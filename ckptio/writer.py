@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _faults, async_io, coord, placement_stats
+from . import _faults, async_io, coord, placement_stats, varmeta
 from . import codec as codecs
 from . import hints as hintsmod
 from . import meta as metamod
@@ -93,6 +93,7 @@ class Writer:
             self.hints.setdefault(key, value)
         self.attrs: dict[str, Any] = {}
         self._pending: list[_Pending] = []
+        self._described: dict[str, varmeta.Description] = {}  # dims/attrs per variable this rank declared
         self._error: BaseException | None = None
         self._closed = False
         self.stats = WriteStats()
@@ -110,18 +111,37 @@ class Writer:
 
     # ------------------------------------------------------------------------------------------- local API
     def write(self, name: str, array: np.ndarray, offset: Sequence[int] | None = None,
-              global_shape: Sequence[int] | None = None) -> None:
+              global_shape: Sequence[int] | None = None, *, dims: Sequence[str] | None = None,
+              attrs: Mapping[str, Any] | None = None) -> None:
         """Declare one block of a global N-d array (``offset`` + ``global_shape``), or, with neither, this
         rank's 1-D variable-length segment of ``name``. Local: no I/O and no communication happen here.
+
+        ``dims`` names the variable's axes (default ``<name>_d0``, ...; one name is one length in the whole
+        checkpoint, so variables sharing a dimension share it in HDF5 and netCDF files), ``attrs`` are its own
+        attributes (``units``, ``long_name``, ...: JSON-compatible values). Every block of a variable, on every
+        rank, must declare the same ``dims`` and ``attrs`` (or none): a difference within this rank raises
+        DeclarationError here, between ranks in :meth:`close`, on every rank.
 
         The array must stay unchanged until :meth:`close` returns (it is referenced, not copied).
         """
         self._check_open("write", name)
+        rank = self.comm.Get_rank()
         try:
-            d = declaration(name, array, offset, global_shape, self.comm.Get_rank())
+            d = declaration(name, array, offset, global_shape, rank)
             self.backend.check_dtype(name, array.dtype)
             if d["kind"] == SEGMENT and not self.backend.capabilities.segments:
                 raise CapabilityError(f"variable {name!r}: backend {self.backend.name!r} has no per-rank segments")
+            described = varmeta.declare(name, array.ndim, dims, attrs, rank)
+            for key, value in described.get("attrs", {}).items():
+                try:
+                    self.backend.check_attr(key, value)
+                except CapabilityError as exc:
+                    raise CapabilityError(f"variable {name!r}: {exc}") from None
+            earlier = self._described.setdefault(name, described)
+            if not varmeta.same(earlier, described):
+                raise DeclarationError(f"variable {name!r} on rank {rank}: this block declares "
+                                       f"{varmeta.show(described)} but an earlier block declared "
+                                       f"{varmeta.show(earlier)}; every block of a variable must declare the same")
             self._pending.append(_Pending(d, array))
         except CheckpointError as exc:
             self._fail_locally(exc)
@@ -235,6 +255,7 @@ class Writer:
         slot, copies = async_io.stage_arrays(engine.pool, [p.data for p in self._pending])
         twin = self._clone(self.path, engine.comm)
         twin._pending = [_Pending(dict(p.decl), c) for p, c in zip(self._pending, copies, strict=True)]
+        twin._described = dict(self._described)
         self._pending = []
         self.handle = async_io.AsyncCheckpoint(self.path)
         on_commit = getattr(self, "_on_commit", None)
@@ -264,7 +285,7 @@ class Writer:
             directory = staging.checkpoint_dir(self.stage_dir, self.path, token)
             header = {"final": os.path.abspath(self.path), "token": token, "host": info.hosts[rank],
                       "backend": self.backend.name, "attrs": self.attrs}
-            blocks = [(p.decl, p.data) for p in self._pending]
+            blocks = [({**p.decl, **self._described.get(p.decl["name"], {})}, p.data) for p in self._pending]
 
             def write_piece() -> int:
                 spare = staging.spare_data_file(self.stage_dir, self.path, rank, nprocs)
@@ -311,7 +332,7 @@ class Writer:
         problem = None if os.path.isdir(final_dir) else (f"{final_dir} is not a directory seen from "
                                                          f"{MPI.Get_processor_name()} (rank {self.comm.Get_rank()})")
         return {"decls": [p.decl for p in self._pending], "attrs": self.attrs,
-                "prepare_seconds": time.perf_counter() - t,
+                "described": varmeta.pack(self._described), "prepare_seconds": time.perf_counter() - t,
                 "dir_problem": _directory_problem(self.path) if self.comm.Get_rank() == 0 else None,
                 "sees_final": problem}
 
@@ -334,8 +355,8 @@ class Writer:
         timings: dict[str, float] = {}
 
         _faults.point("declare", comm)
-        variables, layout, tmp = coord.gather_and_plan(comm, f"checkpoint {self.path}: declare", self._prepare_local,
-                                                       self._plan_global)
+        variables, layout, tmp, described = coord.gather_and_plan(comm, f"checkpoint {self.path}: declare",
+                                                                  self._prepare_local, self._plan_global)
         timings["declare"] = time.perf_counter() - t0
         session = None
         created: list[Any] = []  # the session even when the create phase failed on another rank: abort it
@@ -347,7 +368,9 @@ class Writer:
                                 lambda: created.append(self.backend.create(tmp, comm, info, variables, layout,
                                                                            {"hints": self.hints,
                                                                             "nprocs": comm.Get_size(),
-                                                                            "attrs": self.attrs})) or created[0])
+                                                                            "attrs": self.attrs,
+                                                                            "described": described}))
+                                or created[0])
             # before any collective write: a full file system is one clean error (MPI-IO may hang or lose data)
             coord.bcast_from_root(comm, f"checkpoint {self.path}: reserve space",
                                   lambda: reserve_space(tmp, session.data_ranges(), "its data"))
@@ -369,7 +392,7 @@ class Writer:
             meta = coord.gather_and_plan(comm, f"checkpoint {self.path}: build index", lambda: local_report,
                                          lambda reports: self._build_meta(variables, reports,
                                                                           session.effective_hints(),
-                                                                          session.storage_info()))
+                                                                          session.storage_info(), described))
             _faults.point("write index", comm)
             coord.run(comm, f"checkpoint {self.path}: commit",
                       lambda: (session.commit(meta), _faults.point("commit vote", comm)))
@@ -424,11 +447,13 @@ class Writer:
             else:
                 p.stored = data
         check_dir = _directory_problem(self.path) if self.comm.Get_rank() == 0 else None
-        return {"decls": [p.decl for p in self._pending], "attrs": self.attrs, "dir_problem": check_dir,
+        return {"decls": [p.decl for p in self._pending], "attrs": self.attrs,
+                "described": varmeta.pack(self._described), "dir_problem": check_dir,
                 "prepare_seconds": time.perf_counter() - t}
 
     def _plan_global(self, gathered: list[dict[str, Any]]):
-        """Rank 0: validate everything, choose the temporary name and the file layout."""
+        """Rank 0: validate everything (the variables' dims and attrs too: the same on every rank, one length per
+        dimension name), choose the temporary name and the file layout."""
         if gathered[0]["dir_problem"]:
             raise CheckpointIOError(gathered[0]["dir_problem"])
         for r, g in enumerate(gathered):
@@ -439,6 +464,8 @@ class Writer:
                 raise DeclarationError(f"attribute {key!r} differs between rank 0 ({a0.get(key, '<unset>')!r}) and "
                                        f"rank {r} ({ar.get(key, '<unset>')!r}); attrs must be identical on every rank")
         variables = plan_write([g["decls"] for g in gathered])
+        described = varmeta.agree([g["described"] for g in gathered])
+        varmeta.check_dimensions({name: var.shape for name, var in variables.items()}, described)
         if not variables and not gathered[0]["attrs"]:
             warnings.warn(f"checkpoint {self.path} holds no variables and no attributes", stacklevel=4)
         _stripe_count, stripe_unit = hintsmod.stripe_layout(self.hints)
@@ -446,7 +473,7 @@ class Writer:
         directory, base = os.path.split(os.path.abspath(self.path))
         tmp = os.path.join(directory, f".{base}.ckptio-tmp-{uuid.uuid4().hex[:12]}")
         self._prepare_seconds = max(g["prepare_seconds"] for g in gathered)
-        return variables, layout, tmp
+        return variables, layout, tmp, {name: d for name, d in described.items() if d}
 
     def _my_blocks(self, variables: Mapping[str, VariablePlan], rank: int):
         """This rank's (BlockPlan, stored bytes) in declaration order."""
@@ -454,7 +481,8 @@ class Writer:
         return [(by_index[i], p.stored) for i, p in enumerate(self._pending)]
 
     def _build_meta(self, variables: Mapping[str, VariablePlan], reports: list[dict[str, Any]],
-                    effective: Mapping[str, str], storage: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+                    effective: Mapping[str, str], storage: Mapping[str, dict[str, Any]],
+                    described: Mapping[str, varmeta.Description]) -> dict[str, Any]:
         """Rank 0: the metadata document (schema in ckptio.meta)."""
         table: dict[tuple[int, int], tuple] = {}
         for rank, rep in enumerate(reports):
@@ -468,7 +496,8 @@ class Writer:
                 blocks.append({"rank": b.rank, "offset": list(b.box.offset), "shape": list(b.box.shape),
                                "checksum": checksum, "file_offset": file_offset, "stored_nbytes": stored,
                                "codec": codec})
-            out_vars[name] = {"dtype": var.dtype, "shape": list(var.shape), "kind": var.kind, "blocks": blocks}
+            out_vars[name] = {"dtype": var.dtype, "shape": list(var.shape), "kind": var.kind, "blocks": blocks,
+                              **described.get(name, {})}
             if name in storage:
                 out_vars[name]["storage"] = storage[name]
         stripe_count, stripe_unit = hintsmod.stripe_layout(self.hints)
