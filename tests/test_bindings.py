@@ -60,9 +60,20 @@ def build() -> Path:
 
 
 def error_lines(stdout: str) -> dict[str, dict[int, tuple[int, str]]]:
-    """``ERR case rank status message`` lines -> {case: {rank: (status, message)}}."""
+    """``ERR case rank status message`` lines -> {case: {rank: (status, message)}}: from ``stdout`` and from the
+    per-rank report files of the last program run (``CKPTIO_TEST_REPORT_DIR``, set for every test by
+    tests/conftest.py; read and removed here, so each program's cases are its own)."""
     out: dict[str, dict[int, tuple[int, str]]] = {}
-    for line in stdout.splitlines():
+    text = stdout
+    folder = os.environ.get("CKPTIO_TEST_REPORT_DIR")
+    if folder and os.path.isdir(folder):
+        for name in sorted(os.listdir(folder)):
+            if name.startswith("report."):
+                path = os.path.join(folder, name)
+                with open(path) as f:
+                    text += "\n" + f.read()
+                os.remove(path)
+    for line in text.splitlines():
         if line.startswith("ERR "):
             _, case, rank, status, msg = line.split(" ", 4)
             out.setdefault(case, {})[int(rank)] = (int(status), msg)

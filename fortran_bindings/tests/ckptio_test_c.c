@@ -167,13 +167,24 @@ static int roundtrip(const char *dir, const char *backend) {
   return 0;
 }
 
-/* Print the outcome of one error case on every rank; the Python test checks them. */
+/* Print the outcome of one error case on every rank; the Python test checks them. With CKPTIO_TEST_REPORT_DIR
+   set, the line goes to DIR/report.<rank> instead: the launcher forwards each rank's stdout in chunks of its own
+   size, so lines of several KiB from several ranks could interleave inside one another. */
 static void report(const char *name, int status) {
   char msg[4096];
   ckptio_last_error(msg, sizeof msg);
   for (char *p = msg; *p; p++)
     if (*p == '\n') *p = '|';
-  printf("ERR %s %d %d %s\n", name, rank, status, status == CKPTIO_OK ? "-" : msg);
+  const char *dir = getenv("CKPTIO_TEST_REPORT_DIR");
+  FILE *out = stdout;
+  if (dir && *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/report.%d", dir, rank);
+    out = fopen(path, "a");
+    if (!out) out = stdout;
+  }
+  fprintf(out, "ERR %s %d %d %s\n", name, rank, status, status == CKPTIO_OK ? "-" : msg);
+  if (out != stdout) fclose(out);
   fflush(stdout);
 }
 

@@ -194,12 +194,24 @@ contains
     character(len=*), intent(in) :: name
     integer, intent(in) :: ierr
     character(len=:), allocatable :: msg
-    integer :: i
+    character(len=4096) :: dir, path
+    integer :: i, dlen, dstat, u, ios
     msg = ckptio_error_message()
     do i = 1, len(msg)
        if (msg(i:i) == new_line('a')) msg(i:i) = '|'
     end do
     if (ierr == CKPTIO_OK) msg = '-'
+    ! with CKPTIO_TEST_REPORT_DIR set, to DIR/report.<rank> (long lines of several ranks interleave on stdout)
+    call get_environment_variable('CKPTIO_TEST_REPORT_DIR', dir, length=dlen, status=dstat)
+    if (dstat == 0 .and. dlen > 0) then
+       write (path, '(a,a,i0)') trim(dir), '/report.', rank
+       open (newunit=u, file=trim(path), position='append', action='write', iostat=ios)
+       if (ios == 0) then
+          write (u, '(a,1x,a,1x,i0,1x,i0,1x,a)') 'ERR', name, rank, ierr, msg
+          close (u)
+          return
+       end if
+    end if
     print '(a,1x,a,1x,i0,1x,i0,1x,a)', 'ERR', name, rank, ierr, msg
     flush (6)
   end subroutine report
