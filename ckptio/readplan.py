@@ -5,8 +5,7 @@ and ``ckptio plan`` runs them for one simulated rank of a large job (:mod:`ckpti
 At open (rank 0 once, :func:`partition`)
     The extent table (:mod:`ckptio.extent_table`) is cut into *runs*: each variable's extents, in file order,
     into up to A contiguous runs balanced by bytes (cut at a stripe-aligned extent boundary where one is within
-    1/8 of the ideal share), a variable smaller than A x ``min_share`` (64 KiB: below that a read is latency,
-    not bandwidth) into fewer runs, and run ``j`` of a
+    1/8 of the ideal share; fewer when it has fewer extents or is smaller than A x ``min_share``), and run ``j`` of a
     variable goes to aggregator ``(first + j) mod A`` with ``first`` rotating over the variables, so reading
     any subset of variables still spreads over the aggregators. Each aggregator receives only its own rows;
     every rank receives the :class:`Routing` index, one bounding box per run: O(variables x aggregators).
@@ -82,7 +81,7 @@ def _cut_points(sizes: np.ndarray, offsets: np.ndarray, k: int, stripe_unit: int
 
 
 def partition(table: ExtentTable, aggregators: list[int], stripe_unit: int,
-              min_share: int = 64 << 10) -> tuple[np.ndarray, Routing]:
+              min_share: int = 1) -> tuple[np.ndarray, Routing]:
     """Rank 0, at open: the aggregator index owning each row of ``table``, and the routing index."""
     naggr = max(1, len(aggregators))
     owner = np.zeros(len(table), np.int32)

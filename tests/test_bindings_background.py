@@ -23,7 +23,7 @@ CODEC = r"""
 import sys, ckptio
 from mpi4py import MPI
 with ckptio.open(sys.argv[1], MPI.COMM_SELF) as ck:
-    print("CODEC", sorted({b["codec"] for b in ck.meta["variables"]["x"]["blocks"]}))
+    print("CODEC", sorted({b["codec"] for b in ck.backend.read_metadata(sys.argv[1])["variables"]["x"]["blocks"]}))
 """
 
 
