@@ -27,6 +27,7 @@ attributes (``units``, ``long_name``, ...), JSON values as the checkpoint's.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -269,6 +270,9 @@ def _validate_variable(name: str, var: Any, nprocs: int) -> None:
                 raise ValueError(f"storage file_dtype {storage['file_dtype']!r} does not store dtype {dtype.str}")
     if not isinstance(var["blocks"], list):
         raise ValueError("blocks is not a list")
+    if _blocks_valid_fast(var["blocks"], shape, nprocs, var["kind"] == "segment"):
+        return
+    # a problem somewhere (or a structure the fast path does not decide): find and name it block by block
     boxes: list[tuple[int, Box]] = []
     for i, b in enumerate(var["blocks"]):
         b = _dict(b, f"block {i}")
@@ -291,6 +295,72 @@ def _validate_variable(name: str, var: Any, nprocs: int) -> None:
             raise ValueError(f"block {i} codec {codec!r} is unknown")
         boxes.append((rank, box))
     _check_tiling(shape, boxes, var["kind"] == "segment")
+
+
+_HEX = re.compile(r"[0-9a-f]*")
+
+
+def _blocks_valid_fast(blocks: list[Any], shape: tuple[int, ...], nprocs: int, segments: bool) -> bool:
+    """True if every block of a variable is well-formed and the blocks tile ``shape``: the checks of the block
+    loop in :func:`_validate_variable` and :func:`_check_tiling`, as a few passes of C-speed comprehensions and
+    numpy (183,000 blocks: ~0.3 s instead of ~4 s). False means "not proven valid": the caller then runs the
+    block-by-block checks, which name the problem. Never raises."""
+    try:
+        return _tiles_exactly(blocks, shape, nprocs, segments)
+    except (TypeError, ValueError, OverflowError):  # unhashable, ragged or huge values: decided block by block
+        return False
+
+
+def _tiles_exactly(blocks: list[Any], shape: tuple[int, ...], nprocs: int, segments: bool) -> bool:
+    """The body of :func:`_blocks_valid_fast` (may raise on odd values)."""
+    nd = len(shape)
+    try:
+        if not set(map(type, blocks)) <= {dict}:
+            return False
+        ranks = [b["rank"] for b in blocks]
+        offsets = [b["offset"] for b in blocks]
+        shapes = [b["shape"] for b in blocks]
+        sums = [b["checksum"] for b in blocks]
+    except KeyError:
+        return False
+    file_offsets = [b["file_offset"] for b in blocks if b.get("file_offset") is not None]
+    stored = [b["stored_nbytes"] for b in blocks if "stored_nbytes" in b]
+    codecs = {b.get("codec") for b in blocks}
+    if not set(map(type, sums)) <= {str} or set(map(len, sums)) - {16} or not _HEX.fullmatch("".join(sums)):
+        return False
+    if not all(c is None or (type(c) is str and _CODEC_RE.match(c)) for c in codecs):
+        return False
+    if not set(map(type, offsets)) | set(map(type, shapes)) <= {list} or \
+            (set(map(len, offsets)) | set(map(len, shapes))) - {nd}:
+        return False
+    flat = itertools.chain(ranks, file_offsets, stored, itertools.chain.from_iterable(offsets),
+                           itertools.chain.from_iterable(shapes))
+    if not set(map(type, flat)) <= {int}:  # not bool, not float (map and set run at C speed)
+        return False
+    rank = np.array(ranks, np.int64)
+    lo = np.array(offsets, np.int64).reshape(len(blocks), nd)
+    size = np.array(shapes, np.int64).reshape(len(blocks), nd)
+    scalars = np.array(file_offsets + stored, np.int64)
+    gshape = np.array(shape, np.int64)
+    if ((rank < 0) | (rank >= nprocs)).any() or (scalars < 0).any() or (lo < 0).any() or (size < 0).any():
+        return False
+    if (size > gshape).any() or (lo > gshape - size).any():  # outside the global shape (no overflow)
+        return False
+    if segments:
+        ends = lo[:, 0] + size[:, 0]
+        return bool((len(blocks) == 0 and shape[0] == 0) or (len(blocks) > 0 and (np.diff(rank) > 0).all()
+                    and lo[0, 0] == 0 and (lo[1:, 0] == ends[:-1]).all() and ends[-1] == shape[0]))
+    count = size.prod(axis=1) if nd else np.ones(len(blocks), np.int64)
+    nonempty = np.flatnonzero(count > 0)
+    if nd == 0:
+        overlap = len(nonempty) > 1
+    else:
+        order = nonempty[np.argsort(lo[nonempty, 0], kind="stable")]
+        starts, ends = lo[order, 0], lo[order, 0] + size[order, 0]
+        disjoint_rows = len(order) < 2 or bool((starts[1:] >= np.maximum.accumulate(ends)[:-1]).all())
+        overlap = not disjoint_rows and find_overlap(
+            [(0, Box(tuple(lo[i].tolist()), tuple(size[i].tolist()))) for i in range(len(blocks))]) is not None
+    return not overlap and int(count.sum()) == math.prod(shape)
 
 
 def _check_tiling(shape: tuple[int, ...], boxes: list[tuple[int, Box]], segments: bool) -> None:
