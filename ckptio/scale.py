@@ -141,7 +141,7 @@ def flash_like_table(ranks: int, total_bytes: int, nvars: int = 24, data_start: 
 
 def restart_control_plane(ranks: int, total_bytes: int, nvars: int = 24, ranks_per_node: int = 16,
                           stripe_count: int = 80, buffer_bytes: int = 64 << 20,
-                          open_max_ranks: int | None = None) -> dict[str, Any]:
+                          open_max_ranks: int | None = None, aggregators: int | None = None) -> dict[str, Any]:
     """Measure rank 0's open and one aggregator's and one other rank's per-read control plane (see module).
 
     With ``open_max_ranks`` below ``ranks``, the part of rank 0's open that parses and validates the version-1
@@ -152,7 +152,7 @@ def restart_control_plane(ranks: int, total_bytes: int, nvars: int = 24, ranks_p
     rows = _rows(ranks, total_bytes, nvars)
 
     def partition(table: ExtentTable):
-        aggs = choose_aggregators(ranks, [r // ranks_per_node for r in range(ranks)], stripe_count)
+        aggs = choose_aggregators(ranks, [r // ranks_per_node for r in range(ranks)], stripe_count, aggregators)
         owner, routing = readplan.partition(table, aggs, 1 << 20)
         parts = readplan.rows_of_aggregators(owner, len(aggs))
         return aggs, routing, [table.take(p) for p in parts]
