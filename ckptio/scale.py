@@ -121,7 +121,7 @@ def flash_like_document(ranks: int, total_bytes: int, nvars: int = 24, data_star
 
 def flash_like_table(ranks: int, total_bytes: int, nvars: int = 24, data_start: int = 1 << 20) -> ExtentTable:
     """The extent table rank 0 builds from :func:`flash_like_document` (``extent_table.from_blocks`` of the parsed
-    document; ``tests/test_scale.py`` checks they are equal), built directly from columns: the input of the
+    document; ``tests/test_simulate.py`` checks they are equal), built directly from columns: the input of the
     partition step when the document itself is too large to parse within ``ckptio plan``'s budget."""
     rows = _rows(ranks, total_bytes, nvars)
     n = ranks * nvars

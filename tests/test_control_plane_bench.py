@@ -15,7 +15,7 @@ def test_goals_are_marked_met_or_missed_with_their_figures():
                                  _row(100_000, 0.01, 3, 8.5, 50, 60, 2700, 61)])
     assert lines[0].startswith("- 7,620 ranks, any rank, per read (goal <= 0.5 s, <= 64 MiB): **met**, 0.400 s")
     assert "aggregator, per read (goal <= 2 s, <= 256 MiB): **met**" in lines[1]
-    assert "rank 0, at open (goal <= 0.5 s, <= 64 MiB): **missed**, 4.000 s, 150.0 MiB" in lines[2]
+    assert "rank 0 (an aggregator), at open (goal <= 2 s, <= 256 MiB): **missed**, 4.000 s, 150.0 MiB" in lines[2]
     assert "100,000 ranks, aggregator, per read (goal <= 8 s, <= 1024 MiB): **missed**, 8.500 s" in lines[4]
     assert lines[5].endswith("**missed**, 60.000 s, 2700.0 MiB (extrapolated)")
     assert lines[6] == "- `ckptio plan --ranks 100000 --bytes 189G` (goal <= 60 s): **missed**, 61.0 s, 100 MiB"
