@@ -223,7 +223,7 @@ def restart_control_plane(ranks: int, total_bytes: int, nvars: int = 24, ranks_p
         "aggregator_rows_bytes": mine.memory_bytes(), "extent_table_bytes": table.memory_bytes(),
         "block_bytes": rows * ROW_BYTES, "metadata_document_bytes": round(document_bytes * ranks / parse_ranks),
         "model": f"FLASH-like: {nvars} variables x one ({rows},16,16,16) float64 block per rank, native format, "
-                 f"N-to-N restart, {ranks_per_node} ranks/node, stripe count {stripe_count}, buffer "
+                 f"N-to-N restart, {ranks_per_node} rank(s) per node, stripe count {stripe_count}, buffer "
                  f"{buffer_bytes >> 20} MiB",
     }
     if parse is not None and part is not None:
@@ -239,21 +239,21 @@ def format_report(r: dict[str, Any]) -> str:
     def fmt(m: dict[str, float]) -> str:
         return f"{m['seconds']:8.3f} s {m['peak_MiB']:9.1f} MiB"
 
-    lines = [
-        "RESTART CONTROL PLANE per rank (measured: the real per-rank code paths fed what the collectives deliver, "
-        f"one simulated rank each; {r['model']})",
-        f"  rank 0, at open (parse + validate metadata, extent table, partition): {fmt(r['rank0_open'])}"
-        + ("  EXTRAPOLATED (below)" if r["rank0_open"]["extrapolated"] else ""),
-        f"  one aggregator, per read ({r['ranks_routed_to_aggregator']} ranks' requests, {r['rounds']} rounds):"
-        f"   {fmt(r['aggregator_per_read'])}",
-        f"  any other rank, per read (route, counts, descriptors):                {fmt(r['any_rank_per_read'])}",
-        f"  broadcast to every rank at open: {r['broadcast_to_every_rank_bytes'] / 1024:.1f} KiB; an aggregator's "
-        f"rows: {r['aggregator_rows_bytes'] / 2**20:.1f} MiB (whole table {r['extent_table_bytes'] / 2**20:.1f} MiB, "
-        f"{r['blocks']} blocks; metadata document {r['metadata_document_bytes'] / 2**20:.0f} MiB of JSON)",
-    ]
+    steps = (("rank 0 at open (parse, validate, extent table, partition)", r["rank0_open"]),
+             (f"one aggregator per read ({r['ranks_routed_to_aggregator']} ranks' requests, {r['rounds']} rounds)",
+              r["aggregator_per_read"]),
+             ("any other rank per read (route, counts, descriptors)", r["any_rank_per_read"]))
+    lines = ["RESTART CONTROL PLANE per rank (scale harness: the real per-rank code paths fed what the collectives "
+             "deliver, one simulated rank each)", f"  {r['model']}"]
+    lines += [f"  {label:<64}{fmt(m)}" + ("  EXTRAPOLATED (below)" if m.get("extrapolated") else "")
+              for label, m in steps]
+    lines.append(f"  every rank receives at open: {r['broadcast_to_every_rank_bytes'] / 1024:.1f} KiB of routing; an "
+                 f"aggregator also its rows: {r['aggregator_rows_bytes'] / 2**20:.1f} MiB (whole table "
+                 f"{r['extent_table_bytes'] / 2**20:.1f} MiB, {r['blocks']} blocks; metadata document "
+                 f"{r['metadata_document_bytes'] / 2**20:.0f} MiB of JSON)")
     if "rank0_open_parts" in r:
         p, q = r["rank0_open_parts"]["parse_validate_table"], r["rank0_open_parts"]["partition"]
         lines.append(f"  rank 0's open was not run whole: its JSON parse + validation + extent table was measured at "
-                     f"{p['measured_at_ranks']} ranks ({p['measured_at_blocks']} blocks): {fmt(p)}, and scaled "
-                     f"linearly in blocks; the partition ran at full size: {fmt(q)}")
+                     f"{p['measured_at_ranks']} ranks ({p['measured_at_blocks']} blocks):{fmt(p)}, and scaled "
+                     f"linearly in blocks (--open-max-ranks); the partition ran at full size:{fmt(q)}")
     return "\n".join(lines)

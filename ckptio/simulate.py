@@ -382,8 +382,9 @@ def format_comparison(result: dict[str, Any]) -> str:
                          f"{q['max']:>13.0f} /{q['mean']:>9.0f}{c['max']:>12.0f} /{c['mean']:>8.0f}")
         lines.append("")
     r = result["restart"]["ckptio"]
-    lines.append(f"restart: {r['aggregators']} aggregators read contiguous domains in {r['rounds']} round(s); "
-                 f"per-OST byte imbalance (max/mean) {r['bytes']['imbalance']:.3f}")
+    lines.append(f"restart: {r['aggregators']} aggregators read their partitions as {r['contiguous_runs']} "
+                 f"contiguous runs in {r['rounds']} round(s), at most {r['reads_per_aggregator']['max']} reads per "
+                 f"aggregator; per-OST byte imbalance (max/mean) {r['bytes']['imbalance']:.3f}")
     if sc.get("ranks_per_node"):
         lines += ["", *format_placement(result)]
     return "\n".join(lines)

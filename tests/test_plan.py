@@ -122,7 +122,7 @@ def test_ckptio_plan_reports_the_control_plane_in_text_and_can_skip_it(capsys):
     assert cli_main(["plan", "--ranks", "300", "--bytes", "2G"]) == 0
     text = capsys.readouterr().out
     assert "RESTART CONTROL PLANE per rank" in text and "EXTRAPOLATED" not in text
-    assert "one aggregator, per read" in text and "any other rank, per read" in text
+    assert "one aggregator per read" in text and "any other rank per read" in text
     assert cli_main(["plan", "--ranks", "300", "--bytes", "2G", "--open-max-ranks", "100"]) == 0
     text = capsys.readouterr().out
     assert "EXTRAPOLATED" in text and "measured at 100 ranks (2400 blocks)" in text
