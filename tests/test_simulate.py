@@ -10,7 +10,7 @@ from ckptio import extent_table, readplan, scale
 from ckptio import meta as metamod
 from ckptio.layout import Box
 from ckptio.plan import BlockPlan, VariablePlan, choose_aggregators
-from ckptio.simulate import PlanScenario, aggregator_rounds, build_job, native_layout, needed_rows
+from ckptio.simulate import PlanScenario, aggregator_rounds, build_job, native_layout, needed_rows, ost_load
 
 
 @settings(max_examples=60, deadline=None)
@@ -87,3 +87,11 @@ def test_scale_harness_table_is_what_rank0_builds_from_the_document():
             assert a.dtype == b.dtype and np.array_equal(a, b), field
         else:
             assert a == b, field
+
+
+def test_ost_load_keeps_each_run_with_its_client_when_empty_runs_are_dropped():
+    """An empty run before others used to shift the client column against the runs (clients miscounted)."""
+    runs = np.array([[0, 0], [0, 100], [1 << 20, 100], [2 << 20, 50]], np.int64)
+    got = ost_load(runs, np.array([9, 1, 1, 1]), 1 << 20, 2)
+    assert got["clients_per_ost"] == [1, 1]  # client 1 alone everywhere (never the empty run's 9)
+    assert got["requests_per_ost"] == [2, 1] and got["bytes_per_ost"] == [150.0, 100.0]
