@@ -1,17 +1,20 @@
 """The scale harness: the restart control plane's cost for ONE simulated rank of a large job, measured by running
 the real per-rank code paths (:mod:`ckptio.readplan`, :mod:`ckptio.extent_table`, :func:`ckptio.meta.loads`)
-with what the collectives would deliver to that rank. No MPI, no data: ``ckptio plan`` runs it for 100,000
-ranks on a laptop.
+with what the collectives would deliver to that rank. No MPI, no data: ``ckptio plan`` runs it (100,000 ranks in
+well under a minute on 2 cores) and ``benchmarks/control_plane.py`` tabulates it.
 
 The job is FLASH-like: ``nvars`` variables of shape ``(ranks * rows, 16, 16, 16)`` float64, one block of
 ``rows`` leading rows per variable per rank, written by the native backend rank-major (each rank's blocks
 contiguous), restarted by the same number of ranks with the same decomposition (every rank reads its own
 blocks of every variable in one ``read_many``).
 
-Three ranks are measured (seconds, and the growth of the peak resident memory while the step runs):
+Three ranks are measured (wall seconds; memory: the growth of the peak RSS for rank 0's open, which runs first
+in the process, and the peak of traced allocations for the per-read steps, see :func:`measure`):
 
 * **rank 0 at open**: parse and validate the metadata document, build the extent table, choose aggregators,
-  partition the table, cut each aggregator's rows out and build every rank's segment info;
+  partition the table, cut each aggregator's rows out. Its first part is O(blocks) Python objects (the
+  version-1 JSON document): with ``open_max_ranks`` it is measured at that size and scaled linearly, the rest at
+  full size (the result says ``extrapolated``);
 * **an aggregator per read**: match the requests the routing sends it (those of the ranks whose blocks it
   owns: computed here by routing every candidate rank's requests with the real code) against its rows, plan
   parts, rounds and pieces, and produce every destination's descriptors;
