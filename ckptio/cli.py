@@ -174,16 +174,33 @@ def _silence_stdout() -> None:
     os.close(devnull)
 
 
+OPEN_MAX_RANKS = 5_000  # rank 0 parses 120,000 JSON blocks in ~4 s here; 100,000 ranks (2.4 M) would take ~80 s
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from .simulate import PlanScenario, format_comparison, simulate
 
     scenario = PlanScenario.from_args(args)
+    control = None
+    if not args.no_control_plane:  # first: rank 0's open is measured by the RSS it adds to a fresh process
+        from .scale import restart_control_plane
+
+        control = restart_control_plane(scenario.ranks, scenario.nbytes, scenario.variables,
+                                        scenario.ranks_per_node or 1, scenario.stripe_count, scenario.buffer_bytes,
+                                        open_max_ranks=args.open_max_ranks, aggregators=scenario.aggregators)
     result = simulate(scenario)
+    if control is not None:
+        result["control_plane"] = control
     if args.json:
         json.dump(result, sys.stdout, indent=2, sort_keys=True)
         print()
     else:
         print(format_comparison(result))
+        if control is not None:
+            from .scale import format_report
+
+            print()
+            print(format_report(control))
     if args.plot:
         from .simulate import plot_ost_load
 
@@ -237,6 +254,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="aggregator buffer per round, e.g. 64M, 64MiB, 1G or bytes (default 64M)")
     q.add_argument("--ranks-per-node", type=_positive_int("--ranks-per-node"), default=None, metavar="N",
                    help="ranks per node (filled node by node): also report aggregators per node and per OST")
+    q.add_argument("--no-control-plane", action="store_true",
+                   help="skip the scale harness (the measured per-rank restart control-plane cost)")
+    q.add_argument("--open-max-ranks", type=_positive_int("--open-max-ranks"), default=OPEN_MAX_RANKS, metavar="N",
+                   help="above N ranks, rank 0's parse of the version-1 metadata document is measured at N ranks and "
+                        f"scaled linearly (default {OPEN_MAX_RANKS}: keeps 100,000 ranks within a minute)")
     q.add_argument("--json", action="store_true")
     q.add_argument("--plot", metavar="FILE.png", help="write a per-OST load picture")
     q.set_defaults(func=cmd_plan)

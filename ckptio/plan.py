@@ -1,25 +1,23 @@
-"""Global write and read plans. Pure: a plan is a function of the gathered declarations and the hints, so the
-planner can be tested for 10,000 simulated ranks without MPI (and ``ckptio plan`` runs it for a hypothetical
-job).
+"""The write plan and the vocabulary of the read side. Pure: a plan is a function of the gathered declarations
+and the hints, so the planner can be tested for 10,000 simulated ranks without MPI.
 
 Write plan
     :func:`plan_write` takes every rank's declarations (gathered on one coordinator rank) and returns the
     validated variables with their block tables; per-rank segments get their offsets from an exclusive prefix
     sum of the lengths.
 
-Read plan (two-phase aggregated restart)
-    The stored data is described as *extents*: contiguous byte ranges of the file that hold a C-ordered box of
-    one variable (a native-format block, or a leading-axis band of an HDF5/netCDF dataset). :func:`plan_read`
-    keeps the extents some rank needs, splits those larger than the aggregator buffer, gives each aggregator a
-    contiguous file domain (a run of extents, cut preferably at stripe boundaries, balanced by bytes) and
-    orders each aggregator's work in rounds of at most ``buffer_bytes``. :func:`exchange_for_rank` derives,
-    for one rank, what it sends (as an aggregator) and receives in every round; both sides enumerate pieces in
-    the same canonical order, so no plan needs to be communicated.
+Read side
+    The stored data is described as *extents* (:class:`Extent`): contiguous byte ranges of the file that hold
+    a C-ordered box of one variable (a native-format block, or a leading-axis band of an HDF5/netCDF dataset);
+    a rank asks for hyperslabs (:class:`Request`); :func:`choose_aggregators` picks the ranks that open the
+    file. The restart plan itself is distributed and columnar: :mod:`ckptio.extent_table` holds the extents as
+    numpy columns and :mod:`ckptio.readplan` partitions them among the aggregators at open and matches the
+    requests each aggregator receives per read (ROMIO's two-phase pattern: no rank holds every rank's
+    requests or the whole exchange map). The global planner that ran on every rank for every rank is gone.
 """
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -29,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .errors import DeclarationError
-from .layout import Box, check_dtype, check_name, exclusive_prefix_sum, split_leading_axis, validate_variable
+from .layout import Box, check_dtype, check_name, exclusive_prefix_sum, validate_variable
 
 ARRAY = "array"
 SEGMENT = "segment"
@@ -146,7 +144,7 @@ def plan_write(declarations_by_rank: Sequence[Sequence[Mapping[str, Any]]]) -> d
     return dict(sorted(variables.items()))
 
 
-# ---------------------------------------------------------------------------------------------- read plan
+# ---------------------------------------------------------------------------------------------- read side
 @dataclass(frozen=True)
 class Extent:
     """Contiguous bytes of the file holding a C-ordered box of one variable.
@@ -174,21 +172,6 @@ class Request:
     box: Box
 
 
-@dataclass
-class ReadPlan:
-    aggregators: list[int]  # world ranks (of the reading communicator) that open and read the file
-    rounds: list[list[list[Extent]]]  # rounds[a][k]: extents aggregator a reads in round k
-    nrounds: int
-    domains: list[tuple[int, int]]  # byte range [start, end) of each aggregator's file domain
-    buffer_bytes: int
-
-    def aggregator_index(self, rank: int) -> int | None:
-        try:
-            return self.aggregators.index(rank)
-        except ValueError:
-            return None
-
-
 def choose_aggregators(nprocs: int, node_of_rank: Sequence[int], stripe_count: int, override: int | None = None,
                        cap: int = 80) -> list[int]:
     """Pick aggregator ranks: ``min(nprocs, stripe_count, cap)`` unless overridden, spread one per node first.
@@ -210,186 +193,3 @@ def choose_aggregators(nprocs: int, node_of_rank: Sequence[int], stripe_count: i
                 chosen.append(by_node[node][depth])
         depth += 1
     return sorted(chosen)
-
-
-def _split_extent(extent: Extent, itemsize: int, buffer_bytes: int) -> list[Extent]:
-    """Split an extent larger than the buffer along its leading axis into a chain of contiguous parts."""
-    if extent.nbytes <= buffer_bytes or extent.codec is not None:
-        return [extent]
-    pieces = split_leading_axis(extent.box, max(1, buffer_bytes // itemsize))
-    if len(pieces) == 1:
-        return [extent]
-    out, pos = [], extent.file_offset
-    key = f"{extent.var}@{extent.file_offset}"
-    for i, piece in enumerate(pieces):
-        nbytes = piece.size * itemsize
-        verify = extent.verify if len(extent.verify) == 1 and extent.verify[0][1] == extent.box else ()
-        out.append(Extent(extent.var, piece, pos, nbytes, verify, (key, i, len(pieces)) if verify else None))
-        pos += nbytes
-    return out
-
-
-class _IntervalIndex:
-    """Requests of one variable indexed by their leading-axis interval, for fast intersection queries."""
-
-    def __init__(self, items: list[tuple[Box, Any]]):
-        self.items = sorted(items, key=lambda it: it[0].offset[0] if it[0].ndim else 0)
-        self.starts = [it[0].offset[0] if it[0].ndim else 0 for it in self.items]
-        self.max_len = max((it[0].shape[0] if it[0].ndim else 1 for it in self.items), default=0)
-
-    def query(self, box: Box) -> list[tuple[Box, Any]]:
-        if not self.items:
-            return []
-        if box.ndim == 0:
-            return list(self.items)
-        lo = bisect.bisect_left(self.starts, box.offset[0] - self.max_len)
-        hi = bisect.bisect_left(self.starts, box.end[0])
-        return [it for it in self.items[lo:hi] if it[0].intersect(box) is not None or (box.size == 0 == it[0].size)]
-
-    def any(self, box: Box) -> bool:
-        if box.ndim == 0:
-            return bool(self.items)
-        lo = bisect.bisect_left(self.starts, box.offset[0] - self.max_len)
-        hi = bisect.bisect_left(self.starts, box.end[0])
-        return any(it[0].intersect(box) is not None for it in self.items[lo:hi])
-
-
-def needed_extents(extents: Sequence[Extent], requests_by_rank: Sequence[Sequence[Request]]) -> list[Extent]:
-    """Extents that intersect at least one request (in file order)."""
-    by_var: dict[str, list[tuple[Box, Any]]] = defaultdict(list)
-    for rank, reqs in enumerate(requests_by_rank):
-        for req in reqs:
-            if req.box.size > 0:
-                by_var[req.var].append((req.box, rank))
-    index = {v: _IntervalIndex(items) for v, items in by_var.items()}
-    out = [e for e in extents if e.var in index and index[e.var].any(e.box)]
-    return sorted(out, key=lambda e: e.file_offset)
-
-
-def plan_read(
-    extents: Sequence[Extent],
-    itemsizes: Mapping[str, int],
-    requests_by_rank: Sequence[Sequence[Request]],
-    aggregators: Sequence[int],
-    stripe_unit: int,
-    buffer_bytes: int = 64 << 20,
-) -> ReadPlan:
-    """Assign the needed extents to aggregators in contiguous, stripe-aligned-where-possible file domains.
-
-    Domains are cut only between extents (a stored block is never split across aggregators, so its checksum
-    can be verified where it is read); among candidate cut points within 1/8 of the ideal share the planner
-    takes a stripe-aligned one. Each aggregator's extents are then grouped into rounds of at most
-    ``buffer_bytes`` (an extent larger than that was split into a chain first).
-    """
-    need = needed_extents(extents, requests_by_rank)
-    naggr = max(1, len(aggregators))
-    units: list[list[Extent]] = [_split_extent(e, itemsizes[e.var], buffer_bytes) for e in need]
-    sizes = [sum(p.nbytes for p in u) for u in units]
-    total = sum(sizes)
-    cuts = _balanced_cuts(units, sizes, total, naggr, stripe_unit)
-    rounds: list[list[list[Extent]]] = []
-    domains: list[tuple[int, int]] = []
-    for a in range(naggr):
-        mine = [p for u in units[cuts[a]:cuts[a + 1]] for p in u]
-        domains.append((mine[0].file_offset, mine[-1].file_offset + mine[-1].nbytes) if mine else (0, 0))
-        groups: list[list[Extent]] = []
-        current: list[Extent] = []
-        size = 0
-        for p in mine:
-            if current and size + p.nbytes > buffer_bytes:
-                groups.append(current)
-                current, size = [], 0
-            current.append(p)
-            size += p.nbytes
-        if current:
-            groups.append(current)
-        rounds.append(groups)
-    nrounds = max((len(r) for r in rounds), default=0)
-    return ReadPlan(list(aggregators), rounds, nrounds, domains, buffer_bytes)
-
-
-def _balanced_cuts(units: list[list[Extent]], sizes: list[int], total: int, naggr: int, stripe_unit: int) -> list[int]:
-    """Indices into ``units`` where each aggregator's run starts (length naggr + 1), balanced by bytes."""
-    prefix = [0]
-    for s in sizes:
-        prefix.append(prefix[-1] + s)
-    cuts = [0]
-    tolerance = total / naggr / 8 if naggr else 0
-    for a in range(1, naggr):
-        target = total * a / naggr
-        i = bisect.bisect_left(prefix, target)
-        candidates = [j for j in (i - 1, i) if cuts[-1] <= j <= len(units)]
-        best = min(candidates, key=lambda j: abs(prefix[j] - target)) if candidates else cuts[-1]
-        # prefer a nearby stripe-aligned boundary
-        lo = bisect.bisect_left(prefix, target - tolerance)
-        hi = bisect.bisect_right(prefix, target + tolerance)
-        aligned = [j for j in range(max(lo, cuts[-1]), min(hi, len(units))) if 0 < j < len(units)
-                   and units[j][0].file_offset % stripe_unit == 0]
-        if aligned:
-            best = min(aligned, key=lambda j: abs(prefix[j] - target))
-        cuts.append(max(best, cuts[-1]))
-    cuts.append(len(units))
-    return cuts
-
-
-@dataclass
-class Piece:
-    """Part of one extent that goes to one request of one rank."""
-
-    extent: Extent
-    request_index: int
-    box: Box
-
-    @property
-    def count(self) -> int:
-        return self.box.size
-
-
-@dataclass
-class RoundExchange:
-    """What one rank sends and receives in one round (pieces in canonical order per peer)."""
-
-    send: dict[int, list[Piece]]  # dest rank -> pieces (only on aggregators)
-    recv: dict[int, list[Piece]]  # source aggregator rank -> pieces
-
-
-def exchange_for_rank(plan: ReadPlan, requests_by_rank: Sequence[Sequence[Request]], rank: int) -> list[RoundExchange]:
-    """For ``rank``: per round, the pieces it sends (if it is an aggregator) and receives.
-
-    Canonical order within one (source, destination, round): the source's extents in round order, and for each
-    extent the destination's requests in request order. Sender and receiver enumerate the same way.
-    """
-    out = [RoundExchange({}, {}) for _ in range(plan.nrounds)]
-    # receives: my requests against every aggregator's extents; only requests of the extent's variable can meet
-    # it (grouping by variable keeps request order within a variable, so the canonical order is unchanged, and
-    # makes the cost O(extents x requests per variable) instead of O(extents x requests): 10,000 variables)
-    my_reqs_by_var: dict[str, list[tuple[int, Request]]] = defaultdict(list)
-    for qi, q in enumerate(requests_by_rank[rank]):
-        my_reqs_by_var[q.var].append((qi, q))
-    for a, agg_rank in enumerate(plan.aggregators):
-        for k, extents in enumerate(plan.rounds[a]):
-            pieces = [Piece(e, qi, common) for e in extents for qi, q in my_reqs_by_var.get(e.var, ())
-                      if (common := q.box.intersect(e.box)) is not None]
-            if pieces:
-                out[k].recv[agg_rank] = pieces
-    a = plan.aggregator_index(rank)
-    if a is not None:
-        index: dict[str, _IntervalIndex] = {}
-        by_var: dict[str, list[tuple[Box, Any]]] = defaultdict(list)
-        for dest, reqs in enumerate(requests_by_rank):
-            for qi, q in enumerate(reqs):
-                if q.box.size > 0:
-                    by_var[q.var].append((q.box, (dest, qi)))
-        index = {v: _IntervalIndex(items) for v, items in by_var.items()}
-        for k, extents in enumerate(plan.rounds[a]):
-            send: dict[int, list[Piece]] = defaultdict(list)
-            for e in extents:
-                if e.var not in index:
-                    continue
-                hits = sorted(index[e.var].query(e.box), key=lambda it: it[1])
-                for qbox, (dest, qi) in hits:
-                    common = qbox.intersect(e.box)
-                    if common is not None:
-                        send[dest].append(Piece(e, qi, common))
-            out[k].send = dict(send)
-    return out

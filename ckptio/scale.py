@@ -1,17 +1,20 @@
 """The scale harness: the restart control plane's cost for ONE simulated rank of a large job, measured by running
 the real per-rank code paths (:mod:`ckptio.readplan`, :mod:`ckptio.extent_table`, :func:`ckptio.meta.loads`)
-with what the collectives would deliver to that rank. No MPI, no data: ``ckptio plan`` runs it for 100,000
-ranks on a laptop.
+with what the collectives would deliver to that rank. No MPI, no data: ``ckptio plan`` runs it (100,000 ranks in
+well under a minute on 2 cores) and ``benchmarks/control_plane.py`` tabulates it.
 
 The job is FLASH-like: ``nvars`` variables of shape ``(ranks * rows, 16, 16, 16)`` float64, one block of
 ``rows`` leading rows per variable per rank, written by the native backend rank-major (each rank's blocks
 contiguous), restarted by the same number of ranks with the same decomposition (every rank reads its own
 blocks of every variable in one ``read_many``).
 
-Three ranks are measured (seconds, and the growth of the peak resident memory while the step runs):
+Three ranks are measured (wall seconds; memory: the growth of the peak RSS for rank 0's open, which runs first
+in the process, and the peak of traced allocations for the per-read steps, see :func:`measure`):
 
 * **rank 0 at open**: parse and validate the metadata document, build the extent table, choose aggregators,
-  partition the table, cut each aggregator's rows out and build every rank's segment info;
+  partition the table, cut each aggregator's rows out. Its first part is O(blocks) Python objects (the
+  version-1 JSON document): with ``open_max_ranks`` it is measured at that size and scaled linearly, the rest at
+  full size (the result says ``extrapolated``);
 * **an aggregator per read**: match the requests the routing sends it (those of the ranks whose blocks it
   owns: computed here by routing every candidate rank's requests with the real code) against its rows, plan
   parts, rounds and pieces, and produce every destination's descriptors;
@@ -33,6 +36,7 @@ import numpy as np
 
 from . import extent_table, readplan
 from . import meta as metamod
+from .extent_table import ExtentTable
 from .plan import choose_aggregators
 
 ROW_BYTES = 16 * 16 * 16 * 8  # one FLASH block of one variable (16^3 doubles)
@@ -65,34 +69,46 @@ def _reset_peak() -> bool:
         return False
 
 
-def measure(fn: Callable[[], Any]) -> tuple[Any, Measured]:
-    """Run ``fn`` once: its wall time and the growth of the process's peak resident memory during it (RSS
-    high-water mark reset before, Linux), which counts what a rank would really hold; elsewhere the peak of
-    Python allocations (tracemalloc, which slows allocation-heavy code several times)."""
+def measure(fn: Callable[[], Any], traced: bool = False) -> tuple[Any, Measured]:
+    """Run ``fn`` once: its wall time and the memory it needed. Untraced: the growth of the process's peak
+    resident memory during it (RSS high-water mark reset before, Linux), which counts what a rank would really
+    hold, but only what did not fit in memory the process had already freed: right for a step that runs in a
+    fresh process. ``traced`` (or where the mark cannot be reset): the peak of the allocations made during the
+    step (tracemalloc, which numpy reports its arrays to), with the wall time of a second, untraced run
+    (tracing slows allocation-heavy code several times)."""
     gc.collect()
-    if _reset_peak():
+    if not traced and _reset_peak():
         base = _status_kib("VmRSS")
         t = time.perf_counter()
         result = fn()
         seconds = time.perf_counter() - t
         return result, Measured(seconds, max(0, _status_kib("VmHWM") - base) * 1024)
     tracemalloc.start()
-    t = time.perf_counter()
     try:
-        result = fn()
-        seconds = time.perf_counter() - t
+        fn()
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    return result, Measured(seconds, peak)
+    gc.collect()
+    t = time.perf_counter()
+    result = fn()
+    return result, Measured(time.perf_counter() - t, peak)
+
+
+def _rows(ranks: int, total_bytes: int, nvars: int) -> int:
+    return max(1, round(total_bytes / (ranks * nvars * ROW_BYTES)))
+
+
+def _checksums(ranks: int, nvars: int) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    return rng.integers(0, 2**63, size=min(ranks * nvars, 1 << 16)).astype(np.uint64)
 
 
 def flash_like_document(ranks: int, total_bytes: int, nvars: int = 24, data_start: int = 1 << 20) -> bytes:
     """The native metadata document of the FLASH-like job (as rank 0 reads it from the file's index)."""
-    rows = max(1, round(total_bytes / (ranks * nvars * ROW_BYTES)))
+    rows = _rows(ranks, total_bytes, nvars)
     block = rows * ROW_BYTES
-    rng = np.random.default_rng(0)
-    sums = [f"{x:016x}" for x in rng.integers(0, 2**63, size=min(ranks * nvars, 1 << 16)).tolist()]
+    sums = [f"{x:016x}" for x in _checksums(ranks, nvars).tolist()]
     variables = {}
     for v in range(nvars):
         variables[f"var{v:02d}"] = {
@@ -106,23 +122,64 @@ def flash_like_document(ranks: int, total_bytes: int, nvars: int = 24, data_star
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
-def restart_control_plane(ranks: int, total_bytes: int, nvars: int = 24, ranks_per_node: int = 16,
-                          stripe_count: int = 80, buffer_bytes: int = 64 << 20) -> dict[str, Any]:
-    """Measure rank 0's open and one aggregator's and one other rank's per-read control plane (see module)."""
-    document = flash_like_document(ranks, total_bytes, nvars)
-    rows = max(1, round(total_bytes / (ranks * nvars * ROW_BYTES)))
+def flash_like_table(ranks: int, total_bytes: int, nvars: int = 24, data_start: int = 1 << 20) -> ExtentTable:
+    """The extent table rank 0 builds from :func:`flash_like_document` (``extent_table.from_blocks`` of the parsed
+    document; ``tests/test_simulate.py`` checks they are equal), built directly from columns: the input of the
+    partition step when the document itself is too large to parse within ``ckptio plan``'s budget."""
+    rows = _rows(ranks, total_bytes, nvars)
+    n = ranks * nvars
+    rank = np.repeat(np.arange(ranks, dtype=np.int64), nvars)
+    var = np.tile(np.arange(nvars, dtype=np.int32), ranks)
+    lo = np.zeros((n, 4), np.int64)
+    lo[:, 0] = rank * rows
+    shape = np.full((n, 4), 16, np.int64)
+    shape[:, 0] = rows
+    sums = _checksums(ranks, nvars)
+    return ExtentTable([f"var{v:02d}" for v in range(nvars)], np.full(nvars, 4, np.int32), [], var, lo, shape,
+                       data_start + np.arange(n, dtype=np.int64) * rows * ROW_BYTES,
+                       np.full(n, rows * ROW_BYTES, np.int64), np.full(n, -1, np.int16),
+                       np.arange(n + 1, dtype=np.int64), rank.copy(), rank.astype(np.int32), lo.copy(), shape.copy(),
+                       sums[np.arange(n) % len(sums)])
 
-    def open_on_rank0():
-        meta = metamod.loads(document)
-        table = extent_table.from_blocks(meta)
-        aggs = choose_aggregators(ranks, [r // ranks_per_node for r in range(ranks)], stripe_count)
+
+def restart_control_plane(ranks: int, total_bytes: int, nvars: int = 24, ranks_per_node: int = 16,
+                          stripe_count: int = 80, buffer_bytes: int = 64 << 20,
+                          open_max_ranks: int | None = None, aggregators: int | None = None) -> dict[str, Any]:
+    """Measure rank 0's open and one aggregator's and one other rank's per-read control plane (see module).
+
+    With ``open_max_ranks`` below ``ranks``, the part of rank 0's open that parses and validates the version-1
+    JSON document and builds the extent table from it (O(blocks) Python objects) is measured on the same job
+    (same block size) at ``open_max_ranks`` ranks; the rest of the open (the partition) and everything per read
+    run at full size on the table that step would have built (:func:`flash_like_table`). ``rank0_open`` then
+    says ``extrapolated``: the parse's time and peak scaled linearly in blocks, plus the measured partition."""
+    rows = _rows(ranks, total_bytes, nvars)
+
+    def partition(table: ExtentTable):
+        aggs = choose_aggregators(ranks, [r // ranks_per_node for r in range(ranks)], stripe_count, aggregators)
         owner, routing = readplan.partition(table, aggs, 1 << 20)
         parts = readplan.rows_of_aggregators(owner, len(aggs))
-        per_aggregator = [table.take(p) for p in parts]
-        return table, aggs, routing, per_aggregator
+        return aggs, routing, [table.take(p) for p in parts]
 
-    (table, aggs, routing, per_aggregator), rank0 = measure(open_on_rank0)
-    document = b""  # rank 0 drops the document once the table is built
+    full = open_max_ranks is None or ranks <= open_max_ranks
+    parse_ranks = ranks if full else max(1, open_max_ranks)
+    document = flash_like_document(parse_ranks, rows * parse_ranks * nvars * ROW_BYTES, nvars)
+    document_bytes = len(document)
+    parse = part = None
+    if full:
+        def open_on_rank0():
+            table = extent_table.from_blocks(metamod.loads(document))
+            return (table, *partition(table))
+
+        (table, aggs, routing, per_aggregator), rank0 = measure(open_on_rank0)
+        document = b""  # rank 0 drops the document once the table is built
+    else:
+        _, parse = measure(lambda: extent_table.from_blocks(metamod.loads(document)))
+        document = b""
+        table = flash_like_table(ranks, total_bytes, nvars)
+        (aggs, routing, per_aggregator), part = measure(lambda: partition(table))
+        factor = ranks / parse_ranks
+        rank0 = Measured(parse.seconds * factor + part.seconds,
+                         int(max(parse.peak_bytes * factor, part.peak_bytes + table.memory_bytes())))
     nd = table.ndim
     by_var = routing.by_var()
 
@@ -147,7 +204,7 @@ def restart_control_plane(ranks: int, total_bytes: int, nvars: int = 24, ranks_p
         plan = readplan.match_requests(mine, inbox, itemsizes, buffer_bytes)
         return plan, plan.descriptors_for(ranks)
 
-    (plan, descriptors), aggregator = measure(plan_on_aggregator)
+    (plan, descriptors), aggregator = measure(plan_on_aggregator, traced=True)
     other = max(received) if received else 0
     from_aggs = [empty] * ranks
     from_aggs[aggs[a]] = descriptors[other]
@@ -159,19 +216,25 @@ def restart_control_plane(ranks: int, total_bytes: int, nvars: int = 24, ranks_p
         incoming = readplan.parse_descriptors(from_aggs, nd, plan.nrounds)
         return routed, counts, incoming
 
-    _, any_rank = measure(read_on_any_rank)
+    _, any_rank = measure(read_on_any_rank, traced=True)
     broadcast = routing.memory_bytes() + sum(len(n) for n in table.names)
-    return {
+    out = {
         "ranks": ranks, "bytes": total_bytes, "variables": nvars, "blocks": len(table),
         "aggregators": len(aggs), "rounds": plan.nrounds, "ranks_routed_to_aggregator": len(received),
-        "rank0_open": rank0.to_json(), "aggregator_per_read": aggregator.to_json(), "any_rank_per_read":
-        any_rank.to_json(), "broadcast_to_every_rank_bytes": broadcast,
+        "rank0_open": rank0.to_json() | {"extrapolated": not full}, "aggregator_per_read": aggregator.to_json(),
+        "any_rank_per_read": any_rank.to_json(), "broadcast_to_every_rank_bytes": broadcast,
         "aggregator_rows_bytes": mine.memory_bytes(), "extent_table_bytes": table.memory_bytes(),
-        "block_bytes": rows * ROW_BYTES,
+        "block_bytes": rows * ROW_BYTES, "metadata_document_bytes": round(document_bytes * ranks / parse_ranks),
         "model": f"FLASH-like: {nvars} variables x one ({rows},16,16,16) float64 block per rank, native format, "
-                 f"N-to-N restart, {ranks_per_node} ranks/node, stripe count {stripe_count}, buffer "
+                 f"N-to-N restart, {ranks_per_node} rank(s) per node, stripe count {stripe_count}, buffer "
                  f"{buffer_bytes >> 20} MiB",
     }
+    if parse is not None and part is not None:
+        out["rank0_open_parts"] = {
+            "parse_validate_table": parse.to_json() | {"measured_at_ranks": parse_ranks,
+                                                       "measured_at_blocks": parse_ranks * nvars},
+            "partition": part.to_json()}
+    return out
 
 
 def format_report(r: dict[str, Any]) -> str:
@@ -179,13 +242,21 @@ def format_report(r: dict[str, Any]) -> str:
     def fmt(m: dict[str, float]) -> str:
         return f"{m['seconds']:8.3f} s {m['peak_MiB']:9.1f} MiB"
 
-    return "\n".join([
-        f"restart control plane per rank (measured: real per-rank code paths, one simulated rank each; {r['model']})",
-        f"  rank 0, at open (parse + validate metadata, extent table, partition): {fmt(r['rank0_open'])}",
-        f"  one aggregator, per read ({r['ranks_routed_to_aggregator']} ranks' requests, {r['rounds']} rounds):"
-        f"   {fmt(r['aggregator_per_read'])}",
-        f"  any other rank, per read (route, counts, descriptors):                {fmt(r['any_rank_per_read'])}",
-        f"  broadcast to every rank at open: {r['broadcast_to_every_rank_bytes'] / 1024:.1f} KiB; an aggregator's "
-        f"rows: {r['aggregator_rows_bytes'] / 2**20:.1f} MiB (whole table {r['extent_table_bytes'] / 2**20:.1f} MiB, "
-        f"{r['blocks']} blocks)",
-    ])
+    steps = (("rank 0 at open (parse, validate, extent table, partition)", r["rank0_open"]),
+             (f"one aggregator per read ({r['ranks_routed_to_aggregator']} ranks' requests, {r['rounds']} rounds)",
+              r["aggregator_per_read"]),
+             ("any other rank per read (route, counts, descriptors)", r["any_rank_per_read"]))
+    lines = ["RESTART CONTROL PLANE per rank (scale harness: the real per-rank code paths fed what the collectives "
+             "deliver, one simulated rank each)", f"  {r['model']}"]
+    lines += [f"  {label:<64}{fmt(m)}" + ("  EXTRAPOLATED (below)" if m.get("extrapolated") else "")
+              for label, m in steps]
+    lines.append(f"  every rank receives at open: {r['broadcast_to_every_rank_bytes'] / 1024:.1f} KiB of routing; an "
+                 f"aggregator also its rows: {r['aggregator_rows_bytes'] / 2**20:.1f} MiB (whole table "
+                 f"{r['extent_table_bytes'] / 2**20:.1f} MiB, {r['blocks']} blocks; metadata document "
+                 f"{r['metadata_document_bytes'] / 2**20:.0f} MiB of JSON)")
+    if "rank0_open_parts" in r:
+        p, q = r["rank0_open_parts"]["parse_validate_table"], r["rank0_open_parts"]["partition"]
+        lines.append(f"  rank 0's open was not run whole: its JSON parse + validation + extent table was measured at "
+                     f"{p['measured_at_ranks']} ranks ({p['measured_at_blocks']} blocks):{fmt(p)}, and scaled "
+                     f"linearly in blocks (--open-max-ranks); the partition ran at full size:{fmt(q)}")
+    return "\n".join(lines)

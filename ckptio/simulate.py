@@ -1,31 +1,40 @@
-"""What-if planning for ``ckptio plan``: run the real layout and read planner for a hypothetical FLASH-like job
-(no MPI, no data) and compare the load it puts on each Lustre OST with the naive pattern.
+"""What-if planning for ``ckptio plan``: lay out a hypothetical FLASH-like job's checkpoint and run the restart
+planner on it (no MPI, no data), and compare the load each pattern puts on the Lustre OSTs.
 
 The model: ``variables`` unknowns per block, blocks of 16^3 float64 cells (32 KiB per variable per block),
-enough blocks for ``bytes`` in total, each writer rank owning a contiguous range of blocks; the file is laid
-out by the native backend's real :meth:`NativeBackend.layout`; the restart requests come from ``readers`` ranks
-with the same or a shifted decomposition and go through the real :func:`ckptio.plan.plan_read`. Each contiguous
-byte run a process reads is cut at stripe boundaries; each piece counts as one request to OST
-``(offset // stripe_size) % stripe_count`` (round-robin striping starting at OST 0).
+enough blocks for ``bytes`` in total, each writer rank owning a contiguous range of blocks (one ``(count, 16,
+16, 16)`` block per variable per rank). Everything is numpy columns, one row per stored block (2.4 M rows at
+100,000 ranks), never a Python object per block:
+
+* the file is laid out by :func:`native_layout`, the vectorized form of the native backend's
+  :meth:`NativeBackend.layout` (``tests/test_simulate.py`` checks they agree);
+* the restart (``readers`` ranks, the writer's or a shifted decomposition) is partitioned among the aggregators
+  by the real :func:`ckptio.readplan.partition` of the job's :class:`~ckptio.extent_table.ExtentTable`; each
+  aggregator's owned rows that some reader needs are cut into parts of at most the buffer and grouped into
+  rounds exactly as :func:`ckptio.readplan.match_requests` does (:func:`aggregator_rounds`, checked against it
+  in the tests), and the parts of one round that touch in the file are read as one contiguous run.
+
+Each contiguous byte run a process reads or writes is cut at stripe boundaries; each piece counts as one request
+to OST ``(offset // stripe_size) % stripe_count`` (round-robin striping starting at OST 0).
 """
 
 from __future__ import annotations
 
-import bisect
 import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
+from . import readplan
+from .extent_table import ExtentTable
 from .hints import MAX_STRIPE_COUNT
-from .layout import Box
-from .plan import BlockPlan, Extent, Request, VariablePlan, plan_read
 
 CELLS = 16 * 16 * 16
 BLOCK_VAR_BYTES = CELLS * 8
-
-
+HEADER_BYTES = 4096  # the native format's header (backends/mpiio.py HEADER_SIZE)
+BLOCK_ALIGN = 8      # the native format's block alignment (backends/mpiio.py BLOCK_ALIGN)
+_I64 = np.int64
 def parse_size(text: str | int) -> int:
     """'189G' -> bytes (binary units: K, M, G, T)."""
     if isinstance(text, int):
@@ -59,58 +68,120 @@ class PlanScenario:
                    buffer_bytes=parse_size(args.buffer), ranks_per_node=getattr(args, "ranks_per_node", None))
 
 
+def bounds_even(n: int, parts: int) -> np.ndarray:
+    """Boundaries (``parts + 1``, from 0 to ``n``) of ``parts`` near-equal contiguous pieces (first ones larger)."""
+    base, extra = divmod(n, parts)
+    counts = np.full(parts, base, _I64)
+    counts[:extra] += 1
+    return np.concatenate(([0], np.cumsum(counts))).astype(_I64)
+
+
+def bounds_shifted(n: int, parts: int) -> np.ndarray:
+    """Boundaries of an uneven decomposition unlike the writer's: alternately 3/4 and 5/4 of the mean share."""
+    weights = np.where(np.arange(parts) % 2 == 0, 3.0, 5.0)
+    return np.floor(np.concatenate(([0.0], np.cumsum(weights))) / weights.sum() * n).astype(_I64)
+
+
+def _pairs(bounds: np.ndarray) -> list[tuple[int, int]]:
+    return list(zip(bounds[:-1].tolist(), np.diff(bounds).tolist(), strict=True))
+
+
 def split_even(n: int, parts: int) -> list[tuple[int, int]]:
     """[start, count) of ``parts`` near-equal contiguous pieces of ``n`` (first ones one larger)."""
-    base, extra = divmod(n, parts)
-    out, start = [], 0
-    for p in range(parts):
-        c = base + (1 if p < extra else 0)
-        out.append((start, c))
-        start += c
-    return out
+    return _pairs(bounds_even(n, parts))
 
 
 def split_shifted(n: int, parts: int) -> list[tuple[int, int]]:
     """An uneven decomposition unlike the writer's: alternately 3/4 and 5/4 of the mean share."""
-    weights = np.array([3 if p % 2 == 0 else 5 for p in range(parts)], dtype=float)
-    bounds = np.floor(np.concatenate(([0.0], np.cumsum(weights))) / weights.sum() * n).astype(np.int64)
-    return [(int(bounds[p]), int(bounds[p + 1] - bounds[p])) for p in range(parts)]
+    return _pairs(bounds_shifted(n, parts))
 
 
-def build_job(s: PlanScenario) -> tuple[list[Extent], dict[str, int], list[list[Request]]]:
-    """Extents of a native-format file for the scenario and the restart requests of every reader."""
-    from .backends.mpiio import NativeBackend  # pure layout code, no MPI
 
+
+def _align(values: np.ndarray, alignment: int) -> np.ndarray:
+    return (values + alignment - 1) // alignment * alignment
+
+
+def native_layout(rank: np.ndarray, local_index: np.ndarray, stored: np.ndarray,
+                  stripe_unit: int) -> tuple[np.ndarray, int, list[tuple[int, int]]]:
+    """The native format's rank-major placement of blocks given as columns (one row per declared block: writing
+    rank, position among that rank's declarations, stored bytes): each block's file offset, the data end and
+    every rank's ``[start, end)`` region. The same placement as :meth:`NativeBackend.layout` (each rank's
+    blocks in declaration order, 8-byte aligned; a rank's region starts on a stripe boundary when it is at least
+    one stripe long), with one Python step per rank instead of one object per block."""
+    rank, local_index, stored = (np.asarray(a, _I64) for a in (rank, local_index, stored))
+    offsets = np.zeros(len(rank), _I64)
+    if not len(rank):
+        return offsets, HEADER_BYTES, []
+    order = np.lexsort((local_index, rank))
+    size = _align(stored[order], BLOCK_ALIGN)
+    first = np.flatnonzero(np.concatenate(([True], rank[order][1:] != rank[order][:-1])))
+    last = np.append(first[1:], len(order)) - 1
+    region = np.add.reduceat(size, first)
+    tail = size[last] - stored[order][last]  # the last block's alignment padding is not part of the region
+    starts = np.empty(len(first), _I64)
+    regions: list[tuple[int, int]] = []
+    pos = HEADER_BYTES
+    for g, (r, t) in enumerate(zip(region.tolist(), tail.tolist(), strict=True)):
+        if r >= stripe_unit:
+            pos = -(-pos // stripe_unit) * stripe_unit
+        start = pos
+        starts[g] = -(-start // BLOCK_ALIGN) * BLOCK_ALIGN
+        pos = int(starts[g]) + r - t
+        if pos > start:
+            regions.append((start, pos))
+    within = np.cumsum(size) - size
+    group = np.repeat(np.arange(len(first)), np.diff(np.append(first, len(order))))
+    offsets[order] = starts[group] + within - within[first][group]
+    return offsets, pos, regions
+
+
+@dataclass
+class FlashJob:
+    """The scenario's checkpoint as columns: ``table`` (one row per stored block, in file order) and the writer
+    and reader decompositions in FLASH blocks (boundaries, ``ranks + 1`` and ``readers + 1``)."""
+
+    table: ExtentTable
+    writer: np.ndarray      # int32 [rows]: the rank that wrote each row
+    offsets: np.ndarray     # int64 [ranks, variables]: file offset of each rank's block of each variable
+    writer_bounds: np.ndarray
+    reader_bounds: np.ndarray
+    file_end: int
+
+
+def build_job(s: PlanScenario) -> FlashJob:
+    """Lay out the scenario's native-format file (:func:`native_layout`) and describe it as an extent table."""
     nblocks = max(s.ranks, s.nbytes // (s.variables * BLOCK_VAR_BYTES))
-    names = [f"var{v:02d}" for v in range(s.variables)]
-    owners = split_even(nblocks, s.ranks)
-    variables: dict[str, VariablePlan] = {}
-    for v, name in enumerate(names):
-        var = VariablePlan(name, "<f8", (nblocks, 16, 16, 16), "array")
-        var.blocks = [BlockPlan(r, v, Box((start, 0, 0, 0), (count, 16, 16, 16))) for r, (start, count) in
-                      enumerate(owners)]
-        variables[name] = var
-    layout = NativeBackend().layout(variables, s.stripe_size, s.ranks)
-    extents = []
-    for name, var in variables.items():
-        for b in var.blocks:
-            if b.box.size:
-                extents.append(Extent(name, b.box, layout["offsets"][f"{b.rank}:{b.local_index}"], b.box.size * 8))
-    extents.sort(key=lambda e: e.file_offset)
+    wb = bounds_even(nblocks, s.ranks)
+    count = np.diff(wb)
+    nv = s.variables
+    rank = np.repeat(np.arange(s.ranks, dtype=_I64), nv)
+    local = np.tile(np.arange(nv, dtype=_I64), s.ranks)  # a rank declares its block of var00, var01, ...
+    offsets, end, _ = native_layout(rank, local, count[rank] * BLOCK_VAR_BYTES, s.stripe_size)
+    keep = count[rank] > 0
+    order = np.flatnonzero(keep)[np.argsort(offsets[keep], kind="stable")]
+    n = len(order)
+    lo = np.zeros((n, 4), _I64)
+    lo[:, 0] = wb[rank[order]]
+    shape = np.full((n, 4), 16, _I64)
+    shape[:, 0] = count[rank[order]]
+    table = ExtentTable([f"var{v:02d}" for v in range(nv)], np.full(nv, 4, np.int32), [],
+                        local[order].astype(np.int32), lo, shape, offsets[order], shape[:, 0] * BLOCK_VAR_BYTES,
+                        np.full(n, -1, np.int16), np.arange(n + 1, dtype=_I64), rank[order],
+                        rank[order].astype(np.int32), lo, shape, np.zeros(n, np.uint64))
     readers = s.readers or s.ranks
-    split = split_even if s.decomposition == "blocks" else split_shifted
-    requests = [[Request(name, Box((start, 0, 0, 0), (count, 16, 16, 16))) for name in names]
-                for start, count in split(nblocks, readers)]
-    return extents, {n: 8 for n in names}, requests
+    rb = (bounds_even if s.decomposition == "blocks" else bounds_shifted)(nblocks, readers)
+    return FlashJob(table, rank[order].astype(np.int32), offsets.reshape(s.ranks, nv), wb, rb, end)
 
 
 def ost_load(runs: np.ndarray, clients: np.ndarray, stripe_size: int, stripe_count: int) -> dict[str, Any]:
-    """Per-OST bytes, requests and distinct clients for byte runs ``runs[:, 0]=start, runs[:, 1]=length``."""
-    runs = runs[runs[:, 1] > 0]
-    clients = clients[: len(runs)] if len(clients) == len(runs) else clients
+    """Per-OST bytes, requests and distinct clients for byte runs ``runs[:, 0]=start, runs[:, 1]=length`` read
+    or written by ``clients[i]``."""
+    keep = runs[:, 1] > 0
+    runs, clients = runs[keep], np.asarray(clients, _I64)[keep]
     first = runs[:, 0] // stripe_size
     last = (runs[:, 0] + runs[:, 1] - 1) // stripe_size
-    counts = (last - first + 1).astype(np.int64)
+    counts = (last - first + 1).astype(_I64)
     run_index = np.repeat(np.arange(len(runs)), counts)
     stripe = first[run_index] + (np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts))
     lo = np.maximum(runs[run_index, 0], stripe * stripe_size)
@@ -118,8 +189,9 @@ def ost_load(runs: np.ndarray, clients: np.ndarray, stripe_size: int, stripe_cou
     ost = stripe % stripe_count
     nbytes = np.bincount(ost, weights=hi - lo, minlength=stripe_count)
     requests = np.bincount(ost, minlength=stripe_count)
-    pairs = np.unique(ost.astype(np.int64) * (int(clients.max()) + 1 if len(clients) else 1) + clients[run_index])
-    distinct = np.bincount(pairs // (int(clients.max()) + 1 if len(clients) else 1), minlength=stripe_count)
+    width = int(clients.max()) + 1 if len(clients) else 1
+    pairs = np.unique(ost.astype(_I64) * width + clients[run_index])
+    distinct = np.bincount(pairs // width, minlength=stripe_count)
 
     def summary(a: np.ndarray) -> dict[str, float]:
         mean = float(a.mean()) if len(a) else 0.0
@@ -131,14 +203,65 @@ def ost_load(runs: np.ndarray, clients: np.ndarray, stripe_size: int, stripe_cou
             "clients_per_ost": distinct.tolist()}
 
 
-def _merge_runs(offsets: list[int], lengths: list[int]) -> list[tuple[int, int]]:
-    merged: list[list[int]] = []
-    for off, n in sorted(zip(offsets, lengths, strict=True)):
-        if merged and merged[-1][0] + merged[-1][1] == off:
-            merged[-1][1] += n
-        else:
-            merged.append([off, n])
-    return [(a, b) for a, b in merged]
+def merge_runs(offset: np.ndarray, nbytes: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Byte ranges merged into contiguous runs within each ``key`` (a process, or a process's round): returns
+    ``runs`` (n, 2: start, length) and each run's key. Ranges of one key that touch in the file become one."""
+    order = np.lexsort((offset, key))
+    off, n, k = offset[order], nbytes[order], key[order]
+    new = np.ones(len(off), bool)
+    new[1:] = (k[1:] != k[:-1]) | (off[1:] != off[:-1] + n[:-1])
+    first = np.flatnonzero(new)
+    if not len(first):
+        return np.zeros((0, 2), _I64), np.zeros(0, _I64)
+    return np.column_stack([off[first], np.add.reduceat(n, first)]).astype(_I64), k[first]
+
+
+def needed_rows(job: FlashJob) -> np.ndarray:
+    """Rows some reader's request meets (every reader asks for its leading-axis range of every variable)."""
+    t = job.table
+    rb = job.reader_bounds
+    nblocks = int(job.writer_bounds[-1])
+    cover = np.zeros(nblocks + 1, _I64)
+    nonempty = rb[1:] > rb[:-1]
+    np.add.at(cover, rb[:-1][nonempty], 1)
+    np.add.at(cover, rb[1:][nonempty], -1)
+    covered = np.concatenate(([0], np.cumsum(np.cumsum(cover)[:-1] > 0)))
+    lo, hi = t.lo[:, 0], t.lo[:, 0] + t.shape[:, 0]
+    return np.flatnonzero(covered[hi] > covered[lo])
+
+
+def aggregator_rounds(table: ExtentTable, rows: np.ndarray, owner: np.ndarray,
+                      buffer_bytes: int) -> dict[str, np.ndarray]:
+    """The parts every aggregator reads and the round of each, as :func:`ckptio.readplan.match_requests` plans
+    them for an aggregator whose needed rows are ``rows`` (file order): an uncompressed extent of more than
+    ``buffer_bytes`` with more than one leading row is split along its leading axis into parts of whole rows
+    fitting the buffer; each aggregator's parts, in file order, are grouped greedily into rounds of at most
+    ``buffer_bytes`` (a part alone may be larger). Returns columns ``agg``, ``offset``, ``nbytes``, ``round``."""
+    rows = rows[np.lexsort((table.file_offset[rows], owner[rows]))]
+    nbytes, lead = table.nbytes[rows], table.shape[rows, 0]
+    splittable = (nbytes > buffer_bytes) & (table.codec[rows] < 0) & (lead > 1) & \
+        (table.var_ndim[table.var[rows]] > 0)
+    row_bytes = nbytes // np.maximum(lead, 1)
+    per_part = np.maximum(1, buffer_bytes // np.maximum(row_bytes, 1))
+    nparts = np.where(splittable, -(-lead // per_part), 1)
+    src = np.repeat(np.arange(len(rows)), nparts)
+    k = np.arange(int(nparts.sum())) - np.repeat(np.cumsum(nparts) - nparts, nparts)
+    part_rows = np.minimum(per_part[src], lead[src] - k * per_part[src])
+    p_off = table.file_offset[rows][src] + np.where(splittable[src], k * per_part[src] * row_bytes[src], 0)
+    p_bytes = np.where(splittable[src], part_rows * row_bytes[src], nbytes[src])
+    p_agg = owner[rows][src].astype(_I64)
+    rnd = np.zeros(len(src), _I64)
+    firsts = np.flatnonzero(np.concatenate(([True], p_agg[1:] != p_agg[:-1]))) if len(src) else np.zeros(0, _I64)
+    ends = np.append(firsts[1:], len(src))
+    for a, b in zip(firsts.tolist(), ends.tolist(), strict=True):  # one step per round, not per part
+        cum = np.cumsum(p_bytes[a:b])
+        i, k = 0, 0
+        while i < b - a:
+            base = int(cum[i - 1]) if i else 0
+            j = max(i + 1, int(np.searchsorted(cum, base + buffer_bytes, side="right")))
+            rnd[a + i:a + j] = k
+            i, k = j, k + 1
+    return {"agg": p_agg, "offset": p_off, "nbytes": p_bytes, "round": rnd}
 
 
 def node_of_ranks(nranks: int, ranks_per_node: int | None) -> list[int]:
@@ -147,11 +270,11 @@ def node_of_ranks(nranks: int, ranks_per_node: int | None) -> list[int]:
     return list(range(nranks)) if not ranks_per_node else [r // ranks_per_node for r in range(nranks)]
 
 
-def placement_summary(aggregators: list[int], nranks: int, ranks_per_node: int) -> dict[str, Any]:
+def placement_summary(aggregators: list[int] | np.ndarray, nranks: int, ranks_per_node: int) -> dict[str, Any]:
     """Pure: how ``aggregators`` (ranks) of an ``nranks``-rank job spread over its nodes: max/min/mean per node,
     how many nodes hold one, and a histogram {aggregators on a node: nodes}. O(nodes) time, O(distinct) size."""
     nodes = -(-nranks // ranks_per_node)
-    counts = np.bincount(np.asarray(aggregators, dtype=np.int64) // ranks_per_node, minlength=nodes)
+    counts = np.bincount(np.asarray(aggregators, dtype=_I64) // ranks_per_node, minlength=nodes)
     values, freq = np.unique(counts, return_counts=True)
     return {"nodes": nodes, "ranks_per_node": ranks_per_node, "max": int(counts.max()), "min": int(counts.min()),
             "mean": float(counts.mean()), "nodes_with_aggregators": int((counts > 0).sum()),
@@ -169,90 +292,75 @@ def write_aggregator_ranks(s: PlanScenario) -> list[int]:
     return [n * s.ranks_per_node for n in range(min(want, nodes))]
 
 
+def _restart_naive(s: PlanScenario, job: FlashJob) -> dict[str, Any]:
+    """Every reader reads its own hyperslab of every variable straight from the file: one run per (reader,
+    writer block) intersection."""
+    wb, rb = job.writer_bounds, job.reader_bounds
+    a, b = rb[:-1], rb[1:]
+    w0 = np.searchsorted(wb, a, side="right") - 1
+    w1 = np.searchsorted(wb, b, side="left") - 1
+    n = np.where(b > a, w1 - w0 + 1, 0)
+    reader = np.repeat(np.arange(len(a)), n)
+    w = np.repeat(w0, n) + (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
+    lo, hi = np.maximum(a[reader], wb[w]), np.minimum(b[reader], wb[w + 1])
+    ok = hi > lo
+    reader, w, lo, hi = reader[ok], w[ok], lo[ok], hi[ok]
+    nv = job.offsets.shape[1]
+    start = (job.offsets[w] + ((lo - wb[w]) * BLOCK_VAR_BYTES)[:, None]).reshape(-1)
+    length = np.repeat((hi - lo) * BLOCK_VAR_BYTES, nv)
+    return ost_load(np.column_stack([start, length]), np.repeat(reader, nv), s.stripe_size, s.stripe_count)
+
+
 def simulate(s: PlanScenario) -> dict[str, Any]:
     """Write and restart, naive versus ckptio, for the scenario. Returns a JSON-able document; with
     ``ranks_per_node``, each pattern also gets ``aggregators_per_node`` (:func:`placement_summary`)."""
     from .plan import choose_aggregators
 
-    extents, itemsizes, requests = build_job(s)
-    readers = len(requests)
-    nagg_read = choose_aggregators(readers, node_of_ranks(readers, s.ranks_per_node), s.stripe_count,
-                                   s.aggregators)
-    plan = plan_read(extents, itemsizes, requests, nagg_read, s.stripe_size, s.buffer_bytes)
-    # restart, ckptio: every aggregator reads its domain round by round, merged into contiguous runs
-    runs, who = [], []
-    for a, rounds in enumerate(plan.rounds):
-        for group in rounds:
-            for off, n in _merge_runs([e.file_offset for e in group], [e.nbytes for e in group]):
-                runs.append((off, n))
-                who.append(a)
-    restart_agg = ost_load(np.array(runs, dtype=np.int64).reshape(-1, 2), np.array(who, dtype=np.int64),
-                           s.stripe_size, s.stripe_count)
-    # restart, naive: each reader reads its own hyperslab straight from the file (request ∩ block per extent)
-    by_var: dict[str, list[Extent]] = {}
-    for e in extents:
-        by_var.setdefault(e.var, []).append(e)
-    starts = {}
-    for name, lst in by_var.items():
-        lst.sort(key=lambda e: e.box.offset[0])
-        starts[name] = [e.box.offset[0] for e in lst]
-    runs, who = [], []
-    for rank, reqs in enumerate(requests):
-        for q in reqs:
-            lst = by_var.get(q.var, [])
-            i = max(0, bisect.bisect_right(starts.get(q.var, []), q.box.offset[0]) - 1)
-            while i < len(lst) and lst[i].box.offset[0] < q.box.end[0]:
-                e = lst[i]
-                i += 1
-                common = q.box.intersect(e.box)
-                if common is None:
-                    continue
-                row = e.box.size // e.box.shape[0] * itemsizes[e.var]
-                runs.append((e.file_offset + (common.offset[0] - e.box.offset[0]) * row, common.shape[0] * row))
-                who.append(rank)
-    restart_naive = ost_load(np.array(runs, dtype=np.int64).reshape(-1, 2), np.array(who, dtype=np.int64),
-                             s.stripe_size, s.stripe_count)
+    job = build_job(s)
+    t = job.table
+    readers = len(job.reader_bounds) - 1
+    aggs = choose_aggregators(readers, node_of_ranks(readers, s.ranks_per_node), s.stripe_count, s.aggregators)
+    # restart, ckptio: the real partition of the table; each aggregator reads its needed rows in rounds
+    owner, _routing = readplan.partition(t, aggs, s.stripe_size)
+    parts = aggregator_rounds(t, needed_rows(job), owner, s.buffer_bytes)
+    runs, key = merge_runs(parts["offset"], parts["nbytes"], parts["agg"] * (int(parts["round"].max(
+        initial=0)) + 1) + parts["round"])
+    who = key // (int(parts["round"].max(initial=0)) + 1)
+    restart_agg = ost_load(runs, who, s.stripe_size, s.stripe_count)
+    nrounds = int(parts["round"].max(initial=-1)) + 1
+    domains, per_agg = [], np.bincount(who, minlength=len(aggs))
+    for a in range(len(aggs)):
+        mine = runs[who == a]
+        domains.append((int(mine[:, 0].min()), int((mine[:, 0] + mine[:, 1]).max())) if len(mine) else (0, 0))
+    spans = merge_runs(parts["offset"], parts["nbytes"], parts["agg"])[0]
+    restart_naive = _restart_naive(s, job)
     # write: naive = every rank writes its region itself; ckptio = cb_nodes aggregators with stripe-aligned domains
-    runs, who = [], []
-    by_rank: dict[int, list[tuple[int, int]]] = {}
-    owner_starts = [o[0] for o in split_even(max(s.ranks, s.nbytes // (s.variables * BLOCK_VAR_BYTES)), s.ranks)]
-    for e in extents:
-        rank = bisect.bisect_right(owner_starts, e.box.offset[0]) - 1
-        by_rank.setdefault(rank, []).append((e.file_offset, e.nbytes))
-    for rank, pieces in by_rank.items():
-        for off, n in _merge_runs([p[0] for p in pieces], [p[1] for p in pieces]):
-            runs.append((off, n))
-            who.append(rank)
-    write_naive = ost_load(np.array(runs, dtype=np.int64).reshape(-1, 2), np.array(who, dtype=np.int64),
-                           s.stripe_size, s.stripe_count)
+    runs_w, who_w = merge_runs(t.file_offset, t.nbytes, job.writer.astype(_I64))
+    write_naive = ost_load(runs_w, who_w, s.stripe_size, s.stripe_count)
     writers = write_aggregator_ranks(s)
     nagg_write = len(writers)
-    start, end = extents[0].file_offset, extents[-1].file_offset + extents[-1].nbytes
+    start, end = int(t.file_offset.min()), int((t.file_offset + t.nbytes).max())
     domain = -(-((end - start) // nagg_write + 1) // s.stripe_size) * s.stripe_size
-    runs, who = [], []
-    for a in range(nagg_write):
-        lo = start + a * domain
-        hi = min(end, lo + domain)
-        if hi > lo:
-            runs.append((lo, hi - lo))
-            who.append(a)
-    write_agg = ost_load(np.array(runs, dtype=np.int64).reshape(-1, 2), np.array(who, dtype=np.int64),
-                         s.stripe_size, s.stripe_count)
+    lo = start + np.arange(nagg_write, dtype=_I64) * domain
+    hi = np.minimum(end, lo + domain)
+    write_agg = ost_load(np.column_stack([lo, hi - lo]), np.arange(nagg_write), s.stripe_size, s.stripe_count)
     result = {
         "scenario": asdict(s) | {"readers": readers, "file_bytes": end},
         "write": {"naive": {"ranks_opening_file": s.ranks, "aggregators": s.ranks, **write_naive},
                   "ckptio": {"ranks_opening_file": nagg_write, "aggregators": nagg_write, **write_agg}},
         "restart": {"naive": {"ranks_opening_file": readers, "aggregators": readers, **restart_naive},
-                    "ckptio": {"ranks_opening_file": len(plan.aggregators), "aggregators": len(plan.aggregators),
-                               "rounds": plan.nrounds, "domains": plan.domains, **restart_agg}},
+                    "ckptio": {"ranks_opening_file": len(aggs), "aggregators": len(aggs), "rounds": nrounds,
+                               "domains": domains, "contiguous_runs": len(spans),
+                               "reads_per_aggregator": {"max": int(per_agg.max()), "mean": float(per_agg.mean())},
+                               **restart_agg}},
     }
     if s.ranks_per_node:
         rpn = s.ranks_per_node
-        for phase, pattern, ranks, nranks in (("write", "naive", range(s.ranks), s.ranks),
+        for phase, pattern, ranks, nranks in (("write", "naive", np.arange(s.ranks), s.ranks),
                                               ("write", "ckptio", writers, s.ranks),
-                                              ("restart", "naive", range(readers), readers),
-                                              ("restart", "ckptio", list(plan.aggregators), readers)):
-            result[phase][pattern]["aggregators_per_node"] = placement_summary(list(ranks), nranks, rpn)
+                                              ("restart", "naive", np.arange(readers), readers),
+                                              ("restart", "ckptio", aggs, readers)):
+            result[phase][pattern]["aggregators_per_node"] = placement_summary(ranks, nranks, rpn)
     return result
 
 
@@ -274,8 +382,9 @@ def format_comparison(result: dict[str, Any]) -> str:
                          f"{q['max']:>13.0f} /{q['mean']:>9.0f}{c['max']:>12.0f} /{c['mean']:>8.0f}")
         lines.append("")
     r = result["restart"]["ckptio"]
-    lines.append(f"restart: {r['aggregators']} aggregators read contiguous domains in {r['rounds']} round(s); "
-                 f"per-OST byte imbalance (max/mean) {r['bytes']['imbalance']:.3f}")
+    lines.append(f"restart: {r['aggregators']} aggregators read their partitions as {r['contiguous_runs']} "
+                 f"contiguous runs in {r['rounds']} round(s), at most {r['reads_per_aggregator']['max']} reads per "
+                 f"aggregator; per-OST byte imbalance (max/mean) {r['bytes']['imbalance']:.3f}")
     if sc.get("ranks_per_node"):
         lines += ["", *format_placement(result)]
     return "\n".join(lines)

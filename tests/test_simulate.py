@@ -1,0 +1,97 @@
+"""``ckptio plan``'s vectorized model against the code it models: the native layout, the restart planner's parts
+and rounds, and the scale harness's directly built extent table (no MPI, no data)."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from backends.mpiio import NativeBackend
+from ckptio import extent_table, readplan, scale
+from ckptio import meta as metamod
+from ckptio.layout import Box
+from ckptio.plan import BlockPlan, VariablePlan, choose_aggregators
+from ckptio.simulate import PlanScenario, aggregator_rounds, build_job, native_layout, needed_rows, ost_load
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**16), ranks=st.integers(1, 9), nvars=st.integers(1, 4),
+       stripe=st.sampled_from([8, 64, 4096, 1 << 20]))
+def test_native_layout_equals_the_backends_layout(seed, ranks, nvars, stripe):
+    """Random blocks (some ranks with none, empty blocks, stored sizes not multiples of 8, regions below and
+    above a stripe): the vectorized layout gives NativeBackend.layout's offsets, data end and regions."""
+    rng = np.random.default_rng(seed)
+    variables, rank, local, stored, keys = {}, [], [], [], []
+    count = np.zeros(ranks, int)
+    for v in range(nvars):
+        dtype = ["<f8", "|i1", "<i2"][v % 3]
+        var = VariablePlan(f"v{v}", dtype, (1000,), "array")
+        for r in range(ranks):
+            for _ in range(int(rng.integers(0, 3))):
+                n = int(rng.integers(0, 700))
+                packed = int(rng.integers(1, n + 2)) if rng.random() < 0.3 else None  # "compressed"
+                b = BlockPlan(r, int(count[r]), Box((0,), (n,)), packed)
+                count[r] += 1
+                var.blocks.append(b)
+                rank.append(r)
+                local.append(b.local_index)
+                stored.append(packed if packed is not None else n * np.dtype(dtype).itemsize)
+                keys.append(f"{r}:{b.local_index}")
+        variables[var.name] = var
+    want = NativeBackend().layout(variables, stripe, ranks)
+    offsets, end, regions = native_layout(np.array(rank, np.int64), np.array(local, np.int64),
+                                          np.array(stored, np.int64), stripe)
+    assert {k: int(o) for k, o in zip(keys, offsets, strict=True)} == want["offsets"]
+    assert end == want["data_end"]
+    assert regions == want["regions"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(ranks=st.integers(1, 40), per_rank=st.integers(1, 6), readers=st.integers(1, 60), naggr=st.integers(1, 12),
+       buffer_blocks=st.sampled_from([1, 2, 3, 7, 1000]), decomposition=st.sampled_from(["blocks", "shifted"]))
+def test_modelled_rounds_are_the_planners(ranks, per_rank, readers, naggr, buffer_blocks, decomposition):
+    """For every aggregator, the parts and rounds ``ckptio plan`` models are those match_requests plans when
+    every reader sends its requests (blocks larger than the buffer split, rounds fitting the buffer)."""
+    s = PlanScenario(ranks=ranks, nbytes=(per_rank * ranks + ranks // 3) * 3 * 32768, stripe_count=8, stripe_size=65536,
+                     variables=3, readers=readers, decomposition=decomposition, aggregators=naggr,
+                     buffer_bytes=buffer_blocks * 32768 + 8)
+    job = build_job(s)
+    t = job.table
+    aggs = choose_aggregators(readers, list(range(readers)), 8, naggr)
+    owner, routing = readplan.partition(t, aggs, s.stripe_size)
+    model = aggregator_rounds(t, needed_rows(job), owner, s.buffer_bytes)
+    by_var = routing.by_var()
+    inbox = [[None] * readers for _ in aggs]
+    rb = job.reader_bounds
+    for r in range(readers):
+        recs = readplan.request_records([(v, np.array([rb[r], 0, 0, 0]), np.array([rb[r + 1] - rb[r], 16, 16, 16]))
+                                         for v in range(s.variables)], 4)
+        for a, got in enumerate(readplan.route_requests(recs, routing, by_var)):
+            inbox[a][r] = got
+    for a, rows in enumerate(readplan.rows_of_aggregators(owner, len(aggs))):
+        plan = readplan.match_requests(t.take(rows), inbox[a], np.full(3, 8, np.int64), s.buffer_bytes)
+        real = sorted((k, plan.parts[p].file_offset, plan.parts[p].nbytes) for k, rnd in enumerate(plan.rounds)
+                      for p in rnd)
+        mine = model["agg"] == a
+        modelled = sorted(zip(model["round"][mine].tolist(), model["offset"][mine].tolist(),
+                              model["nbytes"][mine].tolist(), strict=True))
+        assert modelled == real
+
+
+def test_scale_harness_table_is_what_rank0_builds_from_the_document():
+    doc = scale.flash_like_document(37, 37 * 24 * 3 * 32768)
+    want = extent_table.from_blocks(metamod.loads(doc))
+    got = scale.flash_like_table(37, 37 * 24 * 3 * 32768)
+    for field in want.__dataclass_fields__:
+        a, b = getattr(want, field), getattr(got, field)
+        if isinstance(a, np.ndarray):
+            assert a.dtype == b.dtype and np.array_equal(a, b), field
+        else:
+            assert a == b, field
+
+
+def test_ost_load_keeps_each_run_with_its_client_when_empty_runs_are_dropped():
+    """An empty run before others used to shift the client column against the runs (clients miscounted)."""
+    runs = np.array([[0, 0], [0, 100], [1 << 20, 100], [2 << 20, 50]], np.int64)
+    got = ost_load(runs, np.array([9, 1, 1, 1]), 1 << 20, 2)
+    assert got["clients_per_ost"] == [1, 1]  # client 1 alone everywhere (never the empty run's 9)
+    assert got["requests_per_ost"] == [2, 1] and got["bytes_per_ost"] == [150.0, 100.0]
