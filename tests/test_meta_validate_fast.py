@@ -30,7 +30,7 @@ def _document(seed: int, segments: bool, ndim: int, nprocs: int) -> dict:
         cuts = [sorted({0, *rng.integers(0, n, size=2).tolist(), n}) for n in shape]
         boxes = [([], [])]
         for c in cuts:
-            boxes = [(o + [c[i]], s + [c[i + 1] - c[i]]) for o, s in boxes for i in range(len(c) - 1)]
+            boxes = [([*o, c[i]], [*s, c[i + 1] - c[i]]) for o, s in boxes for i in range(len(c) - 1)]
         for i, (o, s) in enumerate(boxes):
             blocks.append({"rank": i % nprocs, "offset": o, "shape": s, "checksum": f"{i:016x}",
                            "codec": "zstd:3" if i % 3 == 1 else None, "file_offset": None if i % 2 else 64 * i,
