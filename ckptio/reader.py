@@ -301,9 +301,7 @@ class Reader:
         to_rank: dict[int, np.ndarray] = {self.aggregators[a]: r for a, r in enumerate(routed) if len(r)}
         received = self._exchange_records(to_rank, records.shape[1])
         plan = coord.run(comm, f"read {self.path}: plan", lambda: self._plan(received))
-        descriptors = self._exchange_records(
-            {d: rows for d, rows in enumerate(plan.descriptors_for(comm.Get_size())) if len(rows)} if plan else {},
-            2 + 2 * nd)
+        descriptors = self._exchange_records(plan.descriptors_by_dest() if plan is not None else {}, 2 + 2 * nd)
         nrounds = comm.allreduce(plan.nrounds if plan is not None else 0, op=self._max_op())
         incoming = readplan.parse_descriptors(descriptors, nd, nrounds)
         outputs = coord.run(comm, f"read {self.path}: allocate", lambda: [

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .extent_table import ExtentTable
+from .extent_table import ExtentTable, _ranges
 
 _I64 = np.int64
 
@@ -184,13 +184,23 @@ class AggregatorPlan:
     def nrounds(self) -> int:
         return len(self.rounds)
 
-    def descriptors_for(self, ndests: int) -> list[np.ndarray]:
-        """Per destination rank: ``[round, qi, lo, shape]`` rows in canonical order (what it will receive)."""
-        rows = np.column_stack([self.piece_round, self.piece_qi, self.piece_lo, self.piece_shape]).astype(_I64) \
-            if len(self.piece_round) else np.zeros((0, 2 + 2 * self.piece_lo.shape[1]), _I64)
+    def descriptors_by_dest(self) -> dict[int, np.ndarray]:
+        """For each destination rank that gets pieces: ``[round, qi, lo, shape]`` rows in canonical order (what
+        it will receive). O(pieces), not O(ranks)."""
+        if not len(self.piece_round):
+            return {}
+        rows = np.column_stack([self.piece_round, self.piece_qi, self.piece_lo, self.piece_shape]).astype(_I64)
         order = np.argsort(self.piece_dest, kind="stable")  # already (round, dest, ...): keep round order per dest
-        bounds = np.searchsorted(self.piece_dest[order], np.arange(ndests + 1))
-        return [rows[order[bounds[d]:bounds[d + 1]]] for d in range(ndests)]
+        dests, starts = np.unique(self.piece_dest[order], return_index=True)
+        ends = np.append(starts[1:], len(order))
+        return {int(d): rows[order[a:b]] for d, a, b in zip(dests.tolist(), starts.tolist(), ends.tolist(),
+                                                              strict=True)}
+
+    def descriptors_for(self, ndests: int) -> list[np.ndarray]:
+        """:meth:`descriptors_by_dest` as one array per rank of the job (empty for most; tests and tools)."""
+        empty = np.zeros((0, 2 + 2 * self.piece_lo.shape[1]), _I64)
+        by_dest = self.descriptors_by_dest()
+        return [by_dest.get(d, empty) for d in range(ndests)]
 
 
 def match_requests(table: ExtentTable, received: list[np.ndarray], itemsizes: np.ndarray,
@@ -218,19 +228,27 @@ def match_requests(table: ExtentTable, received: list[np.ndarray], itemsizes: np
     hit_req: list[np.ndarray] = []
     hit_row: list[np.ndarray] = []
     t_lo, t_hi = table.lo, table.lo + table.shape
-    for i in range(len(recs)):
-        entry = by_var.get(int(req_var[i]))
+    # every (request, extent) pair that meets, one variable at a time and vectorized over its requests: the
+    # candidates of a request are the extents whose leading interval can reach it (a window of the sorted
+    # leading offsets), then the full N-d test; in slices that bound the candidate arrays
+    req_order = np.argsort(req_var, kind="stable")
+    qvars, qstarts = np.unique(req_var[req_order], return_index=True)
+    qends = np.append(qstarts[1:], len(req_order))[:len(qstarts)]
+    for v, s, e in zip(qvars.tolist(), qstarts.tolist(), qends.tolist(), strict=True):
+        entry = by_var.get(v)
         if entry is None:
             continue
         rows, lead, maxlen = entry
-        a = int(np.searchsorted(lead, req_lo[i, 0] - maxlen, side="right"))
-        b = int(np.searchsorted(lead, req_hi[i, 0], side="left"))
-        cand = rows[a:b]
-        meet = (t_lo[cand] < req_hi[i]).all(axis=1) & (req_lo[i] < t_hi[cand]).all(axis=1)
-        got = cand[meet]
-        if len(got):
-            hit_row.append(got)
-            hit_req.append(np.full(len(got), i, _I64))
+        for chunk in range(s, e, 1 << 14):
+            qs = req_order[chunk:min(e, chunk + (1 << 14))]
+            a = np.searchsorted(lead, req_lo[qs, 0] - maxlen, side="right")
+            counts = np.maximum(np.searchsorted(lead, req_hi[qs, 0], side="left") - a, 0)
+            q = np.repeat(qs, counts)
+            cand = rows[_ranges(a, counts)]
+            meet = (t_lo[cand] < req_hi[q]).all(axis=1) & (req_lo[q] < t_hi[cand]).all(axis=1)
+            if meet.any():
+                hit_row.append(cand[meet])
+                hit_req.append(q[meet])
     if not hit_row:
         return AggregatorPlan([], [], piece_lo=np.zeros((0, nd), _I64), piece_shape=np.zeros((0, nd), _I64))
     hr, hq = np.concatenate(hit_row), np.concatenate(hit_req)
@@ -256,25 +274,36 @@ def match_requests(table: ExtentTable, received: list[np.ndarray], itemsizes: np
     round_of = np.zeros(len(parts), _I64)
     for k, r in enumerate(rounds):
         round_of[r] = k
-    # pieces: every (part, hitting request) intersection
-    p_part, p_req, p_lo, p_hi = [], [], [], []
-    order = np.argsort(hr, kind="stable")
-    hr, hq = hr[order], hq[order]
-    bounds = np.searchsorted(hr, needed)
-    bounds = np.append(bounds, len(hr))
-    for n, row in enumerate(needed.tolist()):
-        reqs = hq[bounds[n]:bounds[n + 1]]
-        a, b = part_range[row]
-        for p in range(a, b):
-            part = parts[p]
-            lo = np.maximum(req_lo[reqs], part.lo)
-            hi = np.minimum(req_hi[reqs], part.lo + part.shape)
-            ok = (hi > lo).all(axis=1)
-            if ok.any():
-                p_part.append(np.full(int(ok.sum()), p, _I64))
-                p_req.append(reqs[ok])
-                p_lo.append(lo[ok])
-                p_hi.append(hi[ok])
+    # pieces: every (part, hitting request) intersection; an extent read whole is one part, so its pieces are
+    # the (request, extent) intersections themselves (vectorized); split extents go part by part
+    first_part = np.array([part_range[row][0] for row in needed.tolist()], _I64)
+    nparts = np.array([part_range[row][1] - part_range[row][0] for row in needed.tolist()], _I64)
+    where = np.searchsorted(needed, hr)
+    whole = nparts[where] == 1
+    p_part = [first_part[where[whole]]]
+    p_req = [hq[whole]]
+    p_lo = [np.maximum(req_lo[hq[whole]], t_lo[hr[whole]])]
+    p_hi = [np.minimum(req_hi[hq[whole]], t_hi[hr[whole]])]
+    split_rows = needed[nparts > 1]
+    if len(split_rows):
+        sel = ~whole
+        hr_s, hq_s = hr[sel], hq[sel]
+        order = np.argsort(hr_s, kind="stable")
+        hr_s, hq_s = hr_s[order], hq_s[order]
+        bounds = np.append(np.searchsorted(hr_s, split_rows), len(hr_s))
+        for n, row in enumerate(split_rows.tolist()):
+            reqs = hq_s[bounds[n]:bounds[n + 1]]
+            a, b = part_range[row]
+            for p in range(a, b):
+                part = parts[p]
+                lo = np.maximum(req_lo[reqs], part.lo)
+                hi = np.minimum(req_hi[reqs], part.lo + part.shape)
+                ok = (hi > lo).all(axis=1)
+                if ok.any():
+                    p_part.append(np.full(int(ok.sum()), p, _I64))
+                    p_req.append(reqs[ok])
+                    p_lo.append(lo[ok])
+                    p_hi.append(hi[ok])
     pp, pq = np.concatenate(p_part), np.concatenate(p_req)
     plo, phi = np.concatenate(p_lo), np.concatenate(p_hi)
     dest, qi = req_src[pq], req_qi[pq]
