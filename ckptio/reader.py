@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from . import coord, readplan, units
+from . import coord, placement_stats, readplan, units
 from . import hints as hintsmod
 from . import meta as metamod
 from .backends import detect_backend, get_backend
@@ -73,12 +73,14 @@ class ReadStats:
     seconds: dict[str, float] = field(default_factory=lambda: {"plan": 0.0, "io": 0.0, "verify": 0.0,
                                                                "exchange": 0.0})
     opened_file: bool = False
+    host: str = ""  # where this rank runs (MPI_Get_processor_name)
+    aggregator: bool = False  # whether this rank is a restart aggregator (one of reader.aggregators)
 
     def to_json(self) -> dict[str, Any]:
         return {"file_bytes": self.file_bytes, "file_calls": self.file_calls, "bytes_sent": self.bytes_sent,
                 "bytes_received": self.bytes_received, "rounds": self.rounds, "messages": self.messages,
-                "seconds": dict(self.seconds),
-                "opened_file": self.opened_file}
+                "seconds": dict(self.seconds), "opened_file": self.opened_file, "host": self.host,
+                "aggregator": self.aggregator}
 
 
 def _coordinates(name: str, what: str, values: object, ndim: int) -> tuple[int, ...] | None:
@@ -242,7 +244,7 @@ class Reader:
         self._extent_reader = None
         self._opened = False
         self._chains: dict[int, Any] = {}
-        self.stats = ReadStats()
+        self.stats = ReadStats(**placement_stats.rank_placement(self.aggregators, comm.Get_rank()))
         self._last_failed = False
 
     # ---------------------------------------------------------------------------------------------- API

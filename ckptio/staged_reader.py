@@ -107,9 +107,11 @@ class StagedReader:
     source = "stage"
 
     def __init__(self, path: str, comm, directory: str, manifest: dict[str, Any], arrays: list[np.ndarray]):
+        from . import placement_stats
         from .reader import ReadStats, VariableInfo
 
-        self.stats = ReadStats()  # file_bytes: bytes this rank read from its own piece
+        # file_bytes: bytes this rank read from its own piece (every rank reads its own: each is an aggregator)
+        self.stats = ReadStats(**placement_stats.rank_placement([comm.Get_rank()], comm.Get_rank()))
         self.stats.opened_file = True
         self.path, self.comm, self.directory = path, comm, directory
         self.attrs: dict[str, Any] = dict(manifest["attrs"])

@@ -48,6 +48,7 @@ for backend in ("mpiio", "hdf5"):
         else:
             assert seg.size == 0, (backend, r, seg)
         assert ck.stats.rounds >= 1
+        assert ck.stats.aggregator == (r in ck.aggregators) and ck.stats.host == MPI.Get_processor_name()
 print("READ", r, flush=True)
 """
 
