@@ -201,16 +201,27 @@ def gather_and_plan(comm, phase: str, local: Callable[[], Any], plan: Callable[[
         if failures:
             outcome = (_FAILED, failures)
         else:
-            try:
-                own = deliver_held_signals()
-                if own is not None:
-                    raise own
-                with _phase_work():
-                    outcome = ("ok", plan([p[1] for p in gathered]))
-            except BaseException as exc:  # see run()
-                own = exc
-                outcome = (_FAILED, {root: _describe(exc)})
-    outcome = comm.bcast(outcome, root=root)
+            outcome, own = _on_root(comm, root, lambda: plan([p[1] for p in gathered]))
+    return _result(phase, comm.bcast(outcome, root=root), own)
+
+
+def _on_root(comm, root: int, fn: Callable[[], T]) -> tuple[Any, BaseException | None]:
+    """``root`` only: run ``fn`` (after delivering a held signal) -> ``(("ok", result) or (failed, who), own
+    exception or None)``; other ranks get ``(None, None)``."""
+    if comm.Get_rank() != root:
+        return None, None
+    try:
+        own = deliver_held_signals()
+        if own is not None:
+            raise own
+        with _phase_work():
+            return ("ok", fn()), None
+    except BaseException as exc:  # see run()
+        return (_FAILED, {root: _describe(exc)}), exc
+
+
+def _result(phase: str, outcome: Any, own: BaseException | None) -> Any:
+    """Every rank: the result of an ``("ok", value)`` outcome, or the same error as every rank."""
     if outcome[0] == _FAILED:
         _reraise_own(own)
         failures = outcome[1]
@@ -222,51 +233,26 @@ def bcast_from_root(comm, phase: str, fn: Callable[[], T], root: int = 0) -> T:
     """Collective: ``fn`` runs on ``root`` only; its result (or its error) reaches every rank.
 
     A signal held on another rank stays held until the next agreement point (or the end of the section)."""
-    outcome: Any = None
-    own: BaseException | None = None
-    if comm.Get_rank() == root:
-        try:
-            own = deliver_held_signals()
-            if own is not None:
-                raise own
-            with _phase_work():
-                outcome = ("ok", fn())
-        except BaseException as exc:  # see run()
-            own = exc
-            outcome = (_FAILED, {root: _describe(exc)})
-    outcome = comm.bcast(outcome, root=root)
-    if outcome[0] == _FAILED:
-        _reraise_own(own)
-        failures = outcome[1]
-        raise collective_error_class([n for n, _ in failures.values()])(phase, failures)
-    return outcome[1]
+    outcome, own = _on_root(comm, root, fn)
+    return _result(phase, comm.bcast(outcome, root=root), own)
 
 
 def scatter_from_root(comm, phase: str, fn: Callable[[], list[Any]], root: int = 0) -> Any:
     """Collective: ``fn`` runs on ``root`` only and returns one payload per rank; rank ``r`` gets the ``r``-th
     (or, if ``fn`` failed, the same error as every rank). Each rank receives only its own payload, so what a
     rank receives does not grow with the job unless its own share does (the restart aggregators' rows)."""
-    payloads: Any = None
-    own: BaseException | None = None
-    if comm.Get_rank() == root:
-        try:
-            own = deliver_held_signals()
-            if own is not None:
-                raise own
-            with _phase_work():
-                values = fn()
-                if len(values) != comm.Get_size():
-                    raise ValueError(f"{phase}: {len(values)} payloads for {comm.Get_size()} ranks")
-                payloads = [("ok", v) for v in values]
-        except BaseException as exc:  # see run()
-            own = exc
-            payloads = [(_FAILED, {root: _describe(exc)})] * comm.Get_size()
-    outcome = comm.scatter(payloads, root=root)
-    if outcome[0] == _FAILED:
-        _reraise_own(own)
-        failures = outcome[1]
-        raise collective_error_class([n for n, _ in failures.values()])(phase, failures)
-    return outcome[1]
+    size = comm.Get_size()
+
+    def payloads() -> list[Any]:
+        values = fn()
+        if len(values) != size:
+            raise ValueError(f"{phase}: {len(values)} payloads for {size} ranks")
+        return values
+
+    outcome, own = _on_root(comm, root, payloads)
+    if outcome is not None:
+        outcome = [("ok", v) for v in outcome[1]] if outcome[0] == "ok" else [outcome] * size
+    return _result(phase, comm.scatter(outcome, root=root), own)
 
 
 def node_leader(comm) -> int:

@@ -15,7 +15,7 @@ from ckptio import extent_table, readplan
 from ckptio.cli import main as cli_main
 from ckptio.plan import choose_aggregators
 from ckptio.simulate import PlanScenario, simulate, split_even, split_shifted
-from tests.test_readplan import _simulate
+from tests.test_readplan import _simulate, check_delivered_once
 
 
 def _tiling(n: int, writers: int, row: int, stripe: int, rng) -> extent_table.ExtentTable:
@@ -53,13 +53,7 @@ def test_every_requested_element_delivered_exactly_once_at_many_ranks(n, writers
     # _simulate checks: every row owned by exactly one aggregator, every round within the buffer
     delivered, _ = _simulate(table, requests, naggr, buffer_kib * 1024, stripe=64 * 1024)
     assert len({src for got in delivered.values() for src, *_ in got}) <= min(naggr, readers)
-    for rank in rng.choice(readers, size=min(readers, 12), replace=False).tolist():
-        for qi, (_v, lo, shape) in enumerate(requests[rank]):
-            hits = np.zeros(shape, np.int32)
-            for _src, q, plo, pshape in delivered[rank]:
-                if q == qi:
-                    hits[tuple(slice(x - y, x - y + k) for x, y, k in zip(plo, lo, pshape, strict=True))] += 1
-            assert (hits == 1).all(), f"rank {rank} request {qi}: delivered {hits.min()}..{hits.max()} times"
+    check_delivered_once(requests, delivered, rng.choice(readers, size=min(readers, 12), replace=False).tolist())
 
 
 def test_partition_gives_contiguous_stripe_aligned_domains_for_one_variable():

@@ -132,8 +132,13 @@ def test_every_requested_element_delivered_exactly_once(variables, writers, read
             reqs.append((v, pad_lo, pad_shape))
         requests.append(reqs)
     delivered, _ = _simulate(table, requests, naggr, buffer_bytes)
-    for r, reqs in enumerate(requests):
-        for qi, (_v, lo, shape) in enumerate(reqs):
+    check_delivered_once(requests, delivered, range(readers))
+
+
+def check_delivered_once(requests, delivered, ranks) -> None:
+    """Every element of every request of ``ranks`` arrived exactly once."""
+    for r in ranks:
+        for qi, (_v, lo, shape) in enumerate(requests[r]):
             hits = np.zeros(shape, np.int32)
             for _src, q, plo, pshape in delivered[r]:
                 if q == qi:
