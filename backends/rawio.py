@@ -227,7 +227,7 @@ def decode_extent(meta: Mapping[str, Any], extent: Extent, raw: np.ndarray) -> n
     var = meta["variables"][extent.var]
     dtype = np.dtype(var.get("storage", {}).get("file_dtype", var["dtype"]))  # e.g. big-endian in CDF files
     if extent.codec is not None:
-        where = f"variable {extent.var!r} at offset {extent.file_offset}"
+        where = extent.label or f"variable {extent.var!r} at offset {extent.file_offset}"
         arr = codecs.decompress(raw, extent.codec, dtype, extent.box.size, where)
     else:
         arr = raw.view(dtype)

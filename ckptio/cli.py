@@ -177,10 +177,18 @@ def _silence_stdout() -> None:
 OPEN_MAX_RANKS = 5_000  # rank 0 parses 120,000 JSON blocks in ~4 s here; 100,000 ranks (2.4 M) would take ~80 s
 
 
+MAX_MODEL_PIECES = 1 << 27  # ~134 million stripe-size pieces: 128 TiB at 1 MiB stripes, a few GB of model
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from .simulate import PlanScenario, format_comparison, simulate
 
     scenario = PlanScenario.from_args(args)
+    pieces = scenario.nbytes // scenario.stripe_size
+    if pieces > MAX_MODEL_PIECES:  # the OST model handles every stripe-size piece of the file (1P: 10^9 of them)
+        print(f"ckptio plan: error: --bytes / --stripe-size is {pieces:,} stripe-size pieces; the model handles at "
+              f"most {MAX_MODEL_PIECES:,} (raise --stripe-size or lower --bytes)", file=sys.stderr)
+        return 2
     control = None
     if not args.no_control_plane:  # first: rank 0's open is measured by the RSS it adds to a fresh process
         from .scale import restart_control_plane
@@ -241,15 +249,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stats", action="store_true", help="show the write statistics stored in the checkpoint")
     p.set_defaults(func=cmd_inspect)
     q = sub.add_parser("plan", help="run the I/O planner for a hypothetical job (no MPI, no data)")
-    q.add_argument("--ranks", type=int, required=True, help="number of MPI ranks")
-    q.add_argument("--bytes", required=True, help="checkpoint size, e.g. 189G, 500M")
-    q.add_argument("--stripe-count", type=int, default=None, help="Lustre stripe count (default min(ranks, 80))")
-    q.add_argument("--stripe-size", default="1M", help="Lustre stripe size (default 1M)")
-    q.add_argument("--variables", type=int, default=24, help="variables per block (FLASH: ~24 unknowns)")
-    q.add_argument("--readers", type=int, default=None, help="restart rank count (default: --ranks)")
+    q.add_argument("--ranks", type=_positive_int("--ranks"), required=True, help="number of MPI ranks")
+    q.add_argument("--bytes", type=argparse_size("--bytes"), required=True, help="checkpoint size, e.g. 189G, 500M")
+    q.add_argument("--stripe-count", type=_positive_int("--stripe-count"), default=None,
+                   help="Lustre stripe count (default min(ranks, 80))")
+    q.add_argument("--stripe-size", default="1M", type=argparse_size("--stripe-size"),
+                   help="Lustre stripe size (default 1M)")
+    q.add_argument("--variables", type=_positive_int("--variables"), default=24,
+                   help="variables per block (FLASH: ~24 unknowns)")
+    q.add_argument("--readers", type=_positive_int("--readers"), default=None,
+                   help="restart rank count (default: --ranks)")
     q.add_argument("--decomposition", choices=("blocks", "shifted"), default="shifted",
                    help="restart decomposition: 'blocks' = same as the writer's, 'shifted' = an uneven other one")
-    q.add_argument("--aggregators", type=int, default=None, help="override the aggregator count")
+    q.add_argument("--aggregators", type=_positive_int("--aggregators"), default=None,
+                   help="override the aggregator count")
     q.add_argument("--buffer", default="64M", type=argparse_size("--buffer"),
                    help="aggregator buffer per round, e.g. 64M, 64MiB, 1G or bytes (default 64M)")
     q.add_argument("--ranks-per-node", type=_positive_int("--ranks-per-node"), default=None, metavar="N",

@@ -142,19 +142,31 @@ def _reraise_own(error: BaseException | None) -> None:
         raise error
 
 
-def agree(comm, phase: str, error: BaseException | None) -> None:
+_CLOSING = 1 << 20  # in agree()'s sum: one closing rank (a job has fewer than 2**20 ranks failing at once)
+
+
+def agree(comm, phase: str, error: BaseException | None, closing: bool = False) -> None:
     """Collective: raise on every rank if ``error`` is set on any rank. Cheap when no rank failed.
 
     A signal held by :func:`collective_section` is delivered first; what its handler raises counts as this
-    rank's ``error``."""
+    rank's ``error``. ``closing``: this rank is closing the object the collective belongs to (``Reader.close``)
+    and meets the others wherever they are next; if some ranks close while the others are in another phase of
+    it (a read), every rank raises, naming the ranks that closed, instead of the readers going on into a
+    collective the closed ranks will never enter."""
     from mpi4py import MPI
 
     if error is None:
         error = deliver_held_signals()
-    failed = comm.allreduce(1 if error is not None else 0, op=MPI.SUM)
-    if failed == 0:
+    total = comm.allreduce((1 if error is not None else 0) + (_CLOSING if closing else 0), op=MPI.SUM)
+    failed, nclosing = total % _CLOSING, total // _CLOSING
+    if failed == 0 and nclosing in (0, comm.Get_size()):
         return
-    described = comm.allgather(None if error is None else _describe(error))
+    if failed:
+        mine = None if error is None else _describe(error)
+    else:  # a mismatch: the closing ranks are the failures
+        mine = ("ClosedCheckpointError", "closed it (close() or the end of its `with` block) while other ranks "
+                "were still reading; every rank must make the same collective calls") if closing else None
+    described = comm.allgather(mine)
     _reraise_own(error)
     if isinstance(error, CollectiveError) and all(d == described[0] for d in described):
         # every rank failed with the same collective error (an inner phase already agreed): name this phase

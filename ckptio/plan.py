@@ -162,6 +162,7 @@ class Extent:
     verify: tuple[tuple[int, Box, str], ...] = ()
     chain: tuple[str, int, int] | None = None
     codec: str | None = None  # stored compressed: read whole, decompress to box.size elements
+    label: str | None = None  # what it holds, for messages (default: the variable and the file offset)
 
 
 @dataclass(frozen=True)

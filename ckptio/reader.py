@@ -124,6 +124,16 @@ def _check_same_options(gathered: list[dict[str, Any]]) -> None:
                                    f"the same {env}) on every rank")
 
 
+def some_names(names, shown: int = 20) -> str:
+    """``a, b, c`` for a message: the first ``shown`` names in order, then how many more (10,000 variables must
+    not make a 100 KB error message on every rank)."""
+    ordered = sorted(names)
+    if not ordered:
+        return "no variables"
+    more = f", ... ({len(ordered) - shown} more)" if len(ordered) > shown else ""
+    return ", ".join(ordered[:shown]) + more
+
+
 def light_metadata(meta: Mapping[str, Any]) -> dict[str, Any]:
     """The document without its block lists (each variable says ``nblocks`` instead): what every rank holds.
     The blocks live in the extent table, partitioned among the aggregators."""
@@ -286,6 +296,8 @@ class Reader:
 
     def read_many(self, requests: Sequence[tuple[str, Sequence[int] | None, Sequence[int] | None]]) -> list[np.ndarray]:
         """Collective: several hyperslabs in one two-phase exchange (the count may differ between ranks)."""
+        if self._closed:  # local: after close() this rank's collectives with the others are over
+            raise ClosedCheckpointError(f"checkpoint {self.path}: read after Reader.close()")
         with coord.collective_section():
             self._last_failed = True  # until every rank got through: an agreed failure leaves it set everywhere
             outputs = self._read_many(requests)
@@ -384,8 +396,14 @@ class Reader:
         nd = int(t.var_ndim[t.var[part.row]])
         box = Box(tuple(int(x) for x in part.lo[:nd]), tuple(int(x) for x in part.shape[:nd]))
         c = int(t.codec[part.row])
+        label = None
+        if c >= 0:  # a compressed block is read whole: name it as a checksum mismatch would be named
+            j = int(t.vptr[part.row])
+            label = (f"{self.path}: variable {t.names[t.var[part.row]]!r} block {int(t.vblock[j])} (written by rank "
+                     f"{int(t.vrank[j])}, offset {t.vlo[j, :nd].tolist()}, shape {t.vshape[j, :nd].tolist()}) at file "
+                     f"offset {part.file_offset}")
         return Extent(t.names[t.var[part.row]], box, part.file_offset, part.nbytes, (), None,
-                      t.codecs[c] if c >= 0 else None)
+                      t.codecs[c] if c >= 0 else None, label)
 
     def close(self) -> None:
         """Collective: close the file on the aggregators and free the sub-communicator."""
@@ -396,7 +414,9 @@ class Reader:
 
         The agreement has the shape of every read's first phase (``coord.agree``), so a rank that leaves the
         ``with`` block with an exception of its own meets the other ranks wherever they are next: in their
-        ``close()`` or in their next read, which then raises a CollectiveError naming it. It is skipped when
+        ``close()`` or in their next read, which then raises a CollectiveError naming it. A rank that closes
+        without an error while the others read meets them the same way (``closing=True``): every rank raises,
+        naming the ranks that closed, and none goes on into a collective they will not enter. It is skipped when
         this Reader's last read failed: that failure was agreed on every rank, which all skip it alike.
         """
         if self._closed:
@@ -405,7 +425,7 @@ class Reader:
         with coord.collective_section():
             try:
                 if not self._last_failed:
-                    coord.agree(self.comm, f"close {self.path}", error)
+                    coord.agree(self.comm, f"close {self.path}", error, closing=True)
             finally:
                 if self._extent_reader is not None:
                     self._extent_reader.close()
@@ -457,7 +477,7 @@ class Reader:
     def _request(self, name: str, offset, shape) -> Request:
         if not isinstance(name, str) or name not in self._variables:
             raise ReadRequestError(f"variable {name!r} is not in checkpoint {self.path} "
-                                   f"(it has: {', '.join(sorted(self._variables)) or 'no variables'})")
+                                   f"(it has: {some_names(self._variables)})")
         var = self._variables[name]
         off = _coordinates(name, "offset", offset, len(var.shape))
         shp = _coordinates(name, "shape", shape, len(var.shape))

@@ -170,9 +170,11 @@ class StagedReader:
         return self.read_many([(name, offset, shape)])[0]
 
     def _request(self, name: str, offset, shape) -> tuple[str, Box]:
+        from .reader import some_names
+
         if name not in self.variables:
             raise ReadRequestError(f"variable {name!r} is not in checkpoint {self.path} "
-                                   f"(it has: {', '.join(self.variables) or 'no variables'})")
+                                   f"(it has: {some_names(self.variables)})")
         var = self.variables[name]
         if var.kind != "array" and offset is None and shape is None:
             return name, self._own_segment[name]
