@@ -72,7 +72,7 @@ def test_startup_benchmark_runs(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "benchmarks.startup", "--ranks", "1", "--repeats", "1",
                            "--c-program", "none", "--workdir", str(tmp_path), "--json", str(tmp_path / "r.json")],
                           cwd=REPO, capture_output=True, text=True, timeout=280)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[:4000] + "\n...\n" + proc.stderr[-1500:]
     entry = json.loads((tmp_path / "r.json").read_text())["by_ranks"]["python/1"]
     assert entry["heavy_loaded"] == [] and entry["total_s"] > 0 and entry["rss_delta_mib"] > 0
     if shutil.which("strace"):
