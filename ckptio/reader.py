@@ -118,10 +118,11 @@ def _check_same_options(gathered: list[dict[str, Any]]) -> None:
                                    f"rank {differ[0]}: {gathered[differ[0]][key]!r}); every rank must open the "
                                    "same checkpoint")
         if differ:
-            env = ENV_BUFFER_BYTES if key == "buffer_bytes" else hintsmod.ENV_AGGREGATORS
+            sources = (f"buffer_bytes= and {ENV_BUFFER_BYTES}" if key == "buffer_bytes" else
+                       f"aggregators=, {hintsmod.ENV_AGGREGATORS}, and cb_nodes in hints= or {hintsmod.ENV_HINTS}")
             raise DeclarationError(f"ckptio.open: {key} differs between ranks (rank 0: {gathered[0][key]!r}, "
-                                   f"rank {differ[0]}: {gathered[differ[0]][key]!r}); pass the same {key}= (and "
-                                   f"the same {env}) on every rank")
+                                   f"rank {differ[0]}: {gathered[differ[0]][key]!r}); it comes from {sources}: "
+                                   "give the same on every rank")
 
 
 def some_names(names, shown: int = 20) -> str:
@@ -208,7 +209,7 @@ class Reader:
 
         def load(gathered: list[tuple[dict[str, Any], int]]) -> dict[str, Any]:
             _check_same_options([g[0] for g in gathered])
-            backend = detect_backend(self.path)
+            backend = detect_backend(self.path, thorough=True)  # one file, opened on purpose: diagnose damage
             meta = backend.read_metadata(self.path)
             table = backend.extent_table(meta)
             layout = meta.get("layout", {})

@@ -1,6 +1,11 @@
-"""A rank that is done with a Reader while the others still read (outside trial): it used to leave them in a
-collective forever. Now every rank raises, naming the ranks that closed; and a read after ``close()`` on one rank
-is a local ClosedCheckpointError, not a collective that the other ranks never enter."""
+"""Reader defects found by the outside trial of the rewritten restart path, each fixed and tested here:
+
+* a rank that is done with a Reader while the others still read left them in a collective forever; now every rank
+  raises, naming the ranks that closed;
+* a read after ``close()`` on one rank hung it alone; now it is a local ClosedCheckpointError;
+* an undecodable compressed block was named by its file offset only;
+* a damaged HDF5/netCDF signature was "not a checkpoint" for ``ckptio.open`` but "damaged" for ``inspect``.
+"""
 
 import pytest
 from mpi_helpers import BACKENDS, run_script
@@ -99,3 +104,32 @@ def test_an_undecodable_compressed_block_is_named_like_a_checksum_mismatch(tmp_p
     """Outside trial: a zstd block that cannot be decompressed was reported by file offset only."""
     proc = run_script(2, UNDECODABLE, tmp_path, str(tmp_path / "chk"), timeout=180)
     assert proc.stdout.count("NAMED") == 2 and proc.stdout.count(" True") == 2, proc.stdout + proc.stderr[-2000:]
+
+
+DAMAGED_SIGNATURE = r"""
+import sys, numpy as np, ckptio
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+r, n = comm.Get_rank(), comm.Get_size()
+path, backend = sys.argv[1], sys.argv[2]
+with ckptio.create(path, comm, backend=backend) as ck:
+    ck.write("x", np.arange(1000.0) + 1000 * r, offset=(1000 * r,), global_shape=(1000 * n,))
+if r == 0:
+    with open(path, "r+b") as f:  # the format's signature overwritten (not all zeros, not one flipped bit)
+        f.write(b"\x00" * 8)
+comm.Barrier()
+try:
+    ckptio.open(path, comm)
+    print("OPENED", flush=True)
+except ckptio.CheckpointError as exc:
+    print("ERROR", r, type(exc).__name__, flush=True)
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("backend", ["hdf5", "pnetcdf"])
+def test_open_reports_a_damaged_signature_as_corrupt_like_inspect(tmp_path, backend):
+    """Outside trial: with bytes 0-7 zeroed, ``ckptio inspect`` said "damaged checkpoint" but ``ckptio.open``
+    said "not a ckptio checkpoint" (it skipped the diagnosis a directory scan skips for speed)."""
+    proc = run_script(2, DAMAGED_SIGNATURE, tmp_path, str(tmp_path / "chk"), backend, timeout=180)
+    assert proc.stdout.count("CorruptCheckpointError") == 2, proc.stdout + proc.stderr[-2000:]
