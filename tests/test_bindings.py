@@ -80,6 +80,16 @@ def error_lines(stdout: str) -> dict[str, dict[int, tuple[int, str]]]:
     return out
 
 
+def same_everywhere(cases: dict, case: str, nprocs: int, status: int) -> str:
+    """The one message of ``case`` that every rank reported with ``status`` ('-' for CKPTIO_OK)."""
+    ranks = cases.get(case, {})
+    assert sorted(ranks) == list(range(nprocs)), (case, ranks)
+    assert {s for s, _ in ranks.values()} == {status}, (case, ranks)
+    messages = {m for _, m in ranks.values()}
+    assert len(messages) == 1, (case, messages)
+    return messages.pop()
+
+
 def status_codes() -> dict[str, int]:
     text = (SRC / "include" / "ckptio.h").read_text()
     return {name: int(value) for name, value in re.findall(r"^\s*(CKPTIO_\w+) = (\d+)", text, re.M)}

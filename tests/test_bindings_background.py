@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 from mpi_helpers import run_program, run_script
-from test_bindings import CODES, ensure_build, error_lines
+from test_bindings import CODES, ensure_build, error_lines, same_everywhere
 
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(600)]
 
@@ -30,16 +30,6 @@ with ckptio.open(sys.argv[1], MPI.COMM_SELF) as ck:
 @pytest.fixture(scope="session")
 def build():
     return ensure_build()
-
-
-def same_everywhere(cases: dict, case: str, nprocs: int, status: int) -> str:
-    """The one message of ``case`` that every rank reported with ``status`` ('-' for CKPTIO_OK)."""
-    ranks = cases.get(case, {})
-    assert sorted(ranks) == list(range(nprocs)), (case, ranks)
-    assert {s for s, _ in ranks.values()} == {status}, (case, ranks)
-    messages = {m for _, m in ranks.values()}
-    assert len(messages) == 1, (case, messages)
-    return messages.pop()
 
 
 def uncovered(nprocs: int) -> str:

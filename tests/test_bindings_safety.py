@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 from mpi_helpers import run_program, run_script
-from test_bindings import CODES, ensure_build, error_lines
+from test_bindings import CODES, ensure_build, error_lines, same_everywhere
 
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(600)]
 
@@ -26,16 +26,6 @@ pytestmark = [pytest.mark.mpi, pytest.mark.timeout(600)]
 @pytest.fixture(scope="session")
 def build():
     return ensure_build()
-
-
-def _same_everywhere(cases: dict, case: str, nprocs: int, status: int) -> str:
-    """Every rank reported ``case`` with ``status`` and the same message; return it."""
-    ranks = cases.get(case, {})
-    assert sorted(ranks) == list(range(nprocs)), (case, ranks)
-    assert {s for s, _ in ranks.values()} == {status}, (case, ranks)
-    messages = {m for _, m in ranks.values()}
-    assert len(messages) == 1, (case, messages)
-    return messages.pop()
 
 
 # ------------------------------------------------------------------------------------ item 1: memory lifetime
@@ -65,7 +55,7 @@ def test_fortran_temporaries_are_copied(build, tmp_path, nprocs):
     reused before ckptio_close, the restart (other decomposition, then Python on 3 ranks) reads the values."""
     proc = run_program(nprocs, [build / "ckptio_test_f", "temporaries", tmp_path], timeout=300)
     assert f"TEMPORARIES OK {nprocs} ranks" in proc.stdout
-    message = _same_everywhere(error_lines(proc.stdout), "zero_copy_changed", nprocs, CODES["CKPTIO_ERR_ARGUMENT"])
+    message = same_everywhere(error_lines(proc.stdout), "zero_copy_changed", nprocs, CODES["CKPTIO_ERR_ARGUMENT"])
     assert "rank 0: ArgumentError: the memory of ckptio_write(\"a\") changed" in message, message
     assert "nothing was committed" in message
     assert not (tmp_path / "chk_000003").exists()
@@ -79,7 +69,7 @@ def test_c_buffers_freed_before_close(build, tmp_path, nprocs):
     correctly and fails on every rank when a block changes (the last rank's), nothing committed."""
     proc = run_program(nprocs, [build / "ckptio_test_c", "memory", tmp_path], timeout=300)
     assert f"MEMORY OK {nprocs} ranks" in proc.stdout
-    message = _same_everywhere(error_lines(proc.stdout), "zero_copy_changed", nprocs, CODES["CKPTIO_ERR_ARGUMENT"])
+    message = same_everywhere(error_lines(proc.stdout), "zero_copy_changed", nprocs, CODES["CKPTIO_ERR_ARGUMENT"])
     assert f"rank {nprocs - 1}: ArgumentError: the memory of ckptio_write(\"y\") changed" in message, message
     assert "ckptio_write(\"z\")" not in message  # written after switching back to copying
     assert not (tmp_path / "chk_000003").exists()
@@ -114,14 +104,14 @@ def test_fortran_handle_reuse_and_messages(build, tmp_path):
         assert status == CODES["CKPTIO_ERR_ARGUMENT"] and "still holds an open checkpoint" in message, message
     assert (tmp_path / "chk_000004").exists() and not (tmp_path / "chk_000005").exists()
     # open on a handle open on rank 0 only: every rank fails together; rank 0's writer commits afterwards
-    message = _same_everywhere(cases, "open_on_open_handle", nprocs, CODES["CKPTIO_ERR_ARGUMENT"])
+    message = same_everywhere(cases, "open_on_open_handle", nprocs, CODES["CKPTIO_ERR_ARGUMENT"])
     assert "rank 0: ArgumentError: the ckptio_file still holds an open checkpoint" in message
     assert (tmp_path / "self_000001").exists()
     # Fortran order: declared x(4, 2) at offset [1, 2*rank] of [4, 2*nprocs]
-    message = _same_everywhere(cases, "outside_global_shape", nprocs, CODES["CKPTIO_ERR_DECLARATION"])
+    message = same_everywhere(cases, "outside_global_shape", nprocs, CODES["CKPTIO_ERR_DECLARATION"])
     assert f"offset [1, 0] with shape [4, 2] from rank 0 lies outside the global shape [4, {2 * nprocs}]" in message
     assert "Fortran order" in message
-    message = _same_everywhere(cases, "inconsistent_shape", nprocs, CODES["CKPTIO_ERR_DECLARATION"])
+    message = same_everywhere(cases, "inconsistent_shape", nprocs, CODES["CKPTIO_ERR_DECLARATION"])
     assert f"declared global shape [4, {2 * nprocs}] but rank 1 declared [4, {2 * nprocs + 1}]" in message
     # Fortran names
     status, message = cases["get_attr_name"][0]
@@ -185,4 +175,4 @@ def test_c_latest_of_missing_directory_is_an_error(build, tmp_path):
             status, message = cases[case][rank]
             assert status == CODES["CKPTIO_ERR_IO"], (case, rank, status, message)
             assert "no_such_directory" in message, message
-    _same_everywhere(cases, "latest_missing_comm", nprocs, CODES["CKPTIO_ERR_IO"])
+    same_everywhere(cases, "latest_missing_comm", nprocs, CODES["CKPTIO_ERR_IO"])
