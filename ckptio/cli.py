@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Any
 
-from .units import argparse_size
+from .units import argparse_count, argparse_size
 
 EXIT_OK, EXIT_BAD, EXIT_USAGE = 0, 1, 2
 EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a command its pipe reader left
@@ -218,20 +218,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _positive_int(what: str):
-    """An argparse ``type=`` for a positive count (errors become usage errors naming the option)."""
-    from .errors import DeclarationError
-    from .units import parse_count
-
-    def convert(text: str) -> int:
-        try:
-            return parse_count(text, what)
-        except DeclarationError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    return convert
-
-
 def build_parser() -> argparse.ArgumentParser:
     from .commands import COMMANDS
     from .meta import __version__
@@ -249,27 +235,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stats", action="store_true", help="show the write statistics stored in the checkpoint")
     p.set_defaults(func=cmd_inspect)
     q = sub.add_parser("plan", help="run the I/O planner for a hypothetical job (no MPI, no data)")
-    q.add_argument("--ranks", type=_positive_int("--ranks"), required=True, help="number of MPI ranks")
+    q.add_argument("--ranks", type=argparse_count("--ranks"), required=True, help="number of MPI ranks")
     q.add_argument("--bytes", type=argparse_size("--bytes"), required=True, help="checkpoint size, e.g. 189G, 500M")
-    q.add_argument("--stripe-count", type=_positive_int("--stripe-count"), default=None,
+    q.add_argument("--stripe-count", type=argparse_count("--stripe-count"), default=None,
                    help="Lustre stripe count (default min(ranks, 80))")
     q.add_argument("--stripe-size", default="1M", type=argparse_size("--stripe-size"),
                    help="Lustre stripe size (default 1M)")
-    q.add_argument("--variables", type=_positive_int("--variables"), default=24,
+    q.add_argument("--variables", type=argparse_count("--variables"), default=24,
                    help="variables per block (FLASH: ~24 unknowns)")
-    q.add_argument("--readers", type=_positive_int("--readers"), default=None,
+    q.add_argument("--readers", type=argparse_count("--readers"), default=None,
                    help="restart rank count (default: --ranks)")
     q.add_argument("--decomposition", choices=("blocks", "shifted"), default="shifted",
                    help="restart decomposition: 'blocks' = same as the writer's, 'shifted' = an uneven other one")
-    q.add_argument("--aggregators", type=_positive_int("--aggregators"), default=None,
+    q.add_argument("--aggregators", type=argparse_count("--aggregators"), default=None,
                    help="override the aggregator count")
     q.add_argument("--buffer", default="64M", type=argparse_size("--buffer"),
                    help="aggregator buffer per round, e.g. 64M, 64MiB, 1G or bytes (default 64M)")
-    q.add_argument("--ranks-per-node", type=_positive_int("--ranks-per-node"), default=None, metavar="N",
+    q.add_argument("--ranks-per-node", type=argparse_count("--ranks-per-node"), default=None, metavar="N",
                    help="ranks per node (filled node by node): also report aggregators per node and per OST")
     q.add_argument("--no-control-plane", action="store_true",
                    help="skip the scale harness (the measured per-rank restart control-plane cost)")
-    q.add_argument("--open-max-ranks", type=_positive_int("--open-max-ranks"), default=OPEN_MAX_RANKS, metavar="N",
+    q.add_argument("--open-max-ranks", type=argparse_count("--open-max-ranks"), default=OPEN_MAX_RANKS, metavar="N",
                    help="above N ranks, rank 0's parse of the version-1 metadata document is measured at N ranks and "
                         f"scaled linearly (default {OPEN_MAX_RANKS}: keeps 100,000 ranks within a minute)")
     q.add_argument("--json", action="store_true")

@@ -65,13 +65,21 @@ def parse_count(value: object, what: str) -> int:
     return count
 
 
-def argparse_size(what: str) -> Callable[[str], int]:
-    """An argparse ``type=`` that parses a size with :func:`parse_size` (errors become usage errors)."""
-
+def _argparse_type(parse: Callable[[str, str], int], what: str) -> Callable[[str], int]:
     def convert(text: str) -> int:
         try:
-            return parse_size(text, what)
+            return parse(text, what)
         except DeclarationError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
     return convert
+
+
+def argparse_size(what: str) -> Callable[[str], int]:
+    """An argparse ``type=`` that parses a size with :func:`parse_size` (errors become usage errors)."""
+    return _argparse_type(parse_size, what)
+
+
+def argparse_count(what: str) -> Callable[[str], int]:
+    """An argparse ``type=`` for a positive count, :func:`parse_count` (errors become usage errors)."""
+    return _argparse_type(parse_count, what)
