@@ -120,8 +120,11 @@ def timed_run(nprocs: int, workdir: str, timeout: float, program: str | None = N
     """Per rank: import_s (C: ckptio_initialize), first_call_s, total_s, rss_delta_kib, heavy_loaded."""
     out = os.path.join(workdir, f"time{nprocs}.json")
     _remove_tiny(workdir)
-    proc = subprocess.run([*_mpirun(nprocs), *_job_cmd(program, "ckptio", workdir, out)], check=True,
-                          timeout=timeout, capture_output=program is not None, text=True)
+    cmd = [*_mpirun(nprocs), *_job_cmd(program, "ckptio", workdir, out)]
+    proc = subprocess.run(cmd, timeout=timeout, capture_output=True, text=True)
+    if proc.returncode != 0:  # the job's own output says why (it failed silently in full test runs under load)
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
+                           f"stderr:\n{proc.stderr[-3000:]}")
     if program is None:
         with open(out) as f:
             return json.load(f)

