@@ -110,7 +110,8 @@ def _show(values: object) -> str:
 
 
 def _check_same_options(gathered: list[dict[str, Any]]) -> None:
-    """Rank 0: the read plan is computed on every rank, so its inputs must be the same on every rank."""
+    """Rank 0: rank 0 partitions the checkpoint for every rank with these options (and every aggregator plans
+    its rounds with the buffer size), so they must be the same on every rank."""
     for key in gathered[0]:
         differ = [r for r, g in enumerate(gathered) if g[key] != gathered[0][key]]
         if differ and key == "path":
@@ -223,7 +224,7 @@ class Reader:
             for a, rank in enumerate(chosen_aggregators):
                 per_rank[rank]["table"] = table.take(rows[a]).to_arrays()
             return {"backend": backend.name, "meta": light_metadata(meta), "stripe_unit": stripe_unit,
-                    "names": table.names, "var_ndim": table.var_ndim, "routing": routing}
+                    "names": table.names, "routing": routing}
 
         common = coord.gather_and_plan(comm, f"open {self.path}", options, load)
         own = coord.scatter_from_root(comm, f"open {self.path}: restart plan", lambda: per_rank)
@@ -232,7 +233,6 @@ class Reader:
         self._routing: readplan.Routing = common["routing"]
         self._runs_by_var = self._routing.by_var()
         self._var_index = {n: i for i, n in enumerate(common["names"])}
-        self._var_ndim = common["var_ndim"]
         self._table: ExtentTable | None = ExtentTable.from_arrays(own["table"]) if own["table"] is not None else None
         self._segments: dict[str, tuple[int, int]] = own["segments"]
         self._attrs: dict[str, Any] = dict(self.meta["attrs"])
