@@ -136,6 +136,11 @@ def some_names(names, shown: int = 20) -> str:
     return ", ".join(ordered[:shown]) + more
 
 
+def _stripe_unit(meta: Mapping[str, Any]) -> int:
+    """The checkpoint's stripe unit as recorded at write (the default where it is not)."""
+    return int(meta.get("layout", {}).get("stripe_unit", hintsmod.DEFAULT_STRIPING_UNIT))
+
+
 def light_metadata(meta: Mapping[str, Any]) -> dict[str, Any]:
     """The document without its block lists (each variable says ``nblocks`` instead): what every rank holds.
     The blocks live in the extent table, partitioned among the aggregators."""
@@ -213,18 +218,16 @@ class Reader:
             backend = detect_backend(self.path, thorough=True)  # one file, opened on purpose: diagnose damage
             meta = backend.read_metadata(self.path)
             table = backend.extent_table(meta)
-            layout = meta.get("layout", {})
-            stripe_unit = int(layout.get("stripe_unit", hintsmod.DEFAULT_STRIPING_UNIT))
-            chosen_aggregators = choose_aggregators(size, [g[1] for g in gathered], int(layout.get("stripe_count", 1)),
+            chosen_aggregators = choose_aggregators(size, [g[1] for g in gathered],
+                                                    int(meta.get("layout", {}).get("stripe_count", 1)),
                                                     chosen["aggregators"])
-            owner, routing = readplan.partition(table, chosen_aggregators, stripe_unit)
+            owner, routing = readplan.partition(table, chosen_aggregators, _stripe_unit(meta))
             rows = readplan.rows_of_aggregators(owner, len(chosen_aggregators))
             segments = own_segments(meta, size)
             per_rank.extend({"segments": seg, "table": None} for seg in segments)
             for a, rank in enumerate(chosen_aggregators):
                 per_rank[rank]["table"] = table.take(rows[a]).to_arrays()
-            return {"backend": backend.name, "meta": light_metadata(meta), "stripe_unit": stripe_unit,
-                    "names": table.names, "routing": routing}
+            return {"backend": backend.name, "meta": light_metadata(meta), "routing": routing}
 
         common = coord.gather_and_plan(comm, f"open {self.path}", options, load)
         own = coord.scatter_from_root(comm, f"open {self.path}: restart plan", lambda: per_rank)
@@ -232,7 +235,8 @@ class Reader:
         self.backend = get_backend(common["backend"])
         self._routing: readplan.Routing = common["routing"]
         self._runs_by_var = self._routing.by_var()
-        self._var_index = {n: i for i, n in enumerate(common["names"])}
+        names = list(self.meta["variables"])  # the extent table's variable order (ckptio.extent_table)
+        self._var_index = {n: i for i, n in enumerate(names)}
         self._table: ExtentTable | None = ExtentTable.from_arrays(own["table"]) if own["table"] is not None else None
         self._segments: dict[str, tuple[int, int]] = own["segments"]
         self._attrs: dict[str, Any] = dict(self.meta["attrs"])
@@ -242,13 +246,13 @@ class Reader:
                                dict(v.get("attrs", {})))
             for name, v in self.meta["variables"].items()
         }
-        self._itemsizes = np.array([np.dtype(self.meta["variables"][n]["dtype"]).itemsize for n in common["names"]]
-                                   or [1], np.int64)
+        self._itemsizes = np.array([np.dtype(self.meta["variables"][n]["dtype"]).itemsize for n in names] or [1],
+                                   np.int64)
         self.hints = chosen["hints"]
         for key, value in self.backend.extra_hints.items():
             self.hints.setdefault(key, value)
         self.buffer_bytes: int = chosen["buffer_bytes"]
-        self.stripe_unit = common["stripe_unit"]
+        self.stripe_unit = _stripe_unit(self.meta)
         self.aggregators = [int(a) for a in self._routing.aggregators]
         is_aggregator = comm.Get_rank() in self.aggregators
         self._agg_comm = comm.Split(0 if is_aggregator else MPI.UNDEFINED, comm.Get_rank())
