@@ -22,8 +22,13 @@ File layout::
     /ckptio/metadata         the metadata document of ckptio.meta (JSON), a scalar fixed-length string
                              dataset: not a variable-length string attribute, because HDF5 1.10 trusts the
                              lengths stored in its global heap and a damaged one crashes the reader
-    /ckptio/blocks/<name>    the block table of each variable: a compound dataset (rank, offset[ndim],
-                             shape[ndim], checksum), so plain HDF5 users see who wrote what
+    /ckptio/block_table      int64 (blocks, 2 + 2n): every block of every variable, ``variable, rank,
+                             offset[0..n), shape[0..n)`` (attribute ``variables`` names the variable indices),
+    /ckptio/block_checksums  uint64 (blocks,): their xxh3-64; plain integer datasets, so plain HDF5 and
+                             netCDF users see who wrote what (a copy: ckptio reads the document's). Layout
+                             version 1 had a compound table per variable in /ckptio/blocks with the checksum as
+                             a 16-character string, which netCDF-C 4.9 hides and 4.10 crashes on; version-1
+                             files are still read (their document is schema 1)
 
 The metadata document records, per variable, ``storage = {"file_offset": ..., "file_dtype": ...}``: the
 dataset's byte offset in the file (``H5Dget_offset``). Because datasets are contiguous and unfiltered,
@@ -64,6 +69,7 @@ import numpy as np
 
 from ckptio import coord
 from ckptio import meta as metamod
+from ckptio.block_table import USER_TABLE_NOTE, user_table
 from ckptio.errors import (
     CapabilityError,
     CheckpointError,
@@ -116,7 +122,8 @@ NOT_A_VARIABLE = "This is a netCDF dimension but not a netCDF variable.%10d"
 # which HDF5 keeps in the scale's object header, at most 64 KiB: attaching a 4086th dataset failed (measured,
 # HDF5 1.12 through h5py). Refused beyond this many, before anything is attached.
 MAX_SCALE_USERS = 4000
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+MAX_LISTED_NAMES = 60_000  # the 'variables' attribute of the block table (HDF5 attributes: 64 KiB)
 GROUP = "ckptio"
 COMPLETE = 1
 
@@ -179,22 +186,6 @@ def _attr_value(value: Any) -> Any:
         except OverflowError:
             pass
     return json.dumps(value)
-
-
-def _block_table(var: VariablePlan) -> np.ndarray:
-    """The block table of one variable as a compound array (rank, offset[ndim], shape[ndim], checksum)."""
-    ndim = len(var.shape)
-    fields: list[tuple[Any, ...]] = [("rank", "<i8")]
-    if ndim:
-        fields += [("offset", "<i8", (ndim,)), ("shape", "<i8", (ndim,))]
-    fields.append(("checksum", "S16"))
-    table = np.zeros(len(var.blocks), dtype=np.dtype(fields))
-    table["rank"] = [b.rank for b in var.blocks]
-    if ndim:
-        table["offset"] = np.array([b.box.offset for b in var.blocks], dtype=np.int64).reshape(-1, ndim)
-        table["shape"] = np.array([b.box.shape for b in var.blocks], dtype=np.int64).reshape(-1, ndim)
-    table["checksum"] = [(b.checksum or "").encode() for b in var.blocks]
-    return table
 
 
 def _mpi_file_info(h5file: h5py.File) -> dict[str, str]:
@@ -261,14 +252,16 @@ class _HDF5WriteSession(WriteSession):
         group = self.file.create_group(GROUP)
         group.attrs["format_version"] = np.int64(FORMAT_VERSION)
         group.attrs["ckptio_version"] = np.bytes_(metamod.__version__)
-        tables = group.create_group("blocks")
-        self._tables: dict[str, tuple[h5py.Dataset, np.ndarray]] = {}
-        for name, var in self.variables.items():
-            rows = _block_table(var)
-            dset = tables.create_dataset(name, shape=rows.shape, dtype=rows.dtype, dcpl=_dcpl())
-            dset.attrs["description"] = ("rank: the writer rank; offset, shape: the block in the global array; "
-                                         "checksum: xxh3_64 of its elements in C order")
-            self._tables[name] = (dset, rows)
+        names, rows, sums = user_table(self.variables)
+        self._tables: list[tuple[h5py.Dataset, np.ndarray]] = []
+        for key, array in (("block_table", rows), ("block_checksums", sums)):
+            dset = group.create_dataset(key, shape=array.shape, dtype=array.dtype, dcpl=_dcpl())
+            dset.attrs["description"] = USER_TABLE_NOTE
+            self._tables.append((dset, array))
+        listed = " ".join(names)  # an attribute holds at most 64 KiB in the file's default object headers
+        self._tables[0][0].attrs["variables"] = (
+            listed if len(listed) <= MAX_LISTED_NAMES else
+            f"(more than {MAX_LISTED_NAMES} bytes of names: see /{GROUP}/metadata)")
         # Every dataset is allocated now (ALLOC_TIME_EARLY): HDF5's end of allocated space covers all the data
         # and the metadata so far. H5Fget_filesize reports it (max of EOA and EOF) until the mpio driver's first
         # write -- raw data, or metadata the cache evicts while thousands of datasets are created -- after which
@@ -278,7 +271,7 @@ class _HDF5WriteSession(WriteSession):
             file_end = int(self.file.id.get_filesize())
         except RuntimeError:
             file_end = 0
-        datasets = [*self.datasets.values(), *scales, *(dset for dset, _ in self._tables.values())]
+        datasets = [*self.datasets.values(), *scales, *(dset for dset, _ in self._tables)]
         data_end = max((int(d.id.get_offset()) + int(d.id.get_storage_size()) for d in datasets
                         if d.id.get_offset() is not None), default=0)
         self._data_end = max(file_end, data_end)
@@ -325,9 +318,10 @@ class _HDF5WriteSession(WriteSession):
             written.append(WrittenBlock(None, int(data.nbytes)))
         def write_tables() -> None:  # rank 0, independent raw-data writes (the datasets are allocated already)
             if self.comm.Get_rank() == 0:
-                for name, (dset, rows) in self._tables.items():
-                    self._io(f"write of the block table of {name!r}",
-                             lambda dset=dset, rows=rows: dset.id.write(h5py.h5s.ALL, h5py.h5s.ALL, rows))
+                for dset, rows in self._tables:
+                    if rows.size:
+                        self._io(f"write of /{GROUP}/{dset.name.rsplit('/', 1)[-1]}",
+                                 lambda dset=dset, rows=rows: dset.id.write(h5py.h5s.ALL, h5py.h5s.ALL, rows))
 
         coord.run(self.comm, "write the block tables", write_tables)
         for name in self.variables:

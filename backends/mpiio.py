@@ -9,7 +9,8 @@ File layout (all integers little-endian)::
                   it is at least one stripe long, so no two ranks' large writes share a stripe (no lock
                   ping-pong on Lustre)
     index_offset  index: the metadata document (JSON, see ckptio.meta), with every block's file offset,
-                  stored size, codec and checksum
+                  stored size, codec and checksum (format version 2: as the integer columns of
+                  ckptio.block_table; version 1, still read: one JSON object per block)
     EOF - 64      trailer: magic b"CKPTEND\\0", u32 format version, u32 flags, u64 index offset,
                   u64 index length, u64 xxh3-64 of the index, u64 data end, 16 reserved bytes
 
@@ -41,6 +42,7 @@ import numpy as np
 import xxhash
 
 from ckptio import meta as metamod
+from ckptio.block_table import BlockTable, as_table
 from ckptio.coord import agree
 from ckptio.errors import CheckpointIOError, CorruptCheckpointError, FormatVersionError, IncompleteCheckpointError
 from ckptio.hints import COLLECTIVE_ONLY_HINTS, info_to_dict
@@ -51,7 +53,7 @@ from .rawio import RawExtentReader, SerialRawReader, check_data_landed, reserve_
 
 MAGIC = b"\x89CKPTIO\n"
 TRAILER_MAGIC = b"CKPTEND\x00"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 HEADER_SIZE = 4096
 _HEADER = struct.Struct("<8sIIQ")  # magic, format version, header size, header checksum (0: none, older files)
 _TRAILER = struct.Struct("<8sIIQQQQ16s")
@@ -292,18 +294,12 @@ class NativeBackend(Backend):
         return SerialRawReader(path, meta)
 
 
-def _blocks_in_data_region(blocks: list[Any], ndim: int, itemsize: int, data_start: int, data_end: int) -> bool:
+def _blocks_in_data_region(blocks: BlockTable, itemsize: int, data_start: int, data_end: int) -> bool:
     """True if every block (of a validated document) lies in the data region and stores exactly its bytes
     unless compressed: :func:`check_block_table`'s loop as numpy (False: not proven; the loop names the
     problem)."""
-    try:
-        offsets = np.array([b["file_offset"] for b in blocks], np.int64)
-        stored = np.array([b["stored_nbytes"] for b in blocks], np.int64)
-        shapes = np.array([b["shape"] for b in blocks], np.int64).reshape(len(blocks), ndim)
-        raw = shapes.prod(axis=1) * itemsize
-        plain = np.array([b.get("codec") is None for b in blocks], bool)
-    except (KeyError, TypeError, ValueError, OverflowError):
-        return False
+    raw = blocks.shape.prod(axis=1) * itemsize if blocks.ndim else np.full(len(blocks), itemsize, np.int64)
+    offsets, stored, plain = blocks.file_offset, blocks.stored_nbytes, blocks.codec < 0
     inside = (raw == 0) | ((offsets >= data_start) & (stored <= data_end - offsets))
     return bool(inside.all() and (~plain | (stored == raw)).all())
 
@@ -321,11 +317,13 @@ def check_block_table(path: str, meta: Mapping[str, Any], data_start: int, data_
             var = meta["variables"][name]
             dtype = np.dtype(var["dtype"])
             shape = [int(s) for s in var["shape"]]
-            if _blocks_in_data_region(var["blocks"], len(shape), dtype.itemsize, data_start, data_end):
+            if _blocks_in_data_region(as_table(var["blocks"], len(shape)), dtype.itemsize, data_start, data_end):
                 continue
             for i, b in enumerate(var["blocks"]):  # something is wrong: find and name it
-                off, n = int(b["file_offset"]), int(b["stored_nbytes"])
                 raw = int(np.prod(b["shape"], dtype=np.int64)) * dtype.itemsize
+                if raw and b["file_offset"] is None:
+                    raise ValueError(f"block {i} has no file offset")
+                off, n = int(b["file_offset"] or 0), int(b["stored_nbytes"])
                 if len(b["offset"]) != len(shape) or len(b["shape"]) != len(shape):
                     raise ValueError(f"block {i} has the wrong number of dimensions")
                 if raw and (off < data_start or off + n > data_end):

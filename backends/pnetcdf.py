@@ -10,10 +10,14 @@ File layout (CDF-5, ``NC_64BIT_DATA``; all data big-endian, as the format requir
                          declared with ``dims=``, else ``<name>_d0``, ``<name>_d1``, ...; a dimension name is
                          defined once and shared by every variable using it (one name, one length: checked
                          when declared)
-    ckptio_blocks_<name>(ckptio_nblocks_<name>, ckptio_blockcols_<k>)
-                         int64 block table: one row per block, ``rank, offset[0..ndim), shape[0..ndim)``
-    ckptio_checksums_<name>(ckptio_nblocks_<name>, ckptio_checksum_len)
-                         the xxh3-64 of each block (16 hex characters)
+    ckptio_blocks(ckptio_nblocks, ckptio_blockcols)
+                         int64 block table of every variable (a copy for netCDF users; ckptio reads the
+                         document's): one row per block, ``variable, rank, offset[0..n), shape[0..n)``
+                         (``variable`` indexes the attribute ``variables``, a space-separated list of names;
+                         ``n`` is the most dimensions of any variable, fewer padded with offset 0, shape 1)
+    ckptio_block_checksums(ckptio_nblocks)
+                         uint64: the xxh3-64 of each block's elements (integers: netCDF-C 4.9/4.10 truncate or
+                         crash on fixed-length strings inside tables)
     ckptio_metadata_checksum(ckptio_checksum_len)
                          the xxh3-64 of the metadata document
     ckptio_complete      int scalar: 1 once the checkpoint is committed (the completion mark, written last)
@@ -25,12 +29,14 @@ File layout (CDF-5, ``NC_64BIT_DATA``; all data big-endian, as the format requir
                          as JSON text; names that are not plain netCDF names only in the JSON document)
 
 CDF has no zero-length fixed dimension (a 0 length means UNLIMITED), so a variable with no elements exists
-only in the metadata document (and its block table). CDF-5 has no bool, complex or float16 types: the
-capabilities refuse them.
+only in the metadata document (and its block table); a checkpoint without blocks has no block table.
+Layout version 1 (ckptio before the columnar metadata of schema 2) had one table and one checksum variable
+(16 characters per block) per variable; such files are still read (their document is schema 1).
+CDF-5 has no bool, complex or float16 types: the capabilities refuse them.
 
 Writing: every define-mode call is collective and made in the same order on every rank (from the global
 plan). Each rank posts one nonblocking ``iput_var`` per non-empty block it owns (rank 0 also posts the
-block tables); one collective ``wait_all`` writes them all, so a rank with several blocks and a rank with
+block table); one collective ``wait_all`` writes them all, so a rank with several blocks and a rank with
 none make the same collective calls; every collective I/O call and rank-0-only write is followed by an
 agreement (:func:`ckptio.coord.run`), since an I/O error such as ENOSPC may reach only the aggregators.
 Before that, the space is reserved: up to the end of the fixed-size variables after ``enddef`` (by the writer)
@@ -63,6 +69,7 @@ import numpy as np
 
 from ckptio import coord
 from ckptio import meta as metamod
+from ckptio.block_table import USER_TABLE_NOTE, user_table
 from ckptio.errors import (
     CapabilityError,
     CheckpointError,
@@ -89,7 +96,7 @@ def _pnetcdf_missing() -> str | None:
         found = False
     return None if found else f"pnetcdf-python is not installed; {INSTALL_HINT}"
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 COMPLETE = 1
 COMPLETE_VAR = "ckptio_complete"
 META_VAR = "ckptio_metadata"
@@ -127,22 +134,13 @@ def _attr_value(value: Any) -> Any:
     return json.dumps(value)
 
 
-def _block_rows(var: VariablePlan) -> tuple[np.ndarray, np.ndarray]:
-    """The block table (int64 rows ``rank, offset..., shape...``) and the checksums (chars) of a variable."""
-    rows = np.array([[b.rank, *b.box.offset, *b.box.shape] for b in var.blocks], dtype=np.int64)
-    rows = rows.reshape(len(var.blocks), 1 + 2 * len(var.shape))
-    sums = np.array([list((b.checksum or "").ljust(CHECKSUM_LEN)[:CHECKSUM_LEN].encode()) for b in var.blocks],
-                    dtype=np.uint8).view("S1")
-    return rows, sums
-
-
 def _var_align(hints: Mapping[str, str], variables: Mapping[str, VariablePlan]) -> int | None:
     """``nc_var_align_size`` to request: the stripe unit when the holes it leaves before each of the file's
     fixed-size variables stay under 1/16 of the data; None to keep PnetCDF's packing (or the user's hint)."""
     if "nc_var_align_size" in hints:
         return None
     stripe = int(hints.get("striping_unit", DEFAULT_STRIPING_UNIT))
-    nfixed = sum(1 for v in variables.values() if _stored(v)) + 2 * len(variables) + 1
+    nfixed = sum(1 for v in variables.values() if _stored(v)) + 3  # + the block table, its checksums, the mark
     total = sum(v.nbytes for v in variables.values())
     return stripe if total >= 16 * nfixed * stripe else None
 
@@ -188,7 +186,6 @@ class _PnetCDFWriteSession(WriteSession):
                 f.put_att(key, _attr_value(value))
         f.def_dim("ckptio_checksum_len", CHECKSUM_LEN)
         self.vars: dict[str, Any] = {}
-        self.tables: dict[str, tuple[Any, Any]] = {}
         defined: set[str] = set()
         for name, var in self.variables.items():
             if _stored(var):
@@ -203,17 +200,17 @@ class _PnetCDFWriteSession(WriteSession):
                     if _NC_NAME.match(key):
                         v.put_att(key, _attr_value(value))
                 self.vars[name] = v
-        for name, var in self.variables.items():
-            ncols = 1 + 2 * len(var.shape)
-            rows, cols = f"ckptio_nblocks_{name}", f"ckptio_blockcols_{ncols}"
-            if cols not in f.dimensions:
-                f.def_dim(cols, ncols)
-            f.def_dim(rows, len(var.blocks))
-            table = f.def_var(f"ckptio_blocks_{name}", np.dtype(np.int64), (rows, cols))
-            table.put_att("columns", "rank, offset[0..ndim), shape[0..ndim) of each block in the global array")
-            sums = f.def_var(f"ckptio_checksums_{name}", "S1", (rows, "ckptio_checksum_len"))
-            sums.put_att("algorithm", metamod.CHECKSUM_ALGORITHM)
-            self.tables[name] = (table, sums)
+        names, rows, sums = user_table(self.variables)
+        self.table: tuple[Any, Any, np.ndarray, np.ndarray] | None = None
+        if len(rows):  # CDF has no zero-length fixed dimension
+            f.def_dim("ckptio_nblocks", rows.shape[0])
+            f.def_dim("ckptio_blockcols", rows.shape[1])
+            table = f.def_var("ckptio_blocks", np.dtype(np.int64), ("ckptio_nblocks", "ckptio_blockcols"))
+            table.put_att("columns", USER_TABLE_NOTE)
+            table.put_att("variables", " ".join(names))
+            checksums = f.def_var("ckptio_block_checksums", np.dtype(np.uint64), ("ckptio_nblocks",))
+            checksums.put_att("algorithm", metamod.CHECKSUM_ALGORITHM)
+            self.table = (table, checksums, rows, sums)
         self.metadata_checksum = f.def_var(META_SUM_VAR, "S1", ("ckptio_checksum_len",))
         self.complete = f.def_var(COMPLETE_VAR, np.dtype(np.int32), ())
         f.def_dim(f"{META_VAR}_len", -1)
@@ -236,12 +233,11 @@ class _PnetCDFWriteSession(WriteSession):
                 self.vars[name].iput_var(arr)
             else:
                 self.vars[name].iput_var(arr, start=list(plan.box.offset), count=list(plan.box.shape))
-        if self.comm.Get_rank() == 0:
-            for name, (table, sums) in self.tables.items():
-                rows, chars = _block_rows(self.variables[name])
-                keep += [rows, chars]
-                table.iput_var(rows)
-                sums.iput_var(chars)
+        if self.comm.Get_rank() == 0 and self.table is not None:
+            table, checksums, rows, sums = self.table
+            keep += [rows, sums]
+            table.iput_var(rows)
+            checksums.iput_var(sums)
         if self.transfer == "independent":
             self._independently("write the data (independent wait)", self._io_error(self.file.wait))
         else:

@@ -5,8 +5,8 @@ One process, no MPI. Every measurement runs in a fresh subprocess (so the growth
 harness reports for rank 0's open is not hidden by memory an earlier size freed), one size after the other:
 
 * ``harness``: :func:`ckptio.scale.restart_control_plane` at the full size, including rank 0's parse of the
-  whole version-1 metadata document, unless ``--open-max-ranks`` caps it (then rank 0's open is extrapolated,
-  as ``ckptio plan`` does above 5,000 ranks);
+  whole (format-2) metadata document, unless ``--open-max-ranks`` caps it (then rank 0's open is extrapolated,
+  as ``ckptio plan`` does above 250,000 ranks);
 * ``plan``: ``ckptio plan --ranks N --bytes 189G --ranks-per-node 16 --json`` as a user runs it (its own
   harness capped at the default ``--open-max-ranks``): wall time and peak RSS from ``wait4``.
 

@@ -4,9 +4,9 @@ One metadata document describes a checkpoint in every backend. The native format
 index; HDF5 and PnetCDF store the same document (as JSON text) next to their own native structures, so
 ``ckptio inspect`` and the restart planner see every backend the same way.
 
-Schema (``schema`` = :data:`SCHEMA_VERSION`)::
+Schema (``schema`` = :data:`SCHEMA_VERSION` = 2)::
 
-    {"schema": 1, "ckptio_version": "...", "backend": "mpiio", "backend_format_version": 1,
+    {"schema": 2, "ckptio_version": "...", "backend": "mpiio", "backend_format_version": 1,
      "created": "2026-11-23T10:00:00Z", "nprocs": 4, "byteorder": "little",
      "checksum": "xxh3_64", "attrs": {...},
      "layout": {"stripe_count": 4, "stripe_unit": 1048576},
@@ -14,10 +14,19 @@ Schema (``schema`` = :data:`SCHEMA_VERSION`)::
      "stats": {"write": {...}},
      "variables": {"dens": {"dtype": "<f8", "shape": [64, 16, 16, 16], "kind": "array",
                             "dims": ["block", "z", "y", "x"], "attrs": {"units": "g/cm**3"},
-                            "storage": {...backend specific...},
-                            "blocks": [{"rank": 0, "offset": [0,0,0,0], "shape": [16,16,16,16],
-                                        "checksum": "8f3a...", "file_offset": 4096, "stored_nbytes": 524288,
-                                        "codec": null}]}}}
+                            "storage": {...backend specific...}}},
+     "variable_blocks": {...every variable's blocks as integer columns, see ckptio.block_table...}}
+
+In memory (what :func:`loads` returns and :func:`dumps` takes) each variable has ``"blocks"``: a
+:class:`ckptio.block_table.BlockTable` (rank, offset, shape, the xxh3-64 checksum as ``uint64``, file offset,
+stored size, codec), which also reads as the list of schema-1 block objects. Schema 1 (ckptio before format
+version 2) stored that list in the document, one JSON object per block::
+
+    "blocks": [{"rank": 0, "offset": [0,0,0,0], "shape": [16,16,16,16], "checksum": "8f3a...",
+                "file_offset": 4096, "stored_nbytes": 524288, "codec": null}]
+
+Schema-1 documents are still read (:func:`loads` turns their lists into tables); :func:`dumps` writes schema 1
+only for a document that says ``"schema": 1`` (tests of old files).
 
 ``dims`` and ``attrs`` of a variable are optional (schema 1 documents without them stay valid): ``dims`` names
 each axis (:func:`variable_dims` gives ``<name>_d<i>`` when absent, the netCDF backend's names), one name meaning
@@ -38,10 +47,12 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from . import block_table
+from .block_table import BlockTable
 from .errors import DeclarationError, FormatVersionError
 from .layout import Box, check_dtype, check_name, find_overlap
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 CHECKSUM_ALGORITHM = "xxh3_64"
 __version__ = "0.1.0"
 
@@ -127,18 +138,43 @@ def attrs_identical(a: Any, b: Any) -> bool:
 
 
 def dumps(meta: Mapping[str, Any]) -> bytes:
-    """Serialize metadata deterministically (sorted keys, compact)."""
+    """Serialize metadata deterministically (sorted keys, compact). Schema 2 (and later): the variables' blocks
+    go into the columnar ``variable_blocks`` entry; a document that says ``"schema": 1`` keeps one object per
+    block (as ckptio before schema 2 wrote it). A document already in its stored form passes unchanged."""
+    variables = meta.get("variables")
+    if isinstance(variables, dict) and any(isinstance(v, dict) and "blocks" in v for v in variables.values()):
+        doc = dict(meta)
+        if meta.get("schema") == 1:
+            doc["variables"] = {name: {**v, "blocks": [dict(b) for b in v["blocks"]]} if "blocks" in v else v
+                                for name, v in variables.items()}
+        else:
+            doc["variable_blocks"] = block_table.encode(variables)
+            doc["variables"] = {name: {k: x for k, x in v.items() if k != "blocks"} for name, v in variables.items()}
+        meta = doc
     return json.dumps(meta, sort_keys=True, separators=(",", ":"), allow_nan=True).encode()
 
 
 def loads(data: bytes | str) -> dict[str, Any]:
     """Parse metadata, refuse schema versions newer than this library understands (FormatVersionError), then
-    check its structure (:func:`validate`; ValueError naming the field)."""
+    check its structure (:func:`validate`; ValueError naming the field). Every variable's ``blocks`` is a
+    :class:`~ckptio.block_table.BlockTable`, from either schema."""
     meta = json.loads(data)
     if not isinstance(meta, dict) or "schema" not in meta:
         raise ValueError("metadata is not a ckptio document")
     check_schema(meta)
+    if meta["schema"] >= 2:
+        variables = _dict(meta.get("variables"), "field 'variables'")
+        for name, var in variables.items():
+            if not isinstance(var, dict) or "blocks" in var:
+                raise ValueError(f"variable {name!r}: the entry is not a schema-{meta['schema']} variable")
+        if "variable_blocks" not in meta:
+            raise ValueError("field 'variable_blocks' is missing")
+        for name, table in block_table.decode(meta.pop("variable_blocks"), variables).items():
+            variables[name]["blocks"] = table
     validate(meta)
+    if meta["schema"] == 1:
+        for var in meta["variables"].values():
+            var["blocks"] = block_table.BlockTable.from_dicts(var["blocks"], len(var["shape"]))
     return meta
 
 
@@ -156,7 +192,7 @@ def variable_nbytes(var: Mapping[str, Any]) -> int:
 
 
 def stored_nbytes(var: Mapping[str, Any]) -> int:
-    return sum(int(b.get("stored_nbytes", 0)) for b in var["blocks"])
+    return block_table.stored_nbytes(var["blocks"])
 
 
 # ------------------------------------------------------------------------------------------ validation
@@ -268,9 +304,12 @@ def _validate_variable(name: str, var: Any, nprocs: int) -> None:
                 file_dtype = None
             if file_dtype is None or (file_dtype.kind, file_dtype.itemsize) != (dtype.kind, dtype.itemsize):
                 raise ValueError(f"storage file_dtype {storage['file_dtype']!r} does not store dtype {dtype.str}")
-    if not isinstance(var["blocks"], list):
+    if isinstance(var["blocks"], BlockTable):
+        if _table_valid_fast(var["blocks"], shape, nprocs, var["kind"] == "segment"):
+            return
+    elif not isinstance(var["blocks"], list):
         raise ValueError("blocks is not a list")
-    if _blocks_valid_fast(var["blocks"], shape, nprocs, var["kind"] == "segment"):
+    elif _blocks_valid_fast(var["blocks"], shape, nprocs, var["kind"] == "segment"):
         return
     # a problem somewhere (or a structure the fast path does not decide): find and name it block by block
     boxes: list[tuple[int, Box]] = []
@@ -341,16 +380,36 @@ def _tiles_exactly(blocks: list[Any], shape: tuple[int, ...], nprocs: int, segme
     lo = np.array(offsets, np.int64).reshape(len(blocks), nd)
     size = np.array(shapes, np.int64).reshape(len(blocks), nd)
     scalars = np.array(file_offsets + stored, np.int64)
+    return bool((scalars >= 0).all()) and _columns_tile(rank, lo, size, shape, nprocs, segments)
+
+
+def _table_valid_fast(table: BlockTable, shape: tuple[int, ...], nprocs: int, segments: bool) -> bool:
+    """:func:`_blocks_valid_fast` for the columns of a :class:`BlockTable` (schema 2: the types are given;
+    ranges, codecs and the tiling are checked). False: not proven valid (the block loop names the problem)."""
+    if table.ndim != len(shape) or any(not isinstance(c, str) or not _CODEC_RE.match(c) for c in table.codecs):
+        return False
+    if (table.file_offset < -1).any() or (table.stored_nbytes < 0).any():
+        return False
+    try:
+        return _columns_tile(table.rank, table.offset, table.shape, shape, nprocs, segments)
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def _columns_tile(rank: np.ndarray, lo: np.ndarray, size: np.ndarray, shape: tuple[int, ...], nprocs: int,
+                  segments: bool) -> bool:
+    """Ranks in range, boxes inside ``shape``, disjoint and covering it (segments: end to end in rank order)."""
+    n, nd = len(rank), len(shape)
     gshape = np.array(shape, np.int64)
-    if ((rank < 0) | (rank >= nprocs)).any() or (scalars < 0).any() or (lo < 0).any() or (size < 0).any():
+    if ((rank < 0) | (rank >= nprocs)).any() or (lo < 0).any() or (size < 0).any():
         return False
     if (size > gshape).any() or (lo > gshape - size).any():  # outside the global shape (no overflow)
         return False
     if segments:
         ends = lo[:, 0] + size[:, 0]
-        return bool((len(blocks) == 0 and shape[0] == 0) or (len(blocks) > 0 and (np.diff(rank) > 0).all()
+        return bool((n == 0 and shape[0] == 0) or (n > 0 and (np.diff(rank) > 0).all()
                     and lo[0, 0] == 0 and (lo[1:, 0] == ends[:-1]).all() and ends[-1] == shape[0]))
-    count = size.prod(axis=1) if nd else np.ones(len(blocks), np.int64)
+    count = size.prod(axis=1) if nd else np.ones(n, np.int64)
     nonempty = np.flatnonzero(count > 0)
     if nd == 0:
         overlap = len(nonempty) > 1
@@ -359,7 +418,7 @@ def _tiles_exactly(blocks: list[Any], shape: tuple[int, ...], nprocs: int, segme
         starts, ends = lo[order, 0], lo[order, 0] + size[order, 0]
         disjoint_rows = len(order) < 2 or bool((starts[1:] >= np.maximum.accumulate(ends)[:-1]).all())
         overlap = not disjoint_rows and find_overlap(
-            [(0, Box(tuple(lo[i].tolist()), tuple(size[i].tolist()))) for i in range(len(blocks))]) is not None
+            [(0, Box(tuple(lo[i].tolist()), tuple(size[i].tolist()))) for i in range(n)]) is not None
     return not overlap and int(count.sum()) == math.prod(shape)
 
 

@@ -34,6 +34,7 @@ from . import coord, placement_stats, readplan, units
 from . import hints as hintsmod
 from . import meta as metamod
 from .backends import detect_backend, get_backend
+from .block_table import as_table
 from .errors import CheckpointError, ClosedCheckpointError, CorruptCheckpointError, DeclarationError, ReadRequestError
 from .extent_table import ExtentTable
 from .layout import Box, normalize_request
@@ -161,10 +162,10 @@ def own_segments(meta: Mapping[str, Any], nreaders: int) -> list[dict[str, tuple
     for name, var in meta["variables"].items():
         if var["kind"] != SEGMENT:
             continue
-        blocks = var["blocks"]  # validated: in rank order, end to end from 0
-        brank = np.array([b["rank"] for b in blocks], np.int64)
+        blocks = as_table(var["blocks"], 1)  # validated: in rank order, end to end from 0
+        brank = blocks.rank
         ends_before = np.zeros(len(blocks) + 1, np.int64)  # the end of blocks[:i] is where block i starts
-        np.cumsum([b["shape"][0] for b in blocks], out=ends_before[1:])
+        np.cumsum(blocks.shape[:, 0], out=ends_before[1:])
         start = ends_before[np.searchsorted(brank, first)]
         stop = ends_before[np.searchsorted(brank, last)]
         for r in range(nreaders):

@@ -12,9 +12,9 @@ Three ranks are measured (wall seconds; memory: the growth of the peak RSS for r
 in the process, and the peak of traced allocations for the per-read steps, see :func:`measure`):
 
 * **rank 0 at open**: parse and validate the metadata document, build the extent table, choose aggregators,
-  partition the table, cut each aggregator's rows out. Its first part is O(blocks) Python objects (the
-  version-1 JSON document): with ``open_max_ranks`` it is measured at that size and scaled linearly, the rest at
-  full size (the result says ``extrapolated``);
+  partition the table, cut each aggregator's rows out. The document is format 2's (the block table as integer
+  columns); with ``open_max_ranks`` below the job's size its parse is measured at that size and scaled
+  linearly, the rest at full size (the result says ``extrapolated``);
 * **an aggregator per read**: match the requests the routing sends it (those of the ranks whose blocks it
   owns: computed here by routing every candidate rank's requests with the real code) against its rows, plan
   parts, rounds and pieces, and produce every destination's descriptors;
@@ -25,7 +25,6 @@ in the process, and the peak of traced allocations for the per-read steps, see :
 from __future__ import annotations
 
 import gc
-import json
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -36,6 +35,7 @@ import numpy as np
 
 from . import extent_table, readplan
 from . import meta as metamod
+from .block_table import BlockTable
 from .extent_table import ExtentTable
 from .plan import choose_aggregators
 
@@ -104,22 +104,27 @@ def _checksums(ranks: int, nvars: int) -> np.ndarray:
     return rng.integers(0, 2**63, size=min(ranks * nvars, 1 << 16)).astype(np.uint64)
 
 
-def flash_like_document(ranks: int, total_bytes: int, nvars: int = 24, data_start: int = 1 << 20) -> bytes:
-    """The native metadata document of the FLASH-like job (as rank 0 reads it from the file's index)."""
+def flash_like_document(ranks: int, total_bytes: int, nvars: int = 24, data_start: int = 1 << 20,
+                        schema: int = metamod.SCHEMA_VERSION) -> bytes:
+    """The native metadata document of the FLASH-like job (as rank 0 reads it from the file's index), in the
+    current schema (columnar block table) or, with ``schema=1``, one JSON object per block as before."""
     rows = _rows(ranks, total_bytes, nvars)
     block = rows * ROW_BYTES
-    sums = [f"{x:016x}" for x in _checksums(ranks, nvars).tolist()]
+    sums = _checksums(ranks, nvars)
+    r = np.arange(ranks, dtype=np.int64)
+    offset = np.zeros((ranks, 4), np.int64)
+    offset[:, 0] = r * rows
+    shape = np.tile(np.array([rows, 16, 16, 16], np.int64), (ranks, 1))
     variables = {}
     for v in range(nvars):
-        variables[f"var{v:02d}"] = {
-            "dtype": "<f8", "kind": "array", "shape": [ranks * rows, 16, 16, 16],
-            "blocks": [{"rank": r, "offset": [r * rows, 0, 0, 0], "shape": [rows, 16, 16, 16],
-                        "checksum": sums[(r * nvars + v) % len(sums)], "codec": None,
-                        "file_offset": data_start + (r * nvars + v) * block, "stored_nbytes": block}
-                       for r in range(ranks)]}
-    doc = {"schema": metamod.SCHEMA_VERSION, "backend": "mpiio", "nprocs": ranks, "attrs": {}, "checksum":
+        table = BlockTable(r, offset, shape, sums[(r * nvars + v) % len(sums)],
+                           data_start + (r * nvars + v) * block, np.full(ranks, block, np.int64),
+                           np.full(ranks, -1, np.int64), [])
+        variables[f"var{v:02d}"] = {"dtype": "<f8", "kind": "array", "shape": [ranks * rows, 16, 16, 16],
+                                    "blocks": table if schema >= 2 else table.to_dicts()}
+    doc = {"schema": schema, "backend": "mpiio", "nprocs": ranks, "attrs": {}, "checksum":
            metamod.CHECKSUM_ALGORITHM, "layout": {"stripe_count": 80, "stripe_unit": 1 << 20}, "variables": variables}
-    return json.dumps(doc, separators=(",", ":")).encode()
+    return metamod.dumps(doc)
 
 
 def flash_like_table(ranks: int, total_bytes: int, nvars: int = 24, data_start: int = 1 << 20) -> ExtentTable:
@@ -147,8 +152,8 @@ def restart_control_plane(ranks: int, total_bytes: int, nvars: int = 24, ranks_p
                           open_max_ranks: int | None = None, aggregators: int | None = None) -> dict[str, Any]:
     """Measure rank 0's open and one aggregator's and one other rank's per-read control plane (see module).
 
-    With ``open_max_ranks`` below ``ranks``, the part of rank 0's open that parses and validates the version-1
-    JSON document and builds the extent table from it (O(blocks) Python objects) is measured on the same job
+    With ``open_max_ranks`` below ``ranks``, the part of rank 0's open that parses and validates the metadata
+    document and builds the extent table from it is measured on the same job
     (same block size) at ``open_max_ranks`` ranks; the rest of the open (the partition) and everything per read
     run at full size on the table that step would have built (:func:`flash_like_table`). ``rank0_open`` then
     says ``extrapolated``: the parse's time and peak scaled linearly in blocks, plus the measured partition."""

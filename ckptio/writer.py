@@ -38,6 +38,7 @@ from . import hints as hintsmod
 from . import meta as metamod
 from .backends import get_backend
 from .backends.rawio import reserve_space
+from .block_table import BlockTable
 from .errors import (
     CapabilityError,
     CheckpointError,
@@ -490,12 +491,18 @@ class Writer:
                 table[(rank, local_index)] = (checksum, file_offset, stored, codec)
         out_vars: dict[str, Any] = {}
         for name, var in variables.items():
-            blocks = []
-            for b in var.blocks:
-                checksum, file_offset, stored, codec = table[(b.rank, b.local_index)]
-                blocks.append({"rank": b.rank, "offset": list(b.box.offset), "shape": list(b.box.shape),
-                               "checksum": checksum, "file_offset": file_offset, "stored_nbytes": stored,
-                               "codec": codec})
+            rows = [(b, *table[(b.rank, b.local_index)]) for b in var.blocks]
+            codec_names = sorted({r[4] for r in rows if r[4] is not None})
+            codec_id = {None: -1, **{c: i for i, c in enumerate(codec_names)}}
+            n, nd = len(rows), len(var.shape)
+            blocks = BlockTable(
+                np.fromiter((b.rank for b, *_ in rows), np.int64, n),
+                np.array([b.box.offset for b, *_ in rows], np.int64).reshape(n, nd),
+                np.array([b.box.shape for b, *_ in rows], np.int64).reshape(n, nd),
+                np.array([int(r[1], 16) for r in rows], np.uint64),
+                np.fromiter((-1 if r[2] is None else r[2] for r in rows), np.int64, n),
+                np.fromiter((r[3] for r in rows), np.int64, n),
+                np.fromiter((codec_id[r[4]] for r in rows), np.int64, n), codec_names)
             out_vars[name] = {"dtype": var.dtype, "shape": list(var.shape), "kind": var.kind, "blocks": blocks,
                               **described.get(name, {})}
             if name in storage:

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ckptio import meta
+from ckptio.block_table import BlockTable
 
 ODD_VALUES = st.one_of(st.booleans(), st.floats(allow_nan=True), st.text(max_size=3), st.none(),
                        st.integers(-2**70, 2**70), st.lists(st.integers(-3, 3), max_size=3), st.just({}))
@@ -89,3 +90,54 @@ def test_valid_documents_take_the_fast_path(segments, ndim):
         doc = _document(seed, segments, ndim, 4)
         var = doc["variables"]["v"]
         assert meta._blocks_valid_fast(var["blocks"], tuple(var["shape"]), 4, segments), doc
+
+
+@st.composite
+def damaged_integers(draw):
+    """Documents damaged only in ways integer columns can hold (schema 2 has no wrong types to find)."""
+    segments = draw(st.booleans())
+    doc = _document(draw(st.integers(0, 2**16)), segments, 1 if segments else draw(st.integers(0, 3)),
+                    draw(st.integers(1, 5)))
+    blocks = doc["variables"]["v"]["blocks"]
+    for _ in range(draw(st.integers(0, 2))):
+        if not blocks:
+            break
+        i = draw(st.integers(0, len(blocks) - 1))
+        action = draw(st.sampled_from(["set", "duplicate", "element", "swap"]))
+        key = draw(st.sampled_from(["rank", "offset", "shape", "stored_nbytes"]))
+        if action == "set" and key in ("rank", "stored_nbytes"):
+            blocks[i][key] = draw(st.integers(-3, 9))
+        elif action == "duplicate":
+            blocks.append(copy.deepcopy(blocks[i]))
+        elif action == "swap" and len(blocks) > 1:
+            blocks[0], blocks[-1] = blocks[-1], blocks[0]
+        elif action == "element" and key in ("offset", "shape") and blocks[i][key]:
+            blocks[i][key][draw(st.integers(0, len(blocks[i][key]) - 1))] = draw(st.integers(-3, 9))
+    return doc
+
+
+def _as_table(doc: dict) -> dict:
+    doc = copy.deepcopy(doc)
+    var = doc["variables"]["v"]
+    var["blocks"] = BlockTable.from_dicts(var["blocks"], len(var["shape"]))
+    return doc
+
+
+@settings(max_examples=300, deadline=None)
+@given(doc=damaged_integers())
+def test_table_checks_agree_with_the_list_checks(doc):
+    """Schema 2's columns get the same verdict and message as schema 1's lists, through the fast table checks
+    and through the block loop."""
+    listed = _verdict(copy.deepcopy(doc))
+    assert _verdict(_as_table(doc)) == listed
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(meta, "_table_valid_fast", lambda *a: False)
+        assert _verdict(_as_table(doc)) == listed
+
+
+@pytest.mark.parametrize("segments,ndim", [(True, 1), (False, 0), (False, 1), (False, 3)])
+def test_valid_tables_take_the_fast_path(segments, ndim):
+    for seed in range(20):
+        doc = _as_table(_document(seed, segments, ndim, 4))
+        var = doc["variables"]["v"]
+        assert meta._table_valid_fast(var["blocks"], tuple(var["shape"]), 4, segments), doc

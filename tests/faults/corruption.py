@@ -129,10 +129,11 @@ def _hdf5_regions(path: str, meta: dict[str, Any], size: int) -> list[Region]:
 
     out = _stored_variables(meta)
     with h5py.File(path, "r", locking=False) as f:
-        for name, dset in f["ckptio/blocks"].items():
+        for name in ("block_table", "block_checksums"):
+            dset = f["ckptio"][name]
             offset = dset.id.get_offset()
             if offset is not None:
-                out.append(Region(f"block table /ckptio/blocks/{name} (copy for h5py users)", offset,
+                out.append(Region(f"block table /ckptio/{name} (copy for HDF5 and netCDF users)", offset,
                                   offset + dset.id.get_storage_size()))
     with open(path, "rb") as f:
         raw = f.read()
