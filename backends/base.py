@@ -86,10 +86,12 @@ class WriteSession(abc.ABC):
         return {}
 
     @abc.abstractmethod
-    def commit(self, meta: Mapping[str, Any]) -> None:
+    def commit(self, meta: Mapping[str, Any] | None) -> None:
         """Collective: check that the data landed (``rawio.check_data_landed``: no holes where data was written),
         reserve the space the rest of the file needs (``rawio.reserve_collectively``), store the metadata
-        document, sync, write the completion mark last, sync, close."""
+        document, sync, write the completion mark last, sync, close. ``meta`` is the document on rank 0 and None
+        on every other rank (the document grows with the job; a format that needs some of it on every rank, such
+        as its length, broadcasts that itself)."""
 
     @abc.abstractmethod
     def abort(self) -> None:
@@ -165,13 +167,23 @@ class Backend(abc.ABC):
         return None
 
     def layout(self, variables: Mapping[str, VariablePlan], stripe_unit: int, nprocs: int) -> dict[str, Any]:
-        """Pure, on the coordinator: backend-specific placement (e.g. file offsets of blocks). Default: none."""
+        """Pure, on the coordinator: backend-specific placement (e.g. file offsets of blocks). Default: none.
+        The coordinator's session gets the whole layout; every other rank only its :meth:`layout_shares` entry."""
         return {}
+
+    def layout_shares(self, layout: Mapping[str, Any], nprocs: int) -> list[dict[str, Any]]:
+        """Pure, on the coordinator: the part of ``layout`` each rank needs (what the writer sends it). Default:
+        the whole layout to everyone, so a backend whose layout grows with the job must override this."""
+        return [dict(layout)] * nprocs
 
     @abc.abstractmethod
     def create(self, path: str, comm, info, variables: Mapping[str, VariablePlan], layout: Mapping[str, Any],
                options: Mapping[str, Any]) -> WriteSession:
-        """Collective: create the file at ``path`` (a temporary name) with the MPI hints in ``info``."""
+        """Collective: create the file at ``path`` (a temporary name) with the MPI hints in ``info``.
+
+        ``variables`` is the whole plan on the coordinator (rank 0) and only this rank's own blocks elsewhere
+        (:attr:`VariablePlan.total_blocks` counts every rank's); ``layout`` is whole on rank 0 and this rank's
+        :meth:`layout_shares` entry elsewhere. Nothing a rank receives grows with the number of ranks."""
 
     @abc.abstractmethod
     def read_metadata(self, path: str) -> dict[str, Any]:

@@ -69,7 +69,7 @@ import numpy as np
 
 from ckptio import coord
 from ckptio import meta as metamod
-from ckptio.block_table import USER_TABLE_NOTE, user_table
+from ckptio.block_table import USER_TABLE_NOTE, user_table, user_table_shape
 from ckptio.errors import (
     CapabilityError,
     CheckpointError,
@@ -221,11 +221,11 @@ class _HDF5WriteSession(WriteSession):
         self.path, self.comm = path, comm
         self.variables = variables
         self.described: Mapping[str, Mapping[str, Any]] = options.get("described", {})
+        self.attrs: Mapping[str, Any] = options.get("attrs", {})
         rank = comm.Get_rank()
         # local index -> variable name of this rank's blocks; collective H5Dwrite calls per variable (all ranks)
         self._mine = {b.local_index: name for name, v in variables.items() for b in v.blocks if b.rank == rank}
-        self._ncalls = {name: max((len(_write_groups(boxes)) for boxes in _nonempty_boxes_by_rank(var).values()),
-                                  default=0) for name, var in variables.items()}
+        self._ncalls: Mapping[str, int] = options["ncalls"]
         self.datasets: dict[str, h5py.Dataset] = {}
         self._dxpl = h5py.h5p.create(h5py.h5p.DATASET_XFER)
         self.transfer = data_transfer_mode("hdf5", rank)  # "independent" where OMPIO would corrupt collective I/O
@@ -252,12 +252,16 @@ class _HDF5WriteSession(WriteSession):
         group = self.file.create_group(GROUP)
         group.attrs["format_version"] = np.int64(FORMAT_VERSION)
         group.attrs["ckptio_version"] = np.bytes_(metamod.__version__)
-        names, rows, sums = user_table(self.variables)
-        self._tables: list[tuple[h5py.Dataset, np.ndarray]] = []
-        for key, array in (("block_table", rows), ("block_checksums", sums)):
-            dset = group.create_dataset(key, shape=array.shape, dtype=array.dtype, dcpl=_dcpl())
+        # the tables' rows are rank 0's (it alone has the whole plan); every rank creates the same datasets
+        nrows, ncols = user_table_shape(self.variables)
+        rows, sums = user_table(self.variables)[1:] if self.comm.Get_rank() == 0 else (None, None)
+        self._tables: list[tuple[h5py.Dataset, np.ndarray | None]] = []
+        for key, shape, dtype, array in (("block_table", (nrows, ncols), np.int64, rows),
+                                         ("block_checksums", (nrows,), np.uint64, sums)):
+            dset = group.create_dataset(key, shape=shape, dtype=dtype, dcpl=_dcpl())
             dset.attrs["description"] = USER_TABLE_NOTE
             self._tables.append((dset, array))
+        names = list(self.variables)
         listed = " ".join(names)  # an attribute holds at most 64 KiB in the file's default object headers
         self._tables[0][0].attrs["variables"] = (
             listed if len(listed) <= MAX_LISTED_NAMES else
@@ -319,7 +323,7 @@ class _HDF5WriteSession(WriteSession):
         def write_tables() -> None:  # rank 0, independent raw-data writes (the datasets are allocated already)
             if self.comm.Get_rank() == 0:
                 for dset, rows in self._tables:
-                    if rows.size:
+                    if rows is not None and rows.size:
                         self._io(f"write of /{GROUP}/{dset.name.rsplit('/', 1)[-1]}",
                                  lambda dset=dset, rows=rows: dset.id.write(h5py.h5s.ALL, h5py.h5s.ALL, rows))
 
@@ -395,15 +399,18 @@ class _HDF5WriteSession(WriteSession):
         written by rank 0 alone), flush (HDF5 syncs the file), the completion mark set to 1 in place (no new
         space), flush, close."""
         check_data_landed(self.comm, self.path, HDF5Backend(), meta)
-        for key, value in meta["attrs"].items():
+        for key, value in self.attrs.items():
             self.file.attrs[key] = _attr_value(value)
-        text = np.array(metamod.dumps(meta))  # a numpy bytes scalar: HDF5 fixed-length string of its length
+        # the document is rank 0's; every rank creates its dataset and attributes alike: its length and checksum
+        text = np.array(metamod.dumps(meta)) if meta is not None else None  # numpy bytes: a fixed-length string
+        length, digest = coord.bcast_from_root(self.comm, "encode the metadata document",
+                                               lambda: (text.nbytes, metamod.checksum(text.tobytes())))
         group = self.file[GROUP]
-        group.attrs["metadata_checksum"] = np.bytes_(metamod.checksum(text.tobytes()))
+        group.attrs["metadata_checksum"] = np.bytes_(digest)
         group.attrs["complete"] = np.int64(0)
-        document = group.create_dataset("metadata", shape=(), dtype=text.dtype, dcpl=_dcpl())
+        document = group.create_dataset("metadata", shape=(), dtype=np.dtype(f"S{length}"), dcpl=_dcpl())
         # Reserved before anything is written: HDF5 cannot recover from a failed flush (below: abort).
-        doc_end = max(self._data_end, int(document.id.get_offset()) + text.nbytes)
+        doc_end = max(self._data_end, int(document.id.get_offset()) + length)
         reserve_collectively(self.comm, self.path, [(0, doc_end)], "the metadata document")
 
         def write_document() -> None:  # rank 0, an independent raw-data write
@@ -479,10 +486,16 @@ class HDF5Backend(Backend):
     def write_problem(cls) -> str | None:
         return _h5py_write_problem()
 
+    def layout(self, variables: Mapping[str, VariablePlan], stripe_unit: int, nprocs: int) -> dict[str, Any]:
+        """Rank 0: how many collective ``H5Dwrite`` calls each variable takes (the most any rank needs: every
+        rank makes that many), from every rank's blocks; O(variables) to send."""
+        return {"ncalls": {name: max((len(_write_groups(boxes)) for boxes in _nonempty_boxes_by_rank(var).values()),
+                                     default=0) for name, var in variables.items()}}
+
     def create(self, path: str, comm, info, variables: Mapping[str, VariablePlan], layout: Mapping[str, Any],
                options: Mapping[str, Any]) -> WriteSession:
         self.require_writable()
-        return _HDF5WriteSession(path, comm, info, variables, options)
+        return _HDF5WriteSession(path, comm, info, variables, {**options, "ncalls": layout["ncalls"]})
 
     def read_metadata(self, path: str) -> dict[str, Any]:
         """Serial, no MPI: the document in ``/ckptio``, checked against the datasets. With h5py (any build,

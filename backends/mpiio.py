@@ -94,8 +94,9 @@ class _NativeWriteSession(WriteSession):
         if header is not None:
             pieces.append((0, HEADER_SIZE))
             buffers.append(header)
+        mine = offsets.get(rank, {})
         for block, data in blocks:
-            off = offsets[f"{rank}:{block.local_index}"]
+            off = mine[block.local_index]
             buf = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
             pieces.append((off, buf.nbytes))
             buffers.append(buf)
@@ -136,18 +137,21 @@ class _NativeWriteSession(WriteSession):
 
         check_data_landed(self.comm, self.path, NativeBackend(), meta)
         self.fh.Set_view(0, MPI.BYTE, MPI.BYTE)
-        index = metamod.dumps(meta)
+        root = self.comm.Get_rank() == 0
+        index = metamod.dumps(meta) if root else b""  # the document is rank 0's alone
         index_offset = _align(self.layout["data_end"], BLOCK_ALIGN)
         trailer = _TRAILER.pack(TRAILER_MAGIC, FORMAT_VERSION, 0, index_offset, len(index),
-                                xxhash.xxh3_64_intdigest(index), self.layout["data_end"], b"")
-        reserve_collectively(self.comm, self.path, [(index_offset, index_offset + len(index) + TRAILER_SIZE)],
+                                xxhash.xxh3_64_intdigest(index), self.layout["data_end"], b"") if root else b""
+        reserve_collectively(self.comm, self.path,
+                             lambda: [(index_offset, index_offset + len(index) + TRAILER_SIZE)],
                              "the index and completion mark")
         for what, offset, payload in (("index", index_offset, index),
                                       ("completion mark", index_offset + len(index), trailer)):
-            # collective even though only rank 0 has bytes: with romio_no_indep_rw=true (deferred open) only
-            # the aggregators have the file open, so independent writes are not allowed
+            # collective even though only rank 0 has bytes (the others write nothing, at any offset): with
+            # romio_no_indep_rw=true (deferred open) only the aggregators have the file open, so independent
+            # writes are not allowed
             error: BaseException | None = None
-            mine = np.frombuffer(payload, np.uint8) if self.comm.Get_rank() == 0 else np.empty(0, np.uint8)
+            mine = np.frombuffer(payload, np.uint8) if root else np.empty(0, np.uint8)
             try:
                 status = MPI.Status()
                 self.fh.Write_at_all(offset, [mine, mine.size, MPI.BYTE], status)
@@ -201,7 +205,7 @@ class NativeBackend(Backend):
             for b in var.blocks:
                 stored = b.stored_nbytes if b.stored_nbytes is not None else b.box.size * itemsize
                 per_rank.setdefault(b.rank, []).append((b.local_index, stored))
-        offsets: dict[str, int] = {}
+        offsets: dict[int, dict[int, int]] = {}  # rank -> local index -> file offset
         regions: list[tuple[int, int]] = []  # [start, end) of each rank's blocks, for the space reservation
         pos = HEADER_SIZE
         for rank in sorted(per_rank):
@@ -210,13 +214,18 @@ class NativeBackend(Backend):
             if region >= stripe_unit:
                 pos = _align(pos, stripe_unit)
             start = pos
+            mine = offsets[rank] = {}
             for local_index, stored in blocks:
                 pos = _align(pos, BLOCK_ALIGN)
-                offsets[f"{rank}:{local_index}"] = pos
+                mine[local_index] = pos
                 pos += stored
             if pos > start:
                 regions.append((start, pos))
         return {"offsets": offsets, "data_end": pos, "regions": regions}
+
+    def layout_shares(self, layout: Mapping[str, Any], nprocs: int) -> list[dict[str, Any]]:
+        """Each rank: the file offsets of its own blocks and where the data ends (the regions are rank 0's)."""
+        return [{"offsets": {r: layout["offsets"].get(r, {})}, "data_end": layout["data_end"]} for r in range(nprocs)]
 
     def create(self, path: str, comm, info, variables: Mapping[str, VariablePlan], layout: Mapping[str, Any],
                options: Mapping[str, Any]) -> WriteSession:

@@ -69,7 +69,7 @@ import numpy as np
 
 from ckptio import coord
 from ckptio import meta as metamod
-from ckptio.block_table import USER_TABLE_NOTE, user_table
+from ckptio.block_table import USER_TABLE_NOTE, user_table, user_table_shape
 from ckptio.errors import (
     CapabilityError,
     CheckpointError,
@@ -200,17 +200,17 @@ class _PnetCDFWriteSession(WriteSession):
                     if _NC_NAME.match(key):
                         v.put_att(key, _attr_value(value))
                 self.vars[name] = v
-        names, rows, sums = user_table(self.variables)
-        self.table: tuple[Any, Any, np.ndarray, np.ndarray] | None = None
-        if len(rows):  # CDF has no zero-length fixed dimension
-            f.def_dim("ckptio_nblocks", rows.shape[0])
-            f.def_dim("ckptio_blockcols", rows.shape[1])
+        nrows, ncols = user_table_shape(self.variables)  # the rows are rank 0's: it alone has the whole plan
+        self.table: tuple[Any, Any] | None = None
+        if nrows:  # CDF has no zero-length fixed dimension
+            f.def_dim("ckptio_nblocks", nrows)
+            f.def_dim("ckptio_blockcols", ncols)
             table = f.def_var("ckptio_blocks", np.dtype(np.int64), ("ckptio_nblocks", "ckptio_blockcols"))
             table.put_att("columns", USER_TABLE_NOTE)
-            table.put_att("variables", " ".join(names))
+            table.put_att("variables", " ".join(self.variables))
             checksums = f.def_var("ckptio_block_checksums", np.dtype(np.uint64), ("ckptio_nblocks",))
             checksums.put_att("algorithm", metamod.CHECKSUM_ALGORITHM)
-            self.table = (table, checksums, rows, sums)
+            self.table = (table, checksums)
         self.metadata_checksum = f.def_var(META_SUM_VAR, "S1", ("ckptio_checksum_len",))
         self.complete = f.def_var(COMPLETE_VAR, np.dtype(np.int32), ())
         f.def_dim(f"{META_VAR}_len", -1)
@@ -234,7 +234,8 @@ class _PnetCDFWriteSession(WriteSession):
             else:
                 self.vars[name].iput_var(arr, start=list(plan.box.offset), count=list(plan.box.shape))
         if self.comm.Get_rank() == 0 and self.table is not None:
-            table, checksums, rows, sums = self.table
+            table, checksums = self.table
+            _names, rows, sums = user_table(self.variables)
             keep += [rows, sums]
             table.iput_var(rows)
             checksums.iput_var(sums)
@@ -285,7 +286,7 @@ class _PnetCDFWriteSession(WriteSession):
         """Collective: rank 0 writes the document and its checksum (collective puts, the others with empty
         counts), sync, rank 0 writes the completion mark (independent mode), sync, close."""
         check_data_landed(self.comm, self.path, PnetCDFBackend(), meta)
-        document = metamod.dumps(meta)
+        document = metamod.dumps(meta) if meta is not None else b""  # rank 0's alone; the others write nothing
         text = np.frombuffer(document, dtype="S1")
         digest = np.frombuffer(metamod.checksum(document).encode(), dtype="S1")
         if self.comm.Get_rank() != 0:

@@ -30,6 +30,10 @@ GOALS = {  # issue 13: restart control plane per rank, (seconds, MiB); an aggreg
     7620: (0.5, 64),
     100_000: (2.0, 256),
 }
+WRITE_GOALS = {7620: 2.0, 100_000: 10.0}  # issue 13: rank 0's write control plane, seconds
+WRITE_OTHER_GOAL = (0.2, 32)  # every other rank: seconds, MiB
+WRITE_HARNESS = ("import json, sys; from ckptio import scale; "
+                 "print(json.dumps(scale.write_control_plane(int(sys.argv[1]), int(sys.argv[2]))))")
 HARNESS = ("import json, sys; from ckptio import scale; "
            "print(json.dumps(scale.restart_control_plane(int(sys.argv[1]), int(sys.argv[2]), "
            "open_max_ranks=(int(sys.argv[3]) or None))))")
@@ -64,6 +68,40 @@ def measure(ranks: int, total: int, open_max_ranks: int | None, timeout: float) 
     return {"ranks": ranks, "harness": harness,
             "plan": {"seconds": round(wall, 1), "peak_MiB": round(rss),
                      "rank0_open_extrapolated": plan["control_plane"]["rank0_open"]["extrapolated"]}}
+
+
+def measure_write(ranks: int, total: int, timeout: float) -> dict[str, Any]:
+    out, wall, rss = _run_measured([sys.executable, "-c", WRITE_HARNESS, str(ranks), str(total)], timeout)
+    return json.loads(out) | {"process_seconds": round(wall, 1), "process_peak_MiB": round(rss)}
+
+
+def write_table(rows: list[dict[str, Any]]) -> str:
+    def cell(m: dict[str, Any]) -> str:
+        return f"{m['seconds']:.3f} s / {m['peak_MiB']:.1f} MiB"
+
+    out = ["| ranks | blocks | rank 0 (plan, shares, document) | any other rank | every other rank receives | "
+           "metadata document (rank 0) | harness process |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['ranks']:,} | {r['blocks']:,} | {cell(r['rank0'])} | {cell(r['any_other_rank'])} | "
+                   f"{r['every_rank_receives_bytes'] / 1024:.1f} KiB | {r['metadata_document_bytes'] / 2**20:.1f} MiB "
+                   f"| {r['process_seconds']} s / {r['process_peak_MiB']} MiB |")
+    return "\n".join(out)
+
+
+def write_goals(rows: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for r in rows:
+        other = r["any_other_rank"]
+        ok = other["seconds"] <= WRITE_OTHER_GOAL[0] and other["peak_MiB"] <= WRITE_OTHER_GOAL[1]
+        lines.append(f"- write, {r['ranks']:,} ranks, any other rank (goal <= {WRITE_OTHER_GOAL[0]} s, <= "
+                     f"{WRITE_OTHER_GOAL[1]} MiB): **{'met' if ok else 'missed'}**, {other['seconds']:.4f} s, "
+                     f"{other['peak_MiB']:.2f} MiB, receives {r['every_rank_receives_bytes'] / 1024:.1f} KiB")
+        if r["ranks"] in WRITE_GOALS:
+            goal = WRITE_GOALS[r["ranks"]]
+            sec = r["rank0"]["seconds"]
+            lines.append(f"- write, {r['ranks']:,} ranks, rank 0 (goal <= {goal:g} s): "
+                         f"**{'met' if sec <= goal else 'missed'}**, {sec:.2f} s")
+    return lines
 
 
 def goals(rows: list[dict[str, Any]]) -> list[str]:
@@ -114,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bytes", type=int, default=189 << 30)
     parser.add_argument("--open-max-ranks", type=int, default=None,
                         help="cap rank 0's measured parse at N ranks (default: parse the whole document)")
+    parser.add_argument("--write-ranks", type=int, nargs="*", default=[1000, 7620, 30_000],
+                        help="sizes for the write control plane (its harness builds every rank's declarations in one "
+                             "process: 100,000 ranks need ~3 GB and ~15 min here)")
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--json", metavar="FILE", help="also write every figure as JSON")
     args = parser.parse_args(argv)
@@ -124,14 +165,23 @@ def main(argv: list[str] | None = None) -> int:
     for n in args.ranks:
         rows.append(measure(n, args.bytes, args.open_max_ranks, args.timeout))
         print(f"{n} ranks done ({rows[-1]['harness']['process_seconds']} s)", file=sys.stderr)
+    write_rows = []
+    for n in args.write_ranks:
+        write_rows.append(measure_write(n, args.bytes, args.timeout))
+        print(f"{n} ranks (write) done ({write_rows[-1]['process_seconds']} s)", file=sys.stderr)
     load_after = os.getloadavg()[0]
     print(f"{header}, after {load_after:.2f}\n")
     print(table(rows))
     print()
     print("\n".join(goals(rows)))
+    if write_rows:
+        print("\nWrite control plane (native format):\n")
+        print(write_table(write_rows))
+        print()
+        print("\n".join(write_goals(write_rows)))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"when": header, "load_after": load_after, "rows": rows}, f, indent=1)
+            json.dump({"when": header, "load_after": load_after, "rows": rows, "write_rows": write_rows}, f, indent=1)
     return 0
 
 

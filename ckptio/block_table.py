@@ -293,3 +293,10 @@ def user_table(variables: Mapping[str, Any]) -> tuple[list[str], np.ndarray, np.
         rows[j, 2 + ndim:2 + ndim + nd] = b.box.shape
     sums = np.array([int(b.checksum, 16) if b.checksum else 0 for _, b in blocks], np.uint64)
     return names, rows, sums
+
+
+def user_table_shape(variables: Mapping[str, Any]) -> tuple[int, int]:
+    """Every rank: the (rows, columns) of :func:`user_table`'s rows from the variables' totals alone (a rank
+    that holds only its own blocks creates the same datasets as rank 0, which fills them)."""
+    ndim = max((len(v.shape) for v in variables.values()), default=0)
+    return sum(v.total_blocks for v in variables.values()), 2 + 2 * ndim

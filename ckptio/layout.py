@@ -115,12 +115,48 @@ def find_overlap(boxes: Sequence[tuple[int, Box]]) -> tuple[int, int] | None:
     return None
 
 
+def tiles_exactly(rank: np.ndarray, lo: np.ndarray, size: np.ndarray, shape: tuple[int, ...], nprocs: int,
+                  segments: bool) -> bool:
+    """Pure, vectorized: the ranks are in ``[0, nprocs)`` and the boxes (``lo``, ``size``: int64 arrays of shape
+    (n, ndim)) lie inside ``shape``, are disjoint and cover it (segments: end to end in rank order). False means
+    "not proven" (the block-by-block checks then name the problem); it never raises on well-typed arrays."""
+    n, nd = len(rank), len(shape)
+    gshape = np.array(shape, np.int64)
+    if ((rank < 0) | (rank >= nprocs)).any() or (lo < 0).any() or (size < 0).any():
+        return False
+    if (size > gshape).any() or (lo > gshape - size).any():  # outside the global shape (no overflow)
+        return False
+    if segments:
+        ends = lo[:, 0] + size[:, 0]
+        return bool((n == 0 and shape[0] == 0) or (n > 0 and (np.diff(rank) > 0).all()
+                    and lo[0, 0] == 0 and (lo[1:, 0] == ends[:-1]).all() and ends[-1] == shape[0]))
+    count = size.prod(axis=1) if nd else np.ones(n, np.int64)
+    nonempty = np.flatnonzero(count > 0)
+    if nd == 0:
+        overlap = len(nonempty) > 1
+    else:
+        order = nonempty[np.argsort(lo[nonempty, 0], kind="stable")]
+        starts, ends = lo[order, 0], lo[order, 0] + size[order, 0]
+        disjoint_rows = len(order) < 2 or bool((starts[1:] >= np.maximum.accumulate(ends)[:-1]).all())
+        overlap = not disjoint_rows and find_overlap(
+            [(0, Box(tuple(lo[i].tolist()), tuple(size[i].tolist()))) for i in range(n)]) is not None
+    return not overlap and int(count.sum()) == math.prod(shape)
+
+
 def validate_variable(name: str, global_shape: Sequence[int], blocks: Sequence[tuple[int, Box]]) -> None:
     """Check blocks ``[(rank, box), ...]`` of one variable: inside the shape, disjoint, covering it.
 
-    Raises :class:`DeclarationError` naming the variable and the ranks.
+    Raises :class:`DeclarationError` naming the variable and the ranks. Vectorized first (183,000 blocks: a
+    fraction of a second); the block-by-block checks below run only to name a problem.
     """
     shape = tuple(global_shape)
+    n, nd = len(blocks), len(shape)
+    if all(box.ndim == nd for _, box in blocks):
+        rank = np.fromiter((r for r, _ in blocks), np.int64, n)
+        lo = np.array([box.offset for _, box in blocks], np.int64).reshape(n, nd)
+        size = np.array([box.shape for _, box in blocks], np.int64).reshape(n, nd)
+        if tiles_exactly(rank, lo, size, shape, int(rank.max(initial=0)) + 1, False):
+            return
     for rank, box in blocks:
         if not box.within(shape):
             raise DeclarationError(

@@ -50,7 +50,7 @@ import xxhash
 from . import block_table
 from .block_table import BlockTable
 from .errors import DeclarationError, FormatVersionError
-from .layout import Box, check_dtype, check_name, find_overlap
+from .layout import Box, check_dtype, check_name, find_overlap, tiles_exactly
 
 SCHEMA_VERSION = 2
 CHECKSUM_ALGORITHM = "xxh3_64"
@@ -176,6 +176,15 @@ def loads(data: bytes | str) -> dict[str, Any]:
         for var in meta["variables"].values():
             var["blocks"] = block_table.BlockTable.from_dicts(var["blocks"], len(var["shape"]))
     return meta
+
+
+def without_blocks(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The document without its block tables (each variable says ``nblocks`` instead): what every rank holds of
+    a checkpoint it writes or reads (the tables grow with the job; rank 0 and the restart aggregators hold them)."""
+    out = {k: v for k, v in meta.items() if k != "variables"}
+    out["variables"] = {name: {**{k: v for k, v in var.items() if k != "blocks"}, "nblocks": len(var["blocks"])}
+                        for name, var in meta["variables"].items()}
+    return out
 
 
 def check_schema(meta: Mapping[str, Any]) -> None:
@@ -380,7 +389,7 @@ def _tiles_exactly(blocks: list[Any], shape: tuple[int, ...], nprocs: int, segme
     lo = np.array(offsets, np.int64).reshape(len(blocks), nd)
     size = np.array(shapes, np.int64).reshape(len(blocks), nd)
     scalars = np.array(file_offsets + stored, np.int64)
-    return bool((scalars >= 0).all()) and _columns_tile(rank, lo, size, shape, nprocs, segments)
+    return bool((scalars >= 0).all()) and tiles_exactly(rank, lo, size, shape, nprocs, segments)
 
 
 def _table_valid_fast(table: BlockTable, shape: tuple[int, ...], nprocs: int, segments: bool) -> bool:
@@ -391,35 +400,9 @@ def _table_valid_fast(table: BlockTable, shape: tuple[int, ...], nprocs: int, se
     if (table.file_offset < -1).any() or (table.stored_nbytes < 0).any():
         return False
     try:
-        return _columns_tile(table.rank, table.offset, table.shape, shape, nprocs, segments)
+        return tiles_exactly(table.rank, table.offset, table.shape, shape, nprocs, segments)
     except (TypeError, ValueError, OverflowError):
         return False
-
-
-def _columns_tile(rank: np.ndarray, lo: np.ndarray, size: np.ndarray, shape: tuple[int, ...], nprocs: int,
-                  segments: bool) -> bool:
-    """Ranks in range, boxes inside ``shape``, disjoint and covering it (segments: end to end in rank order)."""
-    n, nd = len(rank), len(shape)
-    gshape = np.array(shape, np.int64)
-    if ((rank < 0) | (rank >= nprocs)).any() or (lo < 0).any() or (size < 0).any():
-        return False
-    if (size > gshape).any() or (lo > gshape - size).any():  # outside the global shape (no overflow)
-        return False
-    if segments:
-        ends = lo[:, 0] + size[:, 0]
-        return bool((n == 0 and shape[0] == 0) or (n > 0 and (np.diff(rank) > 0).all()
-                    and lo[0, 0] == 0 and (lo[1:, 0] == ends[:-1]).all() and ends[-1] == shape[0]))
-    count = size.prod(axis=1) if nd else np.ones(n, np.int64)
-    nonempty = np.flatnonzero(count > 0)
-    if nd == 0:
-        overlap = len(nonempty) > 1
-    else:
-        order = nonempty[np.argsort(lo[nonempty, 0], kind="stable")]
-        starts, ends = lo[order, 0], lo[order, 0] + size[order, 0]
-        disjoint_rows = len(order) < 2 or bool((starts[1:] >= np.maximum.accumulate(ends)[:-1]).all())
-        overlap = not disjoint_rows and find_overlap(
-            [(0, Box(tuple(lo[i].tolist()), tuple(size[i].tolist()))) for i in range(n)]) is not None
-    return not overlap and int(count.sum()) == math.prod(shape)
 
 
 def _check_tiling(shape: tuple[int, ...], boxes: list[tuple[int, Box]], segments: bool) -> None:

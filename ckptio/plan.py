@@ -53,10 +53,16 @@ class VariablePlan:
     shape: tuple[int, ...]
     kind: str
     blocks: list[BlockPlan] = field(default_factory=list)
+    nblocks: int | None = None  # every rank's blocks, when ``blocks`` holds only this rank's (see own_plan)
 
     @property
     def nbytes(self) -> int:
         return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+
+    @property
+    def total_blocks(self) -> int:
+        """The number of blocks of all ranks (``blocks`` may be only this rank's share)."""
+        return len(self.blocks) if self.nblocks is None else self.nblocks
 
 
 def declaration(name: str, array: np.ndarray, offset: Sequence[int] | None, global_shape: Sequence[int] | None,
@@ -142,6 +148,41 @@ def plan_write(declarations_by_rank: Sequence[Sequence[Mapping[str, Any]]]) -> d
         if var.kind == ARRAY:
             validate_variable(var.name, var.shape, [(b.rank, b.box) for b in var.blocks])
     return dict(sorted(variables.items()))
+
+
+def plan_headers(variables: Mapping[str, VariablePlan]) -> dict[str, tuple[str, tuple[int, ...], str, int]]:
+    """Coordinator: what every rank needs to know of every variable (dtype, global shape, kind, number of blocks
+    of all ranks): O(variables), whatever the number of ranks."""
+    return {name: (v.dtype, tuple(v.shape), v.kind, v.total_blocks) for name, v in variables.items()}
+
+
+def segment_starts(variables: Mapping[str, VariablePlan], nprocs: int) -> list[dict[int, int]]:
+    """Coordinator: for every rank, ``{local index: offset}`` of its per-rank segments (the offsets the
+    exclusive scan of :func:`plan_write` gave them; the rest of a rank's blocks it declared itself)."""
+    out: list[dict[int, int]] = [{} for _ in range(nprocs)]
+    for v in variables.values():
+        if v.kind == SEGMENT:
+            for b in v.blocks:
+                out[b.rank][b.local_index] = b.box.offset[0]
+    return out
+
+
+def own_plan(headers: Mapping[str, tuple[str, Sequence[int], str, int]], declarations: Sequence[Mapping[str, Any]],
+             rank: int, segment_offsets: Mapping[int, int]) -> dict[str, VariablePlan]:
+    """Local, on every rank but the coordinator: the plan of this rank's own blocks, rebuilt from its own
+    declarations and what the coordinator sent (:func:`plan_headers`, this rank's :func:`segment_starts`). The
+    same BlockPlans :func:`plan_write` made for this rank, without any other rank's (``nblocks`` counts them),
+    so what a rank holds of the write plan is O(its blocks + variables), not O(ranks)."""
+    variables = {name: VariablePlan(name, dtype, tuple(shape), kind, nblocks=n)
+                 for name, (dtype, shape, kind, n) in headers.items()}
+    for i, d in enumerate(declarations):
+        if d["kind"] == ARRAY:
+            box = Box(tuple(d["offset"]), tuple(d["shape"]))
+        else:
+            box = Box((segment_offsets[i],), (d["length"],))
+        variables[d["name"]].blocks.append(BlockPlan(rank, i, box, d.get("stored_nbytes"), d.get("codec"),
+                                                     d.get("checksum")))
+    return variables
 
 
 # ---------------------------------------------------------------------------------------------- read side

@@ -145,10 +145,7 @@ def _stripe_unit(meta: Mapping[str, Any]) -> int:
 def light_metadata(meta: Mapping[str, Any]) -> dict[str, Any]:
     """The document without its block lists (each variable says ``nblocks`` instead): what every rank holds.
     The blocks live in the extent table, partitioned among the aggregators."""
-    out = {k: v for k, v in meta.items() if k != "variables"}
-    out["variables"] = {name: {**{k: v for k, v in var.items() if k != "blocks"}, "nblocks": len(var["blocks"])}
-                        for name, var in meta["variables"].items()}
-    return out
+    return metamod.without_blocks(meta)
 
 
 def own_segments(meta: Mapping[str, Any], nreaders: int) -> list[dict[str, tuple[int, int]]]:

@@ -265,3 +265,75 @@ def format_report(r: dict[str, Any]) -> str:
                      f"{p['measured_at_ranks']} ranks ({p['measured_at_blocks']} blocks):{fmt(p)}, and scaled "
                      f"linearly in blocks (--open-max-ranks); the partition ran at full size:{fmt(q)}")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------- write side
+def _flash_declarations(rank: int, rows: int, ranks: int, nvars: int, sums: np.ndarray) -> list[dict[str, Any]]:
+    """What rank ``rank`` of the FLASH-like job declares (``plan.declaration`` plus the prepare step's checksum)."""
+    return [{"name": f"var{v:02d}", "dtype": "<f8", "kind": "array", "global_shape": [ranks * rows, 16, 16, 16],
+             "offset": [rank * rows, 0, 0, 0], "shape": [rows, 16, 16, 16],
+             "checksum": f"{int(sums[(rank * nvars + v) % len(sums)]):016x}"} for v in range(nvars)]
+
+
+def write_control_plane(ranks: int, total_bytes: int, nvars: int = 24, ranks_per_node: int = 16,
+                        stripe_unit: int = 1 << 20) -> dict[str, Any]:
+    """Measure the write control plane of the FLASH-like job, native format (see the module docstring):
+
+    * **rank 0**: validate and plan every rank's declarations (``plan_write``), the file layout, the O(variables)
+      headers and every rank's share (``plan_headers``, ``segment_starts``, ``layout_shares``, pickled as the
+      scatter sends them), the metadata document from every rank's report (``Writer._build_meta``), its light
+      copy and its encoding (``meta.dumps``);
+    * **any other rank**: unpickle what it receives (the headers, its share, the light document) and rebuild its
+      own plan (``own_plan``);
+
+    and the bytes every other rank receives. The gathers' inputs (every rank's declarations and report) are built
+    beforehand, as the collectives would deliver them."""
+    import pickle
+    from types import SimpleNamespace
+
+    from .backends.mpiio import NativeBackend
+    from .plan import own_plan, plan_headers, plan_write, segment_starts
+    from .writer import Writer, light_copy
+
+    rows = _rows(ranks, total_bytes, nvars)
+    backend = NativeBackend()
+    sums = _checksums(ranks, nvars)
+    gathered = [_flash_declarations(r, rows, ranks, nvars, sums) for r in range(ranks)]
+    hosts = [{"host": f"node{r // ranks_per_node}", "file_bytes": None} for r in range(ranks)]
+
+    def on_rank0():
+        variables = plan_write(gathered)
+        layout = backend.layout(variables, stripe_unit, ranks)
+        headers = pickle.dumps((plan_headers(variables), "tmp", {}), pickle.HIGHEST_PROTOCOL)
+        shares = [pickle.dumps({"segments": s, "layout": lay}, pickle.HIGHEST_PROTOCOL) for s, lay in
+                  zip(segment_starts(variables, ranks), backend.layout_shares(layout, ranks), strict=True)]
+        offsets = layout["offsets"]
+        reports = [{"blocks": [(d["name"], i, d["checksum"], offsets[r][i], rows * ROW_BYTES, None)
+                               for i, d in enumerate(gathered[r])],
+                    "bytes": nvars * rows * ROW_BYTES, "timings": {}, "placement": hosts[r]} for r in range(ranks)]
+        me = SimpleNamespace(hints={"striping_factor": "80", "striping_unit": str(stripe_unit)}, attrs={},
+                             backend=backend, _prepare_seconds=0.0)
+        doc = Writer._build_meta(me, variables, reports, {}, {}, {})
+        light = pickle.dumps(light_copy(doc), pickle.HIGHEST_PROTOCOL)
+        document = metamod.dumps(doc)
+        return headers, shares[ranks // 2], light, len(document)
+
+    (headers, share, light, document_bytes), rank0 = measure(on_rank0, traced=True)
+    mine = gathered[ranks // 2]
+    gathered = []  # rank 0 drops them
+
+    def on_other_rank():
+        common, _tmp, _described = pickle.loads(headers)
+        received = pickle.loads(share)
+        pickle.loads(light)
+        return own_plan(common, mine, ranks // 2, received["segments"])
+
+    plan, other = measure(on_other_rank, traced=True)
+    assert sum(len(v.blocks) for v in plan.values()) == nvars
+    return {"ranks": ranks, "variables": nvars, "blocks": ranks * nvars,
+            "rank0": rank0.to_json(), "any_other_rank": other.to_json(),
+            "every_rank_receives_bytes": len(headers) + len(share) + len(light),
+            "receives": {"headers": len(headers), "own_share": len(share), "light_document": len(light)},
+            "metadata_document_bytes": document_bytes,
+            "model": f"FLASH-like: {nvars} variables x one ({rows},16,16,16) float64 block per rank, native format, "
+                     f"{ranks_per_node} rank(s) per node (gathers' inputs built beforehand)"}

@@ -47,7 +47,7 @@ from .errors import (
     CollectiveError,
     DeclarationError,
 )
-from .plan import SEGMENT, VariablePlan, declaration, plan_write
+from .plan import SEGMENT, VariablePlan, declaration, own_plan, plan_headers, plan_write, segment_starts
 
 
 @dataclass
@@ -59,15 +59,31 @@ class _Pending:
 
 @dataclass
 class WriteStats:
-    """Per-phase seconds (max over ranks), bytes and file-write calls per rank."""
+    """Per-phase seconds (max over ranks) and the bytes handed to the write: in total and the least and most of
+    any rank (O(1), whatever the job; where the bytes went per node: ``meta["stats"]["write"]["placement"]``)."""
 
     seconds: dict[str, float] = field(default_factory=dict)
-    bytes_per_rank: list[int] = field(default_factory=list)
-    calls_per_rank: list[int] = field(default_factory=list)
+    bytes_total: int = 0
+    bytes_min: int = 0
+    bytes_max: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"seconds": self.seconds, "bytes_per_rank": self.bytes_per_rank, "calls_per_rank": self.calls_per_rank,
-                "bytes_total": sum(self.bytes_per_rank)}
+        return {"seconds": self.seconds, "bytes_total": self.bytes_total, "bytes_min": self.bytes_min,
+                "bytes_max": self.bytes_max}
+
+
+def light_copy(document: Mapping[str, Any]) -> dict[str, Any]:
+    """Rank 0: what every other rank receives of the document it committed: no block tables (each variable's
+    ``nblocks`` instead) and of the write statistics the seconds and bytes (the per-node placement stays in the
+    file): O(variables), whatever the job."""
+    light = metamod.without_blocks(document)
+    light["stats"] = {"write": {k: v for k, v in document["stats"]["write"].items() if k != "placement"}}
+    return light
+
+
+def byte_summary(per_rank: Sequence[int]) -> dict[str, int]:
+    """Rank 0: the bytes of every rank as the O(1) summary the metadata and :class:`WriteStats` keep."""
+    return {"total": int(sum(per_rank)), "min": int(min(per_rank, default=0)), "max": int(max(per_rank, default=0))}
 
 
 class Writer:
@@ -299,7 +315,10 @@ class Writer:
                 raise
         finally:
             self._pending = []
-        self.stats = WriteStats({"stage": time.perf_counter() - t0}, comm.allgather(written), [1] * nprocs)
+        from mpi4py import MPI
+
+        total, least, most = (comm.allreduce(written, op=op) for op in (MPI.SUM, MPI.MIN, MPI.MAX))
+        self.stats = WriteStats({"stage": time.perf_counter() - t0}, total, least, most)
         final = self.path
         on_commit = getattr(self, "_on_commit", None)  # Series retention, as in _close_async
 
@@ -356,8 +375,17 @@ class Writer:
         timings: dict[str, float] = {}
 
         _faults.point("declare", comm)
-        variables, layout, tmp, described = coord.gather_and_plan(comm, f"checkpoint {self.path}: declare",
-                                                                  self._prepare_local, self._plan_global)
+        # rank 0 plans with every rank's declarations; every rank gets the plan's O(variables) part, then only its
+        # own share of the rest (its segments' offsets, its blocks' file offsets): never the whole plan
+        headers, tmp, described = coord.gather_and_plan(comm, f"checkpoint {self.path}: declare",
+                                                        self._prepare_local, self._plan_common)
+        share = coord.scatter_from_root(comm, f"checkpoint {self.path}: declare (each rank's share)",
+                                        self._plan_shares)
+        if rank == 0:
+            variables, layout = self._full_plan
+        else:
+            variables = own_plan(headers, [p.decl for p in self._pending], rank, share["segments"])
+            layout = share["layout"]
         timings["declare"] = time.perf_counter() - t0
         session = None
         created: list[Any] = []  # the session even when the create phase failed on another rank: abort it
@@ -389,22 +417,24 @@ class Writer:
                             "placement": placement_stats.local_record(io_mark)}
             t = time.perf_counter()
             _faults.point("checksum gather", comm)
-            # rank 0's effective hints are asked for inside the phase: an MPI error there is agreed on too
-            meta = coord.gather_and_plan(comm, f"checkpoint {self.path}: build index", lambda: local_report,
-                                         lambda reports: self._build_meta(variables, reports,
-                                                                          session.effective_hints(),
-                                                                          session.storage_info(), described))
+            # rank 0's effective hints are asked for inside the phase: an MPI error there is agreed on too. The
+            # document stays on rank 0; every rank gets it without the block tables (O(variables + nodes))
+            light = coord.gather_and_plan(comm, f"checkpoint {self.path}: build index", lambda: local_report,
+                                          lambda reports: self._index(variables, reports, session.effective_hints(),
+                                                                      session.storage_info(), described))
+            meta = self._document if rank == 0 else light
             _faults.point("write index", comm)
             coord.run(comm, f"checkpoint {self.path}: commit",
-                      lambda: (session.commit(meta), _faults.point("commit vote", comm)))
+                      lambda: (session.commit(meta if rank == 0 else None), _faults.point("commit vote", comm)))
             session = None
             created.clear()  # committed: nothing to abort any more
             timings["commit"] = time.perf_counter() - t
             _faults.point("rename", comm)
             coord.bcast_from_root(comm, f"checkpoint {self.path}: check and rename",
                                   lambda: (self._check_written(tmp), _rename_durably(tmp, self.path)))
-            self.stats = WriteStats({k: v for k, v in meta["stats"]["write"]["seconds"].items()},
-                                    meta["stats"]["write"]["bytes_per_rank"], meta["stats"]["write"]["calls_per_rank"])
+            written_bytes = meta["stats"]["write"]["bytes"]
+            self.stats = WriteStats(dict(meta["stats"]["write"]["seconds"]), written_bytes["total"],
+                                    written_bytes["min"], written_bytes["max"])
             self.stats.seconds["commit"] = timings["commit"]
             self.stats.seconds["total"] = time.perf_counter() - t0
             self.meta = meta
@@ -476,6 +506,32 @@ class Writer:
         self._prepare_seconds = max(g["prepare_seconds"] for g in gathered)
         return variables, layout, tmp, {name: d for name, d in described.items() if d}
 
+    def _plan_common(self, gathered: list[dict[str, Any]]):
+        """Rank 0: the whole plan (:meth:`_plan_global`, kept for :meth:`_plan_shares` and rank 0's own session),
+        and what every rank needs of it: per variable dtype, shape, kind and block count, the temporary name,
+        the variables' dims and attrs."""
+        variables, layout, tmp, described = self._plan_global(gathered)
+        self._full_plan = (variables, layout)
+        return plan_headers(variables), tmp, described
+
+    def _plan_shares(self) -> list[dict[str, Any]]:
+        """Rank 0, after :meth:`_plan_common`: each rank's own share of the plan (its segments' offsets and its
+        part of the backend's layout), O(its blocks)."""
+        variables, layout = self._full_plan
+        nprocs = self.comm.Get_size()
+        segments = segment_starts(variables, nprocs)
+        layouts = self.backend.layout_shares(layout, nprocs)
+        return [{"segments": segments[r], "layout": layouts[r]} for r in range(nprocs)]
+
+    def _index(self, variables: Mapping[str, VariablePlan], reports: list[dict[str, Any]],
+               effective: Mapping[str, str], storage: Mapping[str, dict[str, Any]],
+               described: Mapping[str, varmeta.Description]) -> dict[str, Any]:
+        """Rank 0: the metadata document (kept as ``self._document`` for the commit), and the light copy every
+        rank receives: each variable's ``nblocks`` instead of its block table, and of the write statistics the
+        seconds and bytes (the per-node placement stays in the document): O(variables)."""
+        self._document = self._build_meta(variables, reports, effective, storage, described)
+        return light_copy(self._document)
+
     def _my_blocks(self, variables: Mapping[str, VariablePlan], rank: int):
         """This rank's (BlockPlan, stored bytes) in declaration order."""
         by_index = {b.local_index: b for v in variables.values() for b in v.blocks if b.rank == rank}
@@ -524,8 +580,7 @@ class Writer:
             "layout": {"stripe_count": stripe_count, "stripe_unit": stripe_unit},
             "hints": {"requested": dict(self.hints), "effective": dict(effective),
                       "io_component": hintsmod.io_component()},
-            "stats": {"write": {"seconds": seconds, "bytes_per_rank": [rep["bytes"] for rep in reports],
-                                "calls_per_rank": [1 for _ in reports],
+            "stats": {"write": {"seconds": seconds, "bytes": byte_summary([rep["bytes"] for rep in reports]),
                                 "placement": placement_stats.summarize([rep["placement"] for rep in reports],
                                                                        [rep["bytes"] for rep in reports])}},
             "variables": out_vars,

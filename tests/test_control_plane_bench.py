@@ -22,8 +22,11 @@ def test_goals_are_marked_met_or_missed_with_their_figures():
 
 
 def test_the_benchmark_runs_the_harness_and_ckptio_plan(capsys):
-    assert control_plane.main(["--ranks", "120", "200", "--bytes", str(1 << 30), "--open-max-ranks", "150"]) == 0
+    assert control_plane.main(["--ranks", "120", "200", "--bytes", str(1 << 30), "--open-max-ranks", "150",
+                               "--write-ranks", "60"]) == 0
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("| 1") or line.startswith("| 2")]
     assert [r.split("|")[1].strip() for r in rows] == ["120", "200"]
+    assert "Write control plane" in out and "| 60 | 1,440 |" in out, out
+    assert "- write, 60 ranks, any other rank (goal <= 0.2 s, <= 32 MiB): **met**" in out, out
     assert "(extrap.)" not in rows[0] and "(extrap.)" in rows[1]  # 200 > --open-max-ranks

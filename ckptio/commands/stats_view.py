@@ -15,11 +15,12 @@ def stats_lines(stats: Mapping[str, Any], human: Callable[[float], str]) -> list
     w = stats.get("write", {})
     secs = w.get("seconds", {})
     lines = ["write stats " + ", ".join(f"{k} {v:.4f} s" for k, v in secs.items())]
-    per_rank = w.get("bytes_per_rank", [])
-    if per_rank:
-        lines.append(f"            bytes handed to the write per rank min {human(min(per_rank))} max "
-                     f"{human(max(per_rank))} total {human(sum(per_rank))}; file-write calls per rank "
-                     f"{max(w.get('calls_per_rank', [0]))}")
+    per_rank = w.get("bytes_per_rank", [])  # format 1 kept a list of every rank's bytes
+    summary = w.get("bytes") or ({"min": min(per_rank), "max": max(per_rank), "total": sum(per_rank)}
+                                 if per_rank else None)
+    if summary:
+        lines.append(f"            bytes handed to the write per rank min {human(summary['min'])} max "
+                     f"{human(summary['max'])} total {human(summary['total'])}")
     placement = w.get("placement")
     if placement is None:
         lines.append("placement   not recorded (written by a ckptio without placement statistics)")

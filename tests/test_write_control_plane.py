@@ -1,0 +1,117 @@
+"""The write control plane (issue 13): rank 0 plans with every rank's declarations, every other rank receives
+only the plan's O(variables) part and its own share, and rebuilds exactly the blocks rank 0 planned for it."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ckptio.backends.mpiio import NativeBackend
+from mpi_helpers import run_script
+
+from ckptio import scale
+from ckptio.plan import own_plan, plan_headers, plan_write, segment_starts
+
+
+def _declarations(seed: int, nprocs: int) -> list[list[dict]]:
+    """Random declarations: a 2-D array cut into row bands (some ranks own none, some several), a segment
+    variable some ranks skip, a scalar on one rank; compressed sizes on some blocks."""
+    rng = np.random.default_rng(seed)
+    rows = int(rng.integers(1, 12))
+    cuts = sorted({0, rows, *rng.integers(0, rows, size=3).tolist()})
+    out: list[list[dict]] = [[] for _ in range(nprocs)]
+    for lo, hi in itertools.pairwise(cuts):
+        r = int(rng.integers(0, nprocs))
+        out[r].append({"name": "dens", "dtype": "<f8", "kind": "array", "global_shape": [rows, 3],
+                       "offset": [lo, 0], "shape": [hi - lo, 3], "checksum": f"{lo:016x}",
+                       "stored_nbytes": int(rng.integers(1, 99)) if lo % 2 else None,
+                       "codec": "zstd:3" if lo % 2 else None})
+    for r in range(nprocs):
+        if rng.random() < 0.7:
+            out[r].append({"name": "parts", "dtype": "<i4", "kind": "segment", "length": int(rng.integers(0, 5)),
+                           "checksum": f"{r:016x}"})
+        rng.shuffle(out[r])  # declaration order is each rank's own
+    out[int(rng.integers(0, nprocs))].append({"name": "t", "dtype": "<f8", "kind": "array", "global_shape": [],
+                                              "offset": [], "shape": [], "checksum": "0" * 16})
+    return out
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_every_rank_rebuilds_exactly_its_own_planned_blocks(seed: int) -> None:
+    nprocs = 1 + seed % 6
+    decls = _declarations(seed, nprocs)
+    full = plan_write(decls)
+    headers = plan_headers(full)
+    starts = segment_starts(full, nprocs)
+    for rank in range(nprocs):
+        mine = own_plan(headers, decls[rank], rank, starts[rank])
+        assert list(mine) == list(full)
+        for name, var in full.items():
+            assert (mine[name].dtype, mine[name].shape, mine[name].kind) == (var.dtype, var.shape, var.kind)
+            assert mine[name].total_blocks == len(var.blocks)
+            assert mine[name].blocks == [b for b in var.blocks if b.rank == rank], (name, rank)
+
+
+def test_native_layout_shares_hold_only_each_ranks_offsets() -> None:
+    decls = _declarations(3, 4)
+    full = plan_write(decls)
+    layout = NativeBackend().layout(full, 1 << 20, 4)
+    shares = NativeBackend().layout_shares(layout, 4)
+    for rank, share in enumerate(shares):
+        assert set(share["offsets"]) == {rank}
+        assert share["offsets"][rank] == layout["offsets"].get(rank, {})
+        assert share["data_end"] == layout["data_end"] and "regions" not in share
+
+
+def test_what_a_rank_receives_does_not_grow_with_the_job() -> None:
+    """The scale harness at 100 and 800 ranks: every other rank receives the same bytes, but for the digits of
+    larger numbers (headers, its own share, the light document); the rebuilt plan holds its own 24 blocks only."""
+    small = scale.write_control_plane(100, 100 * 24 * 2 * 32768)
+    large = scale.write_control_plane(800, 800 * 24 * 2 * 32768)
+    for what, n in large["receives"].items():  # only the numbers' digits grow (shapes, offsets): O(log ranks)
+        assert n <= small["receives"][what] * 1.1, (what, small["receives"], large["receives"])
+    assert large["metadata_document_bytes"] > 4 * small["metadata_document_bytes"]  # what rank 0 keeps grows
+
+
+WRITE_AND_LOOK = """
+import sys
+import numpy as np
+from mpi4py import MPI
+import ckptio
+from ckptio.block_table import BlockTable
+
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+for backend in ("mpiio", "hdf5", "pnetcdf"):
+    w = ckptio.create(f"{sys.argv[1]}/chk_{backend}", comm, backend=backend)
+    w.write("dens", np.full((2, 3), rank, np.float64), offset=(2 * rank, 0), global_shape=(2 * size, 3))
+    segments = backend != "hdf5"  # the hdf5 backend has no per-rank segments
+    if segments:
+        w.write("parts", np.arange(rank, dtype=np.int32))
+    w.close()
+    var = w.meta["variables"]["dens"]
+    if rank == 0:
+        assert isinstance(var["blocks"], BlockTable) and len(var["blocks"]) == size, var
+        assert "placement" in w.meta["stats"]["write"]
+    else:
+        assert "blocks" not in var and var["nblocks"] == size, var
+        assert "placement" not in w.meta["stats"]["write"]
+    extra = 4 if segments else 0
+    total = 48 * size + extra * sum(range(size))
+    assert (w.stats.bytes_total, w.stats.bytes_min, w.stats.bytes_max) == (total, 48, 48 + extra * (size - 1)), w.stats
+    with ckptio.open(f"{sys.argv[1]}/chk_{backend}", comm) as ck:
+        assert np.array_equal(ck.read("dens", (2 * rank, 0), (2, 3)), np.full((2, 3), rank))
+        if segments:
+            assert np.array_equal(ck.read("parts"), np.arange(rank))
+print("OK", rank)
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprocs", [1, 3])
+def test_only_rank_0_holds_the_document_after_a_write(tmp_path: Path, nprocs: int) -> None:
+    proc = run_script(nprocs, WRITE_AND_LOOK, tmp_path, str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("OK") == nprocs
