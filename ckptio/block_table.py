@@ -167,7 +167,8 @@ def _decode_column(col: Any, what: str, count: int, unsigned: bool = False) -> n
     if not isinstance(col, dict):
         raise ValueError(f"{what} is {type(col).__name__}, expected an object")
     dtype, n, data = col.get("dtype"), col.get("count"), col.get("data")
-    if dtype not in _ALLOWED_DTYPES or col.get("compression") != "zlib" or not isinstance(data, str):
+    if not isinstance(dtype, str) or dtype not in _ALLOWED_DTYPES or col.get("compression") != "zlib" \
+            or not isinstance(data, str):
         raise ValueError(f"{what} has an unknown encoding ({dtype!r}, {col.get('compression')!r})")
     if n != count:
         raise ValueError(f"{what} holds {n!r} values, expected {count}")
@@ -225,7 +226,8 @@ def decode(entry: Any, variables: Mapping[str, Mapping[str, Any]]) -> dict[str, 
         raise ValueError(f"variable_blocks encoding {entry.get('encoding')!r} is not supported "
                          f"(this ckptio reads encoding {ENCODING_VERSION})")
     names, counts, codecs = entry.get("variables"), entry.get("counts"), entry.get("codecs")
-    if not isinstance(names, list) or sorted(map(str, names)) != sorted(variables) or len(set(names)) != len(names):
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names) or sorted(names) != sorted(
+            variables) or len(set(names)) != len(names):
         raise ValueError("variable_blocks does not list the document's variables")
     if not isinstance(counts, list) or len(counts) != len(names) or not all(
             type(c) is int and c >= 0 for c in counts):
