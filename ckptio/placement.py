@@ -65,13 +65,14 @@ def write_report(writer) -> dict[str, Any] | None:
     on every rank) plus ``aggregators_per_node`` ``{host: count}``; None where the checkpoint has none. From
     the writer when it wrote the file itself, else (a background or staged checkpoint, whose file a copy of the
     writer wrote) read by rank 0 from the checkpoint's metadata."""
-    meta = getattr(writer, "meta", None)
-    if meta is not None:  # set on every rank by a successful synchronous close(), or on none
-        placement = meta["stats"]["write"].get("placement")
-    else:
-        placement = coord.bcast_from_root(
-            writer.comm, f"checkpoint {writer.path}: placement report",
-            lambda: writer.backend.read_metadata(writer.path).get("stats", {}).get("write", {}).get("placement"))
+    meta = getattr(writer, "meta", None)  # set on every rank by a successful synchronous close(), or on none
+
+    def recorded() -> dict[str, Any] | None:  # rank 0: the document it committed, or the checkpoint's own
+        document = meta if meta is not None else writer.backend.read_metadata(writer.path)
+        return document.get("stats", {}).get("write", {}).get("placement")
+
+    # only rank 0 keeps the whole document (the others hold a light copy): it sends the O(nodes) placement
+    placement = coord.bcast_from_root(writer.comm, f"checkpoint {writer.path}: placement report", recorded)
     if placement is None:
         return None
     return {**placement, "aggregators_per_node": aggregators_per_node(placement)}
