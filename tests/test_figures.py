@@ -57,6 +57,7 @@ def test_the_model_figure_says_modelled_uses_linear_axes_for_small_differences_a
     assert len(write_requests.get_lines()) == 1
     assert restart_requests.get_yscale() == "linear"  # 2.8x apart: still linear
     assert write_clients.get_yscale() == "log" and "log scale" in write_clients.get_ylabel()  # 25x apart
+    assert restart_clients.get_yscale() == "log"
     for ax in fig.axes:
         assert ax.get_ylabel().endswith(("per OST", "(log scale)")) and ax.get_legend() is not None
     assert write_clients.get_xlabel() == "OST index"
