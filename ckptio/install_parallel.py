@@ -172,8 +172,17 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=["hdf5", "pnetcdf"], help="hdf5: parallel h5py; pnetcdf: pnetcdf-python")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    p.add_argument("--patch-only", metavar="SOURCE_DIR",
+                   help="pnetcdf: only patch the unpacked pnetcdf-python sdist in SOURCE_DIR (for build scripts "
+                        "that download and build it themselves, like ci/install.sh)")
     args = p.parse_args(argv)
     try:
+        if args.patch_only:
+            if args.what != "pnetcdf":
+                raise InstallError("--patch-only applies to pnetcdf only")
+            patch_pnetcdf(Path(args.patch_only))
+            print(f"ckptio-install-parallel: patched {args.patch_only}")
+            return 0
         install(args.what, args.dry_run)
     except InstallError as exc:
         print(f"ckptio-install-parallel: error: {exc}", file=sys.stderr)
