@@ -160,3 +160,43 @@ def test_force_replaces_only_a_flash_file_ckptio_wrote(tmp_path):
     proc = ckptio("convert", str(src), str(dst), "--to", "flash", "--force")
     assert proc.returncode == 0, proc.stderr
     assert load(dst).index.num_grids == 9
+
+
+@pytest.mark.mpi
+def test_a_damaged_source_is_reported_and_leaves_nothing_behind(tmp_path):
+    src = write_serial(tmp_path, "refined")
+    data = bytearray(src.read_bytes())
+    at = data.index(np.float64(100.0).tobytes())  # the parent block's first value
+    data[at] ^= 0x01
+    src.write_bytes(bytes(data))
+    dst = tmp_path / "damaged_hdf5_chk_0000"
+    proc = ckptio("convert", str(src), str(dst), "--to", "flash")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "is damaged, nothing written" in proc.stderr and "checksum mismatch" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["write.py", src.name])  # no DST, no temporary
+
+
+def test_blocks_off_the_flash_tree_are_named():
+    from ckptio.flash_layout import FlashLayoutError, plan_grid
+
+    attrs = {"time": 0.0, "geometry": "cartesian", "xmin": 0.0, "xmax": 1.0, "ymin": 0.0, "ymax": 1.0,
+             "zmin": 0.0, "zmax": 1.0, "nblockx": 2, "nblocky": 2, "nblockz": 2}
+    lo = np.array([[i, j, k] for k in (0, 1) for j in (0, 1) for i in (0, 1)], float) / 2
+    bbox = np.stack([lo, lo + 0.5], axis=2)
+    grid = plan_grid(attrs, bbox, (4, 4, 4), "chk")
+    assert list(grid.refine_level) == [1] * 8 and grid.ndim == 3
+    assert list(grid.gid[0, :6]) == [-1, 2, -1, 3, -1, 5]  # same-level neighbours, 1-based
+    shifted = bbox.copy()
+    shifted[5] += 0.1
+    with pytest.raises(FlashLayoutError, match=r"chk: block 5 .* is not a root block"):
+        plan_grid(attrs, shifted, (4, 4, 4), "chk")
+    with pytest.raises(FlashLayoutError, match="blocks 0 and 1 have the same bounding box"):
+        plan_grid(attrs, np.concatenate([bbox[:1], bbox[:1]]), (4, 4, 4), "chk")
+    with pytest.raises(FlashLayoutError, match="attribute 'nblockx' = 'two' is not an integer"):
+        plan_grid({**attrs, "nblockx": "two"}, bbox, (4, 4, 4), "chk")
+    with pytest.raises(FlashLayoutError, match="'geometry' = 'cubic' is not one of"):
+        plan_grid({**attrs, "geometry": "cubic"}, bbox, (4, 4, 4), "chk")
+    parent = np.array([[[0.0, 1.0]] * 3])  # a root block of a 1x1x1 lattice with only 7 of its 8 children
+    with pytest.raises(FlashLayoutError, match="block 0 has some but not all of its 8 children"):
+        plan_grid({**attrs, "nblockx": 1, "nblocky": 1, "nblockz": 1}, np.concatenate([parent, bbox[:7]]),
+                  (4, 4, 4), "chk")
