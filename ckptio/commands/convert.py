@@ -146,6 +146,11 @@ def convert_to_flash(src: str, dst: str, force: bool = False) -> dict[str, Any]:
     every block checksum of SRC verified on the way). Raises UsageError / CheckpointError; DST is untouched then."""
     from ..flash_layout import is_flash_file, write_flash
 
+    try:
+        import h5py  # noqa: F401 - the FLASH file is written with it (serial h5py is enough)
+    except ImportError:
+        raise UsageError("convert --to flash needs h5py (the serial wheel is enough): pip install h5py, or "
+                         "pip install 'ckptio[yt]'") from None
     if os.path.isdir(dst):
         raise UsageError(f"{dst} is a directory")
     if os.path.lexists(dst):
