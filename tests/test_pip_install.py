@@ -76,7 +76,10 @@ def test_a_pip_install_into_a_fresh_venv_writes_reads_and_verifies(venv, tmp_pat
     proc = run([str(venv / "bin" / "python"), "-m", "pip", "list", "--format=freeze"], env=venv_env(venv))
     installed = {line.split("==")[0].lower() for line in proc.stdout.split()}
     assert {"ckptio", "numpy", "mpi4py"} <= installed and "h5py" not in installed
-    write_under_mpirun(venv, tmp_path, "mpiio")
+    path = write_under_mpirun(venv, tmp_path, "mpiio")
+    proc = run([str(venv / "bin" / "ckptio"), "convert", str(path), str(tmp_path / "x_hdf5_chk_0000"), "--to",
+                "flash"], env=venv_env(venv))  # no h5py in this venv: the command to run is named
+    assert proc.returncode == 2 and "needs h5py" in proc.stderr and "pip install h5py" in proc.stderr, proc.stderr
     proc = run([str(venv / "bin" / "python"), "-m", "ckptio", "--version"], env=venv_env(venv))
     assert proc.returncode == 0 and "0.1.0" in proc.stdout, proc.stdout + proc.stderr
 
