@@ -262,61 +262,82 @@ def _overhead_md(ov: dict[str, Any], bw: dict[str, dict[str, Any]]) -> list[str]
 
 
 # ------------------------------------------------------------------------------------------------ plots
-def plots(doc: dict[str, Any], directory: str) -> list[str]:
-    """PNG files: bandwidth by case, blocked time by mode (ckptio phases), the plan's per-OST load."""
+def plots(doc: dict[str, Any], directory: str, plan_result: dict[str, Any] | None = None) -> list[str]:
+    """PNG files: bandwidth by case, blocked time by mode (ckptio phases), the plan's per-OST load (from
+    ``plan_result``, else the doc's plan result when it has one)."""
     import matplotlib
 
     matplotlib.use("Agg")
     written = [_plot_bandwidth(doc, os.path.join(directory, "bandwidth.png")),
                _plot_blocked(doc, os.path.join(directory, "blocked_time.png"))]
-    if doc.get("plan", {}).get("result"):
+    plan_result = plan_result or doc.get("plan", {}).get("result")
+    if plan_result:
         from ckptio.simulate import plot_ost_load
 
         path = os.path.join(directory, "plan_ost_load.png")
-        plot_ost_load(doc["plan"]["result"], path)
+        plot_ost_load(plan_result, path)
         written.append(path)
     return written
+
+
+GROUP_COLOURS = {"raw": ("tab:gray", "raw storage (1 process: the disk's speed)"),
+                 "peer": ("tab:orange", "other libraries, called directly"),
+                 "ckptio": ("tab:blue", "ckptio")}
 
 
 def _plot_bandwidth(doc: dict[str, Any], path: str) -> str:
     import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
     rows = [e for e in doc["bandwidth"].values() if e["status"] == "ok"]
     labels = [key for key, e in doc["bandwidth"].items() if e["status"] == "ok"]
-    fig, axes = plt.subplots(1, 3, figsize=(16, 5.5), sharey=True)
-    colors = {"raw": "tab:gray", "peer": "tab:orange", "ckptio": "tab:blue"}
+    fig, axes = plt.subplots(1, 3, figsize=(16, 6.2), sharey=True)
     for ax, what, title in zip(axes, ("write", "read_cold", "read_hot"),
-                               ("checkpoint write (incl. fsync)", "restart read, cold cache", "restart read, hot"),
-                               strict=True):
+                               ("checkpoint write (incl. fsync)", "restart read, cold page cache",
+                                "restart read, hot page cache"), strict=True):
         med = np.array([e[what]["median"] for e in rows])
         err = np.array([[e[what]["median"] - e[what]["min"] for e in rows],
                         [e[what]["max"] - e[what]["median"] for e in rows]])
         y = np.arange(len(rows))
-        ax.barh(y, med, xerr=err, color=[colors[e["group"]] for e in rows], capsize=3)
+        ax.barh(y, med, xerr=err, color=[GROUP_COLOURS[e["group"]][0] for e in rows], capsize=3)
         ax.set_title(title)
-        ax.set_xlabel("GiB/s (median, min-max)")
+        ax.set_xlabel("bandwidth, GiB/s (bar: median; whisker: min-max)")
         ax.set_yticks(y, labels, fontsize=8)
+        ax.set_xlim(0, max(float((med + err[1]).max()), 1e-9) * 1.08)  # linear from 0: bars compare by length
         if rows and rows[0]["group"] == "raw":
             ax.axvline(med[0], color="tab:gray", linestyle="--", linewidth=1)
         ax.invert_yaxis()
+    axes[0].set_ylabel("case")
+    groups = [g for g in GROUP_COLOURS if any(e["group"] == g for e in rows)]
+    handles = [Patch(color=GROUP_COLOURS[g][0], label=GROUP_COLOURS[g][1]) for g in groups]
+    if rows and rows[0]["group"] == "raw":
+        handles.append(Line2D([], [], color="tab:gray", linestyle="--", linewidth=1, label="raw storage's median"))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=9, frameon=False)
     c = doc["config"]
-    fig.suptitle(f"ckptio benchmarks: {c['nprocs']} -> {c['readers']} ranks, {c['total_bytes'] / 2**30:.2f} GiB, "
-                 f"{doc['environment']['machine']}")
-    fig.tight_layout()
+    fig.suptitle(f"ckptio benchmarks (measured): {c['nprocs']} writer ranks, restart on {c['readers']}, "
+                 f"{c['total_bytes'] / 2**30:.2f} GiB, {doc['environment']['machine']}")
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
 
 
-PHASES = ("prepare", "declare", "open", "write", "commit", "other", "blocked (close)", "background")
+PHASES = ("prepare", "declare", "open", "write", "commit", "other", "whole (not broken down)", "blocked (close)",
+          "background")
+PHASE_STYLE = {"prepare": {"color": "tab:blue"}, "declare": {"color": "tab:orange"}, "open": {"color": "tab:green"},
+               "write": {"color": "tab:red"}, "commit": {"color": "tab:purple"}, "other": {"color": "tab:brown"},
+               "whole (not broken down)": {"color": "tab:olive"}, "blocked (close)": {"color": "tab:pink"},
+               "background": {"color": "white", "edgecolor": "tab:gray", "hatch": "//"}}
 
 
 def _phases(entry: dict[str, Any]) -> dict[str, float]:
     """Median seconds per write phase, disjoint: 'declare' excludes 'prepare', 'other' is the rest of the total.
 
-    Sync ckptio: its phases (Writer.stats); peers: the whole time as 'write'; async/staged: the time close()
-    blocked, then the rest until committed as 'background' (the application computes meanwhile)."""
+    Sync ckptio: its phases (Writer.stats); peers (and any case without recorded phases): the whole time, not
+    broken down; async/staged: the time close() blocked, then the rest until committed as 'background' (the
+    application computes meanwhile)."""
     from statistics import median
 
     out = dict.fromkeys(PHASES, 0.0)
@@ -327,7 +348,7 @@ def _phases(entry: dict[str, Any]) -> dict[str, float]:
         return out
     p = dict(entry.get("write_phases_median", {}))
     if not p:
-        out["write"] = total
+        out["whole (not broken down)"] = total
         return out
     out.update(prepare=p.get("prepare", 0.0), declare=max(0.0, p.get("declare", 0.0) - p.get("prepare", 0.0)),
                open=p.get("open", 0.0), write=p.get("write", 0.0), commit=p.get("commit", 0.0))
@@ -339,19 +360,24 @@ def _plot_blocked(doc: dict[str, Any], path: str) -> str:
     import matplotlib.pyplot as plt
 
     rows = [e for e in doc["bandwidth"].values() if e["status"] == "ok" and e["group"] != "raw"]
-    fig, ax = plt.subplots(figsize=(11, 5))
-    left = [0.0] * len(rows)
     names = [key for key, e in doc["bandwidth"].items() if e["status"] == "ok" and e["group"] != "raw"]
+    fig, ax = plt.subplots(figsize=(12, 5.2))
+    left = [0.0] * len(rows)
+    phases = [_phases(e) for e in rows]
     for phase in PHASES:
-        widths = [_phases(e)[phase] for e in rows]
-        style = {"color": "white", "edgecolor": "tab:gray", "hatch": "//"} if phase == "background" else {}
-        ax.barh(names, widths, left=left, label=phase, **style)
+        widths = [p[phase] for p in phases]
+        if not any(widths):
+            continue  # a phase no case has: no empty legend entry
+        ax.barh(names, widths, left=left, label=phase, **PHASE_STYLE.get(phase, {}))
         left = [a + b for a, b in zip(left, widths, strict=True)]
     ax.invert_yaxis()
-    ax.set_xlabel("seconds (median)")
-    ax.set_title("time the application is blocked per checkpoint, by case and mode\n"
-                 "(sync: write phases; async/staged: close(), then the background part hatched)", fontsize=10)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.set_xlim(0, max(left, default=1.0) * 1.05)
+    ax.set_xlabel("seconds per checkpoint (median over the rounds)")
+    ax.set_ylabel("case")
+    ax.set_title("measured: time the application is blocked per checkpoint, by case and mode\n"
+                 "(sync: the whole write, in ckptio's phases; async/staged: close(), then the background part "
+                 "until committed, hatched)", fontsize=10)
+    ax.legend(fontsize=8, title="phase", title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
@@ -380,3 +406,38 @@ def _plan_summary(result: dict[str, Any]) -> dict[str, Any]:
     for phase in ("write", "restart"):
         out[phase] = {p: {k: v for k, v in r.items() if not k.endswith("_per_ost")} for p, r in result[phase].items()}
     return out
+
+
+def replot(results_json: str, directory: str, plan: bool = False) -> list[str]:
+    """Redraw the figures of a recorded run from its ``results.json`` (no benchmark is run). ``results.json``
+    keeps only a summary of the plan model; with ``plan`` the model is recomputed for the run's FLASH case (a
+    deterministic model, seconds; not a measurement), else plan_ost_load.png is not drawn."""
+    with open(results_json) as f:
+        doc = json.load(f)
+    plan_result = None
+    if plan:
+        from ckptio.simulate import PlanScenario, parse_size, simulate
+
+        ranks, nbytes = int(doc["plan"]["ranks"]), doc["plan"]["bytes"]
+        plan_result = simulate(PlanScenario(ranks=ranks, nbytes=parse_size(nbytes), stripe_count=min(ranks, 80),
+                                            stripe_size=1 << 20))
+    os.makedirs(directory, exist_ok=True)
+    return plots(doc, directory, plan_result)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m benchmarks.report RESULTS_JSON OUTDIR [--plan]``: the figures of a recorded run."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m benchmarks.report", description=replot.__doc__)
+    p.add_argument("results_json")
+    p.add_argument("outdir")
+    p.add_argument("--plan", action="store_true", help="recompute the plan model and draw plan_ost_load.png")
+    args = p.parse_args(argv)
+    for path in replot(args.results_json, args.outdir, args.plan):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -9,7 +9,14 @@ variable (same offsets and shapes, all now written by rank 0); a per-rank segmen
 (COMM_SELF has one rank), holding the same values. DST is written atomically through ``ckptio.create`` (a
 temporary, renamed on commit), then every block checksum of DST is checked (``inspect --verify``) and, for array
 variables, compared with SRC's. An existing DST is refused unless ``--force``.
-Exit: 0 converted and checked, 1 SRC damaged, 2 usage error / missing SRC / DST exists / check failed.
+
+``ckptio convert SRC DST --to flash`` writes DST instead as an HDF5 file in FLASH's checkpoint layout, which yt's
+FLASH frontend loads (``yt.load(DST)``; name it ``..._hdf5_chk_NNNN`` as FLASH does): the grid variables
+(block, z, y, x), the bounding boxes of variable ``bbox`` and the domain from the attributes ``time``,
+``geometry``, ``xmin`` .. ``zmax``, ``nblockx`` .. ``nblockz`` (see :mod:`ckptio.flash_layout`). Variables that
+are not grid variables are listed as not converted. ``--force`` replaces only a file ckptio wrote.
+Exit: 0 converted and checked, 1 SRC damaged, 2 usage error / missing SRC / DST exists / check failed / SRC lacks
+what a FLASH file needs.
 """
 
 from __future__ import annotations
@@ -134,18 +141,47 @@ def convert(src: str, dst: str, backend: str, force: bool = False) -> dict[str, 
             "blocks": blocks_written, "problems": problems}
 
 
+def convert_to_flash(src: str, dst: str, force: bool = False) -> dict[str, Any]:
+    """Local (one process): write ``src`` to ``dst`` in FLASH's layout (:func:`ckptio.flash_layout.write_flash`,
+    every block checksum of SRC verified on the way). Raises UsageError / CheckpointError; DST is untouched then."""
+    from ..flash_layout import is_flash_file, write_flash
+
+    try:
+        import h5py  # noqa: F401 - the FLASH file is written with it (serial h5py is enough)
+    except ImportError:
+        raise UsageError("convert --to flash needs h5py (the serial wheel is enough): pip install h5py, or "
+                         "pip install 'ckptio[yt]'") from None
+    if os.path.isdir(dst):
+        raise UsageError(f"{dst} is a directory")
+    if os.path.lexists(dst):
+        if not force:
+            raise UsageError(f"{dst} exists (use --force to replace it)")
+        if not is_flash_file(dst):
+            raise UsageError(f"{dst} exists and is not a FLASH file ckptio wrote: not replaced, even with --force "
+                             "(ckptio never deletes a file it did not create)")
+    if os.path.exists(src) and os.path.exists(dst) and os.path.samefile(src, dst):
+        raise UsageError(f"{src} and {dst} are the same file")
+    with Source(src) as source:
+        summary = write_flash(source, dst, progress=progress)
+    return {"src": src, "dst": dst, **summary}
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(NAME, help="rewrite a checkpoint in another format (streamed, checked)", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("src")
     p.add_argument("dst")
-    p.add_argument("--backend", required=True, help="format of DST: mpiio, hdf5 or pnetcdf")
+    to = p.add_mutually_exclusive_group(required=True)
+    to.add_argument("--backend", help="format of DST: mpiio, hdf5 or pnetcdf (a ckptio checkpoint)")
+    to.add_argument("--to", choices=["flash"], help="flash: an HDF5 file in FLASH's checkpoint layout (yt.load)")
     p.add_argument("--force", action="store_true", help="replace DST if it exists")
     p.set_defaults(func=run)
 
 
 @guarded(NAME)
 def run(args: argparse.Namespace) -> int:
+    if args.to == "flash":
+        return _run_flash(args)
     try:
         summary = convert(args.src, args.dst, args.backend, args.force)
     except (CorruptCheckpointError, IncompleteCheckpointError) as exc:
@@ -159,4 +195,18 @@ def run(args: argparse.Namespace) -> int:
                                                 "removed: " + "; ".join(summary["problems"][:5])))
     print(f"converted {args.src} -> {args.dst} ({args.backend}): {summary['variables']} variables, "
           f"{summary['blocks']} blocks, every checksum checked")
+    return EXIT_OK
+
+
+def _run_flash(args: argparse.Namespace) -> int:
+    try:
+        summary = convert_to_flash(args.src, args.dst, args.force)
+    except (CorruptCheckpointError, IncompleteCheckpointError) as exc:
+        print(f"ckptio {NAME}: {args.src} is damaged, nothing written: {exc}", file=sys.stderr)
+        return EXIT_DIFFERENT
+    except (CheckpointError, OSError) as exc:
+        return error_exit(NAME, exc)
+    skipped = f"; not converted (not grid variables): {', '.join(summary['skipped'])}" if summary["skipped"] else ""
+    print(f"converted {args.src} -> {args.dst} (FLASH layout): {len(summary['variables'])} grid variables "
+          f"({', '.join(summary['variables'])}), {summary['blocks']} blocks, every source checksum checked{skipped}")
     return EXIT_OK

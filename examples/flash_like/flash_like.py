@@ -301,6 +301,14 @@ def checkpoint_path(outdir: str, step: int) -> str:
     return os.path.join(outdir, f"{CHECKPOINT_PREFIX}_{step:06d}")
 
 
+def flash_geometry_attrs(nblocks: int) -> dict[str, object]:
+    """The domain and root-block lattice as FLASH names them (``ckptio convert --to flash`` needs them for yt):
+    the unit cube, ``lattice_size(nblocks)`` root blocks along each axis, Cartesian."""
+    m = lattice_size(nblocks)
+    return {"geometry": "cartesian", "xmin": 0.0, "xmax": 1.0, "ymin": 0.0, "ymax": 1.0, "zmin": 0.0,
+            "zmax": 1.0, "nblockx": m, "nblocky": m, "nblockz": m}
+
+
 def write_checkpoint(series: ckptio.Series, state: RankState) -> ckptio.Writer:
     """Write the state collectively as the series' checkpoint of this step; every rank declares its blocks
     and its tracer segment. In async mode this returns once the data is staged in ckptio's buffers."""
@@ -311,6 +319,7 @@ def write_checkpoint(series: ckptio.Series, state: RankState) -> ckptio.Writer:
         "nblocks": state.nblocks,
         "nxb": state.nxb,
         "simulation": SIMULATION_NAME,
+        **flash_geometry_attrs(state.nblocks),
     }
     nb, nxb, first = state.nblocks, state.nxb, state.first_block
     with series.create(state.step, attrs=attrs) as ck:
