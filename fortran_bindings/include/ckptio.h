@@ -120,6 +120,23 @@ int ckptio_write_order(ckptio_file file, const char *name, int dtype, int order,
                        const int64_t *global_shape, const int64_t *offset, const int64_t *local_shape,
                        const void *data);
 
+/* Local. Memory selection: declare the box of a larger local array as this rank's block -- e.g. the interior of
+ * an array with guard (halo) cells -- without packing it first. `data` points to the caller's whole array of
+ * `mem_shape` elements (contiguous in `order`); the block is its box of `local_shape` elements starting at
+ * `mem_start` (0-based; NULL: zeros), placed at `offset` within `global_shape`. All four shape arrays are in
+ * `order` (CKPTIO_ORDER_C or CKPTIO_ORDER_FORTRAN). This is HDF5's memory dataspace with a hyperslab selection
+ * (H5Sselect_hyperslab(mem_space, H5S_SELECT_SET, mem_start, NULL, local_shape, NULL)) or an MPI subarray type
+ * (MPI_Type_create_subarray(ndim, mem_shape, local_shape, mem_start, ...)) in one call.
+ * Memory rules as for ckptio_write: by default only the selected box is copied before the call returns; in
+ * zero-copy mode nothing is copied and the backends read the box in place from the whole array at close (MPI
+ * hindexed memory type, HDF5 memory dataspace, PnetCDF flexible API), so the whole array must stay allocated
+ * and the box unchanged until ckptio_close returns. Example, u[nz+2g][ny+2g][nx+2g] with g guard cells:
+ *   int64_t full[3] = {nz + 2 * g, ny + 2 * g, nx + 2 * g}, start[3] = {g, g, g}, box[3] = {nz, ny, nx};
+ *   ckptio_write_sub(f, "u", CKPTIO_FLOAT64, CKPTIO_ORDER_C, 3, gshape, offset, full, start, box, u); */
+int ckptio_write_sub(ckptio_file file, const char *name, int dtype, int order, int ndim, const int64_t *global_shape,
+                     const int64_t *offset, const int64_t *mem_shape, const int64_t *mem_start,
+                     const int64_t *local_shape, const void *data);
+
 /* Local. Declare this rank's variable-length 1-D segment of `name` (n elements, n may differ between ranks and
  * be 0). Segments are concatenated in rank order; offsets are found at close. */
 int ckptio_write_segment(ckptio_file file, const char *name, int dtype, int64_t n, const void *data);
@@ -160,6 +177,13 @@ int ckptio_read(ckptio_file file, const char *name, int dtype, int ndim, const i
                 const int64_t *shape, void *buffer);
 int ckptio_read_order(ckptio_file file, const char *name, int dtype, int order, int ndim, const int64_t *offset,
                       const int64_t *shape, void *buffer);
+
+/* Collective. Memory selection on read: read the hyperslab (offset, shape) of `name` into the box of `shape`
+ * elements at `mem_start` (0-based; NULL: zeros) of the caller's array of `mem_shape` elements (contiguous in
+ * `order`, which applies to all four shape arrays), e.g. the interior of a guard-celled array. Elements outside
+ * the box are not touched. */
+int ckptio_read_sub(ckptio_file file, const char *name, int dtype, int order, int ndim, const int64_t *offset,
+                    const int64_t *mem_shape, const int64_t *mem_start, const int64_t *shape, void *buffer);
 
 /* One request of ckptio_read_many: like the arguments of ckptio_read. */
 typedef struct ckptio_read_request {
@@ -252,12 +276,14 @@ int ckptio_series_create_f(MPI_Fint comm, const char *dir, const char *prefix, i
                            const char *backend, const char *problem, ckptio_file *file);
 int ckptio_prune_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int *nremoved);
 /* internal to module ckptio: Fortran-order write (segment != 0: ckptio_write_segment; force_copy != 0: copy
- * even in zero-copy mode, for a temporary made by the module) and read, with a problem found in Fortran */
+ * even in zero-copy mode, for a temporary made by the module) and read, with a problem found in Fortran;
+ * mem_shape non-NULL: a memory selection (the block is the box local_shape/shape at mem_start of the array) */
 int ckptio_write_f(ckptio_file file, const char *name, int dtype, int ndim, const int64_t *global_shape,
                    const int64_t *offset, const int64_t *local_shape, const void *data, int segment, int force_copy,
-                   const char *problem);
+                   const char *problem, const int64_t *mem_shape, const int64_t *mem_start);
 int ckptio_read_f(ckptio_file file, const char *name, int dtype, int ndim, const int64_t *offset,
-                  const int64_t *shape, void *buffer, const char *problem);
+                  const int64_t *shape, void *buffer, const char *problem, const int64_t *mem_shape,
+                  const int64_t *mem_start);
 int ckptio_read_many_f(ckptio_file file, int nrequests, const ckptio_read_request *requests, const char *problem);
 int ckptio_set_error_f(int status, const char *message);
 

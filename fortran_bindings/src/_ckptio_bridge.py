@@ -38,9 +38,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import ckptio
-from ckptio import async_io, coord
+from ckptio import async_io, coord, memsel
 from ckptio.errors import CheckpointError, CollectiveError, ReadRequestError
-from ckptio.meta import checksum
 
 
 class ArgumentError(CheckpointError, ValueError):
@@ -99,7 +98,7 @@ class WriteHandle:
 
     def changed_blocks(self) -> list[str]:
         """Local: the zero-copy blocks whose memory no longer holds what was written (checksum differs)."""
-        return [w.where for w in self.watched if checksum(w.array) != w.checksum]
+        return [w.where for w in self.watched if memsel.checksum(w.array) != w.checksum]
 
 
 def create(path: str, comm, backend: str, mode: str | None = None, stage_dir: str | None = None,
@@ -122,20 +121,33 @@ def series_create(directory: str, comm, prefix: str, keep: int, step: int, backe
     return WriteHandle(series.create(step))
 
 
+def _selected(array, select):
+    """The box ``select = (start, count)`` (C order) of ``array`` as a numpy view (a memory selection)."""
+    start, count = select
+    return array[tuple(slice(s, s + c) for s, c in zip(start, count, strict=True))]
+
+
 def write(handle: WriteHandle, name: str, array, offset, global_shape, problem: str | None, where: str,
-          zero_copy: int) -> None:
+          zero_copy: int, select=None) -> None:
     """Local: declare a block (offset/global_shape tuples) or a segment (both None).
 
     ``array`` is a staging copy (default) or, with ``zero_copy``, a view of the caller's memory: then its
-    checksum is taken now and verified by :func:`close` before anything is written.
+    checksum is taken now and verified by :func:`close` before anything is written. With ``select`` (a memory
+    selection, ckptio_write_sub: ``(start, count)`` in C order) ``array`` views the caller's whole array and the
+    block is that box of it: copied here (only the box) unless ``zero_copy``, else declared as the strided view,
+    which the backends write in place (ckptio.memsel).
     """
     writer = handle.writer
     try:
         if problem:
             raise ArgumentError(problem)
+        if select is not None:
+            array = _selected(array, select)
+            if not zero_copy:
+                array = np.array(array, order="C")  # the caller's memory is valid until this call returns
         writer.write(name, array, offset, global_shape)
         if zero_copy:
-            handle.watched.append(Watched(where, array, checksum(array)))
+            handle.watched.append(Watched(where, array, memsel.checksum(array)))
     except BaseException as exc:
         _poison(writer, exc)
         raise
@@ -205,13 +217,17 @@ def _buffer_problem(reader, name: str, out) -> str | None:
     return None
 
 
-def read(reader, name: str, out, offset, problem: str | None) -> None:
-    """Collective: read the hyperslab at ``offset`` with ``out.shape`` into ``out`` (a view of caller memory)."""
+def read(reader, name: str, out, offset, problem: str | None, select=None) -> None:
+    """Collective: read the hyperslab at ``offset`` with ``out.shape`` into ``out`` (a view of caller memory).
+    With ``select`` (ckptio_read_sub: ``(start, count)`` in C order), ``out`` views the caller's whole array and
+    the hyperslab goes into that box of it; nothing outside the box is written."""
+    if out is not None and select is not None:
+        out = _selected(out, select)
     if not problem:
         problem = _buffer_problem(reader, name, out)
     _agree(reader.comm, f"read {reader.path}: {name!r}", problem)
     data = reader.read(name, offset, out.shape)
-    np.copyto(out, data, casting="no")
+    np.copyto(out, data, casting="no")  # h1 out=: read straight into the (strided) view once Reader.read has out=
 
 
 def read_many(reader, names: list[str], outs: list, offsets: list, problem: str | None) -> None:

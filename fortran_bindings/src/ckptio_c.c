@@ -525,15 +525,48 @@ int ckptio_set_zero_copy(ckptio_file f, int enable) {
 /* Shared by ckptio_write_order (segment == 0), ckptio_write_segment and ckptio_write_f. Local. The data is
  * copied unless the handle is in zero-copy mode (and force_copy is 0); zero-copy blocks are watched by the
  * bridge (checksum now, verified at close). */
+/* A memory selection (ckptio_write_sub / ckptio_read_sub): the box (start, count) of the caller's array of
+ * mem_shape elements, all in `order`. Fills dims with mem_shape in C order and returns the Python tuple
+ * (start, count) in C order (new reference), or NULL with `problem` set. count: the block's shape. */
+static PyObject *selection_tuple(int order, int ndim, const int64_t *mem_shape, const int64_t *start,
+                                 const int64_t *count, npy_intp *dims, char *problem, size_t plen) {
+  PyObject *full = shape_tuple("mem_shape", order, ndim, mem_shape, 0, dims, problem, plen);
+  Py_XDECREF(full);
+  if (problem[0] || PyErr_Occurred()) return NULL;
+  PyObject *st = shape_tuple("mem_start", order, ndim, start, 1, NULL, problem, plen);
+  if (st == NULL) return NULL;
+  for (int i = 0; i < ndim; i++) {
+    int k = order == CKPTIO_ORDER_FORTRAN ? ndim - 1 - i : i; /* the caller's axis */
+    int64_t s = start ? start[k] : 0, c = count[k];
+    if (s < 0 || c < 0 || s > mem_shape[k] - c) {
+      if (order == CKPTIO_ORDER_FORTRAN) /* Fortran callers count dimensions from 1 */
+        snprintf(problem, plen, "the selection along dimension %d starts at %lld (0-based) with %lld elements, "
+                 "outside the array's %lld elements", k + 1, (long long)s, (long long)c, (long long)mem_shape[k]);
+      else
+        snprintf(problem, plen, "the selection along axis %d starts at %lld with %lld elements, outside the "
+                 "array's %lld elements", k, (long long)s, (long long)c, (long long)mem_shape[k]);
+      Py_DECREF(st);
+      return NULL;
+    }
+  }
+  PyObject *ct = shape_tuple("shape", order, ndim, count, 0, NULL, problem, plen);
+  if (ct == NULL) {
+    Py_DECREF(st);
+    return NULL;
+  }
+  return Py_BuildValue("(NN)", st, ct);
+}
+
 static int write_impl(const char *fn, ckptio_file f, const char *name, int dtype, int order, int ndim,
                       const int64_t *global_shape, const int64_t *offset, const int64_t *local_shape,
-                      const void *data, int segment, int force_copy, const char *given_problem) {
+                      const void *data, int segment, int force_copy, const char *given_problem,
+                      const int64_t *mem_shape, const int64_t *mem_start) {
   char where[256], problem[512] = "";
   npy_intp dims[CKPTIO_MAX_NDIM];
   where_name(where, sizeof where, fn, name);
   if (check_handle(f, WRITER, where) != CKPTIO_OK) return t_status;
   ENTER(where);
-  PyObject *arr = NULL, *off = NULL, *gs = NULL;
+  PyObject *arr = NULL, *off = NULL, *gs = NULL, *sel = NULL;
   if (given_problem != NULL) snprintf(problem, sizeof problem, "%s", given_problem);
   else if (name == NULL) snprintf(problem, sizeof problem, "variable name is NULL");
   else if (!segment && !check_ndim_order(ndim, order, problem, sizeof problem)) {
@@ -541,26 +574,32 @@ static int write_impl(const char *fn, ckptio_file f, const char *name, int dtype
     Py_XDECREF(ls);
     if (!problem[0]) off = shape_tuple("offset", order, ndim, offset, 0, NULL, problem, sizeof problem);
     if (!problem[0]) gs = shape_tuple("global_shape", order, ndim, global_shape, 0, NULL, problem, sizeof problem);
+    if (!problem[0] && !PyErr_Occurred() && mem_shape != NULL)
+      sel = selection_tuple(order, ndim, mem_shape, mem_start, local_shape, dims, problem, sizeof problem);
   } else if (segment) {
     if (local_shape[0] < 0) snprintf(problem, sizeof problem, "negative segment length %lld",
                                      (long long)local_shape[0]);
     dims[0] = (npy_intp)local_shape[0];
   }
   int zero_copy = f->zero_copy && !force_copy;
+  /* with a selection the whole array is viewed here and the bridge copies the selected box only (unless
+   * zero-copy): the caller's memory is valid until this call returns */
   if (!problem[0] && !PyErr_Occurred())
-    arr = wrap_memory(data, dtype, segment ? 1 : ndim, dims, 0, !zero_copy, problem, sizeof problem);
+    arr = wrap_memory(data, dtype, segment ? 1 : ndim, dims, 0, !zero_copy && sel == NULL, problem, sizeof problem);
   conversion_problem(problem, sizeof problem);
   if (problem[0]) Py_CLEAR(arr);
   /* with a problem, the bridge raises it and marks the writer failed, so its close fails on every rank */
   int st = CKPTIO_OK;
-  PyObject *r = bridge_call("write", Py_BuildValue("(OsOOOzsi)", f->obj, name ? name : "", arr ? arr : Py_None,
+  PyObject *r = bridge_call("write", Py_BuildValue("(OsOOOzsiO)", f->obj, name ? name : "", arr ? arr : Py_None,
                                                    off ? off : Py_None, gs ? gs : Py_None,
-                                                   problem[0] ? problem : NULL, where, zero_copy));
+                                                   problem[0] ? problem : NULL, where, zero_copy,
+                                                   sel ? sel : Py_None));
   if (r == NULL) st = fail_python(where);
   Py_XDECREF(r);
   Py_XDECREF(arr);
   Py_XDECREF(off);
   Py_XDECREF(gs);
+  Py_XDECREF(sel);
   LEAVE();
   return st;
 }
@@ -570,17 +609,28 @@ int ckptio_write_order(ckptio_file file, const char *name, int dtype, int order,
                        const void *data) {
   t_fortran = 0;
   return write_impl("ckptio_write", file, name, dtype, order, ndim, global_shape, offset, local_shape, data, 0, 0,
-                    NULL);
+                    NULL, NULL, NULL);
 }
 
 int ckptio_write(ckptio_file file, const char *name, int dtype, int ndim, const int64_t *global_shape,
                  const int64_t *offset, const int64_t *local_shape, const void *data) {
+  t_fortran = 0;
   return write_impl("ckptio_write", file, name, dtype, CKPTIO_ORDER_C, ndim, global_shape, offset, local_shape,
-                    data, 0, 0, NULL);
+                    data, 0, 0, NULL, NULL, NULL);
+}
+
+int ckptio_write_sub(ckptio_file file, const char *name, int dtype, int order, int ndim, const int64_t *global_shape,
+                     const int64_t *offset, const int64_t *mem_shape, const int64_t *mem_start,
+                     const int64_t *local_shape, const void *data) {
+  t_fortran = 0;
+  return write_impl("ckptio_write_sub", file, name, dtype, order, ndim, global_shape, offset, local_shape, data, 0, 0,
+                    mem_shape == NULL ? "mem_shape is NULL" : NULL, mem_shape, mem_start);
 }
 
 int ckptio_write_segment(ckptio_file file, const char *name, int dtype, int64_t n, const void *data) {
-  return write_impl("ckptio_write_segment", file, name, dtype, CKPTIO_ORDER_C, 1, NULL, NULL, &n, data, 1, 0, NULL);
+  t_fortran = 0;
+  return write_impl("ckptio_write_segment", file, name, dtype, CKPTIO_ORDER_C, 1, NULL, NULL, &n, data, 1, 0, NULL,
+                    NULL, NULL);
 }
 
 /* value: new reference (stolen), NULL if its construction failed */
@@ -708,44 +758,58 @@ int ckptio_open(const char *path, MPI_Comm comm, ckptio_file *file) {
   return open_impl(path, comm, file, NULL);
 }
 
-static int read_impl(ckptio_file f, const char *name, int dtype, int order, int ndim, const int64_t *offset,
-                     const int64_t *shape, void *buffer, const char *given_problem) {
+static int read_impl(const char *fn, ckptio_file f, const char *name, int dtype, int order, int ndim,
+                     const int64_t *offset, const int64_t *shape, void *buffer, const char *given_problem,
+                     const int64_t *mem_shape, const int64_t *mem_start) {
   char where[256], problem[512] = "";
   npy_intp dims[CKPTIO_MAX_NDIM];
-  where_name(where, sizeof where, "ckptio_read", name);
+  where_name(where, sizeof where, fn, name);
   if (check_handle(f, READER, where) != CKPTIO_OK) return t_status;
   ENTER(where);
-  PyObject *arr = NULL, *off = NULL;
+  PyObject *arr = NULL, *off = NULL, *sel = NULL;
   if (given_problem != NULL) snprintf(problem, sizeof problem, "%s", given_problem);
   else if (name == NULL) snprintf(problem, sizeof problem, "variable name is NULL");
   else if (!check_ndim_order(ndim, order, problem, sizeof problem)) {
     PyObject *sh = shape_tuple("shape", order, ndim, shape, 0, dims, problem, sizeof problem);
     Py_XDECREF(sh);
     if (!problem[0]) off = shape_tuple("offset", order, ndim, offset, 1, NULL, problem, sizeof problem);
+    if (!problem[0] && !PyErr_Occurred() && mem_shape != NULL)
+      sel = selection_tuple(order, ndim, mem_shape, mem_start, shape, dims, problem, sizeof problem);
     if (!problem[0] && !PyErr_Occurred()) arr = wrap_memory(buffer, dtype, ndim, dims, 1, 0, problem, sizeof problem);
   }
   conversion_problem(problem, sizeof problem);
   if (problem[0]) Py_CLEAR(arr);
   /* collective: the bridge agrees on `problem` over the reader's communicator before reading */
   int st = CKPTIO_OK;
-  PyObject *r = bridge_call("read", Py_BuildValue("(OsOOz)", f->obj, name ? name : "", arr ? arr : Py_None,
-                                                  off ? off : Py_None, problem[0] ? problem : NULL));
+  PyObject *r = bridge_call("read", Py_BuildValue("(OsOOzO)", f->obj, name ? name : "", arr ? arr : Py_None,
+                                                  off ? off : Py_None, problem[0] ? problem : NULL,
+                                                  sel ? sel : Py_None));
   if (r == NULL) st = fail_python(where);
   Py_XDECREF(r);
   Py_XDECREF(arr);
   Py_XDECREF(off);
+  Py_XDECREF(sel);
   LEAVE();
   return st;
 }
 
 int ckptio_read_order(ckptio_file file, const char *name, int dtype, int order, int ndim, const int64_t *offset,
                       const int64_t *shape, void *buffer) {
-  return read_impl(file, name, dtype, order, ndim, offset, shape, buffer, NULL);
+  t_fortran = 0;
+  return read_impl("ckptio_read", file, name, dtype, order, ndim, offset, shape, buffer, NULL, NULL, NULL);
 }
 
 int ckptio_read(ckptio_file file, const char *name, int dtype, int ndim, const int64_t *offset,
                 const int64_t *shape, void *buffer) {
-  return read_impl(file, name, dtype, CKPTIO_ORDER_C, ndim, offset, shape, buffer, NULL);
+  t_fortran = 0;
+  return read_impl("ckptio_read", file, name, dtype, CKPTIO_ORDER_C, ndim, offset, shape, buffer, NULL, NULL, NULL);
+}
+
+int ckptio_read_sub(ckptio_file file, const char *name, int dtype, int order, int ndim, const int64_t *offset,
+                    const int64_t *mem_shape, const int64_t *mem_start, const int64_t *shape, void *buffer) {
+  t_fortran = 0;
+  return read_impl("ckptio_read_sub", file, name, dtype, order, ndim, offset, shape, buffer,
+                   mem_shape == NULL ? "mem_shape is NULL" : NULL, mem_shape, mem_start);
 }
 
 /* Collective: every request becomes (name, numpy view of its buffer, offset tuple); a problem with any of them
@@ -1123,24 +1187,29 @@ int ckptio_prune_f(MPI_Fint comm, const char *dir, const char *prefix, int keep,
  * read problem takes part in the collective read so that every rank fails together. */
 int ckptio_write_f(ckptio_file file, const char *name, int dtype, int ndim, const int64_t *global_shape,
                    const int64_t *offset, const int64_t *local_shape, const void *data, int segment, int force_copy,
-                   const char *problem) {
+                   const char *problem, const int64_t *mem_shape, const int64_t *mem_start) {
   int64_t zero = 0;
   const char *given = problem && problem[0] ? problem : NULL;
+  t_fortran = 1;
   if (given != NULL) /* the shape arguments may not match the array: don't look at them */
     return write_impl(segment ? "ckptio_write_segment" : "ckptio_write", file, name, CKPTIO_FLOAT64,
-                      CKPTIO_ORDER_C, 1, &zero, &zero, &zero, NULL, 0, 0, given);
+                      CKPTIO_ORDER_C, 1, &zero, &zero, &zero, NULL, 0, 0, given, NULL, NULL);
   if (segment)
     return write_impl("ckptio_write_segment", file, name, dtype, CKPTIO_ORDER_C, 1, NULL, NULL, local_shape, data,
-                      1, force_copy, NULL);
+                      1, force_copy, NULL, NULL, NULL);
   return write_impl("ckptio_write", file, name, dtype, CKPTIO_ORDER_FORTRAN, ndim, global_shape, offset,
-                    local_shape, data, 0, force_copy, NULL);
+                    local_shape, data, 0, force_copy, NULL, mem_shape, mem_start);
 }
 
 int ckptio_read_f(ckptio_file file, const char *name, int dtype, int ndim, const int64_t *offset,
-                  const int64_t *shape, void *buffer, const char *problem) {
+                  const int64_t *shape, void *buffer, const char *problem, const int64_t *mem_shape,
+                  const int64_t *mem_start) {
+  t_fortran = 1;
   if (problem && problem[0])
-    return read_impl(file, name, CKPTIO_FLOAT64, CKPTIO_ORDER_C, 0, NULL, NULL, NULL, problem);
-  return read_impl(file, name, dtype, CKPTIO_ORDER_FORTRAN, ndim, offset, shape, buffer, NULL);
+    return read_impl("ckptio_read", file, name, CKPTIO_FLOAT64, CKPTIO_ORDER_C, 0, NULL, NULL, NULL, problem, NULL,
+                     NULL);
+  return read_impl("ckptio_read", file, name, dtype, CKPTIO_ORDER_FORTRAN, ndim, offset, shape, buffer, NULL,
+                   mem_shape, mem_start);
 }
 
 int ckptio_read_many_f(ckptio_file file, int nrequests, const ckptio_read_request *requests, const char *problem) {

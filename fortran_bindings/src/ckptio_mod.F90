@@ -82,7 +82,9 @@ module ckptio
   interface ckptio_open
      module procedure open_f08, open_int
   end interface ckptio_open
-  !> ckptio_write(file, name, data, offset, global_shape [, ierr]) -- local; Fortran-order offset/global_shape.
+  !> ckptio_write(file, name, data, offset, global_shape [, ierr] [, interior_start=, interior_shape=]) -- local;
+  !> Fortran-order offset/global_shape. With interior_start/interior_shape (0-based, Fortran order) the block is
+  !> that box of data, e.g. the interior of a guard-celled array, written without packing it (memory selection).
   interface ckptio_write
      module procedure write_r4, write_r8, write_i4, write_i8, write_c4, write_c8, write_l
   end interface ckptio_write
@@ -91,7 +93,8 @@ module ckptio
   interface ckptio_write_segment
      module procedure segment_r4, segment_r8, segment_i4, segment_i8, segment_c4, segment_c8, segment_l
   end interface ckptio_write_segment
-  !> ckptio_read(file, name, data [, offset] [, ierr]) -- collective; reads shape(data) elements at offset.
+  !> ckptio_read(file, name, data [, offset] [, ierr] [, interior_start=, interior_shape=]) -- collective; reads
+  !> shape(data) elements at offset, or interior_shape elements into that box of data (the rest is untouched).
   interface ckptio_read
      module procedure read_r4, read_r8, read_i4, read_i8, read_c4, read_c8, read_l
   end interface ckptio_read
@@ -165,20 +168,22 @@ module ckptio
        type(c_ptr), value :: file
      end function c_close
      integer(c_int) function c_write(file, name, dtype, ndim, global_shape, offset, local_shape, data, segment, &
-          force_copy, problem) bind(C, name="ckptio_write_f")
+          force_copy, problem, mem_shape, mem_start) bind(C, name="ckptio_write_f")
        import :: c_int, c_char, c_ptr, c_int64_t
        type(c_ptr), value :: file, data
        character(kind=c_char), intent(in) :: name(*), problem(*)
        integer(c_int), value :: dtype, ndim, segment, force_copy
        integer(c_int64_t), intent(in) :: global_shape(*), offset(*), local_shape(*)
+       integer(c_int64_t), intent(in), optional :: mem_shape(*), mem_start(*)   ! absent: NULL (no selection)
      end function c_write
-     integer(c_int) function c_read(file, name, dtype, ndim, offset, shape, buffer, problem) &
+     integer(c_int) function c_read(file, name, dtype, ndim, offset, shape, buffer, problem, mem_shape, mem_start) &
           bind(C, name="ckptio_read_f")
        import :: c_int, c_char, c_ptr, c_int64_t
        type(c_ptr), value :: file, buffer
        character(kind=c_char), intent(in) :: name(*), problem(*)
        integer(c_int), value :: dtype, ndim
        integer(c_int64_t), intent(in) :: offset(*), shape(*)
+       integer(c_int64_t), intent(in), optional :: mem_shape(*), mem_start(*)
      end function c_read
      integer(c_int) function c_read_many(file, n, requests, problem) bind(C, name="ckptio_read_many_f")
        import :: c_int, c_char, c_ptr, c_read_request
@@ -537,7 +542,7 @@ contains
   !> Local: block (segment .false.) or segment write through ckptio_write_f; force_copy for a temporary made
   !> here (logical arrays), which must be copied even in zero-copy mode.
   subroutine write_any(file, fname, name, ptr, dtype, lshape, contiguous, offset, global_shape, segment, &
-       force_copy, ierr)
+       force_copy, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: fname, name
     type(c_ptr), intent(in) :: ptr
@@ -545,15 +550,19 @@ contains
     integer(int64), intent(in) :: lshape(:), offset(:), global_shape(:)
     logical, intent(in) :: contiguous, segment, force_copy
     integer, intent(out), optional :: ierr
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
     integer(c_int) :: st
     integer(int64) :: n(1)
     character(len=200) :: problem
     problem = ' '
     if (.not. contiguous) then
-       problem = 'the array is not contiguous (pass a contiguous array, or copy it into one)'
+       problem = 'the array is not contiguous (pass the whole contiguous array with interior_start= and ' // &
+            'interior_shape=, or copy it into one)'
     else if (.not. segment .and. (size(offset) /= size(lshape) .or. size(global_shape) /= size(lshape))) then
        write (problem, '(a,i0,a,i0,a,i0)') 'the array has rank ', size(lshape), ' but offset has ', &
             size(offset), ' elements and global_shape ', size(global_shape)
+    else
+       problem = interior_problem(size(lshape), interior_start, interior_shape)
     end if
     n(1) = product(lshape)
     if (.not. c_associated(file%handle)) then
@@ -561,6 +570,9 @@ contains
     else if (segment) then
        st = c_write(file%handle, cstr(name), int(dtype, c_int), 1_c_int, n, n, n, ptr, 1_c_int, &
             merge(1_c_int, 0_c_int, force_copy), cstr(problem))
+    else if (present(interior_shape) .and. problem == ' ') then   ! memory selection: the box of the array
+       st = c_write(file%handle, cstr(name), int(dtype, c_int), int(size(lshape), c_int), global_shape, offset, &
+            interior_shape, ptr, 0_c_int, merge(1_c_int, 0_c_int, force_copy), cstr(problem), lshape, interior_start)
     else
        st = c_write(file%handle, cstr(name), int(dtype, c_int), int(size(lshape), c_int), global_shape, offset, &
             lshape, ptr, 0_c_int, merge(1_c_int, 0_c_int, force_copy), cstr(problem))
@@ -568,8 +580,24 @@ contains
     call finish(st, file%comm, ierr)
   end subroutine write_any
 
+  !> Why interior_start/interior_shape (0-based start and shape of a box of an array of rank `rank`, Fortran
+  !> order) cannot be used, or blank. The bounds themselves are checked by the C side (against the array).
+  function interior_problem(rank, interior_start, interior_shape) result(problem)
+    integer, intent(in) :: rank
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
+    character(len=200) :: problem
+    problem = ' '
+    if (present(interior_start) .neqv. present(interior_shape)) then
+       problem = 'give both interior_start= and interior_shape=, or neither'
+    else if (present(interior_shape)) then
+       if (size(interior_start) /= rank .or. size(interior_shape) /= rank) &
+            write (problem, '(a,i0,a,i0,a,i0)') 'the array has rank ', rank, ' but interior_start has ', &
+            size(interior_start), ' elements and interior_shape ', size(interior_shape)
+    end if
+  end function interior_problem
+
   !> Collective read into ptr (shp elements, Fortran order) at offset (default 0).
-  subroutine read_any(file, name, ptr, dtype, shp, contiguous, offset, ierr)
+  subroutine read_any(file, name, ptr, dtype, shp, contiguous, offset, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     type(c_ptr), intent(in) :: ptr
@@ -578,6 +606,7 @@ contains
     logical, intent(in) :: contiguous
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
     integer(c_int) :: st
     integer(int64) :: off(max(size(shp), 1))
     character(len=200) :: problem
@@ -593,8 +622,12 @@ contains
           off(1:size(shp)) = offset
        end if
     end if
+    if (problem == ' ') problem = interior_problem(size(shp), interior_start, interior_shape)
     if (.not. c_associated(file%handle)) then
        st = not_open('ckptio_read("' // trim(name) // '")')
+    else if (present(interior_shape) .and. problem == ' ') then   ! memory selection: into the box of the array
+       st = c_read(file%handle, cstr(name), int(dtype, c_int), int(size(shp), c_int), off, interior_shape, ptr, &
+            cstr(problem), shp, interior_start)
     else
        st = c_read(file%handle, cstr(name), int(dtype, c_int), int(size(shp), c_int), off, shp, ptr, cstr(problem))
     end if
@@ -603,14 +636,16 @@ contains
 
   ! ---- type-specific wrappers of the generics ckptio_write, ckptio_write_segment, ckptio_read
 
-  subroutine write_r4(file, name, data, offset, global_shape, ierr)
+  subroutine write_r4(file, name, data, offset, global_shape, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     real(real32), dimension(..), intent(in), target :: data
     integer(int64), intent(in) :: offset(:), global_shape(:)
     integer, intent(out), optional :: ierr
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
     call write_any(file, 'ckptio_write', name, c_loc(data), CKPTIO_FLOAT32, shape(data, int64), is_contiguous(data), &
-         offset, global_shape, .false., .false., ierr)
+         offset, global_shape, .false., .false., ierr, &
+         interior_start, interior_shape)
   end subroutine write_r4
 
   subroutine segment_r4(file, name, data, ierr)
@@ -622,23 +657,27 @@ contains
          is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr)
   end subroutine segment_r4
 
-  subroutine read_r4(file, name, data, offset, ierr)
+  subroutine read_r4(file, name, data, offset, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     real(real32), dimension(..), intent(inout), target :: data
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
-    call read_any(file, name, c_loc(data), CKPTIO_FLOAT32, shape(data, int64), is_contiguous(data), offset, ierr)
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
+    call read_any(file, name, c_loc(data), CKPTIO_FLOAT32, shape(data, int64), is_contiguous(data), offset, ierr, &
+         interior_start, interior_shape)
   end subroutine read_r4
 
-  subroutine write_r8(file, name, data, offset, global_shape, ierr)
+  subroutine write_r8(file, name, data, offset, global_shape, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     real(real64), dimension(..), intent(in), target :: data
     integer(int64), intent(in) :: offset(:), global_shape(:)
     integer, intent(out), optional :: ierr
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
     call write_any(file, 'ckptio_write', name, c_loc(data), CKPTIO_FLOAT64, shape(data, int64), is_contiguous(data), &
-         offset, global_shape, .false., .false., ierr)
+         offset, global_shape, .false., .false., ierr, &
+         interior_start, interior_shape)
   end subroutine write_r8
 
   subroutine segment_r8(file, name, data, ierr)
@@ -650,23 +689,27 @@ contains
          is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr)
   end subroutine segment_r8
 
-  subroutine read_r8(file, name, data, offset, ierr)
+  subroutine read_r8(file, name, data, offset, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     real(real64), dimension(..), intent(inout), target :: data
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
-    call read_any(file, name, c_loc(data), CKPTIO_FLOAT64, shape(data, int64), is_contiguous(data), offset, ierr)
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
+    call read_any(file, name, c_loc(data), CKPTIO_FLOAT64, shape(data, int64), is_contiguous(data), offset, ierr, &
+         interior_start, interior_shape)
   end subroutine read_r8
 
-  subroutine write_i4(file, name, data, offset, global_shape, ierr)
+  subroutine write_i4(file, name, data, offset, global_shape, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     integer(int32), dimension(..), intent(in), target :: data
     integer(int64), intent(in) :: offset(:), global_shape(:)
     integer, intent(out), optional :: ierr
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
     call write_any(file, 'ckptio_write', name, c_loc(data), CKPTIO_INT32, shape(data, int64), is_contiguous(data), &
-         offset, global_shape, .false., .false., ierr)
+         offset, global_shape, .false., .false., ierr, &
+         interior_start, interior_shape)
   end subroutine write_i4
 
   subroutine segment_i4(file, name, data, ierr)
@@ -678,23 +721,27 @@ contains
          is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr)
   end subroutine segment_i4
 
-  subroutine read_i4(file, name, data, offset, ierr)
+  subroutine read_i4(file, name, data, offset, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     integer(int32), dimension(..), intent(inout), target :: data
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
-    call read_any(file, name, c_loc(data), CKPTIO_INT32, shape(data, int64), is_contiguous(data), offset, ierr)
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
+    call read_any(file, name, c_loc(data), CKPTIO_INT32, shape(data, int64), is_contiguous(data), offset, ierr, &
+         interior_start, interior_shape)
   end subroutine read_i4
 
-  subroutine write_i8(file, name, data, offset, global_shape, ierr)
+  subroutine write_i8(file, name, data, offset, global_shape, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     integer(int64), dimension(..), intent(in), target :: data
     integer(int64), intent(in) :: offset(:), global_shape(:)
     integer, intent(out), optional :: ierr
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
     call write_any(file, 'ckptio_write', name, c_loc(data), CKPTIO_INT64, shape(data, int64), is_contiguous(data), &
-         offset, global_shape, .false., .false., ierr)
+         offset, global_shape, .false., .false., ierr, &
+         interior_start, interior_shape)
   end subroutine write_i8
 
   subroutine segment_i8(file, name, data, ierr)
@@ -706,23 +753,27 @@ contains
          is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr)
   end subroutine segment_i8
 
-  subroutine read_i8(file, name, data, offset, ierr)
+  subroutine read_i8(file, name, data, offset, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     integer(int64), dimension(..), intent(inout), target :: data
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
-    call read_any(file, name, c_loc(data), CKPTIO_INT64, shape(data, int64), is_contiguous(data), offset, ierr)
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
+    call read_any(file, name, c_loc(data), CKPTIO_INT64, shape(data, int64), is_contiguous(data), offset, ierr, &
+         interior_start, interior_shape)
   end subroutine read_i8
 
-  subroutine write_c4(file, name, data, offset, global_shape, ierr)
+  subroutine write_c4(file, name, data, offset, global_shape, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     complex(real32), dimension(..), intent(in), target :: data
     integer(int64), intent(in) :: offset(:), global_shape(:)
     integer, intent(out), optional :: ierr
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
     call write_any(file, 'ckptio_write', name, c_loc(data), CKPTIO_COMPLEX64, shape(data, int64), is_contiguous(data), &
-         offset, global_shape, .false., .false., ierr)
+         offset, global_shape, .false., .false., ierr, &
+         interior_start, interior_shape)
   end subroutine write_c4
 
   subroutine segment_c4(file, name, data, ierr)
@@ -734,23 +785,27 @@ contains
          is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr)
   end subroutine segment_c4
 
-  subroutine read_c4(file, name, data, offset, ierr)
+  subroutine read_c4(file, name, data, offset, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     complex(real32), dimension(..), intent(inout), target :: data
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
-    call read_any(file, name, c_loc(data), CKPTIO_COMPLEX64, shape(data, int64), is_contiguous(data), offset, ierr)
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
+    call read_any(file, name, c_loc(data), CKPTIO_COMPLEX64, shape(data, int64), is_contiguous(data), offset, ierr, &
+         interior_start, interior_shape)
   end subroutine read_c4
 
-  subroutine write_c8(file, name, data, offset, global_shape, ierr)
+  subroutine write_c8(file, name, data, offset, global_shape, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     complex(real64), dimension(..), intent(in), target :: data
     integer(int64), intent(in) :: offset(:), global_shape(:)
     integer, intent(out), optional :: ierr
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
     call write_any(file, 'ckptio_write', name, c_loc(data), CKPTIO_COMPLEX128, shape(data, int64), is_contiguous(data), &
-         offset, global_shape, .false., .false., ierr)
+         offset, global_shape, .false., .false., ierr, &
+         interior_start, interior_shape)
   end subroutine write_c8
 
   subroutine segment_c8(file, name, data, ierr)
@@ -762,27 +817,31 @@ contains
          is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr)
   end subroutine segment_c8
 
-  subroutine read_c8(file, name, data, offset, ierr)
+  subroutine read_c8(file, name, data, offset, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     complex(real64), dimension(..), intent(inout), target :: data
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
-    call read_any(file, name, c_loc(data), CKPTIO_COMPLEX128, shape(data, int64), is_contiguous(data), offset, ierr)
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
+    call read_any(file, name, c_loc(data), CKPTIO_COMPLEX128, shape(data, int64), is_contiguous(data), offset, ierr, &
+         interior_start, interior_shape)
   end subroutine read_c8
 
   !> Default logical arrays are stored as 1-byte booleans (numpy bool): converted through a logical(c_bool)
   !> copy, which is always copied again by the C side (also in zero-copy mode) since it is freed on return.
-  subroutine write_l(file, name, data, offset, global_shape, ierr)
+  subroutine write_l(file, name, data, offset, global_shape, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     logical, dimension(..), intent(in), target :: data
     integer(int64), intent(in) :: offset(:), global_shape(:)
     integer, intent(out), optional :: ierr
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
     logical(c_bool), allocatable, target :: tmp(:)
     call to_c_bool(data, tmp)
     call write_any(file, 'ckptio_write', name, c_loc(tmp), CKPTIO_BOOL, shape(data, int64), is_contiguous(data), &
-         offset, global_shape, .false., .true., ierr)
+         offset, global_shape, .false., .true., ierr, &
+         interior_start, interior_shape)
   end subroutine write_l
 
   subroutine segment_l(file, name, data, ierr)
@@ -796,17 +855,23 @@ contains
          is_contiguous(data), [0_int64], [0_int64], .true., .true., ierr)
   end subroutine segment_l
 
-  subroutine read_l(file, name, data, offset, ierr)
+  subroutine read_l(file, name, data, offset, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     logical, dimension(..), intent(inout), target :: data
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
     logical(c_bool), allocatable, target :: tmp(:)
     logical, pointer :: flat(:)
     integer :: st
-    allocate (tmp(size(data)))
-    call read_any(file, name, c_loc(tmp), CKPTIO_BOOL, shape(data, int64), is_contiguous(data), offset, st)
+    call to_c_bool(data, tmp)   ! the current values: a read into an interior leaves the others as they are
+    if (size(tmp) /= size(data)) then
+       deallocate (tmp)
+       allocate (tmp(size(data)))
+    end if
+    call read_any(file, name, c_loc(tmp), CKPTIO_BOOL, shape(data, int64), is_contiguous(data), offset, st, &
+         interior_start, interior_shape)
     if (st == CKPTIO_OK) then
        call c_f_pointer(c_loc(data), flat, [size(data)])
        flat = logical(tmp)

@@ -25,6 +25,12 @@
  *                                           ckptio_wait, ckptio_wait_all and ckptio_finalize; handle misuse (ERR
  *                                           lines). MPI_THREAD_MULTIPLE unless "single" (ckptio then falls back to
  *                                           synchronous writes). "BACKGROUND OK"
+ *   ckptio_test_c selections DIR BACKEND    memory selections: the interiors of guard-celled arrays (C order and
+ *                                           Fortran order) written with ckptio_write_sub, copying (interior then
+ *                                           overwritten before close) and zero-copy (guard cells changed before
+ *                                           close), read back into the interiors of other guard-celled arrays
+ *                                           with ckptio_read_sub on another decomposition (guards untouched); a
+ *                                           box outside the array fails (ERR lines). "SELECTIONS OK"
  *
  * Values are functions of the global indices so Python can check the file too (see test_bindings.py).
  */
@@ -585,6 +591,81 @@ static void startup(const char *dir, int baseline) {
   CHECK(ckptio_finalize());
 }
 
+/* ---- memory selections: u[NZ+2G][NY+2G][NX+2G] per rank (C order), interior NZ x NY x NX, split along z */
+enum { SG = 2, SNZ = 3, SNY = 4, SNX = 5 };
+#define SIDX(k, j, i) ((((k) + SG) * (SNY + 2 * SG) + (j) + SG) * (SNX + 2 * SG) + (i) + SG)
+static double sel_value(long k, long j, long i) { return 10000.0 * k + 100.0 * j + i; }
+
+static void selections(const char *dir, const char *backend) {
+  char path[1024];
+  const long full_n = (long)(SNZ + 2 * SG) * (SNY + 2 * SG) * (SNX + 2 * SG);
+  int64_t full[3] = {SNZ + 2 * SG, SNY + 2 * SG, SNX + 2 * SG}, start[3] = {SG, SG, SG};
+  int64_t box[3] = {SNZ, SNY, SNX}, gshape[3] = {(int64_t)SNZ * nprocs, SNY, SNX}, offset[3] = {(int64_t)SNZ * rank, 0, 0};
+  double *u = malloc(sizeof(double) * full_n), *uz = malloc(sizeof(double) * full_n);
+  for (long n = 0; n < full_n; n++) u[n] = uz[n] = -1.0; /* guard cells: never in the file */
+  for (long k = 0; k < SNZ; k++)
+    for (long j = 0; j < SNY; j++)
+      for (long i = 0; i < SNX; i++) u[SIDX(k, j, i)] = uz[SIDX(k, j, i)] = sel_value(SNZ * rank + k, j, i);
+  /* the same field in Fortran order: a(NX+2G, NY+2G, NZ+2G) column-major, interior a(G+1:G+NX, ...) */
+  int64_t ffull[3] = {SNX + 2 * SG, SNY + 2 * SG, SNZ + 2 * SG}, fbox[3] = {SNX, SNY, SNZ};
+  int64_t fgshape[3] = {SNX, SNY, (int64_t)SNZ * nprocs}, foffset[3] = {0, 0, (int64_t)SNZ * rank};
+  float *a = malloc(sizeof(float) * full_n);
+  for (long n = 0; n < full_n; n++) a[n] = -1.0f;
+  for (long k = 0; k < SNZ; k++)
+    for (long j = 0; j < SNY; j++)
+      for (long i = 0; i < SNX; i++)
+        a[(i + SG) + (SNX + 2 * SG) * ((j + SG) + (SNY + 2 * SG) * (k + SG))] = (float)sel_value(SNZ * rank + k, j, i);
+
+  ckptio_file f;
+  snprintf(path, sizeof path, "%s/chk_000001", dir);
+  CHECK(ckptio_create(path, MPI_COMM_WORLD, backend, &f));
+  CHECK(ckptio_write_sub(f, "u", CKPTIO_FLOAT64, CKPTIO_ORDER_C, 3, gshape, offset, full, start, box, u));
+  CHECK(ckptio_write_sub(f, "a", CKPTIO_FLOAT32, CKPTIO_ORDER_FORTRAN, 3, fgshape, foffset, ffull, start, fbox, a));
+  CHECK(ckptio_set_zero_copy(f, 1));
+  CHECK(ckptio_write_sub(f, "uz", CKPTIO_FLOAT64, CKPTIO_ORDER_C, 3, gshape, offset, full, start, box, uz));
+  for (long n = 0; n < full_n; n++) {
+    u[n] = -2.0; /* copied at write: the checkpoint keeps the old interior */
+    a[n] = -2.0f;
+  }
+  for (long i = 0; i < SNX + 2 * SG; i++) uz[i] = -3.0; /* zero-copy: only the selected box must stay unchanged */
+  CHECK(ckptio_close(f));
+
+  /* read into the interiors of fresh guard-celled arrays, rank r taking rank P-1-r's part */
+  long other = nprocs - 1 - rank;
+  int64_t at[3] = {SNZ * other, 0, 0}, fat[3] = {0, 0, SNZ * other};
+  for (long n = 0; n < full_n; n++) {
+    u[n] = uz[n] = -5.0;
+    a[n] = -5.0f;
+  }
+  CHECK(ckptio_open(path, MPI_COMM_WORLD, &f));
+  CHECK(ckptio_read_sub(f, "u", CKPTIO_FLOAT64, CKPTIO_ORDER_C, 3, at, full, start, box, u));
+  CHECK(ckptio_read_sub(f, "uz", CKPTIO_FLOAT64, CKPTIO_ORDER_C, 3, at, full, start, box, uz));
+  CHECK(ckptio_read_sub(f, "a", CKPTIO_FLOAT32, CKPTIO_ORDER_FORTRAN, 3, fat, ffull, start, fbox, a));
+  CHECK(ckptio_close(f));
+  long guards = 0;
+  for (long k = -SG; k < SNZ + SG; k++)
+    for (long j = -SG; j < SNY + SG; j++)
+      for (long i = -SG; i < SNX + SG; i++) {
+        int inside = k >= 0 && k < SNZ && j >= 0 && j < SNY && i >= 0 && i < SNX;
+        double want = inside ? sel_value(SNZ * other + k, j, i) : -5.0;
+        double fa = a[(i + SG) + (SNX + 2 * SG) * ((j + SG) + (SNY + 2 * SG) * (k + SG))];
+        EXPECT(u[SIDX(k, j, i)] == want && uz[SIDX(k, j, i)] == want && fa == (float)want);
+        guards += !inside;
+      }
+  EXPECT(guards == full_n - SNZ * SNY * SNX);
+
+  /* a box that does not fit in the array, on the last rank: its write fails, the close fails everywhere */
+  snprintf(path, sizeof path, "%s/chk_000002", dir);
+  CHECK(ckptio_create(path, MPI_COMM_WORLD, backend, &f));
+  int64_t bad[3] = {SG, SG, rank == nprocs - 1 ? 2 * SG + 1 : SG};
+  report("sub_outside", ckptio_write_sub(f, "u", CKPTIO_FLOAT64, CKPTIO_ORDER_C, 3, gshape, offset, full, bad, box, u));
+  report("close_after_sub_outside", ckptio_close(f));
+  free(u);
+  free(uz);
+  free(a);
+  if (rank == 0) printf("SELECTIONS OK\n");
+}
+
 int main(int argc, char **argv) {
   if (argc >= 3 && strcmp(argv[1], "lifecycle") == 0) return lifecycle(argc, argv);
   int provided = 0, unwaited = 0;
@@ -618,6 +699,7 @@ int main(int argc, char **argv) {
   else if (strcmp(argv[1], "latest") == 0) latest(argv[2]);
   else if (strcmp(argv[1], "series") == 0) series(argv[2]);
   else if (strcmp(argv[1], "background") == 0) unwaited = background(argv[2]);
+  else if (strcmp(argv[1], "selections") == 0) selections(argv[2], argc > 3 ? argv[3] : "mpiio");
   else EXPECT(!"unknown mode");
 
   if (unwaited) report("finalize_unwaited", ckptio_finalize());

@@ -21,6 +21,11 @@
 !>   ckptio_test_f background DIR   mode='async', stage_dir= and compression= of ckptio_create, ckptio_wait,
 !>                               ckptio_done; background failures reported by ckptio_wait, ckptio_wait_all and
 !>                               ckptio_finalize (MPI_THREAD_MULTIPLE); ERR lines and "BACKGROUND OK"
+!>   ckptio_test_f selections DIR BACKEND   memory selections: the interiors of guard-celled arrays (real64, int32,
+!>                               logical) written with interior_start=/interior_shape= (copying: then clobbered
+!>                               before the close; zero-copy: guard cells changed before the close), read back
+!>                               into the interiors of other guard-celled arrays on another decomposition
+!>                               (guards untouched); bad selections fail (ERR lines). "SELECTIONS OK"
 !>   ckptio_test_f lifecycle DIR calls with a communicator before MPI_Init and after MPI_Finalize (ERR lines),
 !>                               "LIFECYCLE OK"
 program ckptio_test_f
@@ -67,6 +72,8 @@ program ckptio_test_f
      call series()
   case ('background')
      call background()                       ! (calls ckptio_finalize itself)
+  case ('selections')
+     call selections()
   case default
      call MPI_Abort(MPI_COMM_WORLD, 2)
   end select
@@ -215,6 +222,108 @@ contains
     print '(a,1x,a,1x,i0,1x,i0,1x,a)', 'ERR', name, rank, ierr, msg
     flush (6)
   end subroutine report
+
+  !> Memory selections: u(1-G:N1+G, 1-G:N2+G, 1-G:NK+G) with G guard cells, its interior u(1:N1, 1:N2, 1:NK)
+  !> is rank's block of the global (N1, N2, NK*nprocs) array (Fortran order).
+  subroutine selections()
+    integer, parameter :: G = 2
+    real(real64), allocatable, target :: u(:,:,:), uz(:,:,:)
+    integer(int32), allocatable :: b(:,:)
+    logical, allocatable :: mask(:,:,:)
+    type(ckptio_file) :: f
+    integer :: i, j, k, other, ierr
+    integer(int64) :: box(3), at(3), gshape(3), start(3)
+    character(len=1024) :: backend, path
+
+    backend = 'mpiio'
+    if (command_argument_count() > 2) call get_command_argument(3, backend)
+    allocate (u(1-G:N1+G, 1-G:N2+G, 1-G:NK+G), uz(1-G:N1+G, 1-G:N2+G, 1-G:NK+G), b(0:N1+1, N2), &
+         mask(1-G:N1+G, 1-G:N2+G, 1-G:NK+G))
+    u = -1.0_real64
+    b = -1
+    mask = .true.
+    do k = 1, NK
+       do j = 1, N2
+          do i = 1, N1
+             u(i, j, k) = aval(i, j, rank * NK + k)
+             mask(i, j, k) = mod(i + j + rank * NK + k, 3) == 0
+          end do
+       end do
+    end do
+    uz = u
+    do j = 1, N2
+       b(1:N1, j) = [(i + 10 * j + 100 * rank, i = 1, N1)]
+    end do
+    box = [int(N1, int64), int(N2, int64), int(NK, int64)]
+    start = [int(G, int64), int(G, int64), int(G, int64)]       ! 0-based: u(1,1,1) is element G of each axis
+    gshape = [int(N1, int64), int(N2, int64), int(NK * nprocs, int64)]
+    at = [0_int64, 0_int64, int(rank * NK, int64)]
+    write (path, '(a,a)') trim(dir), '/chk_000001'
+    call ckptio_create(trim(path), MPI_COMM_WORLD, f, backend=trim(backend))
+    call ckptio_write(f, 'u', u, at, gshape, interior_start=start, interior_shape=box)
+    call ckptio_write(f, 'b', b, [0_int64, int(rank * N2, int64)], [int(N1, int64), int(N2 * nprocs, int64)], &
+         interior_start=[1_int64, 0_int64], interior_shape=[int(N1, int64), int(N2, int64)])
+    if (trim(backend) /= 'pnetcdf') &
+         call ckptio_write(f, 'mask', mask, at, gshape, interior_start=start, interior_shape=box)
+    call ckptio_set_zero_copy(f, .true.)
+    call ckptio_write(f, 'uz', uz, at, gshape, interior_start=start, interior_shape=box)
+    u = -2.0_real64                      ! copied at write: the checkpoint keeps the old interior
+    b = -2
+    mask = .false.
+    uz(1-G, :, :) = -3.0_real64          ! zero-copy: only the interior must stay unchanged until the close
+    call ckptio_close(f)
+
+    ! read into the interiors of the same arrays, rank r taking rank P-1-r's part; guard cells stay -5
+    other = nprocs - 1 - rank
+    u = -5.0_real64
+    uz = -5.0_real64
+    b = -5
+    mask = .true.
+    call ckptio_open(trim(path), MPI_COMM_WORLD, f)
+    at = [0_int64, 0_int64, int(other * NK, int64)]
+    call ckptio_read(f, 'u', u, at, interior_start=start, interior_shape=box)
+    call ckptio_read(f, 'uz', uz, at, interior_start=start, interior_shape=box)
+    call ckptio_read(f, 'b', b, [0_int64, int(other * N2, int64)], interior_start=[1_int64, 0_int64], &
+         interior_shape=[int(N1, int64), int(N2, int64)])
+    if (trim(backend) /= 'pnetcdf') &
+         call ckptio_read(f, 'mask', mask, at, interior_start=start, interior_shape=box)
+    call ckptio_close(f)
+    do k = 1 - G, NK + G
+       do j = 1 - G, N2 + G
+          do i = 1 - G, N1 + G
+             if (i >= 1 .and. i <= N1 .and. j >= 1 .and. j <= N2 .and. k >= 1 .and. k <= NK) then
+                call expect(u(i, j, k) == aval(i, j, other * NK + k), 'u interior')
+                call expect(uz(i, j, k) == aval(i, j, other * NK + k), 'uz interior')
+                call expect(mask(i, j, k) .eqv. (trim(backend) == 'pnetcdf' .or. &
+                     mod(i + j + other * NK + k, 3) == 0), 'mask interior')
+             else
+                call expect(u(i, j, k) == -5.0_real64 .and. uz(i, j, k) == -5.0_real64, 'guard cells untouched')
+                call expect(mask(i, j, k), 'logical guard cells untouched')
+             end if
+          end do
+       end do
+    end do
+    do j = 1, N2
+       call expect(all(b(1:N1, j) == [(i + 10 * j + 100 * other, i = 1, N1)]), 'b interior')
+       call expect(b(0, j) == -5 .and. b(N1 + 1, j) == -5, 'b guard cells')
+    end do
+
+    ! bad selections: on the last rank only; the close then fails on every rank
+    write (path, '(a,a)') trim(dir), '/chk_000002'
+    call ckptio_create(trim(path), MPI_COMM_WORLD, f, backend=trim(backend))
+    if (rank == nprocs - 1) then
+       call ckptio_write(f, 'u', u, at, gshape, ierr=ierr, interior_start=[0_int64, 0_int64, int(2 * G + 1, int64)], &
+            interior_shape=box)
+    else
+       call ckptio_write(f, 'u', u, at, gshape, ierr=ierr, interior_start=start, interior_shape=box)
+    end if
+    call report('interior_outside', ierr)
+    call ckptio_write(f, 'v', u, at, gshape, ierr=ierr, interior_start=start)
+    call report('interior_half', ierr)
+    call ckptio_close(f, ierr=ierr)
+    call report('close_after_bad_interior', ierr)
+    if (rank == 0) print '(a)', 'SELECTIONS OK'
+  end subroutine selections
 
   subroutine errors()
     type(ckptio_file) :: f, closed
