@@ -55,6 +55,10 @@ def test_c_write_sub_and_read_sub(build, tmp_path, backend, nprocs):
     message = _failed_everywhere(cases, "close_after_sub_outside", nprocs)
     assert f"rank {last}: ArgumentError: the selection along axis 2" in message
     assert not (tmp_path / "chk_000002").exists()
+    # zero-copy: the box is the caller's memory (no copy), so a change of it before the close is caught
+    message = _failed_everywhere(cases, "close_after_interior_changed", nprocs)
+    assert 'rank 0: ArgumentError: the memory of ckptio_write_sub("u") changed' in message
+    assert not (tmp_path / "chk_000003").exists()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -30,7 +30,8 @@
  *                                           overwritten before close) and zero-copy (guard cells changed before
  *                                           close), read back into the interiors of other guard-celled arrays
  *                                           with ckptio_read_sub on another decomposition (guards untouched); a
- *                                           box outside the array fails (ERR lines). "SELECTIONS OK"
+ *                                           box outside the array fails, and so does a zero-copy box changed
+ *                                           before the close (ERR lines). "SELECTIONS OK"
  *
  * Values are functions of the global indices so Python can check the file too (see test_bindings.py).
  */
@@ -660,6 +661,15 @@ static void selections(const char *dir, const char *backend) {
   int64_t bad[3] = {SG, SG, rank == nprocs - 1 ? 2 * SG + 1 : SG};
   report("sub_outside", ckptio_write_sub(f, "u", CKPTIO_FLOAT64, CKPTIO_ORDER_C, 3, gshape, offset, full, bad, box, u));
   report("close_after_sub_outside", ckptio_close(f));
+
+  /* zero-copy: the box is referenced, not copied -- an interior element changed before the close fails it on
+   * every rank (a guard cell changed does not, see above) */
+  snprintf(path, sizeof path, "%s/chk_000003", dir);
+  CHECK(ckptio_create(path, MPI_COMM_WORLD, backend, &f));
+  CHECK(ckptio_set_zero_copy(f, 1));
+  CHECK(ckptio_write_sub(f, "u", CKPTIO_FLOAT64, CKPTIO_ORDER_C, 3, gshape, offset, full, start, box, u));
+  if (rank == 0) u[SIDX(SNZ - 1, SNY - 1, SNX - 1)] += 1.0;
+  report("close_after_interior_changed", ckptio_close(f));
   free(u);
   free(uz);
   free(a);
