@@ -146,6 +146,19 @@ int ckptio_set_attr_int64(ckptio_file file, const char *key, int64_t value);
 int ckptio_set_attr_double(ckptio_file file, const char *key, double value);
 int ckptio_set_attr_string(ckptio_file file, const char *key, const char *value); /* NULL: a null value */
 
+/* Local. Per-variable metadata, as Python's write(name, ..., dims=, attrs=): dimension names (one per axis, in
+ * `order`: with CKPTIO_ORDER_FORTRAN the first name belongs to the fastest axis and they are stored reversed,
+ * like shapes) and attributes of variable `name` (units, long_name, ...; integers are stored as int64, doubles
+ * as float64). They apply to this rank's following ckptio_write* calls of `name`, so call them BEFORE its first
+ * write (afterwards: CKPTIO_ERR_ARGUMENT). Every rank that writes blocks of `name` must declare the same dims and
+ * attributes (checked at close, on every rank). A dimension name is one length in the whole checkpoint (variables
+ * sharing it share the HDF5 dimension scale / netCDF dimension); default names are `<name>_d0`, `<name>_d1`, ...
+ * Python reads them as reader.variables[name].dims / .attrs. */
+int ckptio_set_dims(ckptio_file file, const char *name, int order, int ndim, const char *const *dims);
+int ckptio_set_var_attr_int64(ckptio_file file, const char *name, const char *key, int64_t value);
+int ckptio_set_var_attr_double(ckptio_file file, const char *name, const char *key, double value);
+int ckptio_set_var_attr_string(ckptio_file file, const char *name, const char *key, const char *value);
+
 /* Collective. For a checkpoint being written: validate, write, commit atomically (the checkpoint appears under
  * its name only if every rank succeeded). For a checkpoint opened for reading: close the file. The handle is
  * freed in every case (also on failure). */
@@ -285,6 +298,8 @@ int ckptio_read_f(ckptio_file file, const char *name, int dtype, int ndim, const
                   const int64_t *shape, void *buffer, const char *problem, const int64_t *mem_shape,
                   const int64_t *mem_start);
 int ckptio_read_many_f(ckptio_file file, int nrequests, const ckptio_read_request *requests, const char *problem);
+/* ckptio_set_dims for module ckptio: ndim NUL-terminated names one after the other in `joined`, Fortran order */
+int ckptio_set_dims_f(ckptio_file file, const char *name, int ndim, const char *joined);
 int ckptio_set_error_f(int status, const char *message);
 
 #ifdef __cplusplus

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import ckptio
-from ckptio import async_io, coord, memsel
+from ckptio import async_io, coord, memsel, varmeta
 from ckptio.errors import CheckpointError, CollectiveError, ReadRequestError
 
 
@@ -92,9 +92,12 @@ class Watched:
 
 @dataclass
 class WriteHandle:
-    """What a C/Fortran handle being written holds: the ckptio.Writer and its zero-copy blocks."""
+    """What a C/Fortran handle being written holds: the ckptio.Writer, its zero-copy blocks, and the per-variable
+    dims/attrs set for the variables' next writes (``ckptio_set_dims``, ``ckptio_set_var_attr_*``)."""
     writer: ckptio.Writer
     watched: list[Watched] = field(default_factory=list)
+    described: dict[str, dict] = field(default_factory=dict)
+    written: set[str] = field(default_factory=set)
 
     def changed_blocks(self) -> list[str]:
         """Local: the zero-copy blocks whose memory no longer holds what was written (checksum differs)."""
@@ -145,12 +148,51 @@ def write(handle: WriteHandle, name: str, array, offset, global_shape, problem: 
             array = _selected(array, select)
             if not zero_copy:
                 array = np.array(array, order="C")  # the caller's memory is valid until this call returns
-        writer.write(name, array, offset, global_shape)
+        d = handle.described.get(name, {})
+        writer.write(name, array, offset, global_shape, dims=d.get("dims"), attrs=d.get("attrs"))
+        handle.written.add(name)
         if zero_copy:
             handle.watched.append(Watched(where, array, memsel.checksum(array)))
     except BaseException as exc:
         _poison(writer, exc)
         raise
+
+
+def _describe(handle: WriteHandle, name: str, where: str, problem: str | None, what: str, value) -> None:
+    """Local: remember dims (``what`` "dims") or one attribute (``what`` its key) of variable ``name`` for its
+    following writes; refused (ArgumentError, the writer poisoned) after the variable's first write on this rank,
+    where Python's write() would already have declared its description."""
+    try:
+        if problem:
+            raise ArgumentError(problem)
+        if not name:
+            raise ArgumentError("variable name is NULL or empty")
+        if name in handle.written:
+            raise ArgumentError(f"variable {name!r} was already written on this rank: declare its dims and "
+                                f"attributes before its first write (they go with every block of it)")
+        entry = handle.described.setdefault(name, {})
+        if what == "dims":
+            entry["dims"] = list(value)
+            varmeta.declare(name, len(entry["dims"]), entry["dims"], None, handle.writer.comm.Get_rank())
+        else:
+            attrs = {**entry.get("attrs", {}), what: value}
+            varmeta.declare(name, 0, None, attrs, handle.writer.comm.Get_rank())  # checks the values
+            for key, v in attrs.items():
+                handle.writer.backend.check_attr(key, v)
+            entry["attrs"] = attrs
+    except BaseException as exc:
+        _poison(handle.writer, exc)
+        raise
+
+
+def set_dims(handle: WriteHandle, name: str, dims, problem: str | None, where: str) -> None:
+    """Local: ``dims=`` (C order) of variable ``name``'s following writes."""
+    _describe(handle, name, where, problem, "dims", dims)
+
+
+def set_var_attr(handle: WriteHandle, name: str, key: str, value, where: str) -> None:
+    """Local: one of variable ``name``'s ``attrs=`` for its following writes."""
+    _describe(handle, name, where, None if key else "attribute key is NULL or empty", key, value)
 
 
 def set_attr(handle: WriteHandle, key: str, value) -> None:

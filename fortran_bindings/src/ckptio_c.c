@@ -294,7 +294,9 @@ static int npy_type_of(int dtype) {
 static void caller_name(char *buf, size_t n, const char *fn) {
   static const char *suffixes[] = {"_int64", "_double", "_string"};
   snprintf(buf, n, "%s", fn);
-  if (!t_fortran || (strncmp(fn, "ckptio_set_attr_", 16) != 0 && strncmp(fn, "ckptio_get_attr_", 16) != 0)) return;
+  if (!t_fortran || (strncmp(fn, "ckptio_set_attr_", 16) != 0 && strncmp(fn, "ckptio_get_attr_", 16) != 0 &&
+                     strncmp(fn, "ckptio_set_var_attr_", 20) != 0))
+    return;
   for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
     size_t lf = strlen(buf), ls = strlen(suffixes[i]);
     if (lf > ls && strcmp(buf + lf - ls, suffixes[i]) == 0) buf[lf - ls] = '\0';
@@ -664,6 +666,80 @@ int ckptio_set_attr_double(ckptio_file file, const char *key, double value) {
 }
 int ckptio_set_attr_string(ckptio_file file, const char *key, const char *value) {
   return set_attr_impl("ckptio_set_attr_string", file, key, make_string, value);
+}
+
+/* ---- per-variable metadata: dimension names and attributes (Python's write(..., dims=, attrs=)) ---- */
+static int var_attr_impl(const char *fn, ckptio_file f, const char *name, const char *key,
+                         PyObject *(*make)(const void *), const void *value) {
+  char where[256];
+  where_name(where, sizeof where, fn, name);
+  if (check_handle(f, WRITER, where) != CKPTIO_OK) return t_status;
+  ENTER(where);
+  int st = CKPTIO_OK;
+  PyObject *v = make(value);
+  PyObject *r = v == NULL ? NULL
+                          : bridge_call("set_var_attr", Py_BuildValue("(OzzNs)", f->obj, name, key, v, where));
+  if (r == NULL) st = fail_python(where);
+  Py_XDECREF(r);
+  LEAVE();
+  return st;
+}
+
+int ckptio_set_var_attr_int64(ckptio_file file, const char *name, const char *key, int64_t value) {
+  return var_attr_impl("ckptio_set_var_attr_int64", file, name, key, make_int64, &value);
+}
+int ckptio_set_var_attr_double(ckptio_file file, const char *name, const char *key, double value) {
+  return var_attr_impl("ckptio_set_var_attr_double", file, name, key, make_double, &value);
+}
+int ckptio_set_var_attr_string(ckptio_file file, const char *name, const char *key, const char *value) {
+  return var_attr_impl("ckptio_set_var_attr_string", file, name, key, make_string, value);
+}
+
+/* dims: ndim strings in `order` (given as an array of pointers, or, joined != 0, as one buffer of ndim
+ * NUL-terminated names one after the other: module ckptio's form). */
+static int set_dims_impl(ckptio_file f, const char *name, int order, int ndim, const char *const *dims,
+                         const char *joined) {
+  char where[256], problem[512] = "";
+  where_name(where, sizeof where, "ckptio_set_dims", name);
+  if (check_handle(f, WRITER, where) != CKPTIO_OK) return t_status;
+  ENTER(where);
+  PyObject *list = PyList_New(ndim < 0 ? 0 : ndim);
+  if (check_ndim_order(ndim, order, problem, sizeof problem)) {
+  } else if (dims == NULL && joined == NULL) {
+    snprintf(problem, sizeof problem, "dims is NULL");
+  } else {
+    const char *p = joined;
+    for (int i = 0; list && i < ndim; i++) {
+      const char *d = joined ? p : dims[i];
+      if (d == NULL) {
+        snprintf(problem, sizeof problem, "dims[%d] is NULL", i);
+        break;
+      }
+      if (joined) p += strlen(p) + 1;
+      PyObject *u = PyUnicode_FromString(d);
+      if (u == NULL) break;
+      PyList_SET_ITEM(list, order == CKPTIO_ORDER_FORTRAN ? ndim - 1 - i : i, u);
+    }
+  }
+  conversion_problem(problem, sizeof problem);
+  int st = CKPTIO_OK;
+  PyObject *r = list ? bridge_call("set_dims", Py_BuildValue("(OzOzs)", f->obj, name, problem[0] ? Py_None : list,
+                                                             problem[0] ? problem : NULL, where))
+                     : NULL;
+  if (r == NULL) st = fail_python(where);
+  Py_XDECREF(r);
+  Py_XDECREF(list);
+  LEAVE();
+  return st;
+}
+
+int ckptio_set_dims(ckptio_file file, const char *name, int order, int ndim, const char *const *dims) {
+  t_fortran = 0;
+  return set_dims_impl(file, name, order, ndim, dims, NULL);
+}
+
+int ckptio_set_dims_f(ckptio_file file, const char *name, int ndim, const char *joined) {
+  return set_dims_impl(file, name, CKPTIO_ORDER_FORTRAN, ndim, NULL, joined);
 }
 
 static void free_handle(ckptio_file f) { /* GIL held */

@@ -71,7 +71,7 @@ module ckptio
        ckptio_set_attr, ckptio_get_attr, ckptio_inquire_var, ckptio_latest, ckptio_prune, ckptio_finalize, &
        ckptio_strerror, ckptio_error_message, ckptio_set_zero_copy, ckptio_initialize, &
        ckptio_batch_add, ckptio_read_many, ckptio_latest_verified, ckptio_series_create, ckptio_wait, &
-       ckptio_done, ckptio_wait_all
+       ckptio_done, ckptio_wait_all, ckptio_set_dims, ckptio_set_var_attr
 
   !> ckptio_create(path, comm, file [, backend] [, mode=] [, stage_dir=] [, compression=] [, ierr=]) -- local;
   !> nothing is written before ckptio_close. mode="async" or a stage_dir: a background checkpoint (ckptio_wait).
@@ -98,6 +98,11 @@ module ckptio
   interface ckptio_read
      module procedure read_r4, read_r8, read_i4, read_i8, read_c4, read_c8, read_l
   end interface ckptio_read
+  !> ckptio_set_var_attr(file, name, key, value [, ierr]) -- local; an attribute of variable `name` (units,
+  !> long_name, ...; integer, real32, real64, character), for its following writes: call it before the first.
+  interface ckptio_set_var_attr
+     module procedure set_var_attr_i4, set_var_attr_i8, set_var_attr_r4, set_var_attr_r8, set_var_attr_str
+  end interface ckptio_set_var_attr
   !> ckptio_set_attr(file, key, value [, ierr]) -- local; integer (stored as int64), real(real32) and
   !> real(real64) (stored as float64), character.
   interface ckptio_set_attr
@@ -233,6 +238,29 @@ module ckptio
        character(kind=c_char), intent(in) :: key(*)
        real(c_double), value :: value
      end function c_set_attr_double
+     integer(c_int) function c_set_var_attr_int64(file, name, key, value) bind(C, name="ckptio_set_var_attr_int64")
+       import :: c_int, c_char, c_ptr, c_int64_t
+       type(c_ptr), value :: file
+       character(kind=c_char), intent(in) :: name(*), key(*)
+       integer(c_int64_t), value :: value
+     end function c_set_var_attr_int64
+     integer(c_int) function c_set_var_attr_double(file, name, key, value) bind(C, name="ckptio_set_var_attr_double")
+       import :: c_int, c_char, c_ptr, c_double
+       type(c_ptr), value :: file
+       character(kind=c_char), intent(in) :: name(*), key(*)
+       real(c_double), value :: value
+     end function c_set_var_attr_double
+     integer(c_int) function c_set_var_attr_string(file, name, key, value) bind(C, name="ckptio_set_var_attr_string")
+       import :: c_int, c_char, c_ptr
+       type(c_ptr), value :: file
+       character(kind=c_char), intent(in) :: name(*), key(*), value(*)
+     end function c_set_var_attr_string
+     integer(c_int) function c_set_dims(file, name, ndim, joined) bind(C, name="ckptio_set_dims_f")
+       import :: c_int, c_char, c_ptr
+       type(c_ptr), value :: file
+       character(kind=c_char), intent(in) :: name(*), joined(*)
+       integer(c_int), value :: ndim
+     end function c_set_dims
      integer(c_int) function c_set_attr_string(file, key, value) bind(C, name="ckptio_set_attr_string")
        import :: c_int, c_char, c_ptr
        type(c_ptr), value :: file
@@ -977,6 +1005,88 @@ contains
     end if
     call finish(st, file%comm, ierr)
   end subroutine set_attr_str
+
+  ! ---- per-variable metadata (Python's write(..., dims=, attrs=)); before the variable's first ckptio_write
+
+  !> Local: the dimension names of variable `name`, one per axis in Fortran order (dims(1) belongs to the first
+  !> index; stored reversed, like shapes: Python sees them as reader.variables[name].dims in C order), for this
+  !> rank's following writes of `name` -- call it before the first. Trailing blanks are removed.
+  subroutine ckptio_set_dims(file, name, dims, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name, dims(:)
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    character(len=:), allocatable :: joined
+    integer :: i
+    joined = ''
+    do i = 1, size(dims)
+       joined = joined // trim(dims(i)) // c_null_char
+    end do
+    if (.not. c_associated(file%handle)) then
+       st = not_open('ckptio_set_dims("' // trim(name) // '")')
+    else
+       st = c_set_dims(file%handle, cstr(name), int(size(dims), c_int), joined // c_null_char)
+    end if
+    call finish(st, file%comm, ierr)
+  end subroutine ckptio_set_dims
+
+  subroutine set_var_attr_i8(file, name, key, value, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name, key
+    integer(int64), intent(in) :: value
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    if (.not. c_associated(file%handle)) then
+       st = not_open('ckptio_set_var_attr("' // trim(name) // '")')
+    else
+       st = c_set_var_attr_int64(file%handle, cstr(name), cstr(key), int(value, c_int64_t))
+    end if
+    call finish(st, file%comm, ierr)
+  end subroutine set_var_attr_i8
+
+  subroutine set_var_attr_i4(file, name, key, value, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name, key
+    integer(int32), intent(in) :: value
+    integer, intent(out), optional :: ierr
+    call set_var_attr_i8(file, name, key, int(value, int64), ierr)
+  end subroutine set_var_attr_i4
+
+  subroutine set_var_attr_r8(file, name, key, value, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name, key
+    real(real64), intent(in) :: value
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    if (.not. c_associated(file%handle)) then
+       st = not_open('ckptio_set_var_attr("' // trim(name) // '")')
+    else
+       st = c_set_var_attr_double(file%handle, cstr(name), cstr(key), real(value, c_double))
+    end if
+    call finish(st, file%comm, ierr)
+  end subroutine set_var_attr_r8
+
+  subroutine set_var_attr_r4(file, name, key, value, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name, key
+    real(real32), intent(in) :: value
+    integer, intent(out), optional :: ierr
+    call set_var_attr_r8(file, name, key, real(value, real64), ierr)
+  end subroutine set_var_attr_r4
+
+  !> A string attribute of a variable; trailing blanks of value are removed.
+  subroutine set_var_attr_str(file, name, key, value, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name, key, value
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    if (.not. c_associated(file%handle)) then
+       st = not_open('ckptio_set_var_attr("' // trim(name) // '")')
+    else
+       st = c_set_var_attr_string(file%handle, cstr(name), cstr(key), cstr(value))
+    end if
+    call finish(st, file%comm, ierr)
+  end subroutine set_var_attr_str
 
   subroutine get_attr_i8(file, key, value, ierr)
     type(ckptio_file), intent(in) :: file

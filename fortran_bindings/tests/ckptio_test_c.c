@@ -32,6 +32,9 @@
  *                                           with ckptio_read_sub on another decomposition (guards untouched); a
  *                                           box outside the array fails, and so does a zero-copy box changed
  *                                           before the close (ERR lines). "SELECTIONS OK"
+ *   ckptio_test_c varmeta DIR BACKEND       per-variable dims and attributes (ckptio_set_dims in C and Fortran
+ *                                           order, ckptio_set_var_attr_*), Python checks them; declaring them
+ *                                           after the variable's write fails (ERR lines). "VARMETA OK"
  *
  * Values are functions of the global indices so Python can check the file too (see test_bindings.py).
  */
@@ -676,6 +679,40 @@ static void selections(const char *dir, const char *backend) {
   if (rank == 0) printf("SELECTIONS OK\n");
 }
 
+static void varmeta(const char *dir, const char *backend) {
+  char path[1024];
+  enum { NY = 2, NX = 3 };
+  double t[NY][NX], rho[NX * NY]; /* rho column-major rho(NX, NY): the same global array, Fortran order */
+  for (int j = 0; j < NY; j++)
+    for (int i = 0; i < NX; i++) t[j][i] = rho[i + NX * j] = 100.0 * (NY * rank + j) + i;
+  int64_t g[2] = {(int64_t)NY * nprocs, NX}, o[2] = {(int64_t)NY * rank, 0}, n[2] = {NY, NX};
+  int64_t fg[2] = {NX, (int64_t)NY * nprocs}, fo[2] = {0, (int64_t)NY * rank}, fn[2] = {NX, NY};
+  const char *cdims[2] = {"y", "x"}, *fdims[2] = {"x", "y"};
+  ckptio_file f;
+  snprintf(path, sizeof path, "%s/chk_000001", dir);
+  CHECK(ckptio_create(path, MPI_COMM_WORLD, backend, &f));
+  CHECK(ckptio_set_dims(f, "temp", CKPTIO_ORDER_C, 2, cdims));
+  CHECK(ckptio_set_var_attr_string(f, "temp", "units", "K"));
+  CHECK(ckptio_set_var_attr_double(f, "temp", "scale", 0.5));
+  CHECK(ckptio_set_var_attr_int64(f, "temp", "level", 3));
+  CHECK(ckptio_write(f, "temp", CKPTIO_FLOAT64, 2, g, o, n, t));
+  CHECK(ckptio_set_dims(f, "rho", CKPTIO_ORDER_FORTRAN, 2, fdims)); /* stored reversed: (y, x), as temp */
+  CHECK(ckptio_set_var_attr_string(f, "rho", "long_name", "density"));
+  CHECK(ckptio_write_order(f, "rho", CKPTIO_FLOAT64, CKPTIO_ORDER_FORTRAN, 2, fg, fo, fn, rho));
+  CHECK(ckptio_close(f));
+
+  /* declared after the write (last rank): refused there, and the close fails on every rank */
+  snprintf(path, sizeof path, "%s/chk_000002", dir);
+  CHECK(ckptio_create(path, MPI_COMM_WORLD, backend, &f));
+  CHECK(ckptio_write(f, "temp", CKPTIO_FLOAT64, 2, g, o, n, t));
+  int st = CKPTIO_OK;
+  if (rank == nprocs - 1) st = ckptio_set_var_attr_string(f, "temp", "units", "K");
+  report("var_attr_after_write", st);
+  report("dims_null", ckptio_set_dims(f, "temp2", CKPTIO_ORDER_C, 2, NULL));
+  report("close_after_late_var_attr", ckptio_close(f));
+  if (rank == 0) printf("VARMETA OK\n");
+}
+
 int main(int argc, char **argv) {
   if (argc >= 3 && strcmp(argv[1], "lifecycle") == 0) return lifecycle(argc, argv);
   int provided = 0, unwaited = 0;
@@ -710,6 +747,7 @@ int main(int argc, char **argv) {
   else if (strcmp(argv[1], "series") == 0) series(argv[2]);
   else if (strcmp(argv[1], "background") == 0) unwaited = background(argv[2]);
   else if (strcmp(argv[1], "selections") == 0) selections(argv[2], argc > 3 ? argv[3] : "mpiio");
+  else if (strcmp(argv[1], "varmeta") == 0) varmeta(argv[2], argc > 3 ? argv[3] : "mpiio");
   else EXPECT(!"unknown mode");
 
   if (unwaited) report("finalize_unwaited", ckptio_finalize());

@@ -26,6 +26,9 @@
 !>                               before the close; zero-copy: guard cells changed before the close), read back
 !>                               into the interiors of other guard-celled arrays on another decomposition
 !>                               (guards untouched); bad selections fail (ERR lines). "SELECTIONS OK"
+!>   ckptio_test_f varmeta DIR BACKEND   per-variable dims (Fortran order) and attributes (ckptio_set_dims,
+!>                               ckptio_set_var_attr), Python checks them; a late declaration fails (ERR lines).
+!>                               "VARMETA OK"
 !>   ckptio_test_f lifecycle DIR calls with a communicator before MPI_Init and after MPI_Finalize (ERR lines),
 !>                               "LIFECYCLE OK"
 program ckptio_test_f
@@ -74,6 +77,8 @@ program ckptio_test_f
      call background()                       ! (calls ckptio_finalize itself)
   case ('selections')
      call selections()
+  case ('varmeta')
+     call varmeta()
   case default
      call MPI_Abort(MPI_COMM_WORLD, 2)
   end select
@@ -324,6 +329,36 @@ contains
     call report('close_after_bad_interior', ierr)
     if (rank == 0) print '(a)', 'SELECTIONS OK'
   end subroutine selections
+
+  subroutine varmeta()
+    real(real64), allocatable :: a(:,:,:)
+    type(ckptio_file) :: f
+    integer :: ierr
+    character(len=1024) :: backend, path
+    backend = 'mpiio'
+    if (command_argument_count() > 2) call get_command_argument(3, backend)
+    allocate (a(N1, N2, NK))
+    a = rank
+    write (path, '(a,a)') trim(dir), '/chk_000001'
+    call ckptio_create(trim(path), MPI_COMM_WORLD, f, backend=trim(backend))
+    call ckptio_set_dims(f, 'a', ['x   ', 'y   ', 'zone'])          ! Fortran order: a(x, y, zone)
+    call ckptio_set_var_attr(f, 'a', 'units', 'g/cm^3')
+    call ckptio_set_var_attr(f, 'a', 'gamma', 1.5_real32)
+    call ckptio_set_var_attr(f, 'a', 'level', 2)
+    call ckptio_write(f, 'a', a, [0_int64, 0_int64, int(rank * NK, int64)], &
+         [int(N1, int64), int(N2, int64), int(NK * nprocs, int64)])
+    call ckptio_close(f)
+    write (path, '(a,a)') trim(dir), '/chk_000002'
+    call ckptio_create(trim(path), MPI_COMM_WORLD, f, backend=trim(backend))
+    call ckptio_write(f, 'a', a, [0_int64, 0_int64, int(rank * NK, int64)], &
+         [int(N1, int64), int(N2, int64), int(NK * nprocs, int64)])
+    ierr = CKPTIO_OK
+    if (rank == nprocs - 1) call ckptio_set_dims(f, 'a', ['x', 'y', 'z'], ierr=ierr)
+    call report('dims_after_write', ierr)
+    call ckptio_close(f, ierr=ierr)
+    call report('close_after_late_dims', ierr)
+    if (rank == 0) print '(a)', 'VARMETA OK'
+  end subroutine varmeta
 
   subroutine errors()
     type(ckptio_file) :: f, closed
