@@ -183,6 +183,12 @@ int ckptio_wait_all(void);
 /* Collective. Open a committed checkpoint (the backend is detected from the file). Any rank count. */
 int ckptio_open(const char *path, MPI_Comm comm, ckptio_file *file);
 
+/* Collective. ckptio_open with the stage_dir the checkpoint was written with (NULL or "": ckptio_open): when the
+ * newest staged copy of `path` is usable (same rank count, every rank's piece on its own node, checksums
+ * verified, not older than `path`), the restart reads from the node-local stages (Python's ckptio.open(...,
+ * stage_dir=)); otherwise, with a warning on stderr naming what is missing, from `path`. */
+int ckptio_open_ex(const char *path, MPI_Comm comm, const char *stage_dir, ckptio_file *file);
+
 /* Collective. Read the hyperslab (offset, shape) of `name` into `buffer` (C order, prod(shape) elements of
  * `dtype`, which must be the variable's dtype). Every rank may ask for a different hyperslab, or an empty
  * one (a zero in shape). Reads are two-phase aggregated (ckptio.Reader). */
@@ -250,6 +256,14 @@ int ckptio_latest_verified(MPI_Comm comm, const char *dir, const char *prefix, c
 int ckptio_series_create(MPI_Comm comm, const char *dir, const char *prefix, int keep, int64_t step,
                          const char *backend, ckptio_file *file);
 
+/* Collective. ckptio_series_create with the options of ckptio_create_ex (NULL or "": the default of each): mode
+ * "async" and a stage_dir make the series' checkpoints background handles (ckptio_close, then ckptio_wait
+ * exactly once); retention then runs in the I/O thread right after each background commit. Every rank passes
+ * the same options. Restart from the stage with ckptio_open_ex(path, comm, stage_dir, ...). */
+int ckptio_series_create_ex(MPI_Comm comm, const char *dir, const char *prefix, int keep, int64_t step,
+                            const char *backend, const char *mode, const char *stage_dir, const char *compression,
+                            ckptio_file *file);
+
 /* Collective. Retention, as ckptio.Series(dir, prefix=prefix, keep=keep) does after each commit: delete all but
  * the newest `keep` complete checkpoints named `{prefix}_NNNNNN` in `dir` (prefix NULL: "chk"); rank 0 deletes.
  * nremoved may be NULL. */
@@ -281,12 +295,13 @@ int ckptio_finalize(void);
  * argument problem found in Fortran) takes part in the call's agreement so that every rank fails together. */
 int ckptio_create_f(const char *path, MPI_Fint comm, const char *backend, const char *mode, const char *stage_dir,
                     const char *compression, ckptio_file *file);
-int ckptio_open_f(const char *path, MPI_Fint comm, const char *problem, ckptio_file *file);
+int ckptio_open_f(const char *path, MPI_Fint comm, const char *stage_dir, const char *problem, ckptio_file *file);
 int ckptio_latest_comm_f(MPI_Fint comm, const char *dir, const char *prefix, char *buf, size_t buflen);
 int ckptio_latest_f(const char *dir, const char *prefix, char *buf, size_t buflen);
 int ckptio_latest_verified_f(MPI_Fint comm, const char *dir, const char *prefix, char *buf, size_t buflen);
 int ckptio_series_create_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int64_t step,
-                           const char *backend, const char *problem, ckptio_file *file);
+                           const char *backend, const char *mode, const char *stage_dir, const char *compression,
+                           const char *problem, ckptio_file *file);
 int ckptio_prune_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int *nremoved);
 /* internal to module ckptio: Fortran-order write (segment != 0: ckptio_write_segment; force_copy != 0: copy
  * even in zero-copy mode, for a temporary made by the module) and read, with a problem found in Fortran;

@@ -114,13 +114,18 @@ def create(path: str, comm, backend: str, mode: str | None = None, stage_dir: st
 
 
 def series_create(directory: str, comm, prefix: str, keep: int, step: int, backend: str,
-                  problem: str | None) -> WriteHandle:
-    """Collective: ``ckptio.Series(directory, comm, prefix=prefix, keep=keep, backend=backend).create(step)``;
-    its close applies the retention. The directory is made by rank 0 first, errors reaching every rank."""
+                  problem: str | None, mode: str | None = None, stage_dir: str | None = None,
+                  compression: str | None = None) -> WriteHandle:
+    """Collective: ``ckptio.Series(directory, comm, prefix=prefix, keep=keep, backend=backend, stage_dir=stage_dir,
+    mode=mode, compression=compression).create(step)`` (None: the defaults); its close applies the retention
+    (for a background checkpoint: in the I/O thread after the commit). The directory is made by rank 0 first,
+    errors reaching every rank."""
     _agree(comm, f"series {directory}", problem)
     coord.bcast_from_root(comm, f"create the series directory {directory}",
                           lambda: os.makedirs(directory, exist_ok=True))
-    series = ckptio.Series(directory, comm, prefix=prefix, keep=keep, backend=backend)
+    options = {k: v for k, v in (("mode", mode), ("compression", compression)) if v is not None}
+    series = ckptio.Series(directory, comm, prefix=prefix, keep=keep, backend=backend, stage_dir=stage_dir,
+                           **options)
     return WriteHandle(series.create(step))
 
 
@@ -239,9 +244,10 @@ def wait_all(where: str = "ckptio_wait_all") -> None:
 
 
 # ------------------------------------------------------------------------------------------------ reading
-def open_reader(path: str, comm, problem: str | None):
+def open_reader(path: str, comm, problem: str | None, stage_dir: str | None = None):
+    """Collective: ckptio.open (with ``stage_dir``: from the node-local stages when they are usable)."""
     _agree(comm, f"open {path}", problem)
-    return ckptio.open(path, comm)
+    return ckptio.open(path, comm, stage_dir=stage_dir)
 
 
 def _buffer_problem(reader, name: str, out) -> str | None:

@@ -478,7 +478,8 @@ static int create_impl(const char *path, MPI_Comm comm, const char *backend, con
 
 /* Collective: bridge.series_create agrees on `problem` before anything else. */
 static int series_impl(MPI_Comm comm, const char *dir, const char *prefix, int keep, int64_t step,
-                       const char *backend, const char *given_problem, ckptio_file *file) {
+                       const char *backend, const char *mode, const char *stage_dir, const char *compression,
+                       const char *given_problem, ckptio_file *file) {
   char where[1200], problem[256] = "";
   snprintf(where, sizeof where, "ckptio_series_create(\"%.1000s\")", dir ? dir : "(null)");
   if (comm == MPI_COMM_NULL) return recordf(CKPTIO_ERR_ARGUMENT, "%s: communicator is MPI_COMM_NULL", where);
@@ -492,11 +493,14 @@ static int series_impl(MPI_Comm comm, const char *dir, const char *prefix, int k
   ENTER(where);
   int st = CKPTIO_OK;
   PyObject *w = bridge_call("series_create",
-                            Py_BuildValue("(sNsiLsz)", dir ? dir : "", PyMPIComm_New(comm), prefix ? prefix : "chk",
+                            Py_BuildValue("(sNsiLszzzz)", dir ? dir : "", PyMPIComm_New(comm), prefix ? prefix : "chk",
                                           keep, (long long)step, backend && *backend ? backend : "mpiio",
-                                          problem[0] ? problem : NULL));
+                                          problem[0] ? problem : NULL, mode && *mode ? mode : NULL,
+                                          stage_dir && *stage_dir ? stage_dir : NULL,
+                                          compression && *compression ? compression : NULL));
   if (w == NULL) st = fail_python(where);
   else if ((*file = new_handle(w, 1, where)) == NULL) st = t_status;
+  else (*file)->background = (mode && strcmp(mode, "async") == 0) || (stage_dir && *stage_dir);
   LEAVE();
   return st;
 }
@@ -504,7 +508,14 @@ static int series_impl(MPI_Comm comm, const char *dir, const char *prefix, int k
 int ckptio_series_create(MPI_Comm comm, const char *dir, const char *prefix, int keep, int64_t step,
                          const char *backend, ckptio_file *file) {
   t_fortran = 0;
-  return series_impl(comm, dir, prefix, keep, step, backend, NULL, file);
+  return series_impl(comm, dir, prefix, keep, step, backend, NULL, NULL, NULL, NULL, file);
+}
+
+int ckptio_series_create_ex(MPI_Comm comm, const char *dir, const char *prefix, int keep, int64_t step,
+                            const char *backend, const char *mode, const char *stage_dir, const char *compression,
+                            ckptio_file *file) {
+  t_fortran = 0;
+  return series_impl(comm, dir, prefix, keep, step, backend, mode, stage_dir, compression, NULL, file);
 }
 
 int ckptio_create(const char *path, MPI_Comm comm, const char *backend, ckptio_file *file) {
@@ -810,7 +821,8 @@ int ckptio_wait_all(void) {
  * ------------------------------------------------------------------------------------------------------- */
 /* given_problem: an argument problem found by the caller (Fortran: the handle is still open); *file is then
  * left alone, and every rank fails together. */
-static int open_impl(const char *path, MPI_Comm comm, ckptio_file *file, const char *given_problem) {
+static int open_impl(const char *path, MPI_Comm comm, const char *stage_dir, ckptio_file *file,
+                     const char *given_problem) {
   const char *where = "ckptio_open";
   char problem[256] = "", ctx[1200];
   if (comm == MPI_COMM_NULL) return recordf(CKPTIO_ERR_ARGUMENT, "%s: communicator is MPI_COMM_NULL", where);
@@ -821,8 +833,9 @@ static int open_impl(const char *path, MPI_Comm comm, ckptio_file *file, const c
   snprintf(ctx, sizeof ctx, "ckptio_open(\"%.1000s\")", path ? path : "(null)");
   ENTER(ctx);
   int st = CKPTIO_OK;
-  PyObject *r = bridge_call("open_reader", Py_BuildValue("(sNz)", path ? path : "", PyMPIComm_New(comm),
-                                                         problem[0] ? problem : NULL));
+  PyObject *r = bridge_call("open_reader", Py_BuildValue("(sNzz)", path ? path : "", PyMPIComm_New(comm),
+                                                         problem[0] ? problem : NULL,
+                                                         stage_dir && *stage_dir ? stage_dir : NULL));
   if (r == NULL) st = fail_python(ctx);
   else if ((*file = new_handle(r, 0, ctx)) == NULL) st = t_status;
   LEAVE();
@@ -831,7 +844,12 @@ static int open_impl(const char *path, MPI_Comm comm, ckptio_file *file, const c
 
 int ckptio_open(const char *path, MPI_Comm comm, ckptio_file *file) {
   t_fortran = 0;
-  return open_impl(path, comm, file, NULL);
+  return open_impl(path, comm, NULL, file, NULL);
+}
+
+int ckptio_open_ex(const char *path, MPI_Comm comm, const char *stage_dir, ckptio_file *file) {
+  t_fortran = 0;
+  return open_impl(path, comm, stage_dir, file, NULL);
 }
 
 static int read_impl(const char *fn, ckptio_file f, const char *name, int dtype, int order, int ndim,
@@ -1227,9 +1245,9 @@ int ckptio_create_f(const char *path, MPI_Fint comm, const char *backend, const 
   return create_impl(path, c, backend, mode, stage_dir, compression, file);
 }
 
-int ckptio_open_f(const char *path, MPI_Fint comm, const char *problem, ckptio_file *file) {
+int ckptio_open_f(const char *path, MPI_Fint comm, const char *stage_dir, const char *problem, ckptio_file *file) {
   FORTRAN_COMM("ckptio_open", comm, c);
-  return open_impl(path, c, file, problem);
+  return open_impl(path, c, stage_dir, file, problem);
 }
 
 int ckptio_latest_comm_f(MPI_Fint comm, const char *dir, const char *prefix, char *buf, size_t buflen) {
@@ -1248,9 +1266,10 @@ int ckptio_latest_f(const char *dir, const char *prefix, char *buf, size_t bufle
 }
 
 int ckptio_series_create_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int64_t step,
-                           const char *backend, const char *problem, ckptio_file *file) {
+                           const char *backend, const char *mode, const char *stage_dir, const char *compression,
+                           const char *problem, ckptio_file *file) {
   FORTRAN_COMM("ckptio_series_create", comm, c);
-  return series_impl(c, dir, prefix, keep, step, backend, problem, file);
+  return series_impl(c, dir, prefix, keep, step, backend, mode, stage_dir, compression, problem, file);
 }
 
 int ckptio_prune_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int *nremoved) {

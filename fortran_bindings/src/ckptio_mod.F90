@@ -162,9 +162,9 @@ module ckptio
      integer(c_int) function c_wait_all() bind(C, name="ckptio_wait_all")
        import :: c_int
      end function c_wait_all
-     integer(c_int) function c_open(path, comm, problem, file) bind(C, name="ckptio_open_f")
+     integer(c_int) function c_open(path, comm, stage_dir, problem, file) bind(C, name="ckptio_open_f")
        import :: c_int, c_char, c_ptr
-       character(kind=c_char), intent(in) :: path(*), problem(*)
+       character(kind=c_char), intent(in) :: path(*), stage_dir(*), problem(*)
        integer(c_int), value :: comm
        type(c_ptr), intent(inout) :: file
      end function c_open
@@ -197,11 +197,12 @@ module ckptio
        type(c_read_request), intent(in) :: requests(*)
        character(kind=c_char), intent(in) :: problem(*)
      end function c_read_many
-     integer(c_int) function c_series_create(comm, dir, prefix, keep, step, backend, problem, file) &
-          bind(C, name="ckptio_series_create_f")
+     integer(c_int) function c_series_create(comm, dir, prefix, keep, step, backend, mode, stage_dir, compression, &
+          problem, file) bind(C, name="ckptio_series_create_f")
        import :: c_int, c_char, c_ptr, c_int64_t
        integer(c_int), value :: comm, keep
-       character(kind=c_char), intent(in) :: dir(*), prefix(*), backend(*), problem(*)
+       character(kind=c_char), intent(in) :: dir(*), prefix(*), backend(*), mode(*), stage_dir(*), compression(*), &
+            problem(*)
        integer(c_int64_t), value :: step
        type(c_ptr), intent(inout) :: file
      end function c_series_create
@@ -457,28 +458,31 @@ contains
   end subroutine create_f08
 
   !> Collective. A handle that is still open on some rank fails the open on every rank (and stays open).
-  subroutine open_int(path, comm, file, ierr)
+  !> stage_dir: the one the checkpoint was written with: read from the node-local stages when they are usable.
+  subroutine open_int(path, comm, file, ierr, stage_dir)
     character(len=*), intent(in) :: path
     integer, intent(in) :: comm
     type(ckptio_file), intent(inout) :: file
     integer, intent(out), optional :: ierr
+    character(len=*), intent(in), optional :: stage_dir
     integer(c_int) :: st
     if (c_associated(file%handle)) then
-       st = c_open(cstr(path), int(comm, c_int), cstr(open_problem(file)), file%handle)
+       st = c_open(cstr(path), int(comm, c_int), cstr(opt(stage_dir, '')), cstr(open_problem(file)), file%handle)
        call finish(st, file%comm, ierr)
        return
     end if
-    st = c_open(cstr(path), int(comm, c_int), cstr(''), file%handle)
+    st = c_open(cstr(path), int(comm, c_int), cstr(opt(stage_dir, '')), cstr(''), file%handle)
     if (st == CKPTIO_OK) file%comm = comm
     call finish(st, comm, ierr)
   end subroutine open_int
 
-  subroutine open_f08(path, comm, file, ierr)
+  subroutine open_f08(path, comm, file, ierr, stage_dir)
     character(len=*), intent(in) :: path
     type(MPI_Comm), intent(in) :: comm
     type(ckptio_file), intent(inout) :: file
     integer, intent(out), optional :: ierr
-    call open_int(path, comm%MPI_VAL, file, ierr)
+    character(len=*), intent(in), optional :: stage_dir
+    call open_int(path, comm%MPI_VAL, file, ierr, stage_dir)
   end subroutine open_f08
 
   !> Collective: commit a checkpoint being written (atomically, on every rank or none), or close one opened
@@ -1363,7 +1367,7 @@ contains
     call batch_any(batch, name, c_loc(data), CKPTIO_COMPLEX128, shape(data, int64), is_contiguous(data), offset, ierr)
   end subroutine batch_c8
 
-  subroutine series_int(comm, dir, step, keep, file, prefix, backend, ierr)
+  subroutine series_int(comm, dir, step, keep, file, prefix, backend, ierr, mode, stage_dir, compression)
     integer, intent(in) :: comm
     character(len=*), intent(in) :: dir
     integer(int64), intent(in) :: step
@@ -1372,6 +1376,7 @@ contains
     character(len=*), intent(in), optional :: prefix   !< default "chk"
     character(len=*), intent(in), optional :: backend  !< default "mpiio"
     integer, intent(out), optional :: ierr
+    character(len=*), intent(in), optional :: mode, stage_dir, compression  !< as for ckptio_create
     character(len=:), allocatable :: pre, be
     integer(c_int) :: st
     pre = 'chk'
@@ -1382,21 +1387,22 @@ contains
     ! handle stays open and unchanged)
     if (c_associated(file%handle)) then
        st = c_series_create(int(comm, c_int), cstr(dir), cstr(pre), int(keep, c_int), int(step, c_int64_t), &
-            cstr(be), cstr(open_problem(file)), file%handle)
+            cstr(be), cstr(opt(mode, '')), cstr(opt(stage_dir, '')), cstr(opt(compression, '')), &
+            cstr(open_problem(file)), file%handle)
        call finish(st, file%comm, ierr)
        return
     end if
     st = c_series_create(int(comm, c_int), cstr(dir), cstr(pre), int(keep, c_int), int(step, c_int64_t), cstr(be), &
-         cstr(''), file%handle)
+         cstr(opt(mode, '')), cstr(opt(stage_dir, '')), cstr(opt(compression, '')), cstr(''), file%handle)
     if (st == CKPTIO_OK) then
        file%comm = comm
-       file%background = .false.
+       file%background = opt(mode, '') == 'async' .or. len_trim(opt(stage_dir, '')) > 0
        file%closed = .false.
     end if
     call finish(st, comm, ierr)
   end subroutine series_int
 
-  subroutine series_f08(comm, dir, step, keep, file, prefix, backend, ierr)
+  subroutine series_f08(comm, dir, step, keep, file, prefix, backend, ierr, mode, stage_dir, compression)
     type(MPI_Comm), intent(in) :: comm
     character(len=*), intent(in) :: dir
     integer(int64), intent(in) :: step
@@ -1404,7 +1410,8 @@ contains
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in), optional :: prefix, backend
     integer, intent(out), optional :: ierr
-    call series_int(comm%MPI_VAL, dir, step, keep, file, prefix, backend, ierr)
+    character(len=*), intent(in), optional :: mode, stage_dir, compression
+    call series_int(comm%MPI_VAL, dir, step, keep, file, prefix, backend, ierr, mode, stage_dir, compression)
   end subroutine series_f08
 
   subroutine latest_verified_int(comm, dir, path, prefix, ierr)

@@ -32,6 +32,11 @@
  *                                           with ckptio_read_sub on another decomposition (guards untouched); a
  *                                           box outside the array fails, and so does a zero-copy box changed
  *                                           before the close (ERR lines). "SELECTIONS OK"
+ *   ckptio_test_c series_bg DIR             ckptio_series_create_ex: steps 1-2 async + zstd, steps 3-4 staged
+ *                                           (DIR/stage), keep=2, each waited for; "SERIES_BG OK <latest_verified>"
+ *   ckptio_test_c stage_restart DIR         restart from DIR/chk_000004: ckptio_open (ERR lines: the caller
+ *                                           damaged the file's data) and ckptio_open_ex with DIR/stage, which
+ *                                           reads the intact stages. "STAGE_RESTART OK"
  *   ckptio_test_c varmeta DIR BACKEND       per-variable dims and attributes (ckptio_set_dims in C and Fortran
  *                                           order, ckptio_set_var_attr_*), Python checks them; declaring them
  *                                           after the variable's write fails (ERR lines). "VARMETA OK"
@@ -679,6 +684,41 @@ static void selections(const char *dir, const char *backend) {
   if (rank == 0) printf("SELECTIONS OK\n");
 }
 
+static void series_bg(const char *dir) {
+  char stage[1024], found[1024];
+  double x[4];
+  snprintf(stage, sizeof stage, "%s/stage", dir);
+  for (int step = 1; step <= 4; step++) {
+    ckptio_file f;
+    int staged = step > 2;
+    CHECK(ckptio_series_create_ex(MPI_COMM_WORLD, dir, "chk", 2, step, "mpiio", staged ? NULL : "async",
+                                  staged ? stage : NULL, staged ? NULL : "zstd", &f));
+    write_x(f, step, 0, x);
+    CHECK(ckptio_close(f));
+    for (int i = 0; i < 4; i++) x[i] = -1.0; /* staged or copied at close */
+    CHECK(ckptio_wait(f));                   /* committed, and the retention ran after the commit */
+  }
+  CHECK(ckptio_latest_verified(MPI_COMM_WORLD, dir, "chk", found, sizeof found));
+  if (rank == 0) printf("SERIES_BG OK %s\n", found);
+}
+
+static void stage_restart(const char *dir) {
+  char path[1024], stage[1024];
+  double back[4];
+  int64_t o = 4 * rank, n = 4;
+  ckptio_file f;
+  snprintf(path, sizeof path, "%s/chk_000004", dir);
+  snprintf(stage, sizeof stage, "%s/stage", dir);
+  CHECK(ckptio_open(path, MPI_COMM_WORLD, &f));
+  report("read_damaged", ckptio_read(f, "x", CKPTIO_FLOAT64, 1, &o, &n, back));
+  CHECK(ckptio_close(f));
+  CHECK(ckptio_open_ex(path, MPI_COMM_WORLD, stage, &f));
+  CHECK(ckptio_read(f, "x", CKPTIO_FLOAT64, 1, &o, &n, back));
+  CHECK(ckptio_close(f));
+  for (int i = 0; i < 4; i++) EXPECT(back[i] == 400.0 + o + i);
+  if (rank == 0) printf("STAGE_RESTART OK\n");
+}
+
 static void varmeta(const char *dir, const char *backend) {
   char path[1024];
   enum { NY = 2, NX = 3 };
@@ -716,7 +756,8 @@ static void varmeta(const char *dir, const char *backend) {
 int main(int argc, char **argv) {
   if (argc >= 3 && strcmp(argv[1], "lifecycle") == 0) return lifecycle(argc, argv);
   int provided = 0, unwaited = 0;
-  if (argc >= 3 && strcmp(argv[1], "background") == 0 && !(argc > 3 && strcmp(argv[3], "single") == 0))
+  if (argc >= 3 && ((strcmp(argv[1], "background") == 0 && !(argc > 3 && strcmp(argv[3], "single") == 0)) ||
+                    strcmp(argv[1], "series_bg") == 0))
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided); /* what mode "async" needs */
   else
     MPI_Init(&argc, &argv);
@@ -747,6 +788,8 @@ int main(int argc, char **argv) {
   else if (strcmp(argv[1], "series") == 0) series(argv[2]);
   else if (strcmp(argv[1], "background") == 0) unwaited = background(argv[2]);
   else if (strcmp(argv[1], "selections") == 0) selections(argv[2], argc > 3 ? argv[3] : "mpiio");
+  else if (strcmp(argv[1], "series_bg") == 0) series_bg(argv[2]);
+  else if (strcmp(argv[1], "stage_restart") == 0) stage_restart(argv[2]);
   else if (strcmp(argv[1], "varmeta") == 0) varmeta(argv[2], argc > 3 ? argv[3] : "mpiio");
   else EXPECT(!"unknown mode");
 

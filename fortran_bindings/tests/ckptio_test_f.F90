@@ -26,6 +26,9 @@
 !>                               before the close; zero-copy: guard cells changed before the close), read back
 !>                               into the interiors of other guard-celled arrays on another decomposition
 !>                               (guards untouched); bad selections fail (ERR lines). "SELECTIONS OK"
+!>   ckptio_test_f series_bg DIR ckptio_series_create with mode='async' + compression= (step 1) and stage_dir=
+!>                               (steps 2, 3), keep=2, each waited for; restart with ckptio_latest_verified and
+!>                               ckptio_open(..., stage_dir=). "SERIES_BG OK <path>" (MPI_THREAD_MULTIPLE)
 !>   ckptio_test_f varmeta DIR BACKEND   per-variable dims (Fortran order) and attributes (ckptio_set_dims,
 !>                               ckptio_set_var_attr), Python checks them; a late declaration fails (ERR lines).
 !>                               "VARMETA OK"
@@ -47,7 +50,7 @@ program ckptio_test_f
      call lifecycle()
      stop
   end if
-  if (trim(mode) == 'background') then
+  if (trim(mode) == 'background' .or. trim(mode) == 'series_bg') then
      call MPI_Init_thread(MPI_THREAD_MULTIPLE, provided)   ! what mode='async' needs
   else
      call MPI_Init()
@@ -79,6 +82,8 @@ program ckptio_test_f
      call selections()
   case ('varmeta')
      call varmeta()
+  case ('series_bg')
+     call series_bg()
   case default
      call MPI_Abort(MPI_COMM_WORLD, 2)
   end select
@@ -744,6 +749,32 @@ contains
     call expect(got == 5 .and. all(back == 5.0_real64 + rank), 'restart from the newest checkpoint')
     if (rank == 0) print '(a,a)', 'SERIES OK ', trim(found)
   end subroutine series
+
+  subroutine series_bg()
+    type(ckptio_file) :: f
+    integer(int64) :: step
+    real(real64) :: back(4)
+    integer :: i
+    character(len=1024) :: found, stage
+    stage = trim(dir) // '/stage'
+    do step = 1, 3
+       if (step == 1) then
+          call ckptio_series_create(MPI_COMM_WORLD, trim(dir) // '/run', step, 2, f, mode='async', &
+               compression='zstd')
+       else
+          call ckptio_series_create(MPI_COMM_WORLD, trim(dir) // '/run', step, 2, f, stage_dir=trim(stage))
+       end if
+       call write_x(f, int(step), 0)
+       call ckptio_close(f)
+       call ckptio_wait(f)                    ! committed, the retention ran right after the commit
+    end do
+    call ckptio_latest_verified(MPI_COMM_WORLD, trim(dir) // '/run', found)
+    call ckptio_open(trim(found), MPI_COMM_WORLD, f, stage_dir=trim(stage))   ! from the node-local stage
+    call ckptio_read(f, 'x', back, offset=[int(4 * rank, int64)])
+    call ckptio_close(f)
+    call expect(all(back == [(300.0_real64 + 4 * rank + i, i = 0, 3)]), 'restart from the stage')
+    if (rank == 0) print '(a,a)', 'SERIES_BG OK ', trim(found)
+  end subroutine series_bg
 
   ! ---- async, staged and compressed checkpoints (keyword options of ckptio_create), ckptio_wait/done/wait_all
   subroutine write_x(f, step, gextra)        ! x = 100*step + global 0-based index; gextra > 0: uncovered elements
