@@ -93,7 +93,8 @@ cols[...] = np.arange(28).reshape(4, 7) + 100 * r
 planes = np.zeros((2 * n[0], 2, 5))[::2, :, 1:4]  # every other plane: runs of one row
 planes[...] = r + np.arange(planes.size).reshape(planes.shape)
 fortran = np.asfortranarray(np.arange(12.0).reshape(3, 4) + r)  # gathered (one C-order copy)
-kw = {"mode": "async"} if mode == "async" else {"compression": "zstd"} if mode == "zstd" else {}
+options = {"async": {"mode": "async"}, "zstd": {"compression": "zstd"}, "staged": {"stage_dir": path + ".stage"}}
+kw = options.get(mode, {})
 ck = ckptio.create(path, comm, backend=backend, **kw)
 ck.write("u", interior, offset=(r * n[0], 0, 0), global_shape=(p * n[0], n[1], n[2]), dims=("z", "y", "x"),
          attrs={"units": "K"})
@@ -128,8 +129,8 @@ def test_halo_interiors_written_in_place(backend, nprocs, tmp_path):
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("mode", ["async", "zstd"])
-def test_halo_interiors_async_and_compressed(mode, tmp_path):
+@pytest.mark.parametrize("mode", ["async", "zstd", "staged"])
+def test_halo_interiors_async_compressed_staged(mode, tmp_path):
     proc = run_script(2, HALO, tmp_path, "mpiio", str(tmp_path / "chk"), mode)
     assert proc.stdout.count("OK") == 2, proc.stdout + proc.stderr
 
