@@ -55,6 +55,9 @@ def test_c_write_sub_and_read_sub(build, tmp_path, backend, nprocs):
     message = _failed_everywhere(cases, "close_after_sub_outside", nprocs)
     assert f"rank {last}: ArgumentError: the selection along axis 2" in message
     assert not (tmp_path / "chk_000002").exists()
+    message = _failed_everywhere(cases, "read_many_sub_outside", nprocs)
+    assert (f"rank {last}: ArgumentError: request 0 (\"u\"): the selection along axis 1 starts at 5 with 4 "
+            "elements, outside the array's 8") in message
     # zero-copy: the box is the caller's memory (no copy), so a change of it before the close is caught
     message = _failed_everywhere(cases, "close_after_interior_changed", nprocs)
     assert 'rank 0: ArgumentError: the memory of ckptio_write_sub("u") changed' in message

@@ -220,6 +220,20 @@ typedef struct ckptio_read_request {
  * with any request on any rank fails the call on every rank, and then no buffer has been written. */
 int ckptio_read_many(ckptio_file file, int order, int nrequests, const ckptio_read_request *requests);
 
+/* A memory selection of a read request (ckptio_read_many_sub): the request's buffer is the caller's whole array
+ * of mem_shape elements, the request's shape the box at mem_start (0-based, NULL: zeros) that receives the
+ * hyperslab; mem_shape NULL: no selection (the buffer holds exactly shape elements). Same order as the request. */
+typedef struct ckptio_memsel {
+  const int64_t *mem_shape;
+  const int64_t *mem_start;
+} ckptio_memsel;
+
+/* Collective. ckptio_read_many with a memory selection per request (selections: nrequests entries, or NULL for
+ * none): e.g. every variable of a restart read into the interior of its guard-celled array in one exchange.
+ * Elements outside the boxes are not touched. */
+int ckptio_read_many_sub(ckptio_file file, int order, int nrequests, const ckptio_read_request *requests,
+                         const ckptio_memsel *selections);
+
 /* Local. Attributes of an opened checkpoint. Integers are converted to double by get_attr_double; a string
  * longer than buflen-1 bytes gives CKPTIO_ERR_ARGUMENT (the message says how long it is). */
 int ckptio_get_attr_int64(ckptio_file file, const char *key, int64_t *value);
@@ -312,7 +326,8 @@ int ckptio_write_f(ckptio_file file, const char *name, int dtype, int ndim, cons
 int ckptio_read_f(ckptio_file file, const char *name, int dtype, int ndim, const int64_t *offset,
                   const int64_t *shape, void *buffer, const char *problem, const int64_t *mem_shape,
                   const int64_t *mem_start);
-int ckptio_read_many_f(ckptio_file file, int nrequests, const ckptio_read_request *requests, const char *problem);
+int ckptio_read_many_f(ckptio_file file, int nrequests, const ckptio_read_request *requests,
+                       const ckptio_memsel *selections, const char *problem);
 /* ckptio_set_dims for module ckptio: ndim NUL-terminated names one after the other in `joined`, Fortran order */
 int ckptio_set_dims_f(ckptio_file file, const char *name, int ndim, const char *joined);
 int ckptio_set_error_f(int status, const char *message);

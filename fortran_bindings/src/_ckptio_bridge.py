@@ -278,15 +278,19 @@ def read(reader, name: str, out, offset, problem: str | None, select=None) -> No
     np.copyto(out, data, casting="no")  # h1 out=: read straight into the (strided) view once Reader.read has out=
 
 
-def read_many(reader, names: list[str], outs: list, offsets: list, problem: str | None) -> None:
+def read_many(reader, names: list[str], outs: list, offsets: list, problem: str | None, selects=None) -> None:
     """Collective: all requests of this rank in one two-phase exchange (ckptio.Reader.read_many); the number of
-    requests may differ between ranks. Any problem on any rank fails every rank before anything is read."""
+    requests may differ between ranks. Any problem on any rank fails every rank before anything is read.
+    ``selects[i]`` (ckptio_read_many_sub): None, or ``(start, count)``: ``outs[i]`` views the caller's whole array
+    and request i goes into that box of it."""
+    if selects is not None:
+        outs = [out if sel is None else _selected(out, sel) for out, sel in zip(outs, selects, strict=True)]
     for name, out in zip(names, outs, strict=True):
         problem = problem or _buffer_problem(reader, name, out)
     _agree(reader.comm, f"read_many {reader.path}", problem)
     datas = reader.read_many([(n, off, out.shape) for n, off, out in zip(names, offsets, outs, strict=True)])
     for out, data in zip(outs, datas, strict=True):
-        np.copyto(out, data, casting="no")
+        np.copyto(out, data, casting="no")  # h1 out=: read_many(..., out=outs) receives into the (strided) views
 
 
 def _lookup_attr(reader, key: str):

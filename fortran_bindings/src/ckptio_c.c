@@ -909,18 +909,18 @@ int ckptio_read_sub(ckptio_file file, const char *name, int dtype, int order, in
 /* Collective: every request becomes (name, numpy view of its buffer, offset tuple); a problem with any of them
  * (or given_problem) is agreed on by the bridge before anything is read. */
 static int read_many_impl(ckptio_file f, int order, int n, const ckptio_read_request *reqs,
-                          const char *given_problem) {
+                          const ckptio_memsel *sels, const char *given_problem) {
   const char *where = "ckptio_read_many";
   char problem[512] = "";
   if (check_handle(f, READER, where) != CKPTIO_OK) return t_status;
   ENTER(where);
-  PyObject *names = PyList_New(0), *outs = PyList_New(0), *offs = PyList_New(0);
+  PyObject *names = PyList_New(0), *outs = PyList_New(0), *offs = PyList_New(0), *boxes = PyList_New(0);
   if (given_problem != NULL && given_problem[0]) snprintf(problem, sizeof problem, "%s", given_problem);
   else if (n < 0) snprintf(problem, sizeof problem, "nrequests is negative (%d)", n);
   else if (n > 0 && reqs == NULL) snprintf(problem, sizeof problem, "requests is NULL for %d request(s)", n);
   else if (order != CKPTIO_ORDER_C && order != CKPTIO_ORDER_FORTRAN)
     snprintf(problem, sizeof problem, "order must be CKPTIO_ORDER_C or CKPTIO_ORDER_FORTRAN, got %d", order);
-  for (int i = 0; !problem[0] && names && outs && offs && i < n; i++) {
+  for (int i = 0; !problem[0] && names && outs && offs && boxes && i < n; i++) {
     const ckptio_read_request *q = &reqs[i];
     npy_intp dims[CKPTIO_MAX_NDIM];
     char item[256] = "";
@@ -935,6 +935,9 @@ static int read_many_impl(ckptio_file f, int order, int n, const ckptio_read_req
     PyObject *sh = shape_tuple("shape", order, q->ndim, q->shape, 0, dims, item, sizeof item);
     Py_XDECREF(sh);
     PyObject *off = item[0] ? NULL : shape_tuple("offset", order, q->ndim, q->offset, 1, NULL, item, sizeof item);
+    PyObject *sel = NULL; /* a memory selection: dims become the whole array's */
+    if (!item[0] && !PyErr_Occurred() && sels != NULL && sels[i].mem_shape != NULL)
+      sel = selection_tuple(order, q->ndim, sels[i].mem_shape, sels[i].mem_start, q->shape, dims, item, sizeof item);
     PyObject *arr = item[0] || PyErr_Occurred() ? NULL
                                                 : wrap_memory(q->buffer, q->dtype, q->ndim, dims, 1, 0, item, sizeof item);
     PyObject *name = item[0] || PyErr_Occurred() ? NULL : PyUnicode_FromString(q->name);
@@ -943,7 +946,9 @@ static int read_many_impl(ckptio_file f, int order, int n, const ckptio_read_req
       PyList_Append(names, name);
       PyList_Append(outs, arr);
       PyList_Append(offs, off);
+      PyList_Append(boxes, sel ? sel : Py_None);
     }
+    Py_XDECREF(sel);
     Py_XDECREF(name);
     Py_XDECREF(arr);
     Py_XDECREF(off);
@@ -951,12 +956,13 @@ static int read_many_impl(ckptio_file f, int order, int n, const ckptio_read_req
   }
   conversion_problem(problem, sizeof problem);
   int st = CKPTIO_OK;
-  PyObject *r = names && outs && offs
-                    ? bridge_call("read_many", Py_BuildValue("(OOOOz)", f->obj, names, outs, offs,
-                                                             problem[0] ? problem : NULL))
+  PyObject *r = names && outs && offs && boxes
+                    ? bridge_call("read_many", Py_BuildValue("(OOOOzO)", f->obj, names, outs, offs,
+                                                             problem[0] ? problem : NULL, boxes))
                     : NULL;
   if (r == NULL) st = fail_python(where);
   Py_XDECREF(r);
+  Py_XDECREF(boxes);
   Py_XDECREF(names);
   Py_XDECREF(outs);
   Py_XDECREF(offs);
@@ -965,7 +971,12 @@ static int read_many_impl(ckptio_file f, int order, int n, const ckptio_read_req
 }
 
 int ckptio_read_many(ckptio_file file, int order, int nrequests, const ckptio_read_request *requests) {
-  return read_many_impl(file, order, nrequests, requests, NULL);
+  return read_many_impl(file, order, nrequests, requests, NULL, NULL);
+}
+
+int ckptio_read_many_sub(ckptio_file file, int order, int nrequests, const ckptio_read_request *requests,
+                         const ckptio_memsel *selections) {
+  return read_many_impl(file, order, nrequests, requests, selections, NULL);
 }
 
 /* Local: bridge.<fn>(reader, key) -> Python object (new reference) or NULL with the error recorded. */
@@ -1307,8 +1318,9 @@ int ckptio_read_f(ckptio_file file, const char *name, int dtype, int ndim, const
                    mem_shape, mem_start);
 }
 
-int ckptio_read_many_f(ckptio_file file, int nrequests, const ckptio_read_request *requests, const char *problem) {
-  return read_many_impl(file, CKPTIO_ORDER_FORTRAN, nrequests, requests, problem);
+int ckptio_read_many_f(ckptio_file file, int nrequests, const ckptio_read_request *requests,
+                       const ckptio_memsel *selections, const char *problem) {
+  return read_many_impl(file, CKPTIO_ORDER_FORTRAN, nrequests, requests, selections, problem);
 }
 
 int ckptio_set_error_f(int status, const char *message) { return record(status, message); }

@@ -53,9 +53,15 @@ module ckptio
      integer(c_int) :: dtype = 0, ndim = 0
      type(c_ptr) :: offset = c_null_ptr, shape = c_null_ptr, buffer = c_null_ptr
   end type c_read_request
+  !> A memory selection of a batched read (ckptio_memsel of ckptio.h): the whole array's shape, the box's start.
+  type, bind(C) :: c_memsel
+     type(c_ptr) :: mem_shape = c_null_ptr, mem_start = c_null_ptr
+  end type c_memsel
   type :: read_item
      character(kind=c_char, len=:), allocatable :: name
      integer(c_int64_t) :: offset(CKPTIO_MAX_NDIM) = 0, shape(CKPTIO_MAX_NDIM) = 0
+     integer(c_int64_t) :: mem_shape(CKPTIO_MAX_NDIM) = 0, mem_start(CKPTIO_MAX_NDIM) = 0
+     logical :: selected = .false.      ! read into the box (mem_start, shape) of the array of mem_shape
      type(c_read_request) :: req
   end type read_item
   !> Requests collected with ckptio_batch_add and read together by ckptio_read_many (one collective exchange).
@@ -118,7 +124,8 @@ module ckptio
      module procedure latest_local, latest_f08, latest_int
   end interface ckptio_latest
 
-  !> ckptio_batch_add(batch, name, data [, offset] [, ierr]) -- local: add a read of shape(data) elements of
+  !> ckptio_batch_add(batch, name, data [, offset] [, ierr] [, interior_start=, interior_shape=]) -- local: add a
+  !> read of shape(data) elements (or interior_shape elements into that box of data) of
   !> variable name at offset (default 0) into data; done by ckptio_read_many(file, batch [, ierr]).
   interface ckptio_batch_add
      module procedure batch_r4, batch_r8, batch_i4, batch_i8, batch_c4, batch_c8
@@ -190,11 +197,12 @@ module ckptio
        integer(c_int64_t), intent(in) :: offset(*), shape(*)
        integer(c_int64_t), intent(in), optional :: mem_shape(*), mem_start(*)
      end function c_read
-     integer(c_int) function c_read_many(file, n, requests, problem) bind(C, name="ckptio_read_many_f")
-       import :: c_int, c_char, c_ptr, c_read_request
+     integer(c_int) function c_read_many(file, n, requests, selections, problem) bind(C, name="ckptio_read_many_f")
+       import :: c_int, c_char, c_ptr, c_read_request, c_memsel
        type(c_ptr), value :: file
        integer(c_int), value :: n
        type(c_read_request), intent(in) :: requests(*)
+       type(c_memsel), intent(in) :: selections(*)
        character(kind=c_char), intent(in) :: problem(*)
      end function c_read_many
      integer(c_int) function c_series_create(comm, dir, prefix, keep, step, backend, mode, stage_dir, compression, &
@@ -1241,7 +1249,7 @@ contains
   !> Local: record one request (the batch references data, which must stay allocated until ckptio_read_many).
   !> A problem (non-contiguous array, wrong number of offsets, too many dimensions) is kept for
   !> ckptio_read_many, which then fails on every rank.
-  subroutine batch_any(batch, name, ptr, dtype, shp, contiguous, offset, ierr)
+  subroutine batch_any(batch, name, ptr, dtype, shp, contiguous, offset, ierr, interior_start, interior_shape)
     type(ckptio_read_batch), intent(inout) :: batch
     character(len=*), intent(in) :: name
     type(c_ptr), intent(in) :: ptr
@@ -1250,6 +1258,7 @@ contains
     logical, intent(in) :: contiguous
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
     type(read_item), allocatable :: grown(:)
     character(len=300) :: problem
     integer :: nd
@@ -1260,6 +1269,10 @@ contains
     else if (present(offset)) then
        if (size(offset) /= nd) write (problem, '(a,i0,a,i0,a)') 'read of "' // trim(name) // '": the array has rank ', &
             nd, ' but offset has ', size(offset), ' elements'
+    end if
+    if (problem == ' ') then
+       problem = interior_problem(nd, interior_start, interior_shape)
+       if (problem /= ' ') problem = 'read of "' // trim(name) // '": ' // trim(problem)
     end if
     if (problem /= ' ') then
        if (batch%problem == ' ') batch%problem = problem
@@ -1280,6 +1293,12 @@ contains
       it%offset = 0
       it%shape(1:nd) = shp
       if (present(offset)) it%offset(1:nd) = offset
+      it%selected = present(interior_shape)
+      if (it%selected) then       ! the box (bounds checked by the C side, on every rank together)
+         it%mem_shape(1:nd) = shp
+         it%shape(1:nd) = interior_shape
+         it%mem_start(1:nd) = interior_start
+      end if
       it%req%dtype = int(dtype, c_int)
       it%req%ndim = int(nd, c_int)
       it%req%buffer = ptr
@@ -1294,77 +1313,94 @@ contains
     type(ckptio_read_batch), intent(inout), target :: batch
     integer, intent(out), optional :: ierr
     type(c_read_request), allocatable :: reqs(:)
+    type(c_memsel), allocatable :: sels(:)
     integer(c_int) :: st
     integer :: i
-    allocate (reqs(max(batch%n, 1)))
+    allocate (reqs(max(batch%n, 1)), sels(max(batch%n, 1)))
     do i = 1, batch%n   ! addresses taken now: the items array no longer grows
        batch%items(i)%req%name = c_loc(batch%items(i)%name)
        batch%items(i)%req%offset = c_loc(batch%items(i)%offset)
        batch%items(i)%req%shape = c_loc(batch%items(i)%shape)
        reqs(i) = batch%items(i)%req
+       if (batch%items(i)%selected) then
+          sels(i)%mem_shape = c_loc(batch%items(i)%mem_shape)
+          sels(i)%mem_start = c_loc(batch%items(i)%mem_start)
+       end if
     end do
     if (.not. c_associated(file%handle)) then
        st = not_open('ckptio_read_many')
     else
-       st = c_read_many(file%handle, int(batch%n, c_int), reqs, cstr(batch%problem))
+       st = c_read_many(file%handle, int(batch%n, c_int), reqs, sels, cstr(batch%problem))
     end if
     batch%n = 0
     batch%problem = ' '
     call finish(st, file%comm, ierr)
   end subroutine ckptio_read_many
 
-  subroutine batch_r4(batch, name, data, offset, ierr)
+  subroutine batch_r4(batch, name, data, offset, ierr, interior_start, interior_shape)
     type(ckptio_read_batch), intent(inout) :: batch
     character(len=*), intent(in) :: name
     real(real32), dimension(..), intent(inout), target :: data
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
-    call batch_any(batch, name, c_loc(data), CKPTIO_FLOAT32, shape(data, int64), is_contiguous(data), offset, ierr)
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
+    call batch_any(batch, name, c_loc(data), CKPTIO_FLOAT32, shape(data, int64), is_contiguous(data), offset, ierr, &
+         interior_start, interior_shape)
   end subroutine batch_r4
 
-  subroutine batch_r8(batch, name, data, offset, ierr)
+  subroutine batch_r8(batch, name, data, offset, ierr, interior_start, interior_shape)
     type(ckptio_read_batch), intent(inout) :: batch
     character(len=*), intent(in) :: name
     real(real64), dimension(..), intent(inout), target :: data
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
-    call batch_any(batch, name, c_loc(data), CKPTIO_FLOAT64, shape(data, int64), is_contiguous(data), offset, ierr)
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
+    call batch_any(batch, name, c_loc(data), CKPTIO_FLOAT64, shape(data, int64), is_contiguous(data), offset, ierr, &
+         interior_start, interior_shape)
   end subroutine batch_r8
 
-  subroutine batch_i4(batch, name, data, offset, ierr)
+  subroutine batch_i4(batch, name, data, offset, ierr, interior_start, interior_shape)
     type(ckptio_read_batch), intent(inout) :: batch
     character(len=*), intent(in) :: name
     integer(int32), dimension(..), intent(inout), target :: data
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
-    call batch_any(batch, name, c_loc(data), CKPTIO_INT32, shape(data, int64), is_contiguous(data), offset, ierr)
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
+    call batch_any(batch, name, c_loc(data), CKPTIO_INT32, shape(data, int64), is_contiguous(data), offset, ierr, &
+         interior_start, interior_shape)
   end subroutine batch_i4
 
-  subroutine batch_i8(batch, name, data, offset, ierr)
+  subroutine batch_i8(batch, name, data, offset, ierr, interior_start, interior_shape)
     type(ckptio_read_batch), intent(inout) :: batch
     character(len=*), intent(in) :: name
     integer(int64), dimension(..), intent(inout), target :: data
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
-    call batch_any(batch, name, c_loc(data), CKPTIO_INT64, shape(data, int64), is_contiguous(data), offset, ierr)
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
+    call batch_any(batch, name, c_loc(data), CKPTIO_INT64, shape(data, int64), is_contiguous(data), offset, ierr, &
+         interior_start, interior_shape)
   end subroutine batch_i8
 
-  subroutine batch_c4(batch, name, data, offset, ierr)
+  subroutine batch_c4(batch, name, data, offset, ierr, interior_start, interior_shape)
     type(ckptio_read_batch), intent(inout) :: batch
     character(len=*), intent(in) :: name
     complex(real32), dimension(..), intent(inout), target :: data
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
-    call batch_any(batch, name, c_loc(data), CKPTIO_COMPLEX64, shape(data, int64), is_contiguous(data), offset, ierr)
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
+    call batch_any(batch, name, c_loc(data), CKPTIO_COMPLEX64, shape(data, int64), is_contiguous(data), offset, ierr, &
+         interior_start, interior_shape)
   end subroutine batch_c4
 
-  subroutine batch_c8(batch, name, data, offset, ierr)
+  subroutine batch_c8(batch, name, data, offset, ierr, interior_start, interior_shape)
     type(ckptio_read_batch), intent(inout) :: batch
     character(len=*), intent(in) :: name
     complex(real64), dimension(..), intent(inout), target :: data
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
-    call batch_any(batch, name, c_loc(data), CKPTIO_COMPLEX128, shape(data, int64), is_contiguous(data), offset, ierr)
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
+    call batch_any(batch, name, c_loc(data), CKPTIO_COMPLEX128, shape(data, int64), is_contiguous(data), offset, ierr, &
+         interior_start, interior_shape)
   end subroutine batch_c8
 
   subroutine series_int(comm, dir, step, keep, file, prefix, backend, ierr, mode, stage_dir, compression)

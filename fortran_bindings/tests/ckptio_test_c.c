@@ -663,6 +663,49 @@ static void selections(const char *dir, const char *backend) {
       }
   EXPECT(guards == full_n - SNZ * SNY * SNX);
 
+  /* the same with one ckptio_read_many_sub (every box in one exchange); rank 0 also reads "u" without a box */
+  double *plain = malloc(sizeof(double) * SNZ * SNY * SNX);
+  for (long n = 0; n < full_n; n++) {
+    u[n] = uz[n] = -6.0;
+    a[n] = -6.0f;
+  }
+  ckptio_read_request reqs[4] = {{"u", CKPTIO_FLOAT64, 3, at, box, u}, {"uz", CKPTIO_FLOAT64, 3, at, box, uz},
+                                 {"a", CKPTIO_FLOAT32, 3, fat, fbox, a}, {"u", CKPTIO_FLOAT64, 3, at, box, plain}};
+  ckptio_memsel sels[4] = {{full, start}, {full, NULL}, {ffull, start}, {NULL, NULL}};
+  int64_t zero3[3] = {0, 0, 0};
+  sels[1].mem_start = zero3; /* uz's box at the array's start: its first SNZ x SNY x SNX corner */
+  snprintf(path, sizeof path, "%s/chk_000001", dir);
+  CHECK(ckptio_open(path, MPI_COMM_WORLD, &f));
+  /* the Fortran-order request goes in a call of its own (order applies to every request of a call) */
+  CHECK(ckptio_read_many_sub(f, CKPTIO_ORDER_C, rank == 0 ? 3 : 2, (ckptio_read_request[]){reqs[0], reqs[1], reqs[3]},
+                             (ckptio_memsel[]){sels[0], sels[1], sels[3]}));
+  CHECK(ckptio_read_many_sub(f, CKPTIO_ORDER_FORTRAN, 1, &reqs[2], &sels[2]));
+  CHECK(ckptio_close(f));
+  for (long k = -SG; k < SNZ + SG; k++)
+    for (long j = -SG; j < SNY + SG; j++)
+      for (long i = -SG; i < SNX + SG; i++) {
+        int inside = k >= 0 && k < SNZ && j >= 0 && j < SNY && i >= 0 && i < SNX;
+        double want = inside ? sel_value(SNZ * other + k, j, i) : -6.0;
+        double fa = a[(i + SG) + (SNX + 2 * SG) * ((j + SG) + (SNY + 2 * SG) * (k + SG))];
+        EXPECT(u[SIDX(k, j, i)] == want && fa == (float)want);
+        /* uz: the box at the corner [0, SNZ) x [0, SNY) x [0, SNX) of the array */
+        long kk = k + SG, jj = j + SG, ii = i + SG;
+        int corner = kk < SNZ && jj < SNY && ii < SNX;
+        EXPECT(uz[SIDX(k, j, i)] == (corner ? sel_value(SNZ * other + kk, jj, ii) : -6.0));
+      }
+  if (rank == 0)
+    for (long n = 0; n < SNZ * SNY * SNX; n++)
+      EXPECT(plain[n] == sel_value(SNZ * other + n / (SNY * SNX), n / SNX % SNY, n % SNX));
+  free(plain);
+  /* a box outside its array on the last rank: the batched read fails on every rank, nothing is read */
+  int64_t past[3] = {SG, 2 * SG + 1, SG};
+  ckptio_memsel bad_sel = {full, rank == nprocs - 1 ? past : start};
+  u[SIDX(0, 0, 0)] = -7.0;
+  CHECK(ckptio_open(path, MPI_COMM_WORLD, &f));
+  report("read_many_sub_outside", ckptio_read_many_sub(f, CKPTIO_ORDER_C, 1, &reqs[0], &bad_sel));
+  CHECK(ckptio_close(f));
+  EXPECT(u[SIDX(0, 0, 0)] == -7.0);
+
   /* a box that does not fit in the array, on the last rank: its write fails, the close fails everywhere */
   snprintf(path, sizeof path, "%s/chk_000002", dir);
   CHECK(ckptio_create(path, MPI_COMM_WORLD, backend, &f));

@@ -238,9 +238,10 @@ contains
   subroutine selections()
     integer, parameter :: G = 2
     real(real64), allocatable, target :: u(:,:,:), uz(:,:,:)
-    integer(int32), allocatable :: b(:,:)
+    integer(int32), allocatable, target :: b(:,:)
     logical, allocatable :: mask(:,:,:)
     type(ckptio_file) :: f
+    type(ckptio_read_batch) :: batch
     integer :: i, j, k, other, ierr
     integer(int64) :: box(3), at(3), gshape(3), start(3)
     character(len=1024) :: backend, path
@@ -316,6 +317,32 @@ contains
     do j = 1, N2
        call expect(all(b(1:N1, j) == [(i + 10 * j + 100 * other, i = 1, N1)]), 'b interior')
        call expect(b(0, j) == -5 .and. b(N1 + 1, j) == -5, 'b guard cells')
+    end do
+
+    ! the same with one batched read (ckptio_batch_add with the interior, ckptio_read_many)
+    u = -6.0_real64
+    b = -6
+    write (path, '(a,a)') trim(dir), '/chk_000001'
+    call ckptio_open(trim(path), MPI_COMM_WORLD, f)
+    call ckptio_batch_add(batch, 'u', u, at, interior_start=start, interior_shape=box)
+    call ckptio_batch_add(batch, 'b', b, [0_int64, int(other * N2, int64)], interior_start=[1_int64, 0_int64], &
+         interior_shape=[int(N1, int64), int(N2, int64)])
+    call ckptio_read_many(f, batch)
+    call ckptio_close(f)
+    do k = 1 - G, NK + G
+       do j = 1 - G, N2 + G
+          do i = 1 - G, N1 + G
+             if (i >= 1 .and. i <= N1 .and. j >= 1 .and. j <= N2 .and. k >= 1 .and. k <= NK) then
+                call expect(u(i, j, k) == aval(i, j, other * NK + k), 'u interior (batch)')
+             else
+                call expect(u(i, j, k) == -6.0_real64, 'guard cells untouched (batch)')
+             end if
+          end do
+       end do
+    end do
+    do j = 1, N2
+       call expect(all(b(1:N1, j) == [(i + 10 * j + 100 * other, i = 1, N1)]), 'b interior (batch)')
+       call expect(b(0, j) == -6 .and. b(N1 + 1, j) == -6, 'b guard cells (batch)')
     end do
 
     ! bad selections: on the last rank only; the close then fails on every rank
