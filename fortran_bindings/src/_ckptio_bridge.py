@@ -175,15 +175,16 @@ def _describe(handle: WriteHandle, name: str, where: str, problem: str | None, w
         if name in handle.written:
             raise ArgumentError(f"variable {name!r} was already written on this rank: declare its dims and "
                                 f"attributes before its first write (they go with every block of it)")
+        rank = handle.writer.comm.Get_rank()
         entry = handle.described.setdefault(name, {})
-        if what == "dims":
-            entry["dims"] = list(value)
-            varmeta.declare(name, len(entry["dims"]), entry["dims"], None, handle.writer.comm.Get_rank())
+        if what == "dims":  # checked now (names), again with the array's rank by the write
+            dims = list(value)
+            varmeta.declare(name, len(dims), dims, None, rank)
+            entry["dims"] = dims
         else:
             attrs = {**entry.get("attrs", {}), what: value}
-            varmeta.declare(name, 0, None, attrs, handle.writer.comm.Get_rank())  # checks the values
-            for key, v in attrs.items():
-                handle.writer.backend.check_attr(key, v)
+            varmeta.declare(name, 0, None, attrs, rank)  # checks the names and values
+            handle.writer.backend.check_attr(what, value)
             entry["attrs"] = attrs
     except BaseException as exc:
         _poison(handle.writer, exc)
