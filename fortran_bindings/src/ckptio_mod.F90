@@ -11,6 +11,9 @@
 !>    a(i,j,k) as a[k-1,j-1,i-1] and no copy is made. Offsets and global shapes are given here in Fortran order
 !>    (offset(1) belongs to the first index), as integer(int64), and offsets are 0-based (like HDF5's and
 !>    MPI_Type_create_subarray's starts): offset = [i0, j0, k0] places a(1,1,1) at global index (i0, j0, k0).
+!>  * Memory selections: ckptio_write/ckptio_read/ckptio_batch_add(..., interior_start=, interior_shape=) take
+!>    the whole (guard-celled) array and the box of it that is the block (0-based start, Fortran order).
+!>  * Per-variable metadata: ckptio_set_dims (Fortran order) and ckptio_set_var_attr, before the variable's write.
 !>  * ckptio_write copies the array before it returns (temporaries, expressions and copy-in dummies are safe).
 !>    ckptio_set_zero_copy(file, .true.) opts in to referencing it instead: then it must stay allocated and
 !>    unchanged until ckptio_close returns (checked by checksum at close), like MPI's nonblocking buffers.
