@@ -67,7 +67,7 @@ from typing import Any
 
 import numpy as np
 
-from ckptio import coord
+from ckptio import coord, memsel
 from ckptio import meta as metamod
 from ckptio.block_table import USER_TABLE_NOTE, user_table, user_table_shape
 from ckptio.errors import (
@@ -367,9 +367,15 @@ class _HDF5WriteSession(WriteSession):
                 fspace.select_none()
                 for box, _ in pieces:
                     fspace.select_hyperslab(box.offset, box.shape, op=h5py.h5s.SELECT_OR)
-            flat = [data.reshape(-1) for _, data in pieces]
-            buf = flat[0] if len(flat) == 1 else np.concatenate(flat)
-            mspace = h5py.h5s.create_simple((buf.size,))
+            selection = memsel.hdf5_selection(pieces[0][1]) if len(pieces) == 1 else None
+            if selection is not None:  # a view (halo'd interior): a memory dataspace hyperslab, no copy
+                buf, dims, count = selection
+                mspace = h5py.h5s.create_simple(dims)
+                mspace.select_hyperslab((0,) * len(dims), count)
+            else:  # contiguous; or several blocks of one variable (one H5Dwrite): gathered, views copied here
+                flat = [np.ascontiguousarray(data).reshape(-1) for _, data in pieces]
+                buf = flat[0] if len(flat) == 1 else np.concatenate(flat)
+                mspace = h5py.h5s.create_simple((buf.size,))
         dset.id.write(mspace, fspace, buf, dxpl=self._dxpl)
 
     def storage_info(self) -> dict[str, dict[str, Any]]:

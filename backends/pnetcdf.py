@@ -67,7 +67,7 @@ from typing import Any
 
 import numpy as np
 
-from ckptio import coord
+from ckptio import coord, memsel
 from ckptio import meta as metamod
 from ckptio.block_table import USER_TABLE_NOTE, user_table, user_table_shape
 from ckptio.errors import (
@@ -82,7 +82,14 @@ from ckptio.hints import DEFAULT_STRIPING_UNIT, data_transfer_mode, info_to_dict
 from ckptio.plan import BlockPlan, Extent, VariablePlan
 
 from .base import Backend, Capabilities, ExtentReader, WriteSession, WrittenBlock, not_ckptio, register
-from .rawio import RawExtentReader, SerialRawReader, check_data_landed, leading_axis_bands, reserve_collectively
+from .rawio import (
+    RawExtentReader,
+    SerialRawReader,
+    check_data_landed,
+    hindexed,
+    leading_axis_bands,
+    reserve_collectively,
+)
 
 # pnetcdf-python initializes MPI when imported: import it only to write a file (reading needs neither it nor MPI)
 INSTALL_HINT = ("install pnetcdf-python (needs the PnetCDF C library and mpi4py): `make install` in the ckptio "
@@ -221,6 +228,15 @@ class _PnetCDFWriteSession(WriteSession):
         """Collective: post one ``iput_var`` per non-empty block (rank 0: also the block tables), then one
         collective ``wait_all`` on every rank, then sync."""
         keep: list[np.ndarray] = []  # the buffers must live until wait_all
+        memtypes: list[Any] = []  # memory datatypes of strided views (flexible API), freed after wait_all
+        try:
+            return self._write_blocks(blocks, keep, memtypes)
+        finally:
+            for t in memtypes:
+                t.Free()
+
+    def _write_blocks(self, blocks: Sequence[tuple[BlockPlan, np.ndarray]], keep: list[np.ndarray],
+                      memtypes: list[Any]) -> list[WrittenBlock]:
         written = []
         for plan, data in blocks:
             written.append(WrittenBlock(None, int(data.nbytes)))
@@ -231,6 +247,10 @@ class _PnetCDFWriteSession(WriteSession):
             keep.append(arr)
             if plan.box.ndim == 0:
                 self.vars[name].iput_var(arr)
+            elif not arr.flags.c_contiguous:  # a view (halo'd interior): PnetCDF's flexible API reads it in place
+                memtypes.append(_memory_type(arr))
+                self.vars[name].iput_var(memsel.span(arr), start=list(plan.box.offset), count=list(plan.box.shape),
+                                         bufcount=1, buftype=memtypes[-1])
             else:
                 self.vars[name].iput_var(arr, start=list(plan.box.offset), count=list(plan.box.shape))
         if self.comm.Get_rank() == 0 and self.table is not None:
@@ -600,3 +620,15 @@ def read_header(path: str) -> CDFHeader:
         return CDFHeader(version, 0 if streaming else numrecs, streaming, dims, attrs, variables, c.size)
     finally:
         os.close(fd)
+
+
+def _memory_type(view: np.ndarray):
+    """A committed MPI memory datatype of a strided view's elements relative to :func:`ckptio.memsel.span`: an
+    hindexed type of the element type (PnetCDF's flexible API takes the element type from it) over the view's
+    runs, built with the classic constructor (ROMIO in MPICH 4.0 cannot flatten mpi4py's large-count types,
+    see :func:`ckptio.backends.rawio.hindexed`). Local."""
+    from mpi4py.util.dtlib import from_numpy_dtype
+
+    offsets, run = memsel.runs(view)
+    element = from_numpy_dtype(view.dtype)
+    return hindexed(np.full(offsets.size, run // view.dtype.itemsize, np.int64), offsets, element)

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ckptio import codec as codecs
-from ckptio import coord
+from ckptio import coord, memsel
 from ckptio.errors import CheckpointIOError, IncompleteCheckpointError
 from ckptio.hints import uses_romio
 from ckptio.layout import Box
@@ -78,30 +78,40 @@ def _classic_type_constructor():
 _CLASSIC: tuple[Any, Any] | None = None
 
 
-def hindexed(lengths: Sequence[int], displacements: Sequence[int]):
-    """A committed MPI hindexed type of ``MPI_BYTE`` built with the classic constructor (see
-    :func:`_classic_type_constructor`); pieces above 1 GiB are split (int block lengths). Local."""
+def hindexed(lengths: Sequence[int], displacements: Sequence[int], oldtype=None):
+    """A committed MPI hindexed type of ``oldtype`` (default ``MPI_BYTE``; lengths count its elements,
+    displacements are in bytes) built with the classic constructor (see :func:`_classic_type_constructor`);
+    pieces above 2**30 elements are split (int block lengths). Local."""
     from mpi4py import MPI
 
-    lens: list[int] = []
-    disps: list[int] = []
-    for n, d in zip(lengths, displacements, strict=True):
-        while n > _MAX_CHUNK:
-            lens.append(_MAX_CHUNK)
-            disps.append(d)
-            n -= _MAX_CHUNK
-            d += _MAX_CHUNK
-        if n:
-            lens.append(n)
-            disps.append(d)
+    oldtype = MPI.BYTE if oldtype is None else oldtype
+    extent = oldtype.Get_extent()[1]
+    lengths = np.asarray(lengths, dtype=np.int64)
+    displacements = np.asarray(displacements, dtype=np.int64)
+    if lengths.size and int(lengths.max()) <= _MAX_CHUNK:  # the usual case, vectorized (memory runs: many)
+        keep = lengths > 0
+        lens, disps = lengths[keep], displacements[keep]
+    else:
+        split_lens: list[int] = []
+        split_disps: list[int] = []
+        for n, d in zip(lengths.tolist(), displacements.tolist(), strict=True):
+            while n > _MAX_CHUNK:
+                split_lens.append(_MAX_CHUNK)
+                split_disps.append(d)
+                n -= _MAX_CHUNK
+                d += _MAX_CHUNK * extent
+            if n:
+                split_lens.append(n)
+                split_disps.append(d)
+        lens, disps = np.asarray(split_lens, np.int64), np.asarray(split_disps, np.int64)
     if len(lens) > np.iinfo(np.intc).max:
         raise CheckpointIOError(f"{len(lens)} pieces in one MPI transfer: more than an MPI int count")
     fn, handle = _classic_type_constructor()
     c_lens = np.asarray(lens, dtype=np.intc)
     c_disps = np.asarray(disps, dtype=np.intp)
-    byte = handle.from_address(MPI._addressof(MPI.BYTE)).value
+    base = handle.from_address(MPI._addressof(oldtype)).value
     newtype = MPI.Datatype()
-    err = fn(len(lens), c_lens.ctypes.data, c_disps.ctypes.data, byte, MPI._addressof(newtype))
+    err = fn(len(lens), c_lens.ctypes.data, c_disps.ctypes.data, base, MPI._addressof(newtype))
     if err != MPI.SUCCESS:
         raise MPI.Exception(err)
     return newtype.Commit()
@@ -120,7 +130,9 @@ def file_ordered(pieces_file: Sequence[tuple[int, int]], buffers: Sequence[Any])
 
 
 def transfer(fh, pieces_file: Sequence[tuple[int, int]], buffers: Sequence[Any], write: bool) -> int:
-    """Collective over fh's communicator: move ``buffers[i]`` to/from file range ``pieces_file[i]``.
+    """Collective over fh's communicator: move ``buffers[i]`` to/from file range ``pieces_file[i]``. A buffer
+    may be a strided numpy view (a memory selection: its elements in C order, read in place through the memory
+    type, see :mod:`ckptio.memsel`).
 
     One file view plus one ``*_all`` call, whatever the number of pieces; the pieces may come in any order
     (see :func:`file_ordered`). Both types are hindexed types of ``MPI_BYTE`` from :func:`hindexed` (no
@@ -138,7 +150,7 @@ def transfer(fh, pieces_file: Sequence[tuple[int, int]], buffers: Sequence[Any],
         (fh.Write_all if write else fh.Read_all)([empty, 0, MPI.BYTE], status)
         return 0
     filetype = hindexed([n for _, n, _ in nonempty], [off for off, _, _ in nonempty])
-    memtype = hindexed([n for _, n, _ in nonempty], [MPI.Get_address(b) for _, _, b in nonempty])
+    memtype = hindexed(*_memory_runs([(n, b) for _, n, b in nonempty]))
     try:
         fh.Set_view(0, MPI.BYTE, filetype)
         (fh.Write_all if write else fh.Read_all)([MPI.BOTTOM, 1, memtype], status)
@@ -151,6 +163,28 @@ def transfer(fh, pieces_file: Sequence[tuple[int, int]], buffers: Sequence[Any],
         raise CheckpointIOError(f"MPI-IO {verb} {moved} of {total} bytes "
                                 "(file system full or file truncated?)")
     return moved
+
+
+def _memory_runs(buffers: Sequence[tuple[int, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """(lengths, absolute addresses) of the ``(nbytes, buffer)`` pairs' bytes in order: one piece per contiguous
+    buffer, one per run of a strided numpy view (a memory selection, :mod:`ckptio.memsel`: its elements in C
+    order). Local."""
+    from mpi4py import MPI
+
+    lengths: list[np.ndarray] = []
+    addresses: list[np.ndarray] = []
+    for n, b in buffers:
+        if isinstance(b, np.ndarray) and not b.flags.c_contiguous:
+            if b.nbytes != n or not memsel.passable(b):
+                raise CheckpointIOError(f"internal error: a strided buffer of {b.nbytes} bytes (strides {b.strides}) "
+                                        f"for a file piece of {n} bytes")
+            offsets, run = memsel.runs(b)
+            lengths.append(np.full(offsets.size, run, np.int64))
+            addresses.append(offsets + memsel.address(b))
+        else:
+            lengths.append(np.array([n], np.int64))
+            addresses.append(np.array([MPI.Get_address(b)], np.int64))
+    return np.concatenate(lengths), np.concatenate(addresses)
 
 
 class RawExtentReader(ExtentReader):

@@ -72,11 +72,7 @@ def declaration(name: str, array: np.ndarray, offset: Sequence[int] | None, glob
     if not isinstance(array, np.ndarray):
         raise DeclarationError(f"variable {name!r} on rank {rank}: expected a numpy array, got {type(array).__name__}")
     check_dtype(name, array.dtype)
-    if array.size and not (array.flags.c_contiguous or array.flags.f_contiguous):
-        raise DeclarationError(
-            f"variable {name!r} on rank {rank}: array is not contiguous (strides {array.strides}); "
-            "pass np.ascontiguousarray(a) so the checkpoint does not silently copy it"
-        )
+    # Any strides: a view (the interior of a halo'd array) is written in place, see ckptio.memsel.
     if offset is None and global_shape is None:
         if array.ndim != 1:
             raise DeclarationError(

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _faults, async_io, coord, placement_stats, varmeta
+from . import _faults, async_io, coord, memsel, placement_stats, varmeta
 from . import codec as codecs
 from . import hints as hintsmod
 from . import meta as metamod
@@ -139,7 +139,11 @@ class Writer:
         rank, must declare the same ``dims`` and ``attrs`` (or none): a difference within this rank raises
         DeclarationError here, between ranks in :meth:`close`, on every rank.
 
-        The array must stay unchanged until :meth:`close` returns (it is referenced, not copied).
+        The array must stay unchanged until :meth:`close` returns (it is referenced, not copied). It may be a
+        strided view, e.g. the interior ``u[g:-g, g:-g]`` of an array with ``g`` guard cells: the backends write
+        its elements in C order straight from the larger array, through a memory datatype or dataspace (no
+        copy; see :mod:`ckptio.memsel`). Views whose last axis is not contiguous (a Fortran-ordered array,
+        ``a[:, ::2]``) are gathered into a C-order copy at :meth:`close`.
         """
         self._check_open("write", name)
         rank = self.comm.Get_rank()
@@ -468,12 +472,12 @@ class Writer:
             raise self._error
         t = time.perf_counter()
         for p in self._pending:
-            data = np.ascontiguousarray(p.data)
+            data = memsel.gathered(p.data)  # a strided view stays a view (written in place): ckptio.memsel
             p.data = data
-            p.decl["checksum"] = metamod.checksum(data) if data.size else metamod.checksum(b"")
+            p.decl["checksum"] = memsel.checksum(data)  # of its C-order bytes, without a copy of the block
             if self.compression is not None:
                 codec, level = self.compression
-                p.stored = np.frombuffer(codecs.compress(data, codec, level), np.uint8)
+                p.stored = np.frombuffer(codecs.compress(np.ascontiguousarray(data), codec, level), np.uint8)
                 p.decl["stored_nbytes"], p.decl["codec"] = int(p.stored.nbytes), f"{codec}:{level}"
             else:
                 p.stored = data

@@ -6,9 +6,13 @@
 !> by operation (parenthesised the way Python evaluates them); compile without FMA contraction and fast-math
 !> (gfortran: -O2 -fno-fast-math -ffp-contract=off; the CMake build does this).
 !>
-!> Layout: cell variables are fld(nxb, nxb, nxb, nlocal, 7) -- indices (x, y, z, block, variable) -- whose
-!> slices fld(:,:,:,:,v) are stored with Fortran-order global shape (nxb, nxb, nxb, nblocks), i.e. exactly the
-!> Python array (nblocks, nxb, nxb, nxb) with axes (block, z, y, x). bbox(2, 3, nlocal) is Python's
+!> Layout: cell variables are fld(1-NGUARD:nxb+NGUARD, (same), (same), nlocal, 7) -- indices (x, y, z, block,
+!> variable) -- with NGUARD guard cells on each side of every block, as in FLASH's unk array. The guard cells are
+!> filled from the interior after every update (zero-gradient) and are never stored: the interiors
+!> fld(1:nxb, 1:nxb, 1:nxb, :, v) are written in place -- without a copy -- with ckptio_write's memory selection
+!> (interior_start=/interior_shape=, zero-copy mode) and read straight back into the interiors, stored with
+!> Fortran-order global shape (nxb, nxb, nxb, nblocks), i.e. exactly the Python array (nblocks, nxb, nxb, nxb)
+!> with axes (block, z, y, x). bbox(2, 3, nlocal) is Python's
 !> (nblocks, 3, 2); tracers(4, n) is Python's (n, 4), written flattened as the per-rank segment "tracers".
 !>
 !> Usage (under mpirun): flash_like --outdir DIR [--backend mpiio|hdf5|pnetcdf] [--steps N]
@@ -26,6 +30,7 @@ program flash_like
   integer, parameter :: NVARS = 7, DENS = 1, PRES = 2, TEMP = 3, VELX = 4, VELY = 5, VELZ = 6, ENER = 7
   character(len=4), parameter :: GRID_VARS(NVARS) = ['dens', 'pres', 'temp', 'velx', 'vely', 'velz', 'ener']
   integer, parameter :: TRACER_WIDTH = 4
+  integer, parameter :: NGUARD = 4                 ! guard cells per side (FLASH's default)
   character(len=*), parameter :: CHECKPOINT_PREFIX = 'chk', SIMULATION_NAME = 'flash_like'
   integer, parameter :: DEFAULT_NBLOCKS = 64, DEFAULT_NXB = 16
   real(dp), parameter :: DT_DEFAULT = 0.01_dp, GAMMA_M1 = 0.4_dp
@@ -46,7 +51,7 @@ program flash_like
   integer(int64) :: step = 0
   real(dp) :: dt = DT_DEFAULT
   integer :: nblocks = 0, nxb = 0, first_block = 0, nlocal = 0
-  real(dp), allocatable :: fld(:,:,:,:,:)          ! (nxb, nxb, nxb, nlocal, NVARS)
+  real(dp), allocatable :: fld(:,:,:,:,:)          ! (1-NGUARD:nxb+NGUARD, x3, nlocal, NVARS)
   integer(int32), allocatable :: refine_level(:)   ! (nlocal)
   real(dp), allocatable :: bbox(:,:,:)             ! (2, 3, nlocal): lower/upper corner of x, y, z
   real(dp), allocatable :: tracers(:,:)            ! (TRACER_WIDTH, ntracers): x, y, z, pid
@@ -170,6 +175,7 @@ contains
           end do
        end do
     end do
+    call fill_guard_cells()
     ! tracers: block gb holds (gb*7) % 5 + 1 particles, ordered by block, then pid
     ntr = 0
     do b = 1, nlocal
@@ -195,8 +201,28 @@ contains
 
   subroutine allocate_state()
     if (allocated(fld)) deallocate (fld, refine_level, bbox)
-    allocate (fld(nxb, nxb, nxb, nlocal, NVARS), refine_level(nlocal), bbox(2, 3, nlocal))
+    allocate (fld(1-NGUARD:nxb+NGUARD, 1-NGUARD:nxb+NGUARD, 1-NGUARD:nxb+NGUARD, nlocal, NVARS), &
+         refine_level(nlocal), bbox(2, 3, nlocal))
   end subroutine allocate_state
+
+  !> Guard cells from the interior of the same block (zero gradient). The update here is element-wise and reads
+  !> no guard cell; a code with stencils would fill them from the neighbouring blocks instead. They are never
+  !> written to a checkpoint (only the interiors are), and are filled again after a restart.
+  subroutine fill_guard_cells()
+    integer :: g
+    do g = 1, NGUARD
+       fld(1 - g, :, :, :, :) = fld(1, :, :, :, :)
+       fld(nxb + g, :, :, :, :) = fld(nxb, :, :, :, :)
+    end do
+    do g = 1, NGUARD
+       fld(:, 1 - g, :, :, :) = fld(:, 1, :, :, :)
+       fld(:, nxb + g, :, :, :) = fld(:, nxb, :, :, :)
+    end do
+    do g = 1, NGUARD
+       fld(:, :, 1 - g, :, :) = fld(:, :, 1, :, :)
+       fld(:, :, nxb + g, :, :) = fld(:, :, nxb, :, :)
+    end do
+  end subroutine fill_guard_cells
 
   !> One step (advance): tracers move with the OLD velocities, then the element-wise field update.
   subroutine advance()
@@ -252,10 +278,17 @@ contains
        end do
     end do
     call move_alloc(new, fld)
+    call fill_guard_cells()
     step = step + 1
   end subroutine advance
 
   ! ======================================================================================== checkpoint I/O
+
+  !> Where the interior starts in fld(:,:,:,:,v) (0-based, Fortran order): NGUARD cells in, first block.
+  function interior_start() result(start)
+    integer(int64) :: start(4)
+    start = [int(NGUARD, int64), int(NGUARD, int64), int(NGUARD, int64), 0_int64]
+  end function interior_start
 
   function checkpoint_path(s) result(path)
     integer(int64), intent(in) :: s
@@ -270,14 +303,18 @@ contains
     character(len=*), intent(in) :: path
     type(ckptio_file) :: ck
     integer :: v
-    integer(int64) :: nb, nx, first
+    integer(int64) :: nb, nx, first, loc
     nb = nblocks
     nx = nxb
     first = first_block
+    loc = nlocal
     call ckptio_create(path, MPI_COMM_WORLD, ck, backend=trim(backend))
     ! The fields, bounding boxes and tracers are module arrays that stay unchanged until ckptio_close returns,
     ! and each one passed below is contiguous (no compiler temporary): zero-copy mode is safe and saves a copy
     ! of every field (by default ckptio_write copies; zero-copy blocks are checksummed again at the close).
+    ! Each field is passed whole, guard cells included, with its interior as the memory selection: the backend
+    ! writes the interiors straight from fld (an MPI memory datatype, an HDF5 memory dataspace or PnetCDF's
+    ! flexible API), nothing is packed.
     call ckptio_set_zero_copy(ck, .true.)
     call ckptio_set_attr(ck, 'step', step)
     call ckptio_set_attr(ck, 'time', real(step, dp) * dt)
@@ -287,7 +324,7 @@ contains
     call ckptio_set_attr(ck, 'simulation', SIMULATION_NAME)
     do v = 1, NVARS   ! Fortran order (x, y, z, block) == Python's (block, z, y, x)
        call ckptio_write(ck, GRID_VARS(v), fld(:, :, :, :, v), offset=[0_int64, 0_int64, 0_int64, first], &
-            global_shape=[nx, nx, nx, nb])
+            global_shape=[nx, nx, nx, nb], interior_start=interior_start(), interior_shape=[nx, nx, nx, loc])
     end do
     call ckptio_write(ck, 'refine_level', refine_level, offset=[first], global_shape=[nb])
     call ckptio_write(ck, 'bbox', bbox, offset=[0_int64, 0_int64, first], global_shape=[2_int64, 3_int64, nb])
@@ -327,8 +364,10 @@ contains
                ' does not have the expected shape'
           call MPI_Abort(MPI_COMM_WORLD, 1)
        end if
-       call ckptio_read(ck, GRID_VARS(v), fld(:, :, :, :, v), offset=[0_int64, 0_int64, 0_int64, first])
+       call ckptio_read(ck, GRID_VARS(v), fld(:, :, :, :, v), offset=[0_int64, 0_int64, 0_int64, first], &
+            interior_start=interior_start(), interior_shape=[nx, nx, nx, int(nlocal, int64)])
     end do
+    call fill_guard_cells()
     call ckptio_read(ck, 'refine_level', refine_level, offset=[first])
     call ckptio_read(ck, 'bbox', bbox, offset=[0_int64, 0_int64, first])
     ! segments belong to the writer's ranks: read all of them and keep the particles of our blocks
@@ -428,8 +467,8 @@ contains
              lmin = huge(1.0_dp)
              lmax = -huge(1.0_dp)
              if (nlocal > 0) then
-                lmin = minval(fld(:, :, :, :, DENS))
-                lmax = maxval(fld(:, :, :, :, DENS))
+                lmin = minval(fld(1:nxb, 1:nxb, 1:nxb, :, DENS))
+                lmax = maxval(fld(1:nxb, 1:nxb, 1:nxb, :, DENS))
              end if
              call MPI_Allreduce(lmin, dmin, 1, MPI_DOUBLE_PRECISION, MPI_MIN, MPI_COMM_WORLD)
              call MPI_Allreduce(lmax, dmax, 1, MPI_DOUBLE_PRECISION, MPI_MAX, MPI_COMM_WORLD)

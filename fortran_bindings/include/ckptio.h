@@ -120,6 +120,23 @@ int ckptio_write_order(ckptio_file file, const char *name, int dtype, int order,
                        const int64_t *global_shape, const int64_t *offset, const int64_t *local_shape,
                        const void *data);
 
+/* Local. Memory selection: declare the box of a larger local array as this rank's block -- e.g. the interior of
+ * an array with guard (halo) cells -- without packing it first. `data` points to the caller's whole array of
+ * `mem_shape` elements (contiguous in `order`); the block is its box of `local_shape` elements starting at
+ * `mem_start` (0-based; NULL: zeros), placed at `offset` within `global_shape`. All four shape arrays are in
+ * `order` (CKPTIO_ORDER_C or CKPTIO_ORDER_FORTRAN). This is HDF5's memory dataspace with a hyperslab selection
+ * (H5Sselect_hyperslab(mem_space, H5S_SELECT_SET, mem_start, NULL, local_shape, NULL)) or an MPI subarray type
+ * (MPI_Type_create_subarray(ndim, mem_shape, local_shape, mem_start, ...)) in one call.
+ * Memory rules as for ckptio_write: by default only the selected box is copied before the call returns; in
+ * zero-copy mode nothing is copied and the backends read the box in place from the whole array at close (MPI
+ * hindexed memory type, HDF5 memory dataspace, PnetCDF flexible API), so the whole array must stay allocated
+ * and the box unchanged until ckptio_close returns. Example, u[nz+2g][ny+2g][nx+2g] with g guard cells:
+ *   int64_t full[3] = {nz + 2 * g, ny + 2 * g, nx + 2 * g}, start[3] = {g, g, g}, box[3] = {nz, ny, nx};
+ *   ckptio_write_sub(f, "u", CKPTIO_FLOAT64, CKPTIO_ORDER_C, 3, gshape, offset, full, start, box, u); */
+int ckptio_write_sub(ckptio_file file, const char *name, int dtype, int order, int ndim, const int64_t *global_shape,
+                     const int64_t *offset, const int64_t *mem_shape, const int64_t *mem_start,
+                     const int64_t *local_shape, const void *data);
+
 /* Local. Declare this rank's variable-length 1-D segment of `name` (n elements, n may differ between ranks and
  * be 0). Segments are concatenated in rank order; offsets are found at close. */
 int ckptio_write_segment(ckptio_file file, const char *name, int dtype, int64_t n, const void *data);
@@ -128,6 +145,19 @@ int ckptio_write_segment(ckptio_file file, const char *name, int dtype, int64_t 
 int ckptio_set_attr_int64(ckptio_file file, const char *key, int64_t value);
 int ckptio_set_attr_double(ckptio_file file, const char *key, double value);
 int ckptio_set_attr_string(ckptio_file file, const char *key, const char *value); /* NULL: a null value */
+
+/* Local. Per-variable metadata, as Python's write(name, ..., dims=, attrs=): dimension names (one per axis, in
+ * `order`: with CKPTIO_ORDER_FORTRAN the first name belongs to the fastest axis and they are stored reversed,
+ * like shapes) and attributes of variable `name` (units, long_name, ...; integers are stored as int64, doubles
+ * as float64). They apply to this rank's following ckptio_write* calls of `name`, so call them BEFORE its first
+ * write (afterwards: CKPTIO_ERR_ARGUMENT). Every rank that writes blocks of `name` must declare the same dims and
+ * attributes (checked at close, on every rank). A dimension name is one length in the whole checkpoint (variables
+ * sharing it share the HDF5 dimension scale / netCDF dimension); default names are `<name>_d0`, `<name>_d1`, ...
+ * Python reads them as reader.variables[name].dims / .attrs. */
+int ckptio_set_dims(ckptio_file file, const char *name, int order, int ndim, const char *const *dims);
+int ckptio_set_var_attr_int64(ckptio_file file, const char *name, const char *key, int64_t value);
+int ckptio_set_var_attr_double(ckptio_file file, const char *name, const char *key, double value);
+int ckptio_set_var_attr_string(ckptio_file file, const char *name, const char *key, const char *value);
 
 /* Collective. For a checkpoint being written: validate, write, commit atomically (the checkpoint appears under
  * its name only if every rank succeeded). For a checkpoint opened for reading: close the file. The handle is
@@ -153,6 +183,12 @@ int ckptio_wait_all(void);
 /* Collective. Open a committed checkpoint (the backend is detected from the file). Any rank count. */
 int ckptio_open(const char *path, MPI_Comm comm, ckptio_file *file);
 
+/* Collective. ckptio_open with the stage_dir the checkpoint was written with (NULL or "": ckptio_open): when the
+ * newest staged copy of `path` is usable (same rank count, every rank's piece on its own node, checksums
+ * verified, not older than `path`), the restart reads from the node-local stages (Python's ckptio.open(...,
+ * stage_dir=)); otherwise, with a warning on stderr naming what is missing, from `path`. */
+int ckptio_open_ex(const char *path, MPI_Comm comm, const char *stage_dir, ckptio_file *file);
+
 /* Collective. Read the hyperslab (offset, shape) of `name` into `buffer` (C order, prod(shape) elements of
  * `dtype`, which must be the variable's dtype). Every rank may ask for a different hyperslab, or an empty
  * one (a zero in shape). Reads are two-phase aggregated (ckptio.Reader). */
@@ -160,6 +196,13 @@ int ckptio_read(ckptio_file file, const char *name, int dtype, int ndim, const i
                 const int64_t *shape, void *buffer);
 int ckptio_read_order(ckptio_file file, const char *name, int dtype, int order, int ndim, const int64_t *offset,
                       const int64_t *shape, void *buffer);
+
+/* Collective. Memory selection on read: read the hyperslab (offset, shape) of `name` into the box of `shape`
+ * elements at `mem_start` (0-based; NULL: zeros) of the caller's array of `mem_shape` elements (contiguous in
+ * `order`, which applies to all four shape arrays), e.g. the interior of a guard-celled array. Elements outside
+ * the box are not touched. */
+int ckptio_read_sub(ckptio_file file, const char *name, int dtype, int order, int ndim, const int64_t *offset,
+                    const int64_t *mem_shape, const int64_t *mem_start, const int64_t *shape, void *buffer);
 
 /* One request of ckptio_read_many: like the arguments of ckptio_read. */
 typedef struct ckptio_read_request {
@@ -176,6 +219,20 @@ typedef struct ckptio_read_request {
  * ranks (also 0, requests may then be NULL); order applies to every request's offset and shape. A problem
  * with any request on any rank fails the call on every rank, and then no buffer has been written. */
 int ckptio_read_many(ckptio_file file, int order, int nrequests, const ckptio_read_request *requests);
+
+/* A memory selection of a read request (ckptio_read_many_sub): the request's buffer is the caller's whole array
+ * of mem_shape elements, the request's shape the box at mem_start (0-based, NULL: zeros) that receives the
+ * hyperslab; mem_shape NULL: no selection (the buffer holds exactly shape elements). Same order as the request. */
+typedef struct ckptio_memsel {
+  const int64_t *mem_shape;
+  const int64_t *mem_start;
+} ckptio_memsel;
+
+/* Collective. ckptio_read_many with a memory selection per request (selections: nrequests entries, or NULL for
+ * none): e.g. every variable of a restart read into the interior of its guard-celled array in one exchange.
+ * Elements outside the boxes are not touched. */
+int ckptio_read_many_sub(ckptio_file file, int order, int nrequests, const ckptio_read_request *requests,
+                         const ckptio_memsel *selections);
 
 /* Local. Attributes of an opened checkpoint. Integers are converted to double by get_attr_double; a string
  * longer than buflen-1 bytes gives CKPTIO_ERR_ARGUMENT (the message says how long it is). */
@@ -213,6 +270,14 @@ int ckptio_latest_verified(MPI_Comm comm, const char *dir, const char *prefix, c
 int ckptio_series_create(MPI_Comm comm, const char *dir, const char *prefix, int keep, int64_t step,
                          const char *backend, ckptio_file *file);
 
+/* Collective. ckptio_series_create with the options of ckptio_create_ex (NULL or "": the default of each): mode
+ * "async" and a stage_dir make the series' checkpoints background handles (ckptio_close, then ckptio_wait
+ * exactly once); retention then runs in the I/O thread right after each background commit. Every rank passes
+ * the same options. Restart from the stage with ckptio_open_ex(path, comm, stage_dir, ...). */
+int ckptio_series_create_ex(MPI_Comm comm, const char *dir, const char *prefix, int keep, int64_t step,
+                            const char *backend, const char *mode, const char *stage_dir, const char *compression,
+                            ckptio_file *file);
+
 /* Collective. Retention, as ckptio.Series(dir, prefix=prefix, keep=keep) does after each commit: delete all but
  * the newest `keep` complete checkpoints named `{prefix}_NNNNNN` in `dir` (prefix NULL: "chk"); rank 0 deletes.
  * nremoved may be NULL. */
@@ -244,21 +309,27 @@ int ckptio_finalize(void);
  * argument problem found in Fortran) takes part in the call's agreement so that every rank fails together. */
 int ckptio_create_f(const char *path, MPI_Fint comm, const char *backend, const char *mode, const char *stage_dir,
                     const char *compression, ckptio_file *file);
-int ckptio_open_f(const char *path, MPI_Fint comm, const char *problem, ckptio_file *file);
+int ckptio_open_f(const char *path, MPI_Fint comm, const char *stage_dir, const char *problem, ckptio_file *file);
 int ckptio_latest_comm_f(MPI_Fint comm, const char *dir, const char *prefix, char *buf, size_t buflen);
 int ckptio_latest_f(const char *dir, const char *prefix, char *buf, size_t buflen);
 int ckptio_latest_verified_f(MPI_Fint comm, const char *dir, const char *prefix, char *buf, size_t buflen);
 int ckptio_series_create_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int64_t step,
-                           const char *backend, const char *problem, ckptio_file *file);
+                           const char *backend, const char *mode, const char *stage_dir, const char *compression,
+                           const char *problem, ckptio_file *file);
 int ckptio_prune_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int *nremoved);
 /* internal to module ckptio: Fortran-order write (segment != 0: ckptio_write_segment; force_copy != 0: copy
- * even in zero-copy mode, for a temporary made by the module) and read, with a problem found in Fortran */
+ * even in zero-copy mode, for a temporary made by the module) and read, with a problem found in Fortran;
+ * mem_shape non-NULL: a memory selection (the block is the box local_shape/shape at mem_start of the array) */
 int ckptio_write_f(ckptio_file file, const char *name, int dtype, int ndim, const int64_t *global_shape,
                    const int64_t *offset, const int64_t *local_shape, const void *data, int segment, int force_copy,
-                   const char *problem);
+                   const char *problem, const int64_t *mem_shape, const int64_t *mem_start);
 int ckptio_read_f(ckptio_file file, const char *name, int dtype, int ndim, const int64_t *offset,
-                  const int64_t *shape, void *buffer, const char *problem);
-int ckptio_read_many_f(ckptio_file file, int nrequests, const ckptio_read_request *requests, const char *problem);
+                  const int64_t *shape, void *buffer, const char *problem, const int64_t *mem_shape,
+                  const int64_t *mem_start);
+int ckptio_read_many_f(ckptio_file file, int nrequests, const ckptio_read_request *requests,
+                       const ckptio_memsel *selections, const char *problem);
+/* ckptio_set_dims for module ckptio: ndim NUL-terminated names one after the other in `joined`, Fortran order */
+int ckptio_set_dims_f(ckptio_file file, const char *name, int ndim, const char *joined);
 int ckptio_set_error_f(int status, const char *message);
 
 #ifdef __cplusplus

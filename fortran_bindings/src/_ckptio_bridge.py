@@ -38,9 +38,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import ckptio
-from ckptio import async_io, coord
+from ckptio import async_io, coord, memsel, varmeta
 from ckptio.errors import CheckpointError, CollectiveError, ReadRequestError
-from ckptio.meta import checksum
 
 
 class ArgumentError(CheckpointError, ValueError):
@@ -93,13 +92,16 @@ class Watched:
 
 @dataclass
 class WriteHandle:
-    """What a C/Fortran handle being written holds: the ckptio.Writer and its zero-copy blocks."""
+    """What a C/Fortran handle being written holds: the ckptio.Writer, its zero-copy blocks, and the per-variable
+    dims/attrs set for the variables' next writes (``ckptio_set_dims``, ``ckptio_set_var_attr_*``)."""
     writer: ckptio.Writer
     watched: list[Watched] = field(default_factory=list)
+    described: dict[str, dict] = field(default_factory=dict)
+    written: set[str] = field(default_factory=set)
 
     def changed_blocks(self) -> list[str]:
         """Local: the zero-copy blocks whose memory no longer holds what was written (checksum differs)."""
-        return [w.where for w in self.watched if checksum(w.array) != w.checksum]
+        return [w.where for w in self.watched if memsel.checksum(w.array) != w.checksum]
 
 
 def create(path: str, comm, backend: str, mode: str | None = None, stage_dir: str | None = None,
@@ -112,33 +114,91 @@ def create(path: str, comm, backend: str, mode: str | None = None, stage_dir: st
 
 
 def series_create(directory: str, comm, prefix: str, keep: int, step: int, backend: str,
-                  problem: str | None) -> WriteHandle:
-    """Collective: ``ckptio.Series(directory, comm, prefix=prefix, keep=keep, backend=backend).create(step)``;
-    its close applies the retention. The directory is made by rank 0 first, errors reaching every rank."""
+                  problem: str | None, mode: str | None = None, stage_dir: str | None = None,
+                  compression: str | None = None) -> WriteHandle:
+    """Collective: ``ckptio.Series(directory, comm, prefix=prefix, keep=keep, backend=backend, stage_dir=stage_dir,
+    mode=mode, compression=compression).create(step)`` (None: the defaults); its close applies the retention
+    (for a background checkpoint: in the I/O thread after the commit). The directory is made by rank 0 first,
+    errors reaching every rank."""
     _agree(comm, f"series {directory}", problem)
     coord.bcast_from_root(comm, f"create the series directory {directory}",
                           lambda: os.makedirs(directory, exist_ok=True))
-    series = ckptio.Series(directory, comm, prefix=prefix, keep=keep, backend=backend)
+    options = {k: v for k, v in (("mode", mode), ("compression", compression)) if v is not None}
+    series = ckptio.Series(directory, comm, prefix=prefix, keep=keep, backend=backend, stage_dir=stage_dir,
+                           **options)
     return WriteHandle(series.create(step))
 
 
+def _selected(array, select):
+    """The box ``select = (start, count)`` (C order) of ``array`` as a numpy view (a memory selection)."""
+    start, count = select
+    return array[tuple(slice(s, s + c) for s, c in zip(start, count, strict=True))]
+
+
 def write(handle: WriteHandle, name: str, array, offset, global_shape, problem: str | None, where: str,
-          zero_copy: int) -> None:
+          zero_copy: int, select=None) -> None:
     """Local: declare a block (offset/global_shape tuples) or a segment (both None).
 
     ``array`` is a staging copy (default) or, with ``zero_copy``, a view of the caller's memory: then its
-    checksum is taken now and verified by :func:`close` before anything is written.
+    checksum is taken now and verified by :func:`close` before anything is written. With ``select`` (a memory
+    selection, ckptio_write_sub: ``(start, count)`` in C order) ``array`` views the caller's whole array and the
+    block is that box of it: copied here (only the box) unless ``zero_copy``, else declared as the strided view,
+    which the backends write in place (ckptio.memsel).
     """
     writer = handle.writer
     try:
         if problem:
             raise ArgumentError(problem)
-        writer.write(name, array, offset, global_shape)
+        if select is not None:
+            array = _selected(array, select)
+            if not zero_copy:
+                array = np.array(array, order="C")  # the caller's memory is valid until this call returns
+        d = handle.described.get(name, {})
+        writer.write(name, array, offset, global_shape, dims=d.get("dims"), attrs=d.get("attrs"))
+        handle.written.add(name)
         if zero_copy:
-            handle.watched.append(Watched(where, array, checksum(array)))
+            handle.watched.append(Watched(where, array, memsel.checksum(array)))
     except BaseException as exc:
         _poison(writer, exc)
         raise
+
+
+def _describe(handle: WriteHandle, name: str, where: str, problem: str | None, what: str, value) -> None:
+    """Local: remember dims (``what`` "dims") or one attribute (``what`` its key) of variable ``name`` for its
+    following writes; refused (ArgumentError, the writer poisoned) after the variable's first write on this rank,
+    where Python's write() would already have declared its description."""
+    try:
+        if problem:
+            raise ArgumentError(problem)
+        if not name:
+            raise ArgumentError("variable name is NULL or empty")
+        if name in handle.written:
+            raise ArgumentError(f"variable {name!r} was already written on this rank: declare its dims and "
+                                f"attributes before its first write (they go with every block of it)")
+        rank = handle.writer.comm.Get_rank()
+        entry = handle.described.setdefault(name, {})
+        if what == "dims":  # checked now (names), again with the array's rank by the write
+            dims = list(value)
+            varmeta.declare(name, len(dims), dims, None, rank)
+            entry["dims"] = dims
+        else:
+            attrs = {**entry.get("attrs", {}), what: value}
+            varmeta.declare(name, 0, None, attrs, rank)  # checks the names and values
+            handle.writer.backend.check_attr(what, value)
+            entry["attrs"] = attrs
+    except BaseException as exc:
+        _poison(handle.writer, exc)
+        raise
+
+
+def set_dims(handle: WriteHandle, name: str, dims, problem: str | None, where: str) -> None:
+    """Local: ``dims=`` (C order) of variable ``name``'s following writes."""
+    _describe(handle, name, where, problem, "dims", dims)
+
+
+def set_var_attr(handle: WriteHandle, name: str, key: str, value, where: str) -> None:
+    """Local: one of variable ``name``'s ``attrs=`` for its following writes."""
+    _describe(handle, name, where, None if key else "attribute key is NULL or empty", key, value)
 
 
 def set_attr(handle: WriteHandle, key: str, value) -> None:
@@ -185,9 +245,10 @@ def wait_all(where: str = "ckptio_wait_all") -> None:
 
 
 # ------------------------------------------------------------------------------------------------ reading
-def open_reader(path: str, comm, problem: str | None):
+def open_reader(path: str, comm, problem: str | None, stage_dir: str | None = None):
+    """Collective: ckptio.open (with ``stage_dir``: from the node-local stages when they are usable)."""
     _agree(comm, f"open {path}", problem)
-    return ckptio.open(path, comm)
+    return ckptio.open(path, comm, stage_dir=stage_dir)
 
 
 def _buffer_problem(reader, name: str, out) -> str | None:
@@ -205,24 +266,32 @@ def _buffer_problem(reader, name: str, out) -> str | None:
     return None
 
 
-def read(reader, name: str, out, offset, problem: str | None) -> None:
-    """Collective: read the hyperslab at ``offset`` with ``out.shape`` into ``out`` (a view of caller memory)."""
+def read(reader, name: str, out, offset, problem: str | None, select=None) -> None:
+    """Collective: read the hyperslab at ``offset`` with ``out.shape`` into ``out`` (a view of caller memory).
+    With ``select`` (ckptio_read_sub: ``(start, count)`` in C order), ``out`` views the caller's whole array and
+    the hyperslab goes into that box of it; nothing outside the box is written."""
+    if out is not None and select is not None:
+        out = _selected(out, select)
     if not problem:
         problem = _buffer_problem(reader, name, out)
     _agree(reader.comm, f"read {reader.path}: {name!r}", problem)
     data = reader.read(name, offset, out.shape)
-    np.copyto(out, data, casting="no")
+    np.copyto(out, data, casting="no")  # h1 out=: read straight into the (strided) view once Reader.read has out=
 
 
-def read_many(reader, names: list[str], outs: list, offsets: list, problem: str | None) -> None:
+def read_many(reader, names: list[str], outs: list, offsets: list, problem: str | None, selects=None) -> None:
     """Collective: all requests of this rank in one two-phase exchange (ckptio.Reader.read_many); the number of
-    requests may differ between ranks. Any problem on any rank fails every rank before anything is read."""
+    requests may differ between ranks. Any problem on any rank fails every rank before anything is read.
+    ``selects[i]`` (ckptio_read_many_sub): None, or ``(start, count)``: ``outs[i]`` views the caller's whole array
+    and request i goes into that box of it."""
+    if selects is not None:
+        outs = [out if sel is None else _selected(out, sel) for out, sel in zip(outs, selects, strict=True)]
     for name, out in zip(names, outs, strict=True):
         problem = problem or _buffer_problem(reader, name, out)
     _agree(reader.comm, f"read_many {reader.path}", problem)
     datas = reader.read_many([(n, off, out.shape) for n, off, out in zip(names, offsets, outs, strict=True)])
     for out, data in zip(outs, datas, strict=True):
-        np.copyto(out, data, casting="no")
+        np.copyto(out, data, casting="no")  # h1 out=: read_many(..., out=outs) receives into the (strided) views
 
 
 def _lookup_attr(reader, key: str):

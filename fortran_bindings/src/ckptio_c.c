@@ -294,7 +294,9 @@ static int npy_type_of(int dtype) {
 static void caller_name(char *buf, size_t n, const char *fn) {
   static const char *suffixes[] = {"_int64", "_double", "_string"};
   snprintf(buf, n, "%s", fn);
-  if (!t_fortran || (strncmp(fn, "ckptio_set_attr_", 16) != 0 && strncmp(fn, "ckptio_get_attr_", 16) != 0)) return;
+  if (!t_fortran || (strncmp(fn, "ckptio_set_attr_", 16) != 0 && strncmp(fn, "ckptio_get_attr_", 16) != 0 &&
+                     strncmp(fn, "ckptio_set_var_attr_", 20) != 0))
+    return;
   for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
     size_t lf = strlen(buf), ls = strlen(suffixes[i]);
     if (lf > ls && strcmp(buf + lf - ls, suffixes[i]) == 0) buf[lf - ls] = '\0';
@@ -476,7 +478,8 @@ static int create_impl(const char *path, MPI_Comm comm, const char *backend, con
 
 /* Collective: bridge.series_create agrees on `problem` before anything else. */
 static int series_impl(MPI_Comm comm, const char *dir, const char *prefix, int keep, int64_t step,
-                       const char *backend, const char *given_problem, ckptio_file *file) {
+                       const char *backend, const char *mode, const char *stage_dir, const char *compression,
+                       const char *given_problem, ckptio_file *file) {
   char where[1200], problem[256] = "";
   snprintf(where, sizeof where, "ckptio_series_create(\"%.1000s\")", dir ? dir : "(null)");
   if (comm == MPI_COMM_NULL) return recordf(CKPTIO_ERR_ARGUMENT, "%s: communicator is MPI_COMM_NULL", where);
@@ -490,11 +493,14 @@ static int series_impl(MPI_Comm comm, const char *dir, const char *prefix, int k
   ENTER(where);
   int st = CKPTIO_OK;
   PyObject *w = bridge_call("series_create",
-                            Py_BuildValue("(sNsiLsz)", dir ? dir : "", PyMPIComm_New(comm), prefix ? prefix : "chk",
+                            Py_BuildValue("(sNsiLszzzz)", dir ? dir : "", PyMPIComm_New(comm), prefix ? prefix : "chk",
                                           keep, (long long)step, backend && *backend ? backend : "mpiio",
-                                          problem[0] ? problem : NULL));
+                                          problem[0] ? problem : NULL, mode && *mode ? mode : NULL,
+                                          stage_dir && *stage_dir ? stage_dir : NULL,
+                                          compression && *compression ? compression : NULL));
   if (w == NULL) st = fail_python(where);
   else if ((*file = new_handle(w, 1, where)) == NULL) st = t_status;
+  else (*file)->background = (mode && strcmp(mode, "async") == 0) || (stage_dir && *stage_dir);
   LEAVE();
   return st;
 }
@@ -502,7 +508,14 @@ static int series_impl(MPI_Comm comm, const char *dir, const char *prefix, int k
 int ckptio_series_create(MPI_Comm comm, const char *dir, const char *prefix, int keep, int64_t step,
                          const char *backend, ckptio_file *file) {
   t_fortran = 0;
-  return series_impl(comm, dir, prefix, keep, step, backend, NULL, file);
+  return series_impl(comm, dir, prefix, keep, step, backend, NULL, NULL, NULL, NULL, file);
+}
+
+int ckptio_series_create_ex(MPI_Comm comm, const char *dir, const char *prefix, int keep, int64_t step,
+                            const char *backend, const char *mode, const char *stage_dir, const char *compression,
+                            ckptio_file *file) {
+  t_fortran = 0;
+  return series_impl(comm, dir, prefix, keep, step, backend, mode, stage_dir, compression, NULL, file);
 }
 
 int ckptio_create(const char *path, MPI_Comm comm, const char *backend, ckptio_file *file) {
@@ -525,15 +538,48 @@ int ckptio_set_zero_copy(ckptio_file f, int enable) {
 /* Shared by ckptio_write_order (segment == 0), ckptio_write_segment and ckptio_write_f. Local. The data is
  * copied unless the handle is in zero-copy mode (and force_copy is 0); zero-copy blocks are watched by the
  * bridge (checksum now, verified at close). */
+/* A memory selection (ckptio_write_sub / ckptio_read_sub): the box (start, count) of the caller's array of
+ * mem_shape elements, all in `order`. Fills dims with mem_shape in C order and returns the Python tuple
+ * (start, count) in C order (new reference), or NULL with `problem` set. count: the block's shape. */
+static PyObject *selection_tuple(int order, int ndim, const int64_t *mem_shape, const int64_t *start,
+                                 const int64_t *count, npy_intp *dims, char *problem, size_t plen) {
+  PyObject *full = shape_tuple("mem_shape", order, ndim, mem_shape, 0, dims, problem, plen);
+  Py_XDECREF(full);
+  if (problem[0] || PyErr_Occurred()) return NULL;
+  PyObject *st = shape_tuple("mem_start", order, ndim, start, 1, NULL, problem, plen);
+  if (st == NULL) return NULL;
+  for (int i = 0; i < ndim; i++) {
+    int k = order == CKPTIO_ORDER_FORTRAN ? ndim - 1 - i : i; /* the caller's axis */
+    int64_t s = start ? start[k] : 0, c = count[k];
+    if (s < 0 || c < 0 || s > mem_shape[k] - c) {
+      if (order == CKPTIO_ORDER_FORTRAN) /* Fortran callers count dimensions from 1 */
+        snprintf(problem, plen, "the selection along dimension %d starts at %lld (0-based) with %lld elements, "
+                 "outside the array's %lld elements", k + 1, (long long)s, (long long)c, (long long)mem_shape[k]);
+      else
+        snprintf(problem, plen, "the selection along axis %d starts at %lld with %lld elements, outside the "
+                 "array's %lld elements", k, (long long)s, (long long)c, (long long)mem_shape[k]);
+      Py_DECREF(st);
+      return NULL;
+    }
+  }
+  PyObject *ct = shape_tuple("shape", order, ndim, count, 0, NULL, problem, plen);
+  if (ct == NULL) {
+    Py_DECREF(st);
+    return NULL;
+  }
+  return Py_BuildValue("(NN)", st, ct);
+}
+
 static int write_impl(const char *fn, ckptio_file f, const char *name, int dtype, int order, int ndim,
                       const int64_t *global_shape, const int64_t *offset, const int64_t *local_shape,
-                      const void *data, int segment, int force_copy, const char *given_problem) {
+                      const void *data, int segment, int force_copy, const char *given_problem,
+                      const int64_t *mem_shape, const int64_t *mem_start) {
   char where[256], problem[512] = "";
   npy_intp dims[CKPTIO_MAX_NDIM];
   where_name(where, sizeof where, fn, name);
   if (check_handle(f, WRITER, where) != CKPTIO_OK) return t_status;
   ENTER(where);
-  PyObject *arr = NULL, *off = NULL, *gs = NULL;
+  PyObject *arr = NULL, *off = NULL, *gs = NULL, *sel = NULL;
   if (given_problem != NULL) snprintf(problem, sizeof problem, "%s", given_problem);
   else if (name == NULL) snprintf(problem, sizeof problem, "variable name is NULL");
   else if (!segment && !check_ndim_order(ndim, order, problem, sizeof problem)) {
@@ -541,26 +587,32 @@ static int write_impl(const char *fn, ckptio_file f, const char *name, int dtype
     Py_XDECREF(ls);
     if (!problem[0]) off = shape_tuple("offset", order, ndim, offset, 0, NULL, problem, sizeof problem);
     if (!problem[0]) gs = shape_tuple("global_shape", order, ndim, global_shape, 0, NULL, problem, sizeof problem);
+    if (!problem[0] && !PyErr_Occurred() && mem_shape != NULL)
+      sel = selection_tuple(order, ndim, mem_shape, mem_start, local_shape, dims, problem, sizeof problem);
   } else if (segment) {
     if (local_shape[0] < 0) snprintf(problem, sizeof problem, "negative segment length %lld",
                                      (long long)local_shape[0]);
     dims[0] = (npy_intp)local_shape[0];
   }
   int zero_copy = f->zero_copy && !force_copy;
+  /* with a selection the whole array is viewed here and the bridge copies the selected box only (unless
+   * zero-copy): the caller's memory is valid until this call returns */
   if (!problem[0] && !PyErr_Occurred())
-    arr = wrap_memory(data, dtype, segment ? 1 : ndim, dims, 0, !zero_copy, problem, sizeof problem);
+    arr = wrap_memory(data, dtype, segment ? 1 : ndim, dims, 0, !zero_copy && sel == NULL, problem, sizeof problem);
   conversion_problem(problem, sizeof problem);
   if (problem[0]) Py_CLEAR(arr);
   /* with a problem, the bridge raises it and marks the writer failed, so its close fails on every rank */
   int st = CKPTIO_OK;
-  PyObject *r = bridge_call("write", Py_BuildValue("(OsOOOzsi)", f->obj, name ? name : "", arr ? arr : Py_None,
+  PyObject *r = bridge_call("write", Py_BuildValue("(OsOOOzsiO)", f->obj, name ? name : "", arr ? arr : Py_None,
                                                    off ? off : Py_None, gs ? gs : Py_None,
-                                                   problem[0] ? problem : NULL, where, zero_copy));
+                                                   problem[0] ? problem : NULL, where, zero_copy,
+                                                   sel ? sel : Py_None));
   if (r == NULL) st = fail_python(where);
   Py_XDECREF(r);
   Py_XDECREF(arr);
   Py_XDECREF(off);
   Py_XDECREF(gs);
+  Py_XDECREF(sel);
   LEAVE();
   return st;
 }
@@ -570,17 +622,28 @@ int ckptio_write_order(ckptio_file file, const char *name, int dtype, int order,
                        const void *data) {
   t_fortran = 0;
   return write_impl("ckptio_write", file, name, dtype, order, ndim, global_shape, offset, local_shape, data, 0, 0,
-                    NULL);
+                    NULL, NULL, NULL);
 }
 
 int ckptio_write(ckptio_file file, const char *name, int dtype, int ndim, const int64_t *global_shape,
                  const int64_t *offset, const int64_t *local_shape, const void *data) {
+  t_fortran = 0;
   return write_impl("ckptio_write", file, name, dtype, CKPTIO_ORDER_C, ndim, global_shape, offset, local_shape,
-                    data, 0, 0, NULL);
+                    data, 0, 0, NULL, NULL, NULL);
+}
+
+int ckptio_write_sub(ckptio_file file, const char *name, int dtype, int order, int ndim, const int64_t *global_shape,
+                     const int64_t *offset, const int64_t *mem_shape, const int64_t *mem_start,
+                     const int64_t *local_shape, const void *data) {
+  t_fortran = 0;
+  return write_impl("ckptio_write_sub", file, name, dtype, order, ndim, global_shape, offset, local_shape, data, 0, 0,
+                    mem_shape == NULL ? "mem_shape is NULL" : NULL, mem_shape, mem_start);
 }
 
 int ckptio_write_segment(ckptio_file file, const char *name, int dtype, int64_t n, const void *data) {
-  return write_impl("ckptio_write_segment", file, name, dtype, CKPTIO_ORDER_C, 1, NULL, NULL, &n, data, 1, 0, NULL);
+  t_fortran = 0;
+  return write_impl("ckptio_write_segment", file, name, dtype, CKPTIO_ORDER_C, 1, NULL, NULL, &n, data, 1, 0, NULL,
+                    NULL, NULL);
 }
 
 /* value: new reference (stolen), NULL if its construction failed */
@@ -614,6 +677,80 @@ int ckptio_set_attr_double(ckptio_file file, const char *key, double value) {
 }
 int ckptio_set_attr_string(ckptio_file file, const char *key, const char *value) {
   return set_attr_impl("ckptio_set_attr_string", file, key, make_string, value);
+}
+
+/* ---- per-variable metadata: dimension names and attributes (Python's write(..., dims=, attrs=)) ---- */
+static int var_attr_impl(const char *fn, ckptio_file f, const char *name, const char *key,
+                         PyObject *(*make)(const void *), const void *value) {
+  char where[256];
+  where_name(where, sizeof where, fn, name);
+  if (check_handle(f, WRITER, where) != CKPTIO_OK) return t_status;
+  ENTER(where);
+  int st = CKPTIO_OK;
+  PyObject *v = make(value);
+  PyObject *r = v == NULL ? NULL
+                          : bridge_call("set_var_attr", Py_BuildValue("(OzzNs)", f->obj, name, key, v, where));
+  if (r == NULL) st = fail_python(where);
+  Py_XDECREF(r);
+  LEAVE();
+  return st;
+}
+
+int ckptio_set_var_attr_int64(ckptio_file file, const char *name, const char *key, int64_t value) {
+  return var_attr_impl("ckptio_set_var_attr_int64", file, name, key, make_int64, &value);
+}
+int ckptio_set_var_attr_double(ckptio_file file, const char *name, const char *key, double value) {
+  return var_attr_impl("ckptio_set_var_attr_double", file, name, key, make_double, &value);
+}
+int ckptio_set_var_attr_string(ckptio_file file, const char *name, const char *key, const char *value) {
+  return var_attr_impl("ckptio_set_var_attr_string", file, name, key, make_string, value);
+}
+
+/* dims: ndim strings in `order` (given as an array of pointers, or, joined != 0, as one buffer of ndim
+ * NUL-terminated names one after the other: module ckptio's form). */
+static int set_dims_impl(ckptio_file f, const char *name, int order, int ndim, const char *const *dims,
+                         const char *joined) {
+  char where[256], problem[512] = "";
+  where_name(where, sizeof where, "ckptio_set_dims", name);
+  if (check_handle(f, WRITER, where) != CKPTIO_OK) return t_status;
+  ENTER(where);
+  PyObject *list = PyList_New(ndim < 0 ? 0 : ndim);
+  if (check_ndim_order(ndim, order, problem, sizeof problem)) {
+  } else if (dims == NULL && joined == NULL) {
+    snprintf(problem, sizeof problem, "dims is NULL");
+  } else {
+    const char *p = joined;
+    for (int i = 0; list && i < ndim; i++) {
+      const char *d = joined ? p : dims[i];
+      if (d == NULL) {
+        snprintf(problem, sizeof problem, "dims[%d] is NULL", i);
+        break;
+      }
+      if (joined) p += strlen(p) + 1;
+      PyObject *u = PyUnicode_FromString(d);
+      if (u == NULL) break;
+      PyList_SET_ITEM(list, order == CKPTIO_ORDER_FORTRAN ? ndim - 1 - i : i, u);
+    }
+  }
+  conversion_problem(problem, sizeof problem);
+  int st = CKPTIO_OK;
+  PyObject *r = list ? bridge_call("set_dims", Py_BuildValue("(OzOzs)", f->obj, name, problem[0] ? Py_None : list,
+                                                             problem[0] ? problem : NULL, where))
+                     : NULL;
+  if (r == NULL) st = fail_python(where);
+  Py_XDECREF(r);
+  Py_XDECREF(list);
+  LEAVE();
+  return st;
+}
+
+int ckptio_set_dims(ckptio_file file, const char *name, int order, int ndim, const char *const *dims) {
+  t_fortran = 0;
+  return set_dims_impl(file, name, order, ndim, dims, NULL);
+}
+
+int ckptio_set_dims_f(ckptio_file file, const char *name, int ndim, const char *joined) {
+  return set_dims_impl(file, name, CKPTIO_ORDER_FORTRAN, ndim, NULL, joined);
 }
 
 static void free_handle(ckptio_file f) { /* GIL held */
@@ -684,7 +821,8 @@ int ckptio_wait_all(void) {
  * ------------------------------------------------------------------------------------------------------- */
 /* given_problem: an argument problem found by the caller (Fortran: the handle is still open); *file is then
  * left alone, and every rank fails together. */
-static int open_impl(const char *path, MPI_Comm comm, ckptio_file *file, const char *given_problem) {
+static int open_impl(const char *path, MPI_Comm comm, const char *stage_dir, ckptio_file *file,
+                     const char *given_problem) {
   const char *where = "ckptio_open";
   char problem[256] = "", ctx[1200];
   if (comm == MPI_COMM_NULL) return recordf(CKPTIO_ERR_ARGUMENT, "%s: communicator is MPI_COMM_NULL", where);
@@ -695,8 +833,9 @@ static int open_impl(const char *path, MPI_Comm comm, ckptio_file *file, const c
   snprintf(ctx, sizeof ctx, "ckptio_open(\"%.1000s\")", path ? path : "(null)");
   ENTER(ctx);
   int st = CKPTIO_OK;
-  PyObject *r = bridge_call("open_reader", Py_BuildValue("(sNz)", path ? path : "", PyMPIComm_New(comm),
-                                                         problem[0] ? problem : NULL));
+  PyObject *r = bridge_call("open_reader", Py_BuildValue("(sNzz)", path ? path : "", PyMPIComm_New(comm),
+                                                         problem[0] ? problem : NULL,
+                                                         stage_dir && *stage_dir ? stage_dir : NULL));
   if (r == NULL) st = fail_python(ctx);
   else if ((*file = new_handle(r, 0, ctx)) == NULL) st = t_status;
   LEAVE();
@@ -705,64 +844,83 @@ static int open_impl(const char *path, MPI_Comm comm, ckptio_file *file, const c
 
 int ckptio_open(const char *path, MPI_Comm comm, ckptio_file *file) {
   t_fortran = 0;
-  return open_impl(path, comm, file, NULL);
+  return open_impl(path, comm, NULL, file, NULL);
 }
 
-static int read_impl(ckptio_file f, const char *name, int dtype, int order, int ndim, const int64_t *offset,
-                     const int64_t *shape, void *buffer, const char *given_problem) {
+int ckptio_open_ex(const char *path, MPI_Comm comm, const char *stage_dir, ckptio_file *file) {
+  t_fortran = 0;
+  return open_impl(path, comm, stage_dir, file, NULL);
+}
+
+static int read_impl(const char *fn, ckptio_file f, const char *name, int dtype, int order, int ndim,
+                     const int64_t *offset, const int64_t *shape, void *buffer, const char *given_problem,
+                     const int64_t *mem_shape, const int64_t *mem_start) {
   char where[256], problem[512] = "";
   npy_intp dims[CKPTIO_MAX_NDIM];
-  where_name(where, sizeof where, "ckptio_read", name);
+  where_name(where, sizeof where, fn, name);
   if (check_handle(f, READER, where) != CKPTIO_OK) return t_status;
   ENTER(where);
-  PyObject *arr = NULL, *off = NULL;
+  PyObject *arr = NULL, *off = NULL, *sel = NULL;
   if (given_problem != NULL) snprintf(problem, sizeof problem, "%s", given_problem);
   else if (name == NULL) snprintf(problem, sizeof problem, "variable name is NULL");
   else if (!check_ndim_order(ndim, order, problem, sizeof problem)) {
     PyObject *sh = shape_tuple("shape", order, ndim, shape, 0, dims, problem, sizeof problem);
     Py_XDECREF(sh);
     if (!problem[0]) off = shape_tuple("offset", order, ndim, offset, 1, NULL, problem, sizeof problem);
+    if (!problem[0] && !PyErr_Occurred() && mem_shape != NULL)
+      sel = selection_tuple(order, ndim, mem_shape, mem_start, shape, dims, problem, sizeof problem);
     if (!problem[0] && !PyErr_Occurred()) arr = wrap_memory(buffer, dtype, ndim, dims, 1, 0, problem, sizeof problem);
   }
   conversion_problem(problem, sizeof problem);
   if (problem[0]) Py_CLEAR(arr);
   /* collective: the bridge agrees on `problem` over the reader's communicator before reading */
   int st = CKPTIO_OK;
-  PyObject *r = bridge_call("read", Py_BuildValue("(OsOOz)", f->obj, name ? name : "", arr ? arr : Py_None,
-                                                  off ? off : Py_None, problem[0] ? problem : NULL));
+  PyObject *r = bridge_call("read", Py_BuildValue("(OsOOzO)", f->obj, name ? name : "", arr ? arr : Py_None,
+                                                  off ? off : Py_None, problem[0] ? problem : NULL,
+                                                  sel ? sel : Py_None));
   if (r == NULL) st = fail_python(where);
   Py_XDECREF(r);
   Py_XDECREF(arr);
   Py_XDECREF(off);
+  Py_XDECREF(sel);
   LEAVE();
   return st;
 }
 
 int ckptio_read_order(ckptio_file file, const char *name, int dtype, int order, int ndim, const int64_t *offset,
                       const int64_t *shape, void *buffer) {
-  return read_impl(file, name, dtype, order, ndim, offset, shape, buffer, NULL);
+  t_fortran = 0;
+  return read_impl("ckptio_read", file, name, dtype, order, ndim, offset, shape, buffer, NULL, NULL, NULL);
 }
 
 int ckptio_read(ckptio_file file, const char *name, int dtype, int ndim, const int64_t *offset,
                 const int64_t *shape, void *buffer) {
-  return read_impl(file, name, dtype, CKPTIO_ORDER_C, ndim, offset, shape, buffer, NULL);
+  t_fortran = 0;
+  return read_impl("ckptio_read", file, name, dtype, CKPTIO_ORDER_C, ndim, offset, shape, buffer, NULL, NULL, NULL);
+}
+
+int ckptio_read_sub(ckptio_file file, const char *name, int dtype, int order, int ndim, const int64_t *offset,
+                    const int64_t *mem_shape, const int64_t *mem_start, const int64_t *shape, void *buffer) {
+  t_fortran = 0;
+  return read_impl("ckptio_read_sub", file, name, dtype, order, ndim, offset, shape, buffer,
+                   mem_shape == NULL ? "mem_shape is NULL" : NULL, mem_shape, mem_start);
 }
 
 /* Collective: every request becomes (name, numpy view of its buffer, offset tuple); a problem with any of them
  * (or given_problem) is agreed on by the bridge before anything is read. */
 static int read_many_impl(ckptio_file f, int order, int n, const ckptio_read_request *reqs,
-                          const char *given_problem) {
+                          const ckptio_memsel *sels, const char *given_problem) {
   const char *where = "ckptio_read_many";
   char problem[512] = "";
   if (check_handle(f, READER, where) != CKPTIO_OK) return t_status;
   ENTER(where);
-  PyObject *names = PyList_New(0), *outs = PyList_New(0), *offs = PyList_New(0);
+  PyObject *names = PyList_New(0), *outs = PyList_New(0), *offs = PyList_New(0), *boxes = PyList_New(0);
   if (given_problem != NULL && given_problem[0]) snprintf(problem, sizeof problem, "%s", given_problem);
   else if (n < 0) snprintf(problem, sizeof problem, "nrequests is negative (%d)", n);
   else if (n > 0 && reqs == NULL) snprintf(problem, sizeof problem, "requests is NULL for %d request(s)", n);
   else if (order != CKPTIO_ORDER_C && order != CKPTIO_ORDER_FORTRAN)
     snprintf(problem, sizeof problem, "order must be CKPTIO_ORDER_C or CKPTIO_ORDER_FORTRAN, got %d", order);
-  for (int i = 0; !problem[0] && names && outs && offs && i < n; i++) {
+  for (int i = 0; !problem[0] && names && outs && offs && boxes && i < n; i++) {
     const ckptio_read_request *q = &reqs[i];
     npy_intp dims[CKPTIO_MAX_NDIM];
     char item[256] = "";
@@ -777,6 +935,9 @@ static int read_many_impl(ckptio_file f, int order, int n, const ckptio_read_req
     PyObject *sh = shape_tuple("shape", order, q->ndim, q->shape, 0, dims, item, sizeof item);
     Py_XDECREF(sh);
     PyObject *off = item[0] ? NULL : shape_tuple("offset", order, q->ndim, q->offset, 1, NULL, item, sizeof item);
+    PyObject *sel = NULL; /* a memory selection: dims become the whole array's */
+    if (!item[0] && !PyErr_Occurred() && sels != NULL && sels[i].mem_shape != NULL)
+      sel = selection_tuple(order, q->ndim, sels[i].mem_shape, sels[i].mem_start, q->shape, dims, item, sizeof item);
     PyObject *arr = item[0] || PyErr_Occurred() ? NULL
                                                 : wrap_memory(q->buffer, q->dtype, q->ndim, dims, 1, 0, item, sizeof item);
     PyObject *name = item[0] || PyErr_Occurred() ? NULL : PyUnicode_FromString(q->name);
@@ -785,7 +946,9 @@ static int read_many_impl(ckptio_file f, int order, int n, const ckptio_read_req
       PyList_Append(names, name);
       PyList_Append(outs, arr);
       PyList_Append(offs, off);
+      PyList_Append(boxes, sel ? sel : Py_None);
     }
+    Py_XDECREF(sel);
     Py_XDECREF(name);
     Py_XDECREF(arr);
     Py_XDECREF(off);
@@ -793,12 +956,13 @@ static int read_many_impl(ckptio_file f, int order, int n, const ckptio_read_req
   }
   conversion_problem(problem, sizeof problem);
   int st = CKPTIO_OK;
-  PyObject *r = names && outs && offs
-                    ? bridge_call("read_many", Py_BuildValue("(OOOOz)", f->obj, names, outs, offs,
-                                                             problem[0] ? problem : NULL))
+  PyObject *r = names && outs && offs && boxes
+                    ? bridge_call("read_many", Py_BuildValue("(OOOOzO)", f->obj, names, outs, offs,
+                                                             problem[0] ? problem : NULL, boxes))
                     : NULL;
   if (r == NULL) st = fail_python(where);
   Py_XDECREF(r);
+  Py_XDECREF(boxes);
   Py_XDECREF(names);
   Py_XDECREF(outs);
   Py_XDECREF(offs);
@@ -807,7 +971,12 @@ static int read_many_impl(ckptio_file f, int order, int n, const ckptio_read_req
 }
 
 int ckptio_read_many(ckptio_file file, int order, int nrequests, const ckptio_read_request *requests) {
-  return read_many_impl(file, order, nrequests, requests, NULL);
+  return read_many_impl(file, order, nrequests, requests, NULL, NULL);
+}
+
+int ckptio_read_many_sub(ckptio_file file, int order, int nrequests, const ckptio_read_request *requests,
+                         const ckptio_memsel *selections) {
+  return read_many_impl(file, order, nrequests, requests, selections, NULL);
 }
 
 /* Local: bridge.<fn>(reader, key) -> Python object (new reference) or NULL with the error recorded. */
@@ -1087,9 +1256,9 @@ int ckptio_create_f(const char *path, MPI_Fint comm, const char *backend, const 
   return create_impl(path, c, backend, mode, stage_dir, compression, file);
 }
 
-int ckptio_open_f(const char *path, MPI_Fint comm, const char *problem, ckptio_file *file) {
+int ckptio_open_f(const char *path, MPI_Fint comm, const char *stage_dir, const char *problem, ckptio_file *file) {
   FORTRAN_COMM("ckptio_open", comm, c);
-  return open_impl(path, c, file, problem);
+  return open_impl(path, c, stage_dir, file, problem);
 }
 
 int ckptio_latest_comm_f(MPI_Fint comm, const char *dir, const char *prefix, char *buf, size_t buflen) {
@@ -1108,9 +1277,10 @@ int ckptio_latest_f(const char *dir, const char *prefix, char *buf, size_t bufle
 }
 
 int ckptio_series_create_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int64_t step,
-                           const char *backend, const char *problem, ckptio_file *file) {
+                           const char *backend, const char *mode, const char *stage_dir, const char *compression,
+                           const char *problem, ckptio_file *file) {
   FORTRAN_COMM("ckptio_series_create", comm, c);
-  return series_impl(c, dir, prefix, keep, step, backend, problem, file);
+  return series_impl(c, dir, prefix, keep, step, backend, mode, stage_dir, compression, problem, file);
 }
 
 int ckptio_prune_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int *nremoved) {
@@ -1123,28 +1293,34 @@ int ckptio_prune_f(MPI_Fint comm, const char *dir, const char *prefix, int keep,
  * read problem takes part in the collective read so that every rank fails together. */
 int ckptio_write_f(ckptio_file file, const char *name, int dtype, int ndim, const int64_t *global_shape,
                    const int64_t *offset, const int64_t *local_shape, const void *data, int segment, int force_copy,
-                   const char *problem) {
+                   const char *problem, const int64_t *mem_shape, const int64_t *mem_start) {
   int64_t zero = 0;
   const char *given = problem && problem[0] ? problem : NULL;
+  t_fortran = 1;
   if (given != NULL) /* the shape arguments may not match the array: don't look at them */
     return write_impl(segment ? "ckptio_write_segment" : "ckptio_write", file, name, CKPTIO_FLOAT64,
-                      CKPTIO_ORDER_C, 1, &zero, &zero, &zero, NULL, 0, 0, given);
+                      CKPTIO_ORDER_C, 1, &zero, &zero, &zero, NULL, 0, 0, given, NULL, NULL);
   if (segment)
     return write_impl("ckptio_write_segment", file, name, dtype, CKPTIO_ORDER_C, 1, NULL, NULL, local_shape, data,
-                      1, force_copy, NULL);
+                      1, force_copy, NULL, NULL, NULL);
   return write_impl("ckptio_write", file, name, dtype, CKPTIO_ORDER_FORTRAN, ndim, global_shape, offset,
-                    local_shape, data, 0, force_copy, NULL);
+                    local_shape, data, 0, force_copy, NULL, mem_shape, mem_start);
 }
 
 int ckptio_read_f(ckptio_file file, const char *name, int dtype, int ndim, const int64_t *offset,
-                  const int64_t *shape, void *buffer, const char *problem) {
+                  const int64_t *shape, void *buffer, const char *problem, const int64_t *mem_shape,
+                  const int64_t *mem_start) {
+  t_fortran = 1;
   if (problem && problem[0])
-    return read_impl(file, name, CKPTIO_FLOAT64, CKPTIO_ORDER_C, 0, NULL, NULL, NULL, problem);
-  return read_impl(file, name, dtype, CKPTIO_ORDER_FORTRAN, ndim, offset, shape, buffer, NULL);
+    return read_impl("ckptio_read", file, name, CKPTIO_FLOAT64, CKPTIO_ORDER_C, 0, NULL, NULL, NULL, problem, NULL,
+                     NULL);
+  return read_impl("ckptio_read", file, name, dtype, CKPTIO_ORDER_FORTRAN, ndim, offset, shape, buffer, NULL,
+                   mem_shape, mem_start);
 }
 
-int ckptio_read_many_f(ckptio_file file, int nrequests, const ckptio_read_request *requests, const char *problem) {
-  return read_many_impl(file, CKPTIO_ORDER_FORTRAN, nrequests, requests, problem);
+int ckptio_read_many_f(ckptio_file file, int nrequests, const ckptio_read_request *requests,
+                       const ckptio_memsel *selections, const char *problem) {
+  return read_many_impl(file, CKPTIO_ORDER_FORTRAN, nrequests, requests, selections, problem);
 }
 
 int ckptio_set_error_f(int status, const char *message) { return record(status, message); }

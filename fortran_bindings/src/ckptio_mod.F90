@@ -11,6 +11,9 @@
 !>    a(i,j,k) as a[k-1,j-1,i-1] and no copy is made. Offsets and global shapes are given here in Fortran order
 !>    (offset(1) belongs to the first index), as integer(int64), and offsets are 0-based (like HDF5's and
 !>    MPI_Type_create_subarray's starts): offset = [i0, j0, k0] places a(1,1,1) at global index (i0, j0, k0).
+!>  * Memory selections: ckptio_write/ckptio_read/ckptio_batch_add(..., interior_start=, interior_shape=) take
+!>    the whole (guard-celled) array and the box of it that is the block (0-based start, Fortran order).
+!>  * Per-variable metadata: ckptio_set_dims (Fortran order) and ckptio_set_var_attr, before the variable's write.
 !>  * ckptio_write copies the array before it returns (temporaries, expressions and copy-in dummies are safe).
 !>    ckptio_set_zero_copy(file, .true.) opts in to referencing it instead: then it must stay allocated and
 !>    unchanged until ckptio_close returns (checked by checksum at close), like MPI's nonblocking buffers.
@@ -53,9 +56,15 @@ module ckptio
      integer(c_int) :: dtype = 0, ndim = 0
      type(c_ptr) :: offset = c_null_ptr, shape = c_null_ptr, buffer = c_null_ptr
   end type c_read_request
+  !> A memory selection of a batched read (ckptio_memsel of ckptio.h): the whole array's shape, the box's start.
+  type, bind(C) :: c_memsel
+     type(c_ptr) :: mem_shape = c_null_ptr, mem_start = c_null_ptr
+  end type c_memsel
   type :: read_item
      character(kind=c_char, len=:), allocatable :: name
      integer(c_int64_t) :: offset(CKPTIO_MAX_NDIM) = 0, shape(CKPTIO_MAX_NDIM) = 0
+     integer(c_int64_t) :: mem_shape(CKPTIO_MAX_NDIM) = 0, mem_start(CKPTIO_MAX_NDIM) = 0
+     logical :: selected = .false.      ! read into the box (mem_start, shape) of the array of mem_shape
      type(c_read_request) :: req
   end type read_item
   !> Requests collected with ckptio_batch_add and read together by ckptio_read_many (one collective exchange).
@@ -71,7 +80,7 @@ module ckptio
        ckptio_set_attr, ckptio_get_attr, ckptio_inquire_var, ckptio_latest, ckptio_prune, ckptio_finalize, &
        ckptio_strerror, ckptio_error_message, ckptio_set_zero_copy, ckptio_initialize, &
        ckptio_batch_add, ckptio_read_many, ckptio_latest_verified, ckptio_series_create, ckptio_wait, &
-       ckptio_done, ckptio_wait_all
+       ckptio_done, ckptio_wait_all, ckptio_set_dims, ckptio_set_var_attr
 
   !> ckptio_create(path, comm, file [, backend] [, mode=] [, stage_dir=] [, compression=] [, ierr=]) -- local;
   !> nothing is written before ckptio_close. mode="async" or a stage_dir: a background checkpoint (ckptio_wait).
@@ -82,7 +91,9 @@ module ckptio
   interface ckptio_open
      module procedure open_f08, open_int
   end interface ckptio_open
-  !> ckptio_write(file, name, data, offset, global_shape [, ierr]) -- local; Fortran-order offset/global_shape.
+  !> ckptio_write(file, name, data, offset, global_shape [, ierr] [, interior_start=, interior_shape=]) -- local;
+  !> Fortran-order offset/global_shape. With interior_start/interior_shape (0-based, Fortran order) the block is
+  !> that box of data, e.g. the interior of a guard-celled array, written without packing it (memory selection).
   interface ckptio_write
      module procedure write_r4, write_r8, write_i4, write_i8, write_c4, write_c8, write_l
   end interface ckptio_write
@@ -91,10 +102,16 @@ module ckptio
   interface ckptio_write_segment
      module procedure segment_r4, segment_r8, segment_i4, segment_i8, segment_c4, segment_c8, segment_l
   end interface ckptio_write_segment
-  !> ckptio_read(file, name, data [, offset] [, ierr]) -- collective; reads shape(data) elements at offset.
+  !> ckptio_read(file, name, data [, offset] [, ierr] [, interior_start=, interior_shape=]) -- collective; reads
+  !> shape(data) elements at offset, or interior_shape elements into that box of data (the rest is untouched).
   interface ckptio_read
      module procedure read_r4, read_r8, read_i4, read_i8, read_c4, read_c8, read_l
   end interface ckptio_read
+  !> ckptio_set_var_attr(file, name, key, value [, ierr]) -- local; an attribute of variable `name` (units,
+  !> long_name, ...; integer, real32, real64, character), for its following writes: call it before the first.
+  interface ckptio_set_var_attr
+     module procedure set_var_attr_i4, set_var_attr_i8, set_var_attr_r4, set_var_attr_r8, set_var_attr_str
+  end interface ckptio_set_var_attr
   !> ckptio_set_attr(file, key, value [, ierr]) -- local; integer (stored as int64), real(real32) and
   !> real(real64) (stored as float64), character.
   interface ckptio_set_attr
@@ -110,7 +127,8 @@ module ckptio
      module procedure latest_local, latest_f08, latest_int
   end interface ckptio_latest
 
-  !> ckptio_batch_add(batch, name, data [, offset] [, ierr]) -- local: add a read of shape(data) elements of
+  !> ckptio_batch_add(batch, name, data [, offset] [, ierr] [, interior_start=, interior_shape=]) -- local: add a
+  !> read of shape(data) elements (or interior_shape elements into that box of data) of
   !> variable name at offset (default 0) into data; done by ckptio_read_many(file, batch [, ierr]).
   interface ckptio_batch_add
      module procedure batch_r4, batch_r8, batch_i4, batch_i8, batch_c4, batch_c8
@@ -154,9 +172,9 @@ module ckptio
      integer(c_int) function c_wait_all() bind(C, name="ckptio_wait_all")
        import :: c_int
      end function c_wait_all
-     integer(c_int) function c_open(path, comm, problem, file) bind(C, name="ckptio_open_f")
+     integer(c_int) function c_open(path, comm, stage_dir, problem, file) bind(C, name="ckptio_open_f")
        import :: c_int, c_char, c_ptr
-       character(kind=c_char), intent(in) :: path(*), problem(*)
+       character(kind=c_char), intent(in) :: path(*), stage_dir(*), problem(*)
        integer(c_int), value :: comm
        type(c_ptr), intent(inout) :: file
      end function c_open
@@ -165,33 +183,37 @@ module ckptio
        type(c_ptr), value :: file
      end function c_close
      integer(c_int) function c_write(file, name, dtype, ndim, global_shape, offset, local_shape, data, segment, &
-          force_copy, problem) bind(C, name="ckptio_write_f")
+          force_copy, problem, mem_shape, mem_start) bind(C, name="ckptio_write_f")
        import :: c_int, c_char, c_ptr, c_int64_t
        type(c_ptr), value :: file, data
        character(kind=c_char), intent(in) :: name(*), problem(*)
        integer(c_int), value :: dtype, ndim, segment, force_copy
        integer(c_int64_t), intent(in) :: global_shape(*), offset(*), local_shape(*)
+       integer(c_int64_t), intent(in), optional :: mem_shape(*), mem_start(*)   ! absent: NULL (no selection)
      end function c_write
-     integer(c_int) function c_read(file, name, dtype, ndim, offset, shape, buffer, problem) &
+     integer(c_int) function c_read(file, name, dtype, ndim, offset, shape, buffer, problem, mem_shape, mem_start) &
           bind(C, name="ckptio_read_f")
        import :: c_int, c_char, c_ptr, c_int64_t
        type(c_ptr), value :: file, buffer
        character(kind=c_char), intent(in) :: name(*), problem(*)
        integer(c_int), value :: dtype, ndim
        integer(c_int64_t), intent(in) :: offset(*), shape(*)
+       integer(c_int64_t), intent(in), optional :: mem_shape(*), mem_start(*)
      end function c_read
-     integer(c_int) function c_read_many(file, n, requests, problem) bind(C, name="ckptio_read_many_f")
-       import :: c_int, c_char, c_ptr, c_read_request
+     integer(c_int) function c_read_many(file, n, requests, selections, problem) bind(C, name="ckptio_read_many_f")
+       import :: c_int, c_char, c_ptr, c_read_request, c_memsel
        type(c_ptr), value :: file
        integer(c_int), value :: n
        type(c_read_request), intent(in) :: requests(*)
+       type(c_memsel), intent(in) :: selections(*)
        character(kind=c_char), intent(in) :: problem(*)
      end function c_read_many
-     integer(c_int) function c_series_create(comm, dir, prefix, keep, step, backend, problem, file) &
-          bind(C, name="ckptio_series_create_f")
+     integer(c_int) function c_series_create(comm, dir, prefix, keep, step, backend, mode, stage_dir, compression, &
+          problem, file) bind(C, name="ckptio_series_create_f")
        import :: c_int, c_char, c_ptr, c_int64_t
        integer(c_int), value :: comm, keep
-       character(kind=c_char), intent(in) :: dir(*), prefix(*), backend(*), problem(*)
+       character(kind=c_char), intent(in) :: dir(*), prefix(*), backend(*), mode(*), stage_dir(*), compression(*), &
+            problem(*)
        integer(c_int64_t), value :: step
        type(c_ptr), intent(inout) :: file
      end function c_series_create
@@ -228,6 +250,29 @@ module ckptio
        character(kind=c_char), intent(in) :: key(*)
        real(c_double), value :: value
      end function c_set_attr_double
+     integer(c_int) function c_set_var_attr_int64(file, name, key, value) bind(C, name="ckptio_set_var_attr_int64")
+       import :: c_int, c_char, c_ptr, c_int64_t
+       type(c_ptr), value :: file
+       character(kind=c_char), intent(in) :: name(*), key(*)
+       integer(c_int64_t), value :: value
+     end function c_set_var_attr_int64
+     integer(c_int) function c_set_var_attr_double(file, name, key, value) bind(C, name="ckptio_set_var_attr_double")
+       import :: c_int, c_char, c_ptr, c_double
+       type(c_ptr), value :: file
+       character(kind=c_char), intent(in) :: name(*), key(*)
+       real(c_double), value :: value
+     end function c_set_var_attr_double
+     integer(c_int) function c_set_var_attr_string(file, name, key, value) bind(C, name="ckptio_set_var_attr_string")
+       import :: c_int, c_char, c_ptr
+       type(c_ptr), value :: file
+       character(kind=c_char), intent(in) :: name(*), key(*), value(*)
+     end function c_set_var_attr_string
+     integer(c_int) function c_set_dims(file, name, ndim, joined) bind(C, name="ckptio_set_dims_f")
+       import :: c_int, c_char, c_ptr
+       type(c_ptr), value :: file
+       character(kind=c_char), intent(in) :: name(*), joined(*)
+       integer(c_int), value :: ndim
+     end function c_set_dims
      integer(c_int) function c_set_attr_string(file, key, value) bind(C, name="ckptio_set_attr_string")
        import :: c_int, c_char, c_ptr
        type(c_ptr), value :: file
@@ -424,28 +469,31 @@ contains
   end subroutine create_f08
 
   !> Collective. A handle that is still open on some rank fails the open on every rank (and stays open).
-  subroutine open_int(path, comm, file, ierr)
+  !> stage_dir: the one the checkpoint was written with: read from the node-local stages when they are usable.
+  subroutine open_int(path, comm, file, ierr, stage_dir)
     character(len=*), intent(in) :: path
     integer, intent(in) :: comm
     type(ckptio_file), intent(inout) :: file
     integer, intent(out), optional :: ierr
+    character(len=*), intent(in), optional :: stage_dir
     integer(c_int) :: st
     if (c_associated(file%handle)) then
-       st = c_open(cstr(path), int(comm, c_int), cstr(open_problem(file)), file%handle)
+       st = c_open(cstr(path), int(comm, c_int), cstr(opt(stage_dir, '')), cstr(open_problem(file)), file%handle)
        call finish(st, file%comm, ierr)
        return
     end if
-    st = c_open(cstr(path), int(comm, c_int), cstr(''), file%handle)
+    st = c_open(cstr(path), int(comm, c_int), cstr(opt(stage_dir, '')), cstr(''), file%handle)
     if (st == CKPTIO_OK) file%comm = comm
     call finish(st, comm, ierr)
   end subroutine open_int
 
-  subroutine open_f08(path, comm, file, ierr)
+  subroutine open_f08(path, comm, file, ierr, stage_dir)
     character(len=*), intent(in) :: path
     type(MPI_Comm), intent(in) :: comm
     type(ckptio_file), intent(inout) :: file
     integer, intent(out), optional :: ierr
-    call open_int(path, comm%MPI_VAL, file, ierr)
+    character(len=*), intent(in), optional :: stage_dir
+    call open_int(path, comm%MPI_VAL, file, ierr, stage_dir)
   end subroutine open_f08
 
   !> Collective: commit a checkpoint being written (atomically, on every rank or none), or close one opened
@@ -537,7 +585,7 @@ contains
   !> Local: block (segment .false.) or segment write through ckptio_write_f; force_copy for a temporary made
   !> here (logical arrays), which must be copied even in zero-copy mode.
   subroutine write_any(file, fname, name, ptr, dtype, lshape, contiguous, offset, global_shape, segment, &
-       force_copy, ierr)
+       force_copy, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: fname, name
     type(c_ptr), intent(in) :: ptr
@@ -545,15 +593,19 @@ contains
     integer(int64), intent(in) :: lshape(:), offset(:), global_shape(:)
     logical, intent(in) :: contiguous, segment, force_copy
     integer, intent(out), optional :: ierr
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
     integer(c_int) :: st
     integer(int64) :: n(1)
     character(len=200) :: problem
     problem = ' '
     if (.not. contiguous) then
-       problem = 'the array is not contiguous (pass a contiguous array, or copy it into one)'
+       problem = 'the array is not contiguous (pass the whole contiguous array with interior_start= and ' // &
+            'interior_shape=, or copy it into one)'
     else if (.not. segment .and. (size(offset) /= size(lshape) .or. size(global_shape) /= size(lshape))) then
        write (problem, '(a,i0,a,i0,a,i0)') 'the array has rank ', size(lshape), ' but offset has ', &
             size(offset), ' elements and global_shape ', size(global_shape)
+    else
+       problem = interior_problem(size(lshape), interior_start, interior_shape)
     end if
     n(1) = product(lshape)
     if (.not. c_associated(file%handle)) then
@@ -561,6 +613,9 @@ contains
     else if (segment) then
        st = c_write(file%handle, cstr(name), int(dtype, c_int), 1_c_int, n, n, n, ptr, 1_c_int, &
             merge(1_c_int, 0_c_int, force_copy), cstr(problem))
+    else if (present(interior_shape) .and. problem == ' ') then   ! memory selection: the box of the array
+       st = c_write(file%handle, cstr(name), int(dtype, c_int), int(size(lshape), c_int), global_shape, offset, &
+            interior_shape, ptr, 0_c_int, merge(1_c_int, 0_c_int, force_copy), cstr(problem), lshape, interior_start)
     else
        st = c_write(file%handle, cstr(name), int(dtype, c_int), int(size(lshape), c_int), global_shape, offset, &
             lshape, ptr, 0_c_int, merge(1_c_int, 0_c_int, force_copy), cstr(problem))
@@ -568,8 +623,24 @@ contains
     call finish(st, file%comm, ierr)
   end subroutine write_any
 
+  !> Why interior_start/interior_shape (0-based start and shape of a box of an array of rank `rank`, Fortran
+  !> order) cannot be used, or blank. The bounds themselves are checked by the C side (against the array).
+  function interior_problem(rank, interior_start, interior_shape) result(problem)
+    integer, intent(in) :: rank
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
+    character(len=200) :: problem
+    problem = ' '
+    if (present(interior_start) .neqv. present(interior_shape)) then
+       problem = 'give both interior_start= and interior_shape=, or neither'
+    else if (present(interior_shape)) then
+       if (size(interior_start) /= rank .or. size(interior_shape) /= rank) &
+            write (problem, '(a,i0,a,i0,a,i0)') 'the array has rank ', rank, ' but interior_start has ', &
+            size(interior_start), ' elements and interior_shape ', size(interior_shape)
+    end if
+  end function interior_problem
+
   !> Collective read into ptr (shp elements, Fortran order) at offset (default 0).
-  subroutine read_any(file, name, ptr, dtype, shp, contiguous, offset, ierr)
+  subroutine read_any(file, name, ptr, dtype, shp, contiguous, offset, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     type(c_ptr), intent(in) :: ptr
@@ -578,6 +649,7 @@ contains
     logical, intent(in) :: contiguous
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
     integer(c_int) :: st
     integer(int64) :: off(max(size(shp), 1))
     character(len=200) :: problem
@@ -593,8 +665,12 @@ contains
           off(1:size(shp)) = offset
        end if
     end if
+    if (problem == ' ') problem = interior_problem(size(shp), interior_start, interior_shape)
     if (.not. c_associated(file%handle)) then
        st = not_open('ckptio_read("' // trim(name) // '")')
+    else if (present(interior_shape) .and. problem == ' ') then   ! memory selection: into the box of the array
+       st = c_read(file%handle, cstr(name), int(dtype, c_int), int(size(shp), c_int), off, interior_shape, ptr, &
+            cstr(problem), shp, interior_start)
     else
        st = c_read(file%handle, cstr(name), int(dtype, c_int), int(size(shp), c_int), off, shp, ptr, cstr(problem))
     end if
@@ -603,14 +679,16 @@ contains
 
   ! ---- type-specific wrappers of the generics ckptio_write, ckptio_write_segment, ckptio_read
 
-  subroutine write_r4(file, name, data, offset, global_shape, ierr)
+  subroutine write_r4(file, name, data, offset, global_shape, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     real(real32), dimension(..), intent(in), target :: data
     integer(int64), intent(in) :: offset(:), global_shape(:)
     integer, intent(out), optional :: ierr
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
     call write_any(file, 'ckptio_write', name, c_loc(data), CKPTIO_FLOAT32, shape(data, int64), is_contiguous(data), &
-         offset, global_shape, .false., .false., ierr)
+         offset, global_shape, .false., .false., ierr, &
+         interior_start, interior_shape)
   end subroutine write_r4
 
   subroutine segment_r4(file, name, data, ierr)
@@ -622,23 +700,27 @@ contains
          is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr)
   end subroutine segment_r4
 
-  subroutine read_r4(file, name, data, offset, ierr)
+  subroutine read_r4(file, name, data, offset, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     real(real32), dimension(..), intent(inout), target :: data
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
-    call read_any(file, name, c_loc(data), CKPTIO_FLOAT32, shape(data, int64), is_contiguous(data), offset, ierr)
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
+    call read_any(file, name, c_loc(data), CKPTIO_FLOAT32, shape(data, int64), is_contiguous(data), offset, ierr, &
+         interior_start, interior_shape)
   end subroutine read_r4
 
-  subroutine write_r8(file, name, data, offset, global_shape, ierr)
+  subroutine write_r8(file, name, data, offset, global_shape, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     real(real64), dimension(..), intent(in), target :: data
     integer(int64), intent(in) :: offset(:), global_shape(:)
     integer, intent(out), optional :: ierr
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
     call write_any(file, 'ckptio_write', name, c_loc(data), CKPTIO_FLOAT64, shape(data, int64), is_contiguous(data), &
-         offset, global_shape, .false., .false., ierr)
+         offset, global_shape, .false., .false., ierr, &
+         interior_start, interior_shape)
   end subroutine write_r8
 
   subroutine segment_r8(file, name, data, ierr)
@@ -650,23 +732,27 @@ contains
          is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr)
   end subroutine segment_r8
 
-  subroutine read_r8(file, name, data, offset, ierr)
+  subroutine read_r8(file, name, data, offset, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     real(real64), dimension(..), intent(inout), target :: data
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
-    call read_any(file, name, c_loc(data), CKPTIO_FLOAT64, shape(data, int64), is_contiguous(data), offset, ierr)
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
+    call read_any(file, name, c_loc(data), CKPTIO_FLOAT64, shape(data, int64), is_contiguous(data), offset, ierr, &
+         interior_start, interior_shape)
   end subroutine read_r8
 
-  subroutine write_i4(file, name, data, offset, global_shape, ierr)
+  subroutine write_i4(file, name, data, offset, global_shape, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     integer(int32), dimension(..), intent(in), target :: data
     integer(int64), intent(in) :: offset(:), global_shape(:)
     integer, intent(out), optional :: ierr
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
     call write_any(file, 'ckptio_write', name, c_loc(data), CKPTIO_INT32, shape(data, int64), is_contiguous(data), &
-         offset, global_shape, .false., .false., ierr)
+         offset, global_shape, .false., .false., ierr, &
+         interior_start, interior_shape)
   end subroutine write_i4
 
   subroutine segment_i4(file, name, data, ierr)
@@ -678,23 +764,27 @@ contains
          is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr)
   end subroutine segment_i4
 
-  subroutine read_i4(file, name, data, offset, ierr)
+  subroutine read_i4(file, name, data, offset, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     integer(int32), dimension(..), intent(inout), target :: data
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
-    call read_any(file, name, c_loc(data), CKPTIO_INT32, shape(data, int64), is_contiguous(data), offset, ierr)
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
+    call read_any(file, name, c_loc(data), CKPTIO_INT32, shape(data, int64), is_contiguous(data), offset, ierr, &
+         interior_start, interior_shape)
   end subroutine read_i4
 
-  subroutine write_i8(file, name, data, offset, global_shape, ierr)
+  subroutine write_i8(file, name, data, offset, global_shape, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     integer(int64), dimension(..), intent(in), target :: data
     integer(int64), intent(in) :: offset(:), global_shape(:)
     integer, intent(out), optional :: ierr
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
     call write_any(file, 'ckptio_write', name, c_loc(data), CKPTIO_INT64, shape(data, int64), is_contiguous(data), &
-         offset, global_shape, .false., .false., ierr)
+         offset, global_shape, .false., .false., ierr, &
+         interior_start, interior_shape)
   end subroutine write_i8
 
   subroutine segment_i8(file, name, data, ierr)
@@ -706,23 +796,27 @@ contains
          is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr)
   end subroutine segment_i8
 
-  subroutine read_i8(file, name, data, offset, ierr)
+  subroutine read_i8(file, name, data, offset, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     integer(int64), dimension(..), intent(inout), target :: data
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
-    call read_any(file, name, c_loc(data), CKPTIO_INT64, shape(data, int64), is_contiguous(data), offset, ierr)
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
+    call read_any(file, name, c_loc(data), CKPTIO_INT64, shape(data, int64), is_contiguous(data), offset, ierr, &
+         interior_start, interior_shape)
   end subroutine read_i8
 
-  subroutine write_c4(file, name, data, offset, global_shape, ierr)
+  subroutine write_c4(file, name, data, offset, global_shape, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     complex(real32), dimension(..), intent(in), target :: data
     integer(int64), intent(in) :: offset(:), global_shape(:)
     integer, intent(out), optional :: ierr
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
     call write_any(file, 'ckptio_write', name, c_loc(data), CKPTIO_COMPLEX64, shape(data, int64), is_contiguous(data), &
-         offset, global_shape, .false., .false., ierr)
+         offset, global_shape, .false., .false., ierr, &
+         interior_start, interior_shape)
   end subroutine write_c4
 
   subroutine segment_c4(file, name, data, ierr)
@@ -734,23 +828,27 @@ contains
          is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr)
   end subroutine segment_c4
 
-  subroutine read_c4(file, name, data, offset, ierr)
+  subroutine read_c4(file, name, data, offset, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     complex(real32), dimension(..), intent(inout), target :: data
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
-    call read_any(file, name, c_loc(data), CKPTIO_COMPLEX64, shape(data, int64), is_contiguous(data), offset, ierr)
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
+    call read_any(file, name, c_loc(data), CKPTIO_COMPLEX64, shape(data, int64), is_contiguous(data), offset, ierr, &
+         interior_start, interior_shape)
   end subroutine read_c4
 
-  subroutine write_c8(file, name, data, offset, global_shape, ierr)
+  subroutine write_c8(file, name, data, offset, global_shape, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     complex(real64), dimension(..), intent(in), target :: data
     integer(int64), intent(in) :: offset(:), global_shape(:)
     integer, intent(out), optional :: ierr
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
     call write_any(file, 'ckptio_write', name, c_loc(data), CKPTIO_COMPLEX128, shape(data, int64), is_contiguous(data), &
-         offset, global_shape, .false., .false., ierr)
+         offset, global_shape, .false., .false., ierr, &
+         interior_start, interior_shape)
   end subroutine write_c8
 
   subroutine segment_c8(file, name, data, ierr)
@@ -762,27 +860,31 @@ contains
          is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr)
   end subroutine segment_c8
 
-  subroutine read_c8(file, name, data, offset, ierr)
+  subroutine read_c8(file, name, data, offset, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     complex(real64), dimension(..), intent(inout), target :: data
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
-    call read_any(file, name, c_loc(data), CKPTIO_COMPLEX128, shape(data, int64), is_contiguous(data), offset, ierr)
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
+    call read_any(file, name, c_loc(data), CKPTIO_COMPLEX128, shape(data, int64), is_contiguous(data), offset, ierr, &
+         interior_start, interior_shape)
   end subroutine read_c8
 
   !> Default logical arrays are stored as 1-byte booleans (numpy bool): converted through a logical(c_bool)
   !> copy, which is always copied again by the C side (also in zero-copy mode) since it is freed on return.
-  subroutine write_l(file, name, data, offset, global_shape, ierr)
+  subroutine write_l(file, name, data, offset, global_shape, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     logical, dimension(..), intent(in), target :: data
     integer(int64), intent(in) :: offset(:), global_shape(:)
     integer, intent(out), optional :: ierr
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
     logical(c_bool), allocatable, target :: tmp(:)
     call to_c_bool(data, tmp)
     call write_any(file, 'ckptio_write', name, c_loc(tmp), CKPTIO_BOOL, shape(data, int64), is_contiguous(data), &
-         offset, global_shape, .false., .true., ierr)
+         offset, global_shape, .false., .true., ierr, &
+         interior_start, interior_shape)
   end subroutine write_l
 
   subroutine segment_l(file, name, data, ierr)
@@ -796,17 +898,23 @@ contains
          is_contiguous(data), [0_int64], [0_int64], .true., .true., ierr)
   end subroutine segment_l
 
-  subroutine read_l(file, name, data, offset, ierr)
+  subroutine read_l(file, name, data, offset, ierr, interior_start, interior_shape)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     logical, dimension(..), intent(inout), target :: data
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
     logical(c_bool), allocatable, target :: tmp(:)
     logical, pointer :: flat(:)
     integer :: st
-    allocate (tmp(size(data)))
-    call read_any(file, name, c_loc(tmp), CKPTIO_BOOL, shape(data, int64), is_contiguous(data), offset, st)
+    call to_c_bool(data, tmp)   ! the current values: a read into an interior leaves the others as they are
+    if (size(tmp) /= size(data)) then
+       deallocate (tmp)
+       allocate (tmp(size(data)))
+    end if
+    call read_any(file, name, c_loc(tmp), CKPTIO_BOOL, shape(data, int64), is_contiguous(data), offset, st, &
+         interior_start, interior_shape)
     if (st == CKPTIO_OK) then
        call c_f_pointer(c_loc(data), flat, [size(data)])
        flat = logical(tmp)
@@ -912,6 +1020,88 @@ contains
     end if
     call finish(st, file%comm, ierr)
   end subroutine set_attr_str
+
+  ! ---- per-variable metadata (Python's write(..., dims=, attrs=)); before the variable's first ckptio_write
+
+  !> Local: the dimension names of variable `name`, one per axis in Fortran order (dims(1) belongs to the first
+  !> index; stored reversed, like shapes: Python sees them as reader.variables[name].dims in C order), for this
+  !> rank's following writes of `name` -- call it before the first. Trailing blanks are removed.
+  subroutine ckptio_set_dims(file, name, dims, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name, dims(:)
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    character(len=:), allocatable :: joined
+    integer :: i
+    joined = ''
+    do i = 1, size(dims)
+       joined = joined // trim(dims(i)) // c_null_char
+    end do
+    if (.not. c_associated(file%handle)) then
+       st = not_open('ckptio_set_dims("' // trim(name) // '")')
+    else
+       st = c_set_dims(file%handle, cstr(name), int(size(dims), c_int), joined // c_null_char)
+    end if
+    call finish(st, file%comm, ierr)
+  end subroutine ckptio_set_dims
+
+  subroutine set_var_attr_i8(file, name, key, value, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name, key
+    integer(int64), intent(in) :: value
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    if (.not. c_associated(file%handle)) then
+       st = not_open('ckptio_set_var_attr("' // trim(name) // '")')
+    else
+       st = c_set_var_attr_int64(file%handle, cstr(name), cstr(key), int(value, c_int64_t))
+    end if
+    call finish(st, file%comm, ierr)
+  end subroutine set_var_attr_i8
+
+  subroutine set_var_attr_i4(file, name, key, value, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name, key
+    integer(int32), intent(in) :: value
+    integer, intent(out), optional :: ierr
+    call set_var_attr_i8(file, name, key, int(value, int64), ierr)
+  end subroutine set_var_attr_i4
+
+  subroutine set_var_attr_r8(file, name, key, value, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name, key
+    real(real64), intent(in) :: value
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    if (.not. c_associated(file%handle)) then
+       st = not_open('ckptio_set_var_attr("' // trim(name) // '")')
+    else
+       st = c_set_var_attr_double(file%handle, cstr(name), cstr(key), real(value, c_double))
+    end if
+    call finish(st, file%comm, ierr)
+  end subroutine set_var_attr_r8
+
+  subroutine set_var_attr_r4(file, name, key, value, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name, key
+    real(real32), intent(in) :: value
+    integer, intent(out), optional :: ierr
+    call set_var_attr_r8(file, name, key, real(value, real64), ierr)
+  end subroutine set_var_attr_r4
+
+  !> A string attribute of a variable; trailing blanks of value are removed.
+  subroutine set_var_attr_str(file, name, key, value, ierr)
+    type(ckptio_file), intent(inout) :: file
+    character(len=*), intent(in) :: name, key, value
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    if (.not. c_associated(file%handle)) then
+       st = not_open('ckptio_set_var_attr("' // trim(name) // '")')
+    else
+       st = c_set_var_attr_string(file%handle, cstr(name), cstr(key), cstr(value))
+    end if
+    call finish(st, file%comm, ierr)
+  end subroutine set_var_attr_str
 
   subroutine get_attr_i8(file, key, value, ierr)
     type(ckptio_file), intent(in) :: file
@@ -1062,7 +1252,7 @@ contains
   !> Local: record one request (the batch references data, which must stay allocated until ckptio_read_many).
   !> A problem (non-contiguous array, wrong number of offsets, too many dimensions) is kept for
   !> ckptio_read_many, which then fails on every rank.
-  subroutine batch_any(batch, name, ptr, dtype, shp, contiguous, offset, ierr)
+  subroutine batch_any(batch, name, ptr, dtype, shp, contiguous, offset, ierr, interior_start, interior_shape)
     type(ckptio_read_batch), intent(inout) :: batch
     character(len=*), intent(in) :: name
     type(c_ptr), intent(in) :: ptr
@@ -1071,6 +1261,7 @@ contains
     logical, intent(in) :: contiguous
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
     type(read_item), allocatable :: grown(:)
     character(len=300) :: problem
     integer :: nd
@@ -1081,6 +1272,10 @@ contains
     else if (present(offset)) then
        if (size(offset) /= nd) write (problem, '(a,i0,a,i0,a)') 'read of "' // trim(name) // '": the array has rank ', &
             nd, ' but offset has ', size(offset), ' elements'
+    end if
+    if (problem == ' ') then
+       problem = interior_problem(nd, interior_start, interior_shape)
+       if (problem /= ' ') problem = 'read of "' // trim(name) // '": ' // trim(problem)
     end if
     if (problem /= ' ') then
        if (batch%problem == ' ') batch%problem = problem
@@ -1101,6 +1296,12 @@ contains
       it%offset = 0
       it%shape(1:nd) = shp
       if (present(offset)) it%offset(1:nd) = offset
+      it%selected = present(interior_shape)
+      if (it%selected) then       ! the box (bounds checked by the C side, on every rank together)
+         it%mem_shape(1:nd) = shp
+         it%shape(1:nd) = interior_shape
+         it%mem_start(1:nd) = interior_start
+      end if
       it%req%dtype = int(dtype, c_int)
       it%req%ndim = int(nd, c_int)
       it%req%buffer = ptr
@@ -1115,80 +1316,97 @@ contains
     type(ckptio_read_batch), intent(inout), target :: batch
     integer, intent(out), optional :: ierr
     type(c_read_request), allocatable :: reqs(:)
+    type(c_memsel), allocatable :: sels(:)
     integer(c_int) :: st
     integer :: i
-    allocate (reqs(max(batch%n, 1)))
+    allocate (reqs(max(batch%n, 1)), sels(max(batch%n, 1)))
     do i = 1, batch%n   ! addresses taken now: the items array no longer grows
        batch%items(i)%req%name = c_loc(batch%items(i)%name)
        batch%items(i)%req%offset = c_loc(batch%items(i)%offset)
        batch%items(i)%req%shape = c_loc(batch%items(i)%shape)
        reqs(i) = batch%items(i)%req
+       if (batch%items(i)%selected) then
+          sels(i)%mem_shape = c_loc(batch%items(i)%mem_shape)
+          sels(i)%mem_start = c_loc(batch%items(i)%mem_start)
+       end if
     end do
     if (.not. c_associated(file%handle)) then
        st = not_open('ckptio_read_many')
     else
-       st = c_read_many(file%handle, int(batch%n, c_int), reqs, cstr(batch%problem))
+       st = c_read_many(file%handle, int(batch%n, c_int), reqs, sels, cstr(batch%problem))
     end if
     batch%n = 0
     batch%problem = ' '
     call finish(st, file%comm, ierr)
   end subroutine ckptio_read_many
 
-  subroutine batch_r4(batch, name, data, offset, ierr)
+  subroutine batch_r4(batch, name, data, offset, ierr, interior_start, interior_shape)
     type(ckptio_read_batch), intent(inout) :: batch
     character(len=*), intent(in) :: name
     real(real32), dimension(..), intent(inout), target :: data
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
-    call batch_any(batch, name, c_loc(data), CKPTIO_FLOAT32, shape(data, int64), is_contiguous(data), offset, ierr)
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
+    call batch_any(batch, name, c_loc(data), CKPTIO_FLOAT32, shape(data, int64), is_contiguous(data), offset, ierr, &
+         interior_start, interior_shape)
   end subroutine batch_r4
 
-  subroutine batch_r8(batch, name, data, offset, ierr)
+  subroutine batch_r8(batch, name, data, offset, ierr, interior_start, interior_shape)
     type(ckptio_read_batch), intent(inout) :: batch
     character(len=*), intent(in) :: name
     real(real64), dimension(..), intent(inout), target :: data
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
-    call batch_any(batch, name, c_loc(data), CKPTIO_FLOAT64, shape(data, int64), is_contiguous(data), offset, ierr)
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
+    call batch_any(batch, name, c_loc(data), CKPTIO_FLOAT64, shape(data, int64), is_contiguous(data), offset, ierr, &
+         interior_start, interior_shape)
   end subroutine batch_r8
 
-  subroutine batch_i4(batch, name, data, offset, ierr)
+  subroutine batch_i4(batch, name, data, offset, ierr, interior_start, interior_shape)
     type(ckptio_read_batch), intent(inout) :: batch
     character(len=*), intent(in) :: name
     integer(int32), dimension(..), intent(inout), target :: data
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
-    call batch_any(batch, name, c_loc(data), CKPTIO_INT32, shape(data, int64), is_contiguous(data), offset, ierr)
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
+    call batch_any(batch, name, c_loc(data), CKPTIO_INT32, shape(data, int64), is_contiguous(data), offset, ierr, &
+         interior_start, interior_shape)
   end subroutine batch_i4
 
-  subroutine batch_i8(batch, name, data, offset, ierr)
+  subroutine batch_i8(batch, name, data, offset, ierr, interior_start, interior_shape)
     type(ckptio_read_batch), intent(inout) :: batch
     character(len=*), intent(in) :: name
     integer(int64), dimension(..), intent(inout), target :: data
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
-    call batch_any(batch, name, c_loc(data), CKPTIO_INT64, shape(data, int64), is_contiguous(data), offset, ierr)
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
+    call batch_any(batch, name, c_loc(data), CKPTIO_INT64, shape(data, int64), is_contiguous(data), offset, ierr, &
+         interior_start, interior_shape)
   end subroutine batch_i8
 
-  subroutine batch_c4(batch, name, data, offset, ierr)
+  subroutine batch_c4(batch, name, data, offset, ierr, interior_start, interior_shape)
     type(ckptio_read_batch), intent(inout) :: batch
     character(len=*), intent(in) :: name
     complex(real32), dimension(..), intent(inout), target :: data
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
-    call batch_any(batch, name, c_loc(data), CKPTIO_COMPLEX64, shape(data, int64), is_contiguous(data), offset, ierr)
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
+    call batch_any(batch, name, c_loc(data), CKPTIO_COMPLEX64, shape(data, int64), is_contiguous(data), offset, ierr, &
+         interior_start, interior_shape)
   end subroutine batch_c4
 
-  subroutine batch_c8(batch, name, data, offset, ierr)
+  subroutine batch_c8(batch, name, data, offset, ierr, interior_start, interior_shape)
     type(ckptio_read_batch), intent(inout) :: batch
     character(len=*), intent(in) :: name
     complex(real64), dimension(..), intent(inout), target :: data
     integer(int64), intent(in), optional :: offset(:)
     integer, intent(out), optional :: ierr
-    call batch_any(batch, name, c_loc(data), CKPTIO_COMPLEX128, shape(data, int64), is_contiguous(data), offset, ierr)
+    integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
+    call batch_any(batch, name, c_loc(data), CKPTIO_COMPLEX128, shape(data, int64), is_contiguous(data), offset, ierr, &
+         interior_start, interior_shape)
   end subroutine batch_c8
 
-  subroutine series_int(comm, dir, step, keep, file, prefix, backend, ierr)
+  subroutine series_int(comm, dir, step, keep, file, prefix, backend, ierr, mode, stage_dir, compression)
     integer, intent(in) :: comm
     character(len=*), intent(in) :: dir
     integer(int64), intent(in) :: step
@@ -1197,6 +1415,7 @@ contains
     character(len=*), intent(in), optional :: prefix   !< default "chk"
     character(len=*), intent(in), optional :: backend  !< default "mpiio"
     integer, intent(out), optional :: ierr
+    character(len=*), intent(in), optional :: mode, stage_dir, compression  !< as for ckptio_create
     character(len=:), allocatable :: pre, be
     integer(c_int) :: st
     pre = 'chk'
@@ -1207,21 +1426,22 @@ contains
     ! handle stays open and unchanged)
     if (c_associated(file%handle)) then
        st = c_series_create(int(comm, c_int), cstr(dir), cstr(pre), int(keep, c_int), int(step, c_int64_t), &
-            cstr(be), cstr(open_problem(file)), file%handle)
+            cstr(be), cstr(opt(mode, '')), cstr(opt(stage_dir, '')), cstr(opt(compression, '')), &
+            cstr(open_problem(file)), file%handle)
        call finish(st, file%comm, ierr)
        return
     end if
     st = c_series_create(int(comm, c_int), cstr(dir), cstr(pre), int(keep, c_int), int(step, c_int64_t), cstr(be), &
-         cstr(''), file%handle)
+         cstr(opt(mode, '')), cstr(opt(stage_dir, '')), cstr(opt(compression, '')), cstr(''), file%handle)
     if (st == CKPTIO_OK) then
        file%comm = comm
-       file%background = .false.
+       file%background = opt(mode, '') == 'async' .or. len_trim(opt(stage_dir, '')) > 0
        file%closed = .false.
     end if
     call finish(st, comm, ierr)
   end subroutine series_int
 
-  subroutine series_f08(comm, dir, step, keep, file, prefix, backend, ierr)
+  subroutine series_f08(comm, dir, step, keep, file, prefix, backend, ierr, mode, stage_dir, compression)
     type(MPI_Comm), intent(in) :: comm
     character(len=*), intent(in) :: dir
     integer(int64), intent(in) :: step
@@ -1229,7 +1449,8 @@ contains
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in), optional :: prefix, backend
     integer, intent(out), optional :: ierr
-    call series_int(comm%MPI_VAL, dir, step, keep, file, prefix, backend, ierr)
+    character(len=*), intent(in), optional :: mode, stage_dir, compression
+    call series_int(comm%MPI_VAL, dir, step, keep, file, prefix, backend, ierr, mode, stage_dir, compression)
   end subroutine series_f08
 
   subroutine latest_verified_int(comm, dir, path, prefix, ierr)

@@ -25,6 +25,21 @@
  *                                           ckptio_wait, ckptio_wait_all and ckptio_finalize; handle misuse (ERR
  *                                           lines). MPI_THREAD_MULTIPLE unless "single" (ckptio then falls back to
  *                                           synchronous writes). "BACKGROUND OK"
+ *   ckptio_test_c selections DIR BACKEND    memory selections: the interiors of guard-celled arrays (C order and
+ *                                           Fortran order) written with ckptio_write_sub, copying (interior then
+ *                                           overwritten before close) and zero-copy (guard cells changed before
+ *                                           close), read back into the interiors of other guard-celled arrays
+ *                                           with ckptio_read_sub on another decomposition (guards untouched); a
+ *                                           box outside the array fails, and so does a zero-copy box changed
+ *                                           before the close (ERR lines). "SELECTIONS OK"
+ *   ckptio_test_c series_bg DIR             ckptio_series_create_ex: steps 1-2 async + zstd, steps 3-4 staged
+ *                                           (DIR/stage), keep=2, each waited for; "SERIES_BG OK <latest_verified>"
+ *   ckptio_test_c stage_restart DIR         restart from DIR/chk_000004: ckptio_open (ERR lines: the caller
+ *                                           damaged the file's data) and ckptio_open_ex with DIR/stage, which
+ *                                           reads the intact stages. "STAGE_RESTART OK"
+ *   ckptio_test_c varmeta DIR BACKEND       per-variable dims and attributes (ckptio_set_dims in C and Fortran
+ *                                           order, ckptio_set_var_attr_*), Python checks them; declaring them
+ *                                           after the variable's write fails (ERR lines). "VARMETA OK"
  *
  * Values are functions of the global indices so Python can check the file too (see test_bindings.py).
  */
@@ -585,10 +600,207 @@ static void startup(const char *dir, int baseline) {
   CHECK(ckptio_finalize());
 }
 
+/* ---- memory selections: u[NZ+2G][NY+2G][NX+2G] per rank (C order), interior NZ x NY x NX, split along z */
+enum { SG = 2, SNZ = 3, SNY = 4, SNX = 5 };
+#define SIDX(k, j, i) ((((k) + SG) * (SNY + 2 * SG) + (j) + SG) * (SNX + 2 * SG) + (i) + SG)
+static double sel_value(long k, long j, long i) { return 10000.0 * k + 100.0 * j + i; }
+
+static void selections(const char *dir, const char *backend) {
+  char path[1024];
+  const long full_n = (long)(SNZ + 2 * SG) * (SNY + 2 * SG) * (SNX + 2 * SG);
+  int64_t full[3] = {SNZ + 2 * SG, SNY + 2 * SG, SNX + 2 * SG}, start[3] = {SG, SG, SG};
+  int64_t box[3] = {SNZ, SNY, SNX}, gshape[3] = {(int64_t)SNZ * nprocs, SNY, SNX}, offset[3] = {(int64_t)SNZ * rank, 0, 0};
+  double *u = malloc(sizeof(double) * full_n), *uz = malloc(sizeof(double) * full_n);
+  for (long n = 0; n < full_n; n++) u[n] = uz[n] = -1.0; /* guard cells: never in the file */
+  for (long k = 0; k < SNZ; k++)
+    for (long j = 0; j < SNY; j++)
+      for (long i = 0; i < SNX; i++) u[SIDX(k, j, i)] = uz[SIDX(k, j, i)] = sel_value(SNZ * rank + k, j, i);
+  /* the same field in Fortran order: a(NX+2G, NY+2G, NZ+2G) column-major, interior a(G+1:G+NX, ...) */
+  int64_t ffull[3] = {SNX + 2 * SG, SNY + 2 * SG, SNZ + 2 * SG}, fbox[3] = {SNX, SNY, SNZ};
+  int64_t fgshape[3] = {SNX, SNY, (int64_t)SNZ * nprocs}, foffset[3] = {0, 0, (int64_t)SNZ * rank};
+  float *a = malloc(sizeof(float) * full_n);
+  for (long n = 0; n < full_n; n++) a[n] = -1.0f;
+  for (long k = 0; k < SNZ; k++)
+    for (long j = 0; j < SNY; j++)
+      for (long i = 0; i < SNX; i++)
+        a[(i + SG) + (SNX + 2 * SG) * ((j + SG) + (SNY + 2 * SG) * (k + SG))] = (float)sel_value(SNZ * rank + k, j, i);
+
+  ckptio_file f;
+  snprintf(path, sizeof path, "%s/chk_000001", dir);
+  CHECK(ckptio_create(path, MPI_COMM_WORLD, backend, &f));
+  CHECK(ckptio_write_sub(f, "u", CKPTIO_FLOAT64, CKPTIO_ORDER_C, 3, gshape, offset, full, start, box, u));
+  CHECK(ckptio_write_sub(f, "a", CKPTIO_FLOAT32, CKPTIO_ORDER_FORTRAN, 3, fgshape, foffset, ffull, start, fbox, a));
+  CHECK(ckptio_set_zero_copy(f, 1));
+  CHECK(ckptio_write_sub(f, "uz", CKPTIO_FLOAT64, CKPTIO_ORDER_C, 3, gshape, offset, full, start, box, uz));
+  for (long n = 0; n < full_n; n++) {
+    u[n] = -2.0; /* copied at write: the checkpoint keeps the old interior */
+    a[n] = -2.0f;
+  }
+  for (long i = 0; i < SNX + 2 * SG; i++) uz[i] = -3.0; /* zero-copy: only the selected box must stay unchanged */
+  CHECK(ckptio_close(f));
+
+  /* read into the interiors of fresh guard-celled arrays, rank r taking rank P-1-r's part */
+  long other = nprocs - 1 - rank;
+  int64_t at[3] = {SNZ * other, 0, 0}, fat[3] = {0, 0, SNZ * other};
+  for (long n = 0; n < full_n; n++) {
+    u[n] = uz[n] = -5.0;
+    a[n] = -5.0f;
+  }
+  CHECK(ckptio_open(path, MPI_COMM_WORLD, &f));
+  CHECK(ckptio_read_sub(f, "u", CKPTIO_FLOAT64, CKPTIO_ORDER_C, 3, at, full, start, box, u));
+  CHECK(ckptio_read_sub(f, "uz", CKPTIO_FLOAT64, CKPTIO_ORDER_C, 3, at, full, start, box, uz));
+  CHECK(ckptio_read_sub(f, "a", CKPTIO_FLOAT32, CKPTIO_ORDER_FORTRAN, 3, fat, ffull, start, fbox, a));
+  CHECK(ckptio_close(f));
+  long guards = 0;
+  for (long k = -SG; k < SNZ + SG; k++)
+    for (long j = -SG; j < SNY + SG; j++)
+      for (long i = -SG; i < SNX + SG; i++) {
+        int inside = k >= 0 && k < SNZ && j >= 0 && j < SNY && i >= 0 && i < SNX;
+        double want = inside ? sel_value(SNZ * other + k, j, i) : -5.0;
+        double fa = a[(i + SG) + (SNX + 2 * SG) * ((j + SG) + (SNY + 2 * SG) * (k + SG))];
+        EXPECT(u[SIDX(k, j, i)] == want && uz[SIDX(k, j, i)] == want && fa == (float)want);
+        guards += !inside;
+      }
+  EXPECT(guards == full_n - SNZ * SNY * SNX);
+
+  /* the same with one ckptio_read_many_sub (every box in one exchange); rank 0 also reads "u" without a box */
+  double *plain = malloc(sizeof(double) * SNZ * SNY * SNX);
+  for (long n = 0; n < full_n; n++) {
+    u[n] = uz[n] = -6.0;
+    a[n] = -6.0f;
+  }
+  ckptio_read_request reqs[4] = {{"u", CKPTIO_FLOAT64, 3, at, box, u}, {"uz", CKPTIO_FLOAT64, 3, at, box, uz},
+                                 {"a", CKPTIO_FLOAT32, 3, fat, fbox, a}, {"u", CKPTIO_FLOAT64, 3, at, box, plain}};
+  ckptio_memsel sels[4] = {{full, start}, {full, NULL}, {ffull, start}, {NULL, NULL}};
+  int64_t zero3[3] = {0, 0, 0};
+  sels[1].mem_start = zero3; /* uz's box at the array's start: its first SNZ x SNY x SNX corner */
+  snprintf(path, sizeof path, "%s/chk_000001", dir);
+  CHECK(ckptio_open(path, MPI_COMM_WORLD, &f));
+  /* the Fortran-order request goes in a call of its own (order applies to every request of a call) */
+  CHECK(ckptio_read_many_sub(f, CKPTIO_ORDER_C, rank == 0 ? 3 : 2, (ckptio_read_request[]){reqs[0], reqs[1], reqs[3]},
+                             (ckptio_memsel[]){sels[0], sels[1], sels[3]}));
+  CHECK(ckptio_read_many_sub(f, CKPTIO_ORDER_FORTRAN, 1, &reqs[2], &sels[2]));
+  CHECK(ckptio_close(f));
+  for (long k = -SG; k < SNZ + SG; k++)
+    for (long j = -SG; j < SNY + SG; j++)
+      for (long i = -SG; i < SNX + SG; i++) {
+        int inside = k >= 0 && k < SNZ && j >= 0 && j < SNY && i >= 0 && i < SNX;
+        double want = inside ? sel_value(SNZ * other + k, j, i) : -6.0;
+        double fa = a[(i + SG) + (SNX + 2 * SG) * ((j + SG) + (SNY + 2 * SG) * (k + SG))];
+        EXPECT(u[SIDX(k, j, i)] == want && fa == (float)want);
+        /* uz: the box at the corner [0, SNZ) x [0, SNY) x [0, SNX) of the array */
+        long kk = k + SG, jj = j + SG, ii = i + SG;
+        int corner = kk < SNZ && jj < SNY && ii < SNX;
+        EXPECT(uz[SIDX(k, j, i)] == (corner ? sel_value(SNZ * other + kk, jj, ii) : -6.0));
+      }
+  if (rank == 0)
+    for (long n = 0; n < SNZ * SNY * SNX; n++)
+      EXPECT(plain[n] == sel_value(SNZ * other + n / (SNY * SNX), n / SNX % SNY, n % SNX));
+  free(plain);
+  /* a box outside its array on the last rank: the batched read fails on every rank, nothing is read */
+  int64_t past[3] = {SG, 2 * SG + 1, SG};
+  ckptio_memsel bad_sel = {full, rank == nprocs - 1 ? past : start};
+  u[SIDX(0, 0, 0)] = -7.0;
+  CHECK(ckptio_open(path, MPI_COMM_WORLD, &f));
+  report("read_many_sub_outside", ckptio_read_many_sub(f, CKPTIO_ORDER_C, 1, &reqs[0], &bad_sel));
+  CHECK(ckptio_close(f));
+  EXPECT(u[SIDX(0, 0, 0)] == -7.0);
+
+  /* a box that does not fit in the array, on the last rank: its write fails, the close fails everywhere */
+  snprintf(path, sizeof path, "%s/chk_000002", dir);
+  CHECK(ckptio_create(path, MPI_COMM_WORLD, backend, &f));
+  int64_t bad[3] = {SG, SG, rank == nprocs - 1 ? 2 * SG + 1 : SG};
+  report("sub_outside", ckptio_write_sub(f, "u", CKPTIO_FLOAT64, CKPTIO_ORDER_C, 3, gshape, offset, full, bad, box, u));
+  report("close_after_sub_outside", ckptio_close(f));
+
+  /* zero-copy: the box is referenced, not copied -- an interior element changed before the close fails it on
+   * every rank (a guard cell changed does not, see above) */
+  snprintf(path, sizeof path, "%s/chk_000003", dir);
+  CHECK(ckptio_create(path, MPI_COMM_WORLD, backend, &f));
+  CHECK(ckptio_set_zero_copy(f, 1));
+  CHECK(ckptio_write_sub(f, "u", CKPTIO_FLOAT64, CKPTIO_ORDER_C, 3, gshape, offset, full, start, box, u));
+  if (rank == 0) u[SIDX(SNZ - 1, SNY - 1, SNX - 1)] += 1.0;
+  report("close_after_interior_changed", ckptio_close(f));
+  free(u);
+  free(uz);
+  free(a);
+  if (rank == 0) printf("SELECTIONS OK\n");
+}
+
+static void series_bg(const char *dir) {
+  char stage[1024], found[1024];
+  double x[4];
+  snprintf(stage, sizeof stage, "%s/stage", dir);
+  for (int step = 1; step <= 4; step++) {
+    ckptio_file f;
+    int staged = step > 2;
+    CHECK(ckptio_series_create_ex(MPI_COMM_WORLD, dir, "chk", 2, step, "mpiio", staged ? NULL : "async",
+                                  staged ? stage : NULL, staged ? NULL : "zstd", &f));
+    write_x(f, step, 0, x);
+    CHECK(ckptio_close(f));
+    for (int i = 0; i < 4; i++) x[i] = -1.0; /* staged or copied at close */
+    CHECK(ckptio_wait(f));                   /* committed, and the retention ran after the commit */
+  }
+  CHECK(ckptio_latest_verified(MPI_COMM_WORLD, dir, "chk", found, sizeof found));
+  if (rank == 0) printf("SERIES_BG OK %s\n", found);
+}
+
+static void stage_restart(const char *dir) {
+  char path[1024], stage[1024];
+  double back[4];
+  int64_t o = 4 * rank, n = 4;
+  ckptio_file f;
+  snprintf(path, sizeof path, "%s/chk_000004", dir);
+  snprintf(stage, sizeof stage, "%s/stage", dir);
+  CHECK(ckptio_open(path, MPI_COMM_WORLD, &f));
+  report("read_damaged", ckptio_read(f, "x", CKPTIO_FLOAT64, 1, &o, &n, back));
+  CHECK(ckptio_close(f));
+  CHECK(ckptio_open_ex(path, MPI_COMM_WORLD, stage, &f));
+  CHECK(ckptio_read(f, "x", CKPTIO_FLOAT64, 1, &o, &n, back));
+  CHECK(ckptio_close(f));
+  for (int i = 0; i < 4; i++) EXPECT(back[i] == 400.0 + o + i);
+  if (rank == 0) printf("STAGE_RESTART OK\n");
+}
+
+static void varmeta(const char *dir, const char *backend) {
+  char path[1024];
+  enum { NY = 2, NX = 3 };
+  double t[NY][NX], rho[NX * NY]; /* rho column-major rho(NX, NY): the same global array, Fortran order */
+  for (int j = 0; j < NY; j++)
+    for (int i = 0; i < NX; i++) t[j][i] = rho[i + NX * j] = 100.0 * (NY * rank + j) + i;
+  int64_t g[2] = {(int64_t)NY * nprocs, NX}, o[2] = {(int64_t)NY * rank, 0}, n[2] = {NY, NX};
+  int64_t fg[2] = {NX, (int64_t)NY * nprocs}, fo[2] = {0, (int64_t)NY * rank}, fn[2] = {NX, NY};
+  const char *cdims[2] = {"y", "x"}, *fdims[2] = {"x", "y"};
+  ckptio_file f;
+  snprintf(path, sizeof path, "%s/chk_000001", dir);
+  CHECK(ckptio_create(path, MPI_COMM_WORLD, backend, &f));
+  CHECK(ckptio_set_dims(f, "temp", CKPTIO_ORDER_C, 2, cdims));
+  CHECK(ckptio_set_var_attr_string(f, "temp", "units", "K"));
+  CHECK(ckptio_set_var_attr_double(f, "temp", "scale", 0.5));
+  CHECK(ckptio_set_var_attr_int64(f, "temp", "level", 3));
+  CHECK(ckptio_write(f, "temp", CKPTIO_FLOAT64, 2, g, o, n, t));
+  CHECK(ckptio_set_dims(f, "rho", CKPTIO_ORDER_FORTRAN, 2, fdims)); /* stored reversed: (y, x), as temp */
+  CHECK(ckptio_set_var_attr_string(f, "rho", "long_name", "density"));
+  CHECK(ckptio_write_order(f, "rho", CKPTIO_FLOAT64, CKPTIO_ORDER_FORTRAN, 2, fg, fo, fn, rho));
+  CHECK(ckptio_close(f));
+
+  /* declared after the write (last rank): refused there, and the close fails on every rank */
+  snprintf(path, sizeof path, "%s/chk_000002", dir);
+  CHECK(ckptio_create(path, MPI_COMM_WORLD, backend, &f));
+  CHECK(ckptio_write(f, "temp", CKPTIO_FLOAT64, 2, g, o, n, t));
+  int st = CKPTIO_OK;
+  if (rank == nprocs - 1) st = ckptio_set_var_attr_string(f, "temp", "units", "K");
+  report("var_attr_after_write", st);
+  report("dims_null", ckptio_set_dims(f, "temp2", CKPTIO_ORDER_C, 2, NULL));
+  report("close_after_late_var_attr", ckptio_close(f));
+  if (rank == 0) printf("VARMETA OK\n");
+}
+
 int main(int argc, char **argv) {
   if (argc >= 3 && strcmp(argv[1], "lifecycle") == 0) return lifecycle(argc, argv);
   int provided = 0, unwaited = 0;
-  if (argc >= 3 && strcmp(argv[1], "background") == 0 && !(argc > 3 && strcmp(argv[3], "single") == 0))
+  if (argc >= 3 && ((strcmp(argv[1], "background") == 0 && !(argc > 3 && strcmp(argv[3], "single") == 0)) ||
+                    strcmp(argv[1], "series_bg") == 0))
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided); /* what mode "async" needs */
   else
     MPI_Init(&argc, &argv);
@@ -618,6 +830,10 @@ int main(int argc, char **argv) {
   else if (strcmp(argv[1], "latest") == 0) latest(argv[2]);
   else if (strcmp(argv[1], "series") == 0) series(argv[2]);
   else if (strcmp(argv[1], "background") == 0) unwaited = background(argv[2]);
+  else if (strcmp(argv[1], "selections") == 0) selections(argv[2], argc > 3 ? argv[3] : "mpiio");
+  else if (strcmp(argv[1], "series_bg") == 0) series_bg(argv[2]);
+  else if (strcmp(argv[1], "stage_restart") == 0) stage_restart(argv[2]);
+  else if (strcmp(argv[1], "varmeta") == 0) varmeta(argv[2], argc > 3 ? argv[3] : "mpiio");
   else EXPECT(!"unknown mode");
 
   if (unwaited) report("finalize_unwaited", ckptio_finalize());

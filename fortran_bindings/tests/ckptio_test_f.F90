@@ -21,6 +21,17 @@
 !>   ckptio_test_f background DIR   mode='async', stage_dir= and compression= of ckptio_create, ckptio_wait,
 !>                               ckptio_done; background failures reported by ckptio_wait, ckptio_wait_all and
 !>                               ckptio_finalize (MPI_THREAD_MULTIPLE); ERR lines and "BACKGROUND OK"
+!>   ckptio_test_f selections DIR BACKEND   memory selections: the interiors of guard-celled arrays (real64, int32,
+!>                               logical) written with interior_start=/interior_shape= (copying: then clobbered
+!>                               before the close; zero-copy: guard cells changed before the close), read back
+!>                               into the interiors of other guard-celled arrays on another decomposition
+!>                               (guards untouched); bad selections fail (ERR lines). "SELECTIONS OK"
+!>   ckptio_test_f series_bg DIR ckptio_series_create with mode='async' + compression= (step 1) and stage_dir=
+!>                               (steps 2, 3), keep=2, each waited for; restart with ckptio_latest_verified and
+!>                               ckptio_open(..., stage_dir=). "SERIES_BG OK <path>" (MPI_THREAD_MULTIPLE)
+!>   ckptio_test_f varmeta DIR BACKEND   per-variable dims (Fortran order) and attributes (ckptio_set_dims,
+!>                               ckptio_set_var_attr), Python checks them; a late declaration fails (ERR lines).
+!>                               "VARMETA OK"
 !>   ckptio_test_f lifecycle DIR calls with a communicator before MPI_Init and after MPI_Finalize (ERR lines),
 !>                               "LIFECYCLE OK"
 program ckptio_test_f
@@ -39,7 +50,7 @@ program ckptio_test_f
      call lifecycle()
      stop
   end if
-  if (trim(mode) == 'background') then
+  if (trim(mode) == 'background' .or. trim(mode) == 'series_bg') then
      call MPI_Init_thread(MPI_THREAD_MULTIPLE, provided)   ! what mode='async' needs
   else
      call MPI_Init()
@@ -67,6 +78,12 @@ program ckptio_test_f
      call series()
   case ('background')
      call background()                       ! (calls ckptio_finalize itself)
+  case ('selections')
+     call selections()
+  case ('varmeta')
+     call varmeta()
+  case ('series_bg')
+     call series_bg()
   case default
      call MPI_Abort(MPI_COMM_WORLD, 2)
   end select
@@ -215,6 +232,165 @@ contains
     print '(a,1x,a,1x,i0,1x,i0,1x,a)', 'ERR', name, rank, ierr, msg
     flush (6)
   end subroutine report
+
+  !> Memory selections: u(1-G:N1+G, 1-G:N2+G, 1-G:NK+G) with G guard cells, its interior u(1:N1, 1:N2, 1:NK)
+  !> is rank's block of the global (N1, N2, NK*nprocs) array (Fortran order).
+  subroutine selections()
+    integer, parameter :: G = 2
+    real(real64), allocatable, target :: u(:,:,:), uz(:,:,:)
+    integer(int32), allocatable, target :: b(:,:)
+    logical, allocatable :: mask(:,:,:)
+    type(ckptio_file) :: f
+    type(ckptio_read_batch) :: batch
+    integer :: i, j, k, other, ierr
+    integer(int64) :: box(3), at(3), gshape(3), start(3)
+    character(len=1024) :: backend, path
+
+    backend = 'mpiio'
+    if (command_argument_count() > 2) call get_command_argument(3, backend)
+    allocate (u(1-G:N1+G, 1-G:N2+G, 1-G:NK+G), uz(1-G:N1+G, 1-G:N2+G, 1-G:NK+G), b(0:N1+1, N2), &
+         mask(1-G:N1+G, 1-G:N2+G, 1-G:NK+G))
+    u = -1.0_real64
+    b = -1
+    mask = .true.
+    do k = 1, NK
+       do j = 1, N2
+          do i = 1, N1
+             u(i, j, k) = aval(i, j, rank * NK + k)
+             mask(i, j, k) = mod(i + j + rank * NK + k, 3) == 0
+          end do
+       end do
+    end do
+    uz = u
+    do j = 1, N2
+       b(1:N1, j) = [(i + 10 * j + 100 * rank, i = 1, N1)]
+    end do
+    box = [int(N1, int64), int(N2, int64), int(NK, int64)]
+    start = [int(G, int64), int(G, int64), int(G, int64)]       ! 0-based: u(1,1,1) is element G of each axis
+    gshape = [int(N1, int64), int(N2, int64), int(NK * nprocs, int64)]
+    at = [0_int64, 0_int64, int(rank * NK, int64)]
+    write (path, '(a,a)') trim(dir), '/chk_000001'
+    call ckptio_create(trim(path), MPI_COMM_WORLD, f, backend=trim(backend))
+    call ckptio_write(f, 'u', u, at, gshape, interior_start=start, interior_shape=box)
+    call ckptio_write(f, 'b', b, [0_int64, int(rank * N2, int64)], [int(N1, int64), int(N2 * nprocs, int64)], &
+         interior_start=[1_int64, 0_int64], interior_shape=[int(N1, int64), int(N2, int64)])
+    if (trim(backend) /= 'pnetcdf') &
+         call ckptio_write(f, 'mask', mask, at, gshape, interior_start=start, interior_shape=box)
+    call ckptio_set_zero_copy(f, .true.)
+    call ckptio_write(f, 'uz', uz, at, gshape, interior_start=start, interior_shape=box)
+    u = -2.0_real64                      ! copied at write: the checkpoint keeps the old interior
+    b = -2
+    mask = .false.
+    uz(1-G, :, :) = -3.0_real64          ! zero-copy: only the interior must stay unchanged until the close
+    call ckptio_close(f)
+
+    ! read into the interiors of the same arrays, rank r taking rank P-1-r's part; guard cells stay -5
+    other = nprocs - 1 - rank
+    u = -5.0_real64
+    uz = -5.0_real64
+    b = -5
+    mask = .true.
+    call ckptio_open(trim(path), MPI_COMM_WORLD, f)
+    at = [0_int64, 0_int64, int(other * NK, int64)]
+    call ckptio_read(f, 'u', u, at, interior_start=start, interior_shape=box)
+    call ckptio_read(f, 'uz', uz, at, interior_start=start, interior_shape=box)
+    call ckptio_read(f, 'b', b, [0_int64, int(other * N2, int64)], interior_start=[1_int64, 0_int64], &
+         interior_shape=[int(N1, int64), int(N2, int64)])
+    if (trim(backend) /= 'pnetcdf') &
+         call ckptio_read(f, 'mask', mask, at, interior_start=start, interior_shape=box)
+    call ckptio_close(f)
+    do k = 1 - G, NK + G
+       do j = 1 - G, N2 + G
+          do i = 1 - G, N1 + G
+             if (i >= 1 .and. i <= N1 .and. j >= 1 .and. j <= N2 .and. k >= 1 .and. k <= NK) then
+                call expect(u(i, j, k) == aval(i, j, other * NK + k), 'u interior')
+                call expect(uz(i, j, k) == aval(i, j, other * NK + k), 'uz interior')
+                call expect(mask(i, j, k) .eqv. (trim(backend) == 'pnetcdf' .or. &
+                     mod(i + j + other * NK + k, 3) == 0), 'mask interior')
+             else
+                call expect(u(i, j, k) == -5.0_real64 .and. uz(i, j, k) == -5.0_real64, 'guard cells untouched')
+                call expect(mask(i, j, k), 'logical guard cells untouched')
+             end if
+          end do
+       end do
+    end do
+    do j = 1, N2
+       call expect(all(b(1:N1, j) == [(i + 10 * j + 100 * other, i = 1, N1)]), 'b interior')
+       call expect(b(0, j) == -5 .and. b(N1 + 1, j) == -5, 'b guard cells')
+    end do
+
+    ! the same with one batched read (ckptio_batch_add with the interior, ckptio_read_many)
+    u = -6.0_real64
+    b = -6
+    write (path, '(a,a)') trim(dir), '/chk_000001'
+    call ckptio_open(trim(path), MPI_COMM_WORLD, f)
+    call ckptio_batch_add(batch, 'u', u, at, interior_start=start, interior_shape=box)
+    call ckptio_batch_add(batch, 'b', b, [0_int64, int(other * N2, int64)], interior_start=[1_int64, 0_int64], &
+         interior_shape=[int(N1, int64), int(N2, int64)])
+    call ckptio_read_many(f, batch)
+    call ckptio_close(f)
+    do k = 1 - G, NK + G
+       do j = 1 - G, N2 + G
+          do i = 1 - G, N1 + G
+             if (i >= 1 .and. i <= N1 .and. j >= 1 .and. j <= N2 .and. k >= 1 .and. k <= NK) then
+                call expect(u(i, j, k) == aval(i, j, other * NK + k), 'u interior (batch)')
+             else
+                call expect(u(i, j, k) == -6.0_real64, 'guard cells untouched (batch)')
+             end if
+          end do
+       end do
+    end do
+    do j = 1, N2
+       call expect(all(b(1:N1, j) == [(i + 10 * j + 100 * other, i = 1, N1)]), 'b interior (batch)')
+       call expect(b(0, j) == -6 .and. b(N1 + 1, j) == -6, 'b guard cells (batch)')
+    end do
+
+    ! bad selections: on the last rank only; the close then fails on every rank
+    write (path, '(a,a)') trim(dir), '/chk_000002'
+    call ckptio_create(trim(path), MPI_COMM_WORLD, f, backend=trim(backend))
+    if (rank == nprocs - 1) then
+       call ckptio_write(f, 'u', u, at, gshape, ierr=ierr, interior_start=[0_int64, 0_int64, int(2 * G + 1, int64)], &
+            interior_shape=box)
+    else
+       call ckptio_write(f, 'u', u, at, gshape, ierr=ierr, interior_start=start, interior_shape=box)
+    end if
+    call report('interior_outside', ierr)
+    call ckptio_write(f, 'v', u, at, gshape, ierr=ierr, interior_start=start)
+    call report('interior_half', ierr)
+    call ckptio_close(f, ierr=ierr)
+    call report('close_after_bad_interior', ierr)
+    if (rank == 0) print '(a)', 'SELECTIONS OK'
+  end subroutine selections
+
+  subroutine varmeta()
+    real(real64), allocatable :: a(:,:,:)
+    type(ckptio_file) :: f
+    integer :: ierr
+    character(len=1024) :: backend, path
+    backend = 'mpiio'
+    if (command_argument_count() > 2) call get_command_argument(3, backend)
+    allocate (a(N1, N2, NK))
+    a = rank
+    write (path, '(a,a)') trim(dir), '/chk_000001'
+    call ckptio_create(trim(path), MPI_COMM_WORLD, f, backend=trim(backend))
+    call ckptio_set_dims(f, 'a', ['x   ', 'y   ', 'zone'])          ! Fortran order: a(x, y, zone)
+    call ckptio_set_var_attr(f, 'a', 'units', 'g/cm^3')
+    call ckptio_set_var_attr(f, 'a', 'gamma', 1.5_real32)
+    call ckptio_set_var_attr(f, 'a', 'level', 2)
+    call ckptio_write(f, 'a', a, [0_int64, 0_int64, int(rank * NK, int64)], &
+         [int(N1, int64), int(N2, int64), int(NK * nprocs, int64)])
+    call ckptio_close(f)
+    write (path, '(a,a)') trim(dir), '/chk_000002'
+    call ckptio_create(trim(path), MPI_COMM_WORLD, f, backend=trim(backend))
+    call ckptio_write(f, 'a', a, [0_int64, 0_int64, int(rank * NK, int64)], &
+         [int(N1, int64), int(N2, int64), int(NK * nprocs, int64)])
+    ierr = CKPTIO_OK
+    if (rank == nprocs - 1) call ckptio_set_dims(f, 'a', ['x', 'y', 'z'], ierr=ierr)
+    call report('dims_after_write', ierr)
+    call ckptio_close(f, ierr=ierr)
+    call report('close_after_late_dims', ierr)
+    if (rank == 0) print '(a)', 'VARMETA OK'
+  end subroutine varmeta
 
   subroutine errors()
     type(ckptio_file) :: f, closed
@@ -600,6 +776,32 @@ contains
     call expect(got == 5 .and. all(back == 5.0_real64 + rank), 'restart from the newest checkpoint')
     if (rank == 0) print '(a,a)', 'SERIES OK ', trim(found)
   end subroutine series
+
+  subroutine series_bg()
+    type(ckptio_file) :: f
+    integer(int64) :: step
+    real(real64) :: back(4)
+    integer :: i
+    character(len=1024) :: found, stage
+    stage = trim(dir) // '/stage'
+    do step = 1, 3
+       if (step == 1) then
+          call ckptio_series_create(MPI_COMM_WORLD, trim(dir) // '/run', step, 2, f, mode='async', &
+               compression='zstd')
+       else
+          call ckptio_series_create(MPI_COMM_WORLD, trim(dir) // '/run', step, 2, f, stage_dir=trim(stage))
+       end if
+       call write_x(f, int(step), 0)
+       call ckptio_close(f)
+       call ckptio_wait(f)                    ! committed, the retention ran right after the commit
+    end do
+    call ckptio_latest_verified(MPI_COMM_WORLD, trim(dir) // '/run', found)
+    call ckptio_open(trim(found), MPI_COMM_WORLD, f, stage_dir=trim(stage))   ! from the node-local stage
+    call ckptio_read(f, 'x', back, offset=[int(4 * rank, int64)])
+    call ckptio_close(f)
+    call expect(all(back == [(300.0_real64 + 4 * rank + i, i = 0, 3)]), 'restart from the stage')
+    if (rank == 0) print '(a,a)', 'SERIES_BG OK ', trim(found)
+  end subroutine series_bg
 
   ! ---- async, staged and compressed checkpoints (keyword options of ckptio_create), ckptio_wait/done/wait_all
   subroutine write_x(f, step, gextra)        ! x = 100*step + global 0-based index; gextra > 0: uncovered elements
