@@ -46,17 +46,23 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import async_io, catalog, coord, staging
-from .errors import DeclarationError
+from .errors import CheckpointIOError, DeclarationError
 from .writer import Writer
 
 
 class Series:
     """Checkpoints ``{directory}/{prefix}_{step:0{digits}d}{suffix}``. Construct on every rank of ``comm``
-    (collective: rank 0 creates ``directory``; its failure is raised on every rank)."""
+    (collective: rank 0 creates ``directory`` unless ``must_exist``; its failure is raised on every rank).
+
+    ``must_exist=True`` is for restart jobs: a directory that does not exist (a misspelt restart directory) is
+    then a :class:`~ckptio.CheckpointIOError` on every rank instead of a new, empty series whose ``latest()`` is
+    None, which would start the simulation from step 0. ``created`` says whether this object made the
+    directory."""
 
     def __init__(self, directory: str | os.PathLike, comm, prefix: str = "chk", keep: int = 3,
                  backend: str = "mpiio", digits: int = 6, verify_on_restart: bool = True,
-                 stage_dir: str | os.PathLike | None = None, suffix: str = "", **create_options: Any):
+                 stage_dir: str | os.PathLike | None = None, suffix: str = "", must_exist: bool = False,
+                 **create_options: Any):
         if not isinstance(keep, int) or keep < 1:
             raise ValueError(f"keep={keep!r}: must be an int of at least 1")
         if not prefix:
@@ -86,10 +92,20 @@ class Series:
                     raise DeclarationError(f"Series: {key} differs between ranks (rank 0: {gathered[0][key]!r}, "
                                            f"rank {differ[0]}: {gathered[differ[0]][key]!r}); construct the Series "
                                            "with the same arguments on every rank")
+            if os.path.isdir(self.directory):
+                return False
+            if must_exist:
+                why = "is not a directory" if os.path.exists(self.directory) else "does not exist"
+                raise CheckpointIOError(f"series {self.directory}: the directory {why} (must_exist=True: a restart "
+                                        "job does not start a new series; check the path)")
             os.makedirs(self.directory, exist_ok=True)
+            return True
 
-        coord.gather_and_plan(comm, f"series {self.directory}: arguments and directory", lambda: settings,
-                              check_and_make)
+        if not isinstance(must_exist, bool):
+            raise ValueError(f"must_exist={must_exist!r}: must be True or False")
+        settings["must_exist"] = must_exist
+        self.created: bool = coord.gather_and_plan(comm, f"series {self.directory}: arguments and directory",
+                                                   lambda: settings, check_and_make)
 
     def path(self, step: int) -> str:
         return os.path.join(self.directory, self.pattern.name(step))

@@ -11,11 +11,13 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+# tests/ is on sys.path; not "tests.test_readplan": yt's dependency ewah_bool_utils installs a package named tests
+from test_readplan import _simulate, check_delivered_once
+
 from ckptio import extent_table, readplan
 from ckptio.cli import main as cli_main
 from ckptio.plan import choose_aggregators
 from ckptio.simulate import PlanScenario, simulate, split_even, split_shifted
-from tests.test_readplan import _simulate, check_delivered_once
 
 
 def _tiling(n: int, writers: int, row: int, stripe: int, rng) -> extent_table.ExtentTable:

@@ -392,3 +392,53 @@ def test_series_arguments_that_differ_between_ranks_are_refused_everywhere(tmp_p
     proc = run_script(2, SERIES_ARGS, tmp_path, str(tmp_path / "run"), timeout=100)
     assert "ACCEPTED" not in proc.stdout and proc.stdout.count("REFUSED") == 6, proc.stdout
     assert proc.stdout.count("EMPTY") == 2 and proc.stdout.count("OK") == 2, proc.stdout
+
+
+MUST_EXIST = """
+import os, sys
+import numpy as np
+from mpi4py import MPI
+import ckptio
+
+comm = MPI.COMM_WORLD
+rank = comm.Get_rank()
+run, typo = sys.argv[1], sys.argv[1] + "_typo"
+first = ckptio.Series(run, comm, keep=2)                     # a new run: the directory is made
+assert first.created and os.path.isdir(run)
+with first.create(10) as ck:
+    ck.write("x", np.full(2, rank, np.float64), offset=(2 * rank,), global_shape=(2 * comm.Get_size(),))
+again = ckptio.Series(run, comm, keep=2, must_exist=True)   # the restart job finds it
+assert not again.created and again.latest().endswith("chk_000010")
+try:                                                        # a misspelt restart directory: every rank raises
+    ckptio.Series(typo, comm, keep=2, must_exist=True)
+except ckptio.CheckpointIOError as exc:
+    assert "does not exist" in str(exc) and "must_exist=True" in str(exc), exc
+else:
+    raise AssertionError("a missing restart directory was accepted")
+comm.Barrier()
+assert not os.path.exists(typo)                             # and nothing was created
+comm.Barrier()
+open(typo, "w").close() if rank == 0 else None
+comm.Barrier()
+try:
+    ckptio.Series(typo, comm, must_exist=True)
+except ckptio.CheckpointIOError as exc:
+    assert "is not a directory" in str(exc), exc
+else:
+    raise AssertionError("a file was accepted as the series directory")
+try:                                                        # must_exist must agree between ranks
+    ckptio.Series(run, comm, must_exist=(rank == 0))
+except ckptio.DeclarationError as exc:
+    assert comm.Get_size() > 1 and "must_exist differs between ranks" in str(exc), exc
+else:
+    assert comm.Get_size() == 1
+print("OK", rank)
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("nprocs", [1, 3])
+def test_a_restart_job_with_must_exist_refuses_a_misspelt_directory(nprocs, tmp_path):
+    proc = run_script(nprocs, MUST_EXIST, tmp_path, str(tmp_path / "run"), timeout=100)
+    assert proc.stdout.count("OK") == nprocs
