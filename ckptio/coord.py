@@ -241,46 +241,6 @@ def _result(phase: str, outcome: Any, own: BaseException | None) -> Any:
     return outcome[1]
 
 
-def gather_and_scatter(comm, phase: str, local: Callable[[], Any], plan: Callable[[list[Any]], list[Any]],
-                       root: int = 0) -> Any:
-    """Collective: :func:`gather_and_plan`, except that ``plan`` returns one payload per rank and rank ``r``
-    receives only the ``r``-th: its own share of the plan, so what a rank receives does not grow with the job
-    unless its own share does. The root's payload never leaves it (it may be the whole plan)."""
-    own: BaseException | None = deliver_held_signals()
-    try:
-        if own is not None:
-            raise own
-        with _phase_work():
-            payload: Any = ("ok", local())
-    except BaseException as exc:  # see run()
-        own = exc
-        payload = (_FAILED, _describe(exc))
-    gathered = comm.gather(payload, root=root)
-    size = comm.Get_size()
-    outcomes: Any = None
-    kept: Any = None
-    if comm.Get_rank() == root:
-        failures = {r: p[1] for r, p in enumerate(gathered) if p[0] == _FAILED}
-        if failures:
-            outcomes = [(_FAILED, failures)] * size
-        else:
-            def payloads() -> list[Any]:
-                values = plan([p[1] for p in gathered])
-                if len(values) != size:
-                    raise ValueError(f"{phase}: {len(values)} payloads for {size} ranks")
-                return values
-
-            outcome, own = _on_root(comm, root, payloads)
-            if outcome[0] == "ok":
-                kept = outcome[1][root]  # not pickled: the root's share stays where it is
-                outcomes = [("ok", None if r == root else v) for r, v in enumerate(outcome[1])]
-            else:
-                outcomes = [outcome] * size
-        del gathered
-    result = _result(phase, comm.scatter(outcomes, root=root), own)
-    return kept if comm.Get_rank() == root else result
-
-
 def bcast_from_root(comm, phase: str, fn: Callable[[], T], root: int = 0) -> T:
     """Collective: ``fn`` runs on ``root`` only; its result (or its error) reaches every rank.
 

@@ -50,7 +50,10 @@ def _verdict(doc: dict) -> str:
 
 
 @st.composite
-def damaged(draw):
+def damaged(draw, values=ODD_VALUES, actions=("set", "delete", "duplicate", "element", "swap"),
+            keys=("rank", "offset", "shape", "checksum", "codec", "file_offset", "stored_nbytes"), settable=None):
+    """A valid document with up to two random edits of its blocks (``values`` for what an edit writes; ``set``
+    writes only keys in ``settable``, default all)."""
     segments = draw(st.booleans())
     doc = _document(draw(st.integers(0, 2**16)), segments, 1 if segments else draw(st.integers(0, 3)),
                     draw(st.integers(1, 5)))
@@ -59,10 +62,10 @@ def damaged(draw):
         if not blocks:
             break
         i = draw(st.integers(0, len(blocks) - 1))
-        action = draw(st.sampled_from(["set", "delete", "duplicate", "element", "swap"]))
-        key = draw(st.sampled_from(["rank", "offset", "shape", "checksum", "codec", "file_offset", "stored_nbytes"]))
-        if action == "set":
-            blocks[i][key] = draw(ODD_VALUES)
+        action = draw(st.sampled_from(actions))
+        key = draw(st.sampled_from(keys))
+        if action == "set" and (settable is None or key in settable):
+            blocks[i][key] = draw(values)
         elif action == "delete":
             blocks[i].pop(key, None)
         elif action == "duplicate":
@@ -70,7 +73,7 @@ def damaged(draw):
         elif action == "swap" and len(blocks) > 1:
             blocks[0], blocks[-1] = blocks[-1], blocks[0]
         elif action == "element" and isinstance(blocks[i].get(key), list) and blocks[i][key]:
-            blocks[i][key][draw(st.integers(0, len(blocks[i][key]) - 1))] = draw(ODD_VALUES)
+            blocks[i][key][draw(st.integers(0, len(blocks[i][key]) - 1))] = draw(values)
     return doc
 
 
@@ -92,28 +95,11 @@ def test_valid_documents_take_the_fast_path(segments, ndim):
         assert meta._blocks_valid_fast(var["blocks"], tuple(var["shape"]), 4, segments), doc
 
 
-@st.composite
-def damaged_integers(draw):
-    """Documents damaged only in ways integer columns can hold (schema 2 has no wrong types to find)."""
-    segments = draw(st.booleans())
-    doc = _document(draw(st.integers(0, 2**16)), segments, 1 if segments else draw(st.integers(0, 3)),
-                    draw(st.integers(1, 5)))
-    blocks = doc["variables"]["v"]["blocks"]
-    for _ in range(draw(st.integers(0, 2))):
-        if not blocks:
-            break
-        i = draw(st.integers(0, len(blocks) - 1))
-        action = draw(st.sampled_from(["set", "duplicate", "element", "swap"]))
-        key = draw(st.sampled_from(["rank", "offset", "shape", "stored_nbytes"]))
-        if action == "set" and key in ("rank", "stored_nbytes"):
-            blocks[i][key] = draw(st.integers(-3, 9))
-        elif action == "duplicate":
-            blocks.append(copy.deepcopy(blocks[i]))
-        elif action == "swap" and len(blocks) > 1:
-            blocks[0], blocks[-1] = blocks[-1], blocks[0]
-        elif action == "element" and key in ("offset", "shape") and blocks[i][key]:
-            blocks[i][key][draw(st.integers(0, len(blocks[i][key]) - 1))] = draw(st.integers(-3, 9))
-    return doc
+def damaged_integers():
+    """Documents damaged only in ways integer columns can hold (schema 2 has no wrong types to find): integers
+    written into rank and stored size, or into an element of offset and shape."""
+    return damaged(values=st.integers(-3, 9), actions=("set", "duplicate", "element", "swap"),
+                   keys=("rank", "offset", "shape", "stored_nbytes"), settable=("rank", "stored_nbytes"))
 
 
 def _as_table(doc: dict) -> dict:
