@@ -24,7 +24,7 @@ DECLARATION_CASES = {
     "shape_mismatch": "'shp'", "dtype_mismatch": "'dtp'", "ndim_mismatch": "'ndm'", "kind_mismatch": "'knd'",
     "overlap": "'ovl'", "uncovered": "'hole'", "outside": "'outs'", "negative_offset": "'negoff'",
     "negative_global_shape": "'neggs'", "offset_rank_mismatch": "'offr'", "two_segments_one_rank": "'seg2'",
-    "non_contiguous": "'strided'", "negative_stride": "'reversed'", "object_dtype": "'objs'",
+    "object_dtype": "'objs'",
     "string_dtype": "'strs'", "structured_dtype": "'recs'", "not_an_array": "'lst'", "name_empty": "''",
     "name_too_long": "'xxxxxxxx", "name_with_slash": "'a/b'", "name_reserved": "'ckptio_blocks'",
     "name_not_str": "42", "attrs_not_json_all_ranks": "'obj'", "attrs_not_json_one_rank": "'obj'",
