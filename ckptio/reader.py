@@ -30,12 +30,19 @@ from typing import Any
 
 import numpy as np
 
-from . import coord, placement_stats, readplan, units
+from . import coord, placement_stats, plain, readplan, units
 from . import hints as hintsmod
 from . import meta as metamod
 from .backends import detect_backend, get_backend
 from .block_table import as_table
-from .errors import CheckpointError, ClosedCheckpointError, CorruptCheckpointError, DeclarationError, ReadRequestError
+from .errors import (
+    CheckpointError,
+    ClosedCheckpointError,
+    CorruptCheckpointError,
+    DeclarationError,
+    ReadRequestError,
+    UnknownFormatError,
+)
 from .extent_table import ExtentTable
 from .layout import Box, normalize_request
 from .plan import SEGMENT, Extent, Request, choose_aggregators
@@ -214,7 +221,10 @@ class Reader:
         def load(gathered: list[tuple[dict[str, Any], int]]) -> dict[str, Any]:
             _check_same_options([g[0] for g in gathered])
             backend = detect_backend(self.path, thorough=True)  # one file, opened on purpose: diagnose damage
-            meta = backend.read_metadata(self.path)
+            try:
+                meta = backend.read_metadata(self.path)
+            except UnknownFormatError:  # an HDF5 or netCDF file some other program wrote: read it unchecked
+                meta = plain.plain_document(self.path, backend.name)
             table = backend.extent_table(meta)
             chosen_aggregators = choose_aggregators(size, [g[1] for g in gathered],
                                                     int(meta.get("layout", {}).get("stripe_count", 1)),
@@ -230,6 +240,8 @@ class Reader:
         common = coord.gather_and_plan(comm, f"open {self.path}", options, load)
         own = coord.scatter_from_root(comm, f"open {self.path}: restart plan", lambda: per_rank)
         self.meta = common["meta"]
+        if self.meta["checksum"] == plain.NO_CHECKSUM:  # a plain HDF5/netCDF file: nothing to verify against
+            self.verify = False
         self.backend = get_backend(common["backend"])
         self._routing: readplan.Routing = common["routing"]
         self._runs_by_var = self._routing.by_var()
@@ -261,6 +273,12 @@ class Reader:
         self._last_failed = False
 
     # ---------------------------------------------------------------------------------------------- API
+    @property
+    def checksummed(self) -> bool:
+        """Local: whether the file carries checksums that reads verify (False for a plain HDF5 or netCDF file
+        ckptio did not write, see :mod:`ckptio.plain`)."""
+        return self.meta["checksum"] != plain.NO_CHECKSUM
+
     @property
     def attrs(self) -> dict[str, Any]:
         """Local: the checkpoint's attributes."""
@@ -479,6 +497,9 @@ class Reader:
 
     def _request(self, name: str, offset, shape) -> Request:
         if not isinstance(name, str) or name not in self._variables:
+            why = self.meta.get("plain_skipped", {}).get(name) if isinstance(name, str) else None
+            if why is not None:  # a plain HDF5/netCDF file's variable ckptio cannot read as raw bytes
+                raise ReadRequestError(f"variable {name!r} of {self.path} cannot be read by ckptio: it is {why}")
             raise ReadRequestError(f"variable {name!r} is not in checkpoint {self.path} "
                                    f"(it has: {some_names(self._variables)})")
         var = self._variables[name]

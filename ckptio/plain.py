@@ -1,0 +1,123 @@
+"""Restart from HDF5 and netCDF files ckptio did not write: an existing code moves its restart reads to ckptio's
+two-phase aggregated read without changing its file format. Rank 0 only, no MPI.
+
+An HDF5 file without ckptio's ``/ckptio`` group, or a classic netCDF file (CDF-1, CDF-2, CDF-5) without its
+``ckptio_metadata``, is described by a metadata document built here from the file's own structures: every
+variable stored as one contiguous, unfiltered run of bytes (an HDF5 dataset with the contiguous layout and no
+filters, at the root of the file; a fixed-size netCDF variable) of a numeric type becomes a variable with one
+block (the whole array) at its file offset, so the aggregators read it as raw byte ranges like a checkpoint's.
+Such a file carries **no checksums**: the document says ``"checksum": "none"``, :attr:`ckptio.Reader.checksummed`
+is False and nothing is verified. Variables that cannot be read that way (chunked or compressed HDF5 datasets,
+netCDF record variables, strings, compound types, datasets in subgroups, HDF5 datasets never written) are listed
+in ``plain_skipped`` with the reason; reading one is a :class:`~ckptio.ReadRequestError` naming it.
+
+Reading an HDF5 file's structure needs h5py (any build, serial wheels too); netCDF headers are parsed by ckptio.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .block_table import BlockTable
+from .errors import CapabilityError, UnknownFormatError
+
+NO_CHECKSUM = "none"
+_NUMERIC = "biufc"
+
+
+def _one_block(shape: tuple[int, ...]) -> BlockTable:
+    nd = len(shape)
+    z = np.zeros(1, np.int64)
+    return BlockTable(z, np.zeros((1, nd), np.int64), np.array([shape], np.int64).reshape(1, nd),
+                      np.zeros(1, np.uint64), np.full(1, -1, np.int64), z, np.full(1, -1, np.int64), [])
+
+
+def _variable(shape: tuple[int, ...], file_dtype: np.dtype, file_offset: int, attrs: dict[str, Any]) -> dict[str, Any]:
+    native = file_dtype.newbyteorder("=")
+    return {"dtype": native.str, "shape": list(shape), "kind": "array", "attrs": attrs,
+            "storage": {"file_offset": int(file_offset), "file_dtype": file_dtype.str, "format": "plain"},
+            "blocks": _one_block(shape)}
+
+
+def _document(backend: str, variables: dict[str, Any], skipped: dict[str, str], attrs: dict[str, Any]) -> dict:
+    return {"schema": 2, "backend": backend, "nprocs": 1, "attrs": attrs, "checksum": NO_CHECKSUM,
+            "plain": True, "plain_skipped": skipped, "variables": variables}
+
+
+def _json_value(value: Any) -> Any:
+    """An attribute value as a plain JSON value (numbers, strings, lists), or None when it has no such form."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind in _NUMERIC and value.ndim <= 1:  # netCDF attributes are arrays: one value is a scalar
+            return value.item() if value.size == 1 else value.tolist()
+        if value.dtype.kind == "S" and value.size == 1:
+            return value.reshape(-1)[0].decode("utf-8", "replace")
+        return None
+    if isinstance(value, np.generic):
+        return value.item()
+    return value if isinstance(value, bool | int | float | str) else None
+
+
+def _attrs(raw: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in ((str(k), _json_value(v)) for k, v in raw.items()) if v is not None}
+
+
+def hdf5_document(path: str) -> dict[str, Any]:
+    """Rank 0: the document of a plain HDF5 file (see the module docstring)."""
+    try:
+        import h5py
+    except ImportError:
+        raise CapabilityError(f"{path}: reading an HDF5 file ckptio did not write needs h5py (pip install h5py)") \
+            from None
+    variables: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
+    with h5py.File(path, "r", locking=False) as f:
+        for name, obj in f.items():
+            if not isinstance(obj, h5py.Dataset):
+                skipped[name] = "a group (only datasets at the root of the file are read)"
+                continue
+            dcpl = obj.id.get_create_plist()
+            if obj.dtype.kind not in _NUMERIC or obj.dtype.fields is not None:
+                skipped[name] = f"type {obj.dtype} is not numeric"
+            elif dcpl.get_layout() != h5py.h5d.CONTIGUOUS or dcpl.get_nfilters():
+                skipped[name] = "chunked or filtered (compressed): not one contiguous run of bytes"
+            elif obj.id.get_offset() is None and obj.size:
+                skipped[name] = "never written (no storage allocated)"
+            else:
+                variables[name] = _variable(tuple(obj.shape), obj.dtype, obj.id.get_offset() or 0,
+                                            _attrs(dict(obj.attrs)))
+        attrs = _attrs(dict(f.attrs))
+    return _document("hdf5", variables, skipped, attrs)
+
+
+def netcdf_document(path: str) -> dict[str, Any]:
+    """Rank 0: the document of a plain classic netCDF file (CDF-1, CDF-2 or CDF-5)."""
+    from .backends.pnetcdf import _NC_TYPES, read_header
+
+    header = read_header(path)
+    variables: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
+    for name, var in header.vars.items():
+        if var.is_record:
+            skipped[name] = "a record variable (along the unlimited dimension, interleaved with the others)"
+            continue
+        dtype = np.dtype(_NC_TYPES[var.nc_type])
+        if dtype.kind not in _NUMERIC:
+            skipped[name] = "a char variable (text), not numeric"
+            continue
+        shape = tuple(header.dims[d][1] for d in var.dimids)
+        variables[name] = _variable(shape, dtype, var.begin, _attrs(var.attrs))
+        variables[name]["dims"] = [header.dims[d][0] for d in var.dimids]  # netCDF's shared dimensions
+    return _document("pnetcdf", variables, skipped, _attrs(header.attrs))
+
+
+def plain_document(path: str, backend: str) -> dict[str, Any]:
+    """Rank 0: the document of a file in ``backend``'s container format that ckptio did not write."""
+    if backend == "hdf5":
+        return hdf5_document(path)
+    if backend == "pnetcdf":
+        return netcdf_document(path)
+    raise UnknownFormatError(f"{path}: not a ckptio checkpoint, nor an HDF5 or netCDF file")

@@ -1,0 +1,122 @@
+"""Restart reads of HDF5 and netCDF files ckptio did not write (issue 17, item 4): an existing code keeps its
+file format and moves its restart reads to the aggregated two-phase read; such files are read unchecked
+(``reader.checksummed`` is False) and what cannot be read as raw bytes is named."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mpi_helpers import mpi_env, run_script
+
+import ckptio
+
+DENS = np.arange(7 * 10, dtype=np.float64).reshape(7, 10)
+IDS = np.arange(12, dtype=">i4").reshape(3, 4)  # big-endian in the file
+
+
+def _write_hdf5(path: Path) -> None:
+    import h5py
+
+    with h5py.File(path, "w") as f:
+        f["dens"] = DENS
+        f["dens"].attrs["units"] = "g/cm**3"
+        f.create_dataset("ids", data=IDS)
+        f.create_dataset("zipped", data=np.ones((4, 4)), compression="gzip", chunks=(2, 2))
+        f.create_group("sub")["deep"] = np.ones(3)
+        f.attrs["time"] = 1.5
+
+
+def _write_netcdf(path: Path, fmt: str) -> None:
+    import netCDF4
+
+    with netCDF4.Dataset(path, "w", format=fmt) as ds:
+        for name, n in (("y", 7), ("x", 10), ("t", None), ("r", 3), ("c", 4)):
+            ds.createDimension(name, n)
+        kw = {"contiguous": True} if fmt == "NETCDF4" else {}
+        dens = ds.createVariable("dens", "f8", ("y", "x"), **kw)
+        dens[:] = DENS
+        dens.units = "g/cm**3"
+        ds.createVariable("ids", "i4", ("r", "c"), **kw)[:] = IDS
+        ds.createVariable("rec", "f4", ("t",))[:] = np.arange(3)
+        ds.time = 1.5
+
+
+@pytest.fixture(scope="module")
+def plain_files(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("plain")
+    files = {"hdf5": d / "plain.h5"}
+    _write_hdf5(files["hdf5"])
+    for fmt in ("NETCDF3_CLASSIC", "NETCDF3_64BIT_OFFSET", "NETCDF3_64BIT_DATA", "NETCDF4"):
+        files[fmt] = d / f"plain_{fmt}.nc"
+        _write_netcdf(files[fmt], fmt)
+    return files
+
+
+SKIPPED = {"hdf5": {"zipped": "chunked or filtered", "sub": "a group"},
+           "NETCDF4": {"rec": "chunked or filtered", "t": None}, "NETCDF3_CLASSIC": {"rec": "a record variable"},
+           "NETCDF3_64BIT_OFFSET": {"rec": "a record variable"}, "NETCDF3_64BIT_DATA": {"rec": "a record variable"}}
+
+
+@pytest.mark.parametrize("kind", sorted(SKIPPED))
+def test_plain_file_reads_serially_unchecked(plain_files, kind: str) -> None:
+    with ckptio.open(plain_files[kind]) as ck:
+        assert ck.checksummed is False
+        np.testing.assert_array_equal(ck.read("dens"), DENS)
+        np.testing.assert_array_equal(ck["dens"][2:5, 3], DENS[2:5, 3])
+        got = ck.read("ids")
+        np.testing.assert_array_equal(got, IDS)
+        assert got.dtype == np.dtype("=i4")  # native order, whatever the file's
+        assert ck.variables["dens"].attrs["units"] == "g/cm**3" and ck.attrs["time"] == 1.5
+        if kind.startswith("NETCDF3"):
+            assert ck.variables["dens"].dims == ("y", "x")
+        for name, why in SKIPPED[kind].items():
+            if why is None:
+                continue
+            with pytest.raises(ckptio.ReadRequestError, match=f"'{name}' .*cannot be read by ckptio: it is {why}"):
+                ck.read(name)
+
+
+READ = """
+import sys
+import numpy as np
+from mpi4py import MPI
+import ckptio
+
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+dens = np.arange(70, dtype=np.float64).reshape(7, 10)
+for path in sys.argv[1:]:
+    with ckptio.open(path, comm, aggregators=min(2, size)) as ck:
+        lo, hi = rank * 7 // size, (rank + 1) * 7 // size
+        cols = slice(rank % 3, 10)
+        got, ids = ck.read_many([("dens", (lo, cols.start), (hi - lo, 10 - cols.start)), ("ids", None, None)])
+        assert np.array_equal(got, dens[lo:hi, cols]), (path, rank)
+        assert np.array_equal(ids, np.arange(12).reshape(3, 4)), (path, rank)
+        assert not ck.checksummed
+        assert ck.stats.opened_file == (rank in ck.aggregators), (rank, ck.aggregators)
+print("OK", rank)
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprocs", [1, 2, 3])
+def test_plain_files_restart_through_the_aggregators(plain_files, tmp_path: Path, nprocs: int) -> None:
+    proc = run_script(nprocs, READ, tmp_path, *(str(p) for p in plain_files.values()))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("OK") == nprocs
+
+
+def test_plain_files_are_still_not_checkpoints_to_inspect_and_latest(plain_files, tmp_path: Path) -> None:
+    """Only the restart reads them: ``inspect`` still says "not a ckptio checkpoint" (exit 2) and ``latest()``
+    never takes one for a checkpoint."""
+    proc = subprocess.run([sys.executable, "-m", "ckptio", "inspect", str(plain_files["hdf5"])],
+                          capture_output=True, text=True, timeout=120, env=mpi_env())
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "chk_000001").write_bytes(plain_files["hdf5"].read_bytes())
+    assert ckptio.latest(str(run)) is None
