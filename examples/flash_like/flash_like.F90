@@ -322,6 +322,18 @@ contains
     call ckptio_set_attr(ck, 'nblocks', nb)
     call ckptio_set_attr(ck, 'nxb', nx)
     call ckptio_set_attr(ck, 'simulation', SIMULATION_NAME)
+    ! the domain and root-block lattice as FLASH names them (ckptio convert --to flash needs them for yt), as the
+    ! Python twin writes them: the unit cube, lattice_size(nblocks) root blocks along each axis, Cartesian
+    call ckptio_set_attr(ck, 'geometry', 'cartesian')
+    call ckptio_set_attr(ck, 'xmin', 0.0_dp)
+    call ckptio_set_attr(ck, 'xmax', 1.0_dp)
+    call ckptio_set_attr(ck, 'ymin', 0.0_dp)
+    call ckptio_set_attr(ck, 'ymax', 1.0_dp)
+    call ckptio_set_attr(ck, 'zmin', 0.0_dp)
+    call ckptio_set_attr(ck, 'zmax', 1.0_dp)
+    call ckptio_set_attr(ck, 'nblockx', int(lattice_size(nblocks), int64))
+    call ckptio_set_attr(ck, 'nblocky', int(lattice_size(nblocks), int64))
+    call ckptio_set_attr(ck, 'nblockz', int(lattice_size(nblocks), int64))
     do v = 1, NVARS   ! Fortran order (x, y, z, block) == Python's (block, z, y, x)
        call ckptio_write(ck, GRID_VARS(v), fld(:, :, :, :, v), offset=[0_int64, 0_int64, 0_int64, first], &
             global_shape=[nx, nx, nx, nb], interior_start=interior_start(), interior_shape=[nx, nx, nx, loc])
