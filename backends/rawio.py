@@ -83,17 +83,17 @@ def hindexed(lengths: Sequence[int], displacements: Sequence[int]):
     :func:`_classic_type_constructor`); pieces above 1 GiB are split (int block lengths). Local."""
     from mpi4py import MPI
 
-    lens: list[int] = []
-    disps: list[int] = []
-    for n, d in zip(lengths, displacements, strict=True):
-        while n > _MAX_CHUNK:
-            lens.append(_MAX_CHUNK)
-            disps.append(d)
-            n -= _MAX_CHUNK
-            d += _MAX_CHUNK
-        if n:
-            lens.append(n)
-            disps.append(d)
+    lens_in = np.asarray(lengths, np.int64)
+    disps_in = np.asarray(displacements, np.int64)
+    if len(lens_in) and int(lens_in.max()) > _MAX_CHUNK:
+        pieces = (lens_in + _MAX_CHUNK - 1) // _MAX_CHUNK  # how many <= 1 GiB pieces each length becomes
+        first = np.repeat(np.cumsum(pieces) - pieces, pieces)
+        within = np.arange(int(pieces.sum()), dtype=np.int64) - first  # piece number inside its length
+        owner = np.repeat(np.arange(len(lens_in)), pieces)
+        disps_in = disps_in[owner] + within * _MAX_CHUNK
+        lens_in = np.minimum(lens_in[owner] - within * _MAX_CHUNK, _MAX_CHUNK)
+    keep = lens_in > 0
+    lens, disps = lens_in[keep], disps_in[keep]
     if len(lens) > np.iinfo(np.intc).max:
         raise CheckpointIOError(f"{len(lens)} pieces in one MPI transfer: more than an MPI int count")
     fn, handle = _classic_type_constructor()
@@ -176,18 +176,12 @@ class RawExtentReader(ExtentReader):
         finally:
             if own is not None:
                 own.Free()
-        self._buffer = np.empty(0, np.uint8)
 
-    def _scratch(self, nbytes: int) -> np.ndarray:
-        if self._buffer.nbytes < nbytes:
-            raw = np.empty(nbytes + 4096, np.uint8)  # 4096-aligned view for O_DIRECT-friendly buffers
-            start = (-raw.ctypes.data) % 4096
-            self._buffer = raw[start:start + nbytes]
-        return self._buffer[:nbytes]
+        self._buffers: dict[int, np.ndarray] = {}
 
-    def read(self, extents: Sequence[Extent]) -> tuple[list[np.ndarray], int]:
+    def read(self, extents: Sequence[Extent], slot: int = 0) -> tuple[list[np.ndarray], int]:
         total = sum(e.nbytes for e in extents)
-        buf = self._scratch(total)
+        buf = aligned_scratch(self._buffers, slot, total)
         views, pos = [], 0
         for e in extents:
             views.append(buf[pos:pos + e.nbytes])
@@ -201,6 +195,89 @@ class RawExtentReader(ExtentReader):
             self.fh = None
 
 
+def aligned_scratch(buffers: dict[int, np.ndarray], slot: int, nbytes: int) -> np.ndarray:
+    """``nbytes`` of the reusable, 4096-aligned buffer ``slot`` (grown when too small; the pages of a reused
+    buffer are already mapped, so reading into it costs no page faults). Local."""
+    buf = buffers.get(slot)
+    if buf is None or buf.nbytes < nbytes:
+        raw = np.empty(nbytes + 4096, np.uint8)
+        start = (-raw.ctypes.data) % 4096
+        buf = buffers[slot] = raw[start:start + nbytes]
+    return buf[:nbytes]
+
+
+READ_IO_ENV = "CKPTIO_READ_IO"  # "posix" (default): independent preads; "mpiio": one collective Read_all per round
+
+
+def open_extent_reader(path: str, comm, info, meta: Mapping[str, Any]) -> ExtentReader:
+    """Collective over ``comm`` (the restart aggregators; opening is agreed on by the caller): the reader
+    every backend's restart uses. By default :class:`PosixExtentReader`: ckptio's aggregation already happened
+    (each aggregator owns contiguous, stripe-aligned file domains), so a second two-phase layer inside MPI-IO
+    would only add copies; ``CKPTIO_READ_IO=mpiio`` selects :class:`RawExtentReader` (file systems that need
+    MPI-IO's own driver, e.g. without a POSIX mount)."""
+    choice = os.environ.get(READ_IO_ENV, "posix").strip().lower() or "posix"
+    if choice == "posix":
+        return PosixExtentReader(path, meta)
+    if choice == "mpiio":
+        return RawExtentReader(path, comm, info, meta)
+    raise CheckpointIOError(f"{READ_IO_ENV}={choice!r}: expected 'posix' or 'mpiio'")
+
+
+class PosixExtentReader(ExtentReader):
+    """An aggregator's independent reader: large ``preadv`` calls into two reusable aligned buffers.
+
+    Extents that follow one another in the file are read by one call (up to 1 GiB each), so an aggregator
+    reads its file domain in as few, as large, requests as its rounds allow. No MPI: :attr:`independent`,
+    so the restart reads round k+1 in a helper thread while round k is exchanged. Opening is local (every
+    aggregator opens on its own; the caller agrees on failures)."""
+
+    independent = True
+
+    def __init__(self, path: str, meta: Mapping[str, Any]):
+        self.meta = meta
+        self.path = path
+        self.fd: int | None = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        self._buffers: dict[int, np.ndarray] = {}
+
+    def read(self, extents: Sequence[Extent], slot: int = 0) -> tuple[list[np.ndarray], int]:
+        total = sum(e.nbytes for e in extents)
+        buf = aligned_scratch(self._buffers, slot, total)
+        views, starts, pos = [], [], 0
+        for e in extents:
+            views.append(buf[pos:pos + e.nbytes])
+            starts.append(pos)
+            pos += e.nbytes
+        calls = 0
+        # stretches: consecutive extents (in buffer order) adjacent in the file, read by one call each
+        i = 0
+        while i < len(extents):
+            j, end = i + 1, extents[i].file_offset + extents[i].nbytes
+            while j < len(extents) and extents[j].file_offset == end:
+                end += extents[j].nbytes
+                j += 1
+            calls += self._pread(buf[starts[i]:starts[i] + end - extents[i].file_offset], extents[i].file_offset)
+            i = j
+        return [decode_extent(self.meta, e, v) for e, v in zip(extents, views, strict=True)], calls
+
+    def _pread(self, into: np.ndarray, offset: int) -> int:
+        """Fill ``into`` from file ``offset`` (short reads continued); returns the number of calls."""
+        done, calls, n = 0, 0, into.nbytes
+        view = memoryview(into)
+        while done < n:
+            got = os.preadv(self.fd, [view[done:done + min(n - done, _MAX_CHUNK)]], offset + done)
+            calls += 1
+            if got == 0:
+                raise IncompleteCheckpointError(f"{self.path}: file ends at byte {offset + done}, inside the data "
+                                                f"({n - done} bytes missing at offset {offset + done})")
+            done += got
+        return calls
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
 class SerialRawReader(ExtentReader):
     """One process reading extents with pread (``ckptio inspect --verify``): no MPI needed."""
 
@@ -208,7 +285,7 @@ class SerialRawReader(ExtentReader):
         self.meta = meta
         self.fd = os.open(path, os.O_RDONLY)
 
-    def read(self, extents: Sequence[Extent]) -> tuple[list[np.ndarray], int]:
+    def read(self, extents: Sequence[Extent], slot: int = 0) -> tuple[list[np.ndarray], int]:
         out = []
         for e in extents:
             data = os.pread(self.fd, e.nbytes, e.file_offset)

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from . import coord, placement_stats, readplan, units
+from . import coord, memtypes, placement_stats, readpipe, readplan, units
 from . import hints as hintsmod
 from . import meta as metamod
 from .backends import detect_backend, get_backend
@@ -70,8 +70,11 @@ class ReadStats:
     bytes_received: int = 0
     rounds: int = 0
     messages: int = 0  # Alltoallv calls (one per round unless a round moves MAX_MESSAGE_BYTES or more)
+    # plan, io (file reads), verify (checksums), exchange (moving pieces), data (wall time of the rounds: io +
+    # verify and exchange overlap when the aggregators read in a helper thread), wait (this rank blocked on that
+    # thread). Overlap figure: (io + verify + exchange - data) / exchange, the exchange hidden behind reading.
     seconds: dict[str, float] = field(default_factory=lambda: {"plan": 0.0, "io": 0.0, "verify": 0.0,
-                                                               "exchange": 0.0})
+                                                               "exchange": 0.0, "data": 0.0, "wait": 0.0})
     opened_file: bool = False
     host: str = ""  # where this rank runs (MPI_Get_processor_name)
     aggregator: bool = False  # whether this rank is a restart aggregator (one of reader.aggregators)
@@ -103,6 +106,31 @@ def _coordinates(name: str, what: str, values: object, ndim: int) -> tuple[int, 
         raise ReadRequestError(f"variable {name!r}: {what} {_show(values)} has {len(out)} value(s), but the "
                                f"variable has {ndim} dimension(s)")
     return tuple(out)
+
+
+def _region(lo: np.ndarray, shape: np.ndarray, origin: np.ndarray, ndim: int) -> tuple[slice, ...]:
+    """The slices of the padded box ``lo``/``shape`` in an array whose first element is at ``origin``."""
+    return tuple(slice(int(a - o), int(a - o + n)) for a, o, n in zip(lo[:ndim], origin[:ndim], shape[:ndim],
+                                                                      strict=True))
+
+
+def _describe_out(out: object) -> str:
+    return (f"an array of shape {list(out.shape)}" if isinstance(out, np.ndarray) else
+            f"{len(out)} item(s)" if isinstance(out, Sequence) and not isinstance(out, str | bytes) else
+            type(out).__name__)
+
+
+def _check_out(path: str, name: str, var: VariableInfo, shape: tuple[int, ...], out: np.ndarray) -> None:
+    """Local: ``out`` can receive the request (its shape, the variable's dtype in native byte order, writable),
+    or a ReadRequestError naming what is wrong."""
+    where = f"variable {name!r} of {path}: out="
+    if tuple(out.shape) != tuple(shape):
+        raise ReadRequestError(f"{where} has shape {list(out.shape)}, but the request's shape is {list(shape)}")
+    if out.dtype != var.dtype or not out.dtype.isnative:
+        raise ReadRequestError(f"{where} has dtype {out.dtype.str}, but the variable's dtype is {var.dtype.str} "
+                               "(no conversion on read: pass an array of the variable's dtype)")
+    if not out.flags.writeable:
+        raise ReadRequestError(f"{where} is read-only")
 
 
 def _show(values: object) -> str:
@@ -292,28 +320,37 @@ class Reader:
                 raise
         return False
 
-    def read(self, name: str, offset: Sequence[int] | None = None, shape: Sequence[int] | None = None) -> np.ndarray:
+    def read(self, name: str, offset: Sequence[int] | None = None, shape: Sequence[int] | None = None,
+             out: np.ndarray | None = None) -> np.ndarray:
         """Collective: this rank's hyperslab of variable ``name`` (every rank may ask for a different one,
         or an empty one). With no offset/shape: the whole array; for a per-rank segment variable read by
         the same number of ranks that wrote it, this rank's own segment (by another count: the segments of
-        writer ranks ``[r*W//P, (r+1)*W//P)``, concatenated)."""
-        return self.read_many([(name, offset, shape)])[0]
+        writer ranks ``[r*W//P, (r+1)*W//P)``, concatenated).
 
-    def read_many(self, requests: Sequence[tuple[str, Sequence[int] | None, Sequence[int] | None]]) -> list[np.ndarray]:
-        """Collective: several hyperslabs in one two-phase exchange (the count may differ between ranks)."""
+        ``out``: an array to fill instead of a new one (returned), of the request's shape (``shape`` defaults to
+        ``out.shape``) and the variable's dtype, writable; it may be a strided view (the interior of a halo'd
+        array): the data lands in it without an intermediate copy. A wrong ``out`` on any rank is a
+        ReadRequestError on every rank, before anything is read."""
+        return self.read_many([(name, offset, shape)], out=None if out is None else [out])[0]
+
+    def read_many(self, requests: Sequence[tuple[str, Sequence[int] | None, Sequence[int] | None]],
+                  out: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
+        """Collective: several hyperslabs in one two-phase exchange (the count may differ between ranks).
+        ``out``: one array (or None: allocate) per request, as for :meth:`read`'s ``out``."""
         if self._closed:  # local: after close() this rank's collectives with the others are over
             raise ClosedCheckpointError(f"checkpoint {self.path}: read after Reader.close()")
         with coord.collective_section():
             self._last_failed = True  # until every rank got through: an agreed failure leaves it set everywhere
-            outputs = self._read_many(requests)
+            outputs = self._read_many(requests, out)
             self._last_failed = False  # before a held signal is delivered (at the end of the section)
             return outputs
 
-    def _read_many(self, requests) -> list[np.ndarray]:
-        """Collective: route the requests, let the aggregators plan, then read and exchange round by round."""
+    def _read_many(self, requests, out=None) -> list[np.ndarray]:
+        """Collective: route the requests, let the aggregators plan, then read and exchange round by round,
+        reading round k+1 while round k is exchanged where the extent reader allows (:mod:`ckptio.readpipe`)."""
         comm = self.comm
         t = time.perf_counter()
-        mine = coord.run(comm, f"read {self.path}: requests", lambda: self._requests(requests))
+        mine, given = coord.run(comm, f"read {self.path}: requests", lambda: self._requests(requests, out))
         nd = self._routing.ndim
         records = readplan.request_records([self._padded(q) for q in mine], nd)
         routed = readplan.route_requests(records, self._routing, self._runs_by_var)
@@ -324,35 +361,50 @@ class Reader:
         nrounds = comm.allreduce(plan.nrounds if plan is not None else 0, op=self._max_op())
         incoming = readplan.parse_descriptors(descriptors, nd, nrounds)
         outputs = coord.run(comm, f"read {self.path}: allocate", lambda: [
-            np.empty(q.box.shape, dtype=self._variables[q.var].dtype) for q in mine])
+            g if g is not None else np.empty(q.box.shape, dtype=self._variables[q.var].dtype)
+            for q, g in zip(mine, given, strict=True)])
         self.stats.seconds["plan"] += time.perf_counter() - t
         self._ensure_open(nrounds > 0)
-        for k in range(nrounds):
-            error: BaseException | None = None
-            arrays: dict[int, np.ndarray] = {}
-            if plan is not None:  # every aggregator, every round: the file read is collective among them
-                try:
-                    t = time.perf_counter()
-                    parts = plan.rounds[k] if k < plan.nrounds else []
-                    extents = [self._part_extent(plan.parts[p]) for p in parts]
-                    data, calls = self._extent_reader.read(extents)
-                    self.stats.seconds["io"] += time.perf_counter() - t
-                    self.stats.file_bytes += sum(e.nbytes for e in extents)
-                    self.stats.file_calls += calls
-                    t = time.perf_counter()
-                    for p, arr in zip(parts, data, strict=True):
-                        arrays[p] = arr
-                        if self.verify:
-                            self._verify_part(plan.parts[p], arr)
-                    self.stats.seconds["verify"] += time.perf_counter() - t
-                except BaseException as exc:  # any failure is agreed on after the exchange
-                    error = exc
-            t = time.perf_counter()
-            error = self._exchange(k, plan, incoming[k], arrays, records, outputs, error)
-            self.stats.seconds["exchange"] += time.perf_counter() - t
-            self.stats.rounds += 1
-            coord.agree(comm, f"read {self.path}: round {k + 1} of {nrounds}", error)
+        t_data = time.perf_counter()
+        loader = None
+        if plan is not None:
+            loader = readpipe.RoundLoader(lambda k, slot: self._load_round(plan, k, slot), nrounds,
+                                          self._extent_reader.independent, self.stats.seconds)
+        try:
+            for k in range(nrounds):
+                arrays, error = loader.get(k) if loader is not None else ({}, None)
+                t = time.perf_counter()
+                error = self._exchange(k, plan, incoming[k], arrays, records, outputs, error)
+                self.stats.seconds["exchange"] += time.perf_counter() - t
+                self.stats.rounds += 1
+                coord.agree(comm, f"read {self.path}: round {k + 1} of {nrounds}", error)
+        finally:
+            if loader is not None:
+                loader.close()
+            self.stats.seconds["data"] += time.perf_counter() - t_data
         return outputs
+
+    def _load_round(self, plan: readplan.AggregatorPlan, k: int, slot: int) -> dict[int, np.ndarray]:
+        """An aggregator (in the reading thread where there is one): read round ``k``'s parts into buffer
+        ``slot`` and verify their checksums; the parts' arrays by part index. A collective extent reader is
+        called in every round, also with nothing to read (the other aggregators' reads are collective)."""
+        parts = plan.rounds[k] if k < plan.nrounds else []
+        if not parts and self._extent_reader.independent:
+            return {}
+        t = time.perf_counter()
+        extents = [self._part_extent(plan.parts[p]) for p in parts]
+        data, calls = self._extent_reader.read(extents, slot=slot)
+        self.stats.seconds["io"] += time.perf_counter() - t
+        self.stats.file_bytes += sum(e.nbytes for e in extents)
+        self.stats.file_calls += calls
+        t = time.perf_counter()
+        arrays: dict[int, np.ndarray] = {}
+        for p, arr in zip(parts, data, strict=True):
+            arrays[p] = arr
+            if self.verify:
+                self._verify_part(plan.parts[p], arr)
+        self.stats.seconds["verify"] += time.perf_counter() - t
+        return arrays
 
     @staticmethod
     def _max_op():
@@ -464,31 +516,48 @@ class Reader:
         coord.agree(self.comm, f"read {self.path}: open file on aggregators", error)
         self._opened = True
 
-    def _requests(self, requests) -> list[Request]:
-        """Local part of a read's first phase: this rank's requests, checked (ReadRequestError otherwise)."""
+    def _requests(self, requests, out=None) -> tuple[list[Request], list[np.ndarray | None]]:
+        """Local part of a read's first phase: this rank's requests and the arrays to fill (None: allocate),
+        checked (ReadRequestError otherwise)."""
         if self._closed:
             raise ClosedCheckpointError(f"checkpoint {self.path}: read after Reader.close()")
         if isinstance(requests, str | bytes) or not isinstance(requests, Sequence):
             raise ReadRequestError(f"read_many of {self.path}: expected a list of (name, offset, shape), "
                                    f"got {type(requests).__name__}")
-        out = []
-        for r in requests:
+        if out is None:
+            given: list[Any] = [None] * len(requests)
+        elif isinstance(out, np.ndarray) or not isinstance(out, Sequence) or len(out) != len(requests):
+            raise ReadRequestError(f"read_many of {self.path}: out= must be a list of one array (or None) per "
+                                   f"request ({len(requests)}), got {_describe_out(out)}")
+        else:
+            given = list(out)
+        found = []
+        for r, o in zip(requests, given, strict=True):
             if isinstance(r, str | bytes) or not isinstance(r, Sequence) or len(r) != 3:
                 raise ReadRequestError(f"read_many of {self.path}: each request must be (name, offset, shape), "
                                        f"got {r!r}")
-            out.append(self._request(*r))
-        return out
+            found.append(self._request(*r, out=o))
+        return found, given
 
-    def _request(self, name: str, offset, shape) -> Request:
+    def _request(self, name: str, offset, shape, out: np.ndarray | None = None) -> Request:
         if not isinstance(name, str) or name not in self._variables:
             raise ReadRequestError(f"variable {name!r} is not in checkpoint {self.path} "
                                    f"(it has: {some_names(self._variables)})")
         var = self._variables[name]
+        if out is not None and not isinstance(out, np.ndarray):
+            raise ReadRequestError(f"variable {name!r} of {self.path}: out= must be a numpy array, got "
+                                   f"{type(out).__name__}")
         off = _coordinates(name, "offset", offset, len(var.shape))
         shp = _coordinates(name, "shape", shape, len(var.shape))
         if var.kind == SEGMENT and off is None and shp is None:
-            return Request(name, self._own_segment(name))
-        return Request(name, normalize_request(name, var.shape, off, shp))
+            request = Request(name, self._own_segment(name))
+        else:
+            if shp is None and out is not None:
+                shp = _coordinates(name, "out.shape", out.shape, len(var.shape))
+            request = Request(name, normalize_request(name, var.shape, off, shp))
+        if out is not None:
+            _check_out(self.path, name, var, request.box.shape, out)
+        return request
 
     def _own_segment(self, name: str) -> Box:
         start, length = self._segments[name]
@@ -527,134 +596,127 @@ class Reader:
                 f"{t.vlo[j, :nd].tolist()}, shape {t.vshape[j, :nd].tolist()}): checksum mismatch, data is corrupt "
                 f"(stored {int(t.vsum[j]):016x}, computed {digest:016x})")
 
-    def _alltoallv_in_parts(self, peak: int, sendbuf: np.ndarray, send_counts: list[int], send_displs: np.ndarray,
-                            recvbuf: np.ndarray, recv_counts: list[int], recv_displs: np.ndarray) -> None:
-        """Collective: the Alltoallv of :meth:`_exchange` as ``parts`` Alltoallv calls, each moving less than
-        MAX_MESSAGE_BYTES to and from every rank (C-int counts and displacements). Part ``j`` of a
-        (source, destination) pair's ``n`` bytes is ``[n*j//parts, n*(j+1)//parts)``, which sender and
-        receiver compute alike; per rank and part that totals at most ``total/parts + nprocs`` bytes."""
-        from mpi4py import MPI
-
-        size = self.comm.Get_size()
-        room = MAX_MESSAGE_BYTES - size - 1
-        if room <= 0:
-            raise ValueError(f"MAX_MESSAGE_BYTES={MAX_MESSAGE_BYTES} is too small for {size} ranks")
-        parts = peak // room + 1
-
-        def pieces(counts: list[int], j: int) -> tuple[list[int], list[int]]:
-            starts = [n * j // parts for n in counts]
-            return starts, [n * (j + 1) // parts - st for n, st in zip(counts, starts, strict=True)]
-
-        for j in range(parts):
-            s_starts, s_counts = pieces(send_counts, j)
-            r_starts, r_counts = pieces(recv_counts, j)
-            out = np.concatenate([sendbuf[int(send_displs[d]) + s_starts[d]:][:s_counts[d]] for d in range(size)])
-            into = np.empty(sum(r_counts), np.uint8)
-            self.comm.Alltoallv([out, (s_counts, np.cumsum([0, *s_counts[:-1]]).tolist()), MPI.BYTE],
-                                [into, (r_counts, np.cumsum([0, *r_counts[:-1]]).tolist()), MPI.BYTE])
-            self.stats.messages += 1
-            pos = 0
-            for src in range(size):
-                start = int(recv_displs[src]) + r_starts[src]
-                recvbuf[start:start + r_counts[src]] = into[pos:pos + r_counts[src]]
-                pos += r_counts[src]
-
     def _exchange(self, k: int, plan: readplan.AggregatorPlan | None, incoming: Mapping[int, np.ndarray],
                   arrays: Mapping[int, np.ndarray], records: np.ndarray, outputs: list[np.ndarray],
                   error: BaseException | None) -> BaseException | None:
-        """Collective: round ``k``'s Alltoallv moving every piece from its aggregator to the rank that asked.
+        """Collective: round ``k``'s exchange, moving every piece from its aggregator to the rank that asked.
 
         ``plan``: this rank's aggregator plan (None elsewhere); ``incoming``: per source, the descriptors
-        ``[qi, lo, shape]`` of what it sends this rank in this round, in the order it packs them; ``arrays``:
+        ``[qi, lo, shape]`` of what it sends this rank in this round, in the order it sends them; ``arrays``:
         the round's parts as read, by part index; ``records``: this rank's padded requests. ``error``: this
-        rank's failure so far in the round (its read or checksum). A failure while preparing the buffers is
-        added; the ranks then skip the Alltoallv together (one Allreduce tells them) and the round's error (or
-        None) is returned for the agreement that follows.
+        rank's failure so far in the round (its read or checksum). A failure while preparing is added; the ranks
+        then skip the data movement together (one Allreduce tells them) and the round's error (or None) is
+        returned for the agreement that follows.
 
-        Each byte is copied once into the send buffer (straight from the part, strided or not), moved by MPI,
-        and copied once into the caller's array. Pieces an aggregator holds for itself skip MPI: one copy from
-        the part into the output. Both sides use the aggregator's canonical order (part, then request).
+        Zero-copy: each side describes its pieces, in the aggregator's canonical order (part, then request),
+        elements in C order, as byte runs (:mod:`ckptio.memtypes`), one hindexed datatype per peer, and one
+        ``Alltoallw`` moves them from the read buffer straight into the callers' arrays (strided ones
+        included): nothing is packed or unpacked by ckptio. Pieces an aggregator holds for itself skip MPI: one
+        copy from the part into the output. A rank moving ``MAX_MESSAGE_BYTES`` or more in the round (the most
+        over every rank decides, alike everywhere) moves them in several Alltoallw calls of less than that per
+        peer: part ``j`` of a peer's ``n`` bytes is bytes ``[n*j//parts, n*(j+1)//parts)`` of the stream.
         """
         from mpi4py import MPI
 
-        size, me = self.comm.Get_size(), self.comm.Get_rank()
-        nd = self._routing.ndim
-
-        def region(lo: np.ndarray, shape: np.ndarray, origin: np.ndarray, ndim: int) -> tuple[slice, ...]:
-            return tuple(slice(int(a - o), int(a - o + n)) for a, o, n in
-                         zip(lo[:ndim], origin[:ndim], shape[:ndim], strict=True))
-
-        lo_end = (0, 0)
-        if plan is not None and len(plan.piece_round):
-            lo_end = tuple(np.searchsorted(plan.piece_round, [k, k + 1]).tolist())
-        sel = slice(*lo_end)
-        dests = plan.piece_dest[sel] if plan is not None else np.zeros(0, np.int64)
-        parts = plan.piece_part[sel] if plan is not None else np.zeros(0, np.int64)
-        send_counts = np.zeros(size, np.int64)
-        if len(dests):
-            t = self._table
-            part_var = t.var[np.array([plan.parts[p].row for p in parts.tolist()], np.int64)]
-            piece_bytes = plan.piece_shape[sel].prod(axis=1) * self._itemsizes[part_var]
-            np.add.at(send_counts, dests, piece_bytes)
-            send_counts[me] = 0
-        recv_counts = np.zeros(size, np.int64)
-        for src, rows in incoming.items():
-            if src != me:
-                q = rows[:, 0]
-                recv_counts[src] = int((rows[:, 1 + nd:].prod(axis=1) * np.array(
-                    [outputs[i].itemsize for i in q.tolist()], np.int64)).sum())
-        send_displs = np.concatenate(([0], np.cumsum(send_counts)[:-1])).astype(np.int64)
-        recv_displs = np.concatenate(([0], np.cumsum(recv_counts)[:-1])).astype(np.int64)
-        sendbuf = recvbuf = np.empty(0, np.uint8)
+        size = self.comm.Get_size()
+        send: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        recv: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         if error is None:
             try:
-                sendbuf = np.empty(int(send_counts.sum()), np.uint8)
-                pos = send_displs.copy()
-                t = self._table
-                for i in range(lo_end[0], lo_end[1]):
-                    part = plan.parts[int(plan.piece_part[i])]
-                    dest, qi = int(plan.piece_dest[i]), int(plan.piece_qi[i])
-                    plo, pshape = plan.piece_lo[i], plan.piece_shape[i]
-                    ndim = int(t.var_ndim[t.var[part.row]])
-                    src = arrays[int(plan.piece_part[i])][region(plo, pshape, part.lo, ndim)]
-                    if dest == me:  # my own request: part -> output directly
-                        outputs[qi][region(plo, pshape, records[qi, 2:2 + nd], ndim)] = src
-                        continue
-                    n = src.size * src.itemsize
-                    at = int(pos[dest])
-                    sendbuf[at:at + n].view(src.dtype).reshape(src.shape)[...] = src
-                    pos[dest] = at + n
-                recvbuf = np.empty(int(recv_counts.sum()), np.uint8)
+                if plan is not None and len(plan.piece_round):
+                    send = self._send_runs(k, plan, arrays, records, outputs)
+                recv = self._recv_runs(incoming, records, outputs)
             except BaseException as exc:  # agreed on by the caller, after the Allreduce below
                 error = exc
-        send_counts, recv_counts = send_counts.tolist(), recv_counts.tolist()
-        # Whether any rank failed, and the most any rank moves: one Alltoallv when that is below
+        send_bytes = {d: int(n.sum()) for d, (_, n) in send.items()}
+        recv_bytes = {s: int(n.sum()) for s, (_, n) in recv.items()}
+        # Whether any rank failed, and the most any rank moves: one Alltoallw when that is below
         # MAX_MESSAGE_BYTES, else several (the same decision on every rank)
-        status = np.array([max(sum(send_counts), sum(recv_counts)), 0 if error is None else 1], np.int64)
+        status = np.array([max(sum(send_bytes.values()), sum(recv_bytes.values())), 0 if error is None else 1],
+                          np.int64)
         self.comm.Allreduce(MPI.IN_PLACE, status, op=MPI.MAX)
         peak, any_failed = int(status[0]), bool(status[1])
         if any_failed:
             return error
-        if peak < MAX_MESSAGE_BYTES:
-            self.comm.Alltoallv([sendbuf, (send_counts, send_displs.tolist()), MPI.BYTE],
-                                [recvbuf, (recv_counts, recv_displs.tolist()), MPI.BYTE])
+        if peak == 0:
+            return None
+        room = MAX_MESSAGE_BYTES - 1
+        nparts = 1 if peak < MAX_MESSAGE_BYTES else peak // room + 1
+        zeros = [0] * size
+        for j in range(nparts):
+            stypes, scounts = self._peer_types(send, send_bytes, j, nparts, size)
+            rtypes, rcounts = self._peer_types(recv, recv_bytes, j, nparts, size)
+            try:
+                self.comm.Alltoallw([MPI.BOTTOM, (scounts, zeros), stypes], [MPI.BOTTOM, (rcounts, zeros), rtypes])
+            finally:
+                for dtype in {id(x): x for x in stypes + rtypes}.values():
+                    if dtype != MPI.BYTE:
+                        dtype.Free()
             self.stats.messages += 1
-        else:
-            self._alltoallv_in_parts(peak, sendbuf, send_counts, send_displs, recvbuf, recv_counts, recv_displs)
-        self.stats.bytes_sent += sum(send_counts)
-        self.stats.bytes_received += sum(recv_counts)
-        for src in sorted(incoming):
-            if src == me:
-                continue
-            pos = int(recv_displs[src])
-            for qi, *box in incoming[src].tolist():
-                out = outputs[qi]
-                lo, shape = np.array(box[:nd], np.int64), np.array(box[nd:], np.int64)
-                where = region(lo, shape, records[qi, 2:2 + nd], out.ndim)
-                n = int(shape.prod()) * out.itemsize
-                out[where] = recvbuf[pos:pos + n].view(out.dtype).reshape(out[where].shape)
-                pos += n
+        self.stats.bytes_sent += sum(send_bytes.values())
+        self.stats.bytes_received += sum(recv_bytes.values())
         return None
+
+    @staticmethod
+    def _peer_types(runs: Mapping[int, tuple[np.ndarray, np.ndarray]], nbytes: Mapping[int, int], j: int,
+                    nparts: int, size: int) -> tuple[list[Any], list[int]]:
+        """Local: per rank, the datatype (at MPI_BOTTOM) of part ``j`` of ``nparts`` of its byte stream, and the
+        count (0 where nothing moves)."""
+        from mpi4py import MPI
+
+        types: list[Any] = [MPI.BYTE] * size
+        counts = [0] * size
+        for peer, (addrs, lens) in runs.items():
+            n = nbytes[peer]
+            lo, hi = n * j // nparts, n * (j + 1) // nparts
+            if hi <= lo:
+                continue
+            a, m = (addrs, lens) if nparts == 1 else memtypes.byte_range(addrs, lens, lo, hi)
+            types[peer] = memtypes.datatype(a, m)
+            counts[peer] = 1
+        return types, counts
+
+    def _send_runs(self, k: int, plan: readplan.AggregatorPlan, arrays: Mapping[int, np.ndarray],
+                   records: np.ndarray, outputs: list[np.ndarray]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Local, an aggregator: round ``k``'s pieces for other ranks as byte runs in the read parts, by
+        destination; its own pieces are copied into its outputs here."""
+        me = self.comm.Get_rank()
+        nd = self._routing.ndim
+        lo_end = np.searchsorted(plan.piece_round, [k, k + 1]).tolist()
+        sel = slice(*lo_end)
+        dests, pidx = plan.piece_dest[sel], plan.piece_part[sel]
+        plo, pshape = plan.piece_lo[sel], plan.piece_shape[sel]
+        t = self._table
+        for i in np.flatnonzero(dests == me).tolist():  # my own requests: part -> output directly
+            part = plan.parts[int(pidx[i])]
+            ndim = int(t.var_ndim[t.var[part.row]])
+            qi = int(plan.piece_qi[lo_end[0] + i])
+            src = arrays[int(pidx[i])][_region(plo[i], pshape[i], part.lo, ndim)]
+            outputs[qi][_region(plo[i], pshape[i], records[qi, 2:2 + nd], ndim)] = src
+        others = dests != me
+        if not others.any():
+            return {}
+        keys = sorted(arrays)
+        index = {p: a for a, p in enumerate(keys)}
+        table = memtypes.ArrayTable([arrays[p] for p in keys], nd)
+        which = np.array([index[p] for p in pidx[others].tolist()], np.int64)
+        part_lo = np.array([plan.parts[p].lo for p in keys], np.int64).reshape(-1, nd)
+        rel = plo[others] - part_lo[which]
+        return table.runs_by(dests[others], which, rel, pshape[others])
+
+    def _recv_runs(self, incoming: Mapping[int, np.ndarray], records: np.ndarray,
+                   outputs: list[np.ndarray]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Local: by source rank, the byte runs in this rank's outputs where its pieces of the round land."""
+        me = self.comm.Get_rank()
+        nd = self._routing.ndim
+        srcs = [s for s in sorted(incoming) if s != me and len(incoming[s])]
+        if not srcs:
+            return {}
+        rows = np.concatenate([incoming[s] for s in srcs])
+        peer = np.repeat(np.array(srcs, np.int64), [len(incoming[s]) for s in srcs])
+        qi = rows[:, 0]
+        rel = rows[:, 1:1 + nd] - records[qi, 2:2 + nd]
+        return memtypes.ArrayTable(outputs, nd).runs_by(peer, qi, rel, rows[:, 1 + nd:])
 
     # ------------------------------------------------------------------ analysis views (see ckptio.lazy)
     def __getitem__(self, name: str) -> Any:
