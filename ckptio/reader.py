@@ -367,7 +367,7 @@ class Reader:
         self._ensure_open(nrounds > 0)
         t_data = time.perf_counter()
         loader = None
-        if plan is not None:
+        if plan is not None and nrounds > 0:
             loader = readpipe.RoundLoader(lambda k, slot: self._load_round(plan, k, slot), nrounds,
                                           self._extent_reader.independent, self.stats.seconds)
         try:
