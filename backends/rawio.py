@@ -78,22 +78,29 @@ def _classic_type_constructor():
 _CLASSIC: tuple[Any, Any] | None = None
 
 
+def split_pieces(lengths: Sequence[int], displacements: Sequence[int], limit: int = _MAX_CHUNK
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Pure: ``(lengths, displacements)`` without empty pieces and with every piece longer than ``limit`` cut
+    into pieces of at most ``limit`` bytes (MPI block lengths are C ints), in order; vectorized."""
+    lens = np.asarray(lengths, np.int64)
+    disps = np.asarray(displacements, np.int64)
+    if len(lens) and int(lens.max()) > limit:
+        pieces = (lens + limit - 1) // limit  # how many pieces each length becomes (0 for an empty one)
+        first = np.repeat(np.cumsum(pieces) - pieces, pieces)
+        within = np.arange(int(pieces.sum()), dtype=np.int64) - first  # piece number inside its length
+        owner = np.repeat(np.arange(len(lens)), pieces)
+        disps = disps[owner] + within * limit
+        lens = np.minimum(lens[owner] - within * limit, limit)
+    keep = lens > 0
+    return lens[keep], disps[keep]
+
+
 def hindexed(lengths: Sequence[int], displacements: Sequence[int]):
     """A committed MPI hindexed type of ``MPI_BYTE`` built with the classic constructor (see
     :func:`_classic_type_constructor`); pieces above 1 GiB are split (int block lengths). Local."""
     from mpi4py import MPI
 
-    lens_in = np.asarray(lengths, np.int64)
-    disps_in = np.asarray(displacements, np.int64)
-    if len(lens_in) and int(lens_in.max()) > _MAX_CHUNK:
-        pieces = (lens_in + _MAX_CHUNK - 1) // _MAX_CHUNK  # how many <= 1 GiB pieces each length becomes
-        first = np.repeat(np.cumsum(pieces) - pieces, pieces)
-        within = np.arange(int(pieces.sum()), dtype=np.int64) - first  # piece number inside its length
-        owner = np.repeat(np.arange(len(lens_in)), pieces)
-        disps_in = disps_in[owner] + within * _MAX_CHUNK
-        lens_in = np.minimum(lens_in[owner] - within * _MAX_CHUNK, _MAX_CHUNK)
-    keep = lens_in > 0
-    lens, disps = lens_in[keep], disps_in[keep]
+    lens, disps = split_pieces(lengths, displacements)
     if len(lens) > np.iinfo(np.intc).max:
         raise CheckpointIOError(f"{len(lens)} pieces in one MPI transfer: more than an MPI int count")
     fn, handle = _classic_type_constructor()

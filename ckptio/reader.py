@@ -78,12 +78,13 @@ class ReadStats:
     opened_file: bool = False
     host: str = ""  # where this rank runs (MPI_Get_processor_name)
     aggregator: bool = False  # whether this rank is a restart aggregator (one of reader.aggregators)
+    read_ahead: bool = False  # whether this aggregator read round k+1 in a helper thread during round k's exchange
 
     def to_json(self) -> dict[str, Any]:
         return {"file_bytes": self.file_bytes, "file_calls": self.file_calls, "bytes_sent": self.bytes_sent,
                 "bytes_received": self.bytes_received, "rounds": self.rounds, "messages": self.messages,
                 "seconds": dict(self.seconds), "opened_file": self.opened_file, "host": self.host,
-                "aggregator": self.aggregator}
+                "aggregator": self.aggregator, "read_ahead": self.read_ahead}
 
 
 def _coordinates(name: str, what: str, values: object, ndim: int) -> tuple[int, ...] | None:
@@ -370,6 +371,7 @@ class Reader:
         if plan is not None and nrounds > 0:
             loader = readpipe.RoundLoader(lambda k, slot: self._load_round(plan, k, slot), nrounds,
                                           self._extent_reader.independent, self.stats.seconds)
+            self.stats.read_ahead = self.stats.read_ahead or loader.threaded
         try:
             for k in range(nrounds):
                 arrays, error = loader.get(k) if loader is not None else ({}, None)
