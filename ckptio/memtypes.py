@@ -12,6 +12,7 @@ library, ROMIO included, handles). Pure numpy except :func:`datatype`; everythin
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -101,16 +102,39 @@ class ArrayTable:
             return EMPTY[0], EMPTY[1], counts
         return np.concatenate(out_a), np.concatenate(out_n), counts
 
-    def runs_by(self, peer: np.ndarray, which: np.ndarray, lo: np.ndarray, shape: np.ndarray
-                ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-        """:meth:`runs` grouped by ``peer`` (order kept within a peer), adjacent runs merged."""
+    def streams(self, peer: np.ndarray, which: np.ndarray, lo: np.ndarray, shape: np.ndarray,
+                request: np.ndarray) -> dict[int, Stream]:
+        """The boxes as one :class:`Stream` per ``peer``; ``peer`` must be sorted (pieces keep their order within
+        a peer); ``request`` tags each piece for :func:`message_starts`."""
         addrs, lens, counts = self.runs(which, lo, shape)
-        run_peer = np.repeat(peer, counts)
-        order = np.argsort(run_peer, kind="stable")
-        peers, starts = np.unique(run_peer[order], return_index=True)
-        ends = np.append(starts[1:], len(order))
-        return {int(p): merge(addrs[order[a:b]], lens[order[a:b]])
-                for p, a, b in zip(peers.tolist(), starts.tolist(), ends.tolist(), strict=True)}
+        sizes = shape.prod(axis=1) * self.item[which]
+        run_end = np.cumsum(counts)
+        peers, first = np.unique(peer, return_index=True)
+        last = np.append(first[1:], len(peer))
+        out = {}
+        for p, a, b in zip(peers.tolist(), first.tolist(), last.tolist(), strict=True):
+            ra, rb = (int(run_end[a - 1]) if a else 0), int(run_end[b - 1])
+            out[int(p)] = Stream(*merge(addrs[ra:rb], lens[ra:rb]), sizes[a:b], request[a:b])
+        return out
+
+
+@dataclass
+class Stream:
+    """What one rank moves to (or from) one peer in one round: its memory as runs, and its pieces' sizes and
+    requests (which both sides know alike, so both cut the stream into the same messages)."""
+
+    addrs: np.ndarray
+    lengths: np.ndarray
+    sizes: np.ndarray
+    requests: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.sizes.sum())
+
+    def messages(self, small: int, group: int, limit: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The runs of each message (see :func:`message_starts`)."""
+        return cut(self.addrs, self.lengths, message_starts(self.sizes, self.requests, small, group, limit))
 
 
 def merge(addrs: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -133,6 +157,56 @@ def byte_range(addrs: np.ndarray, lengths: np.ndarray, start: int, stop: int) ->
         n -= cut
         n -= np.maximum(b + lengths[sel] - stop, 0)
     return a, n
+
+
+def cut(addrs: np.ndarray, lengths: np.ndarray, starts: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The runs cut into consecutive messages: message ``m`` holds bytes ``[starts[m], starts[m + 1])`` of the
+    stream (the last one to its end; ``starts[0]`` is 0), runs split where a message boundary falls inside."""
+    total = int(lengths.sum())
+    ends = np.cumsum(lengths)
+    begins = ends - lengths
+    points = np.union1d(begins[lengths > 0], starts[(starts > 0) & (starts < total)])  # segment starts
+    seg_len = np.diff(np.append(points, total))
+    run = np.searchsorted(ends, points, side="right")
+    seg_addr = addrs[run] + (points - begins[run])
+    bounds = np.searchsorted(points, np.append(starts, total))
+    return [(seg_addr[a:b], seg_len[a:b]) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)]
+
+
+def message_starts(sizes: np.ndarray, request: np.ndarray, small: int, group: int, limit: int) -> np.ndarray:
+    """Where the messages of one peer's stream start (byte positions, the first 0), from its pieces' byte
+    ``sizes`` and the requests they belong to, in stream order; both sides of the exchange compute the same.
+
+    Consecutive pieces of one request share a message (on both sides they are usually adjacent in memory, so
+    it is one contiguous buffer, which MPI moves with a single copy); a new message starts at a request
+    boundary once the current one or the next piece holds ``small`` bytes (small pieces of many requests travel
+    together, a large one travels alone), before a piece that would take it past ``group`` bytes, and every
+    ``limit`` bytes inside a larger piece (MPI counts are C ints)."""
+    starts = [0]
+    pos = 0
+    current = 0
+    prev = None
+    for n, q in zip(sizes.tolist(), request.tolist(), strict=True):
+        if current and ((q != prev and (current >= small or n >= small)) or current + n > group):
+            starts.append(pos)
+            current = 0
+        prev = q
+        while current + n > limit:  # only a piece larger than a message can be: cut it
+            take = limit - current
+            pos += take
+            n -= take
+            starts.append(pos)
+            current = 0
+        pos += n
+        current += n
+    return np.array(starts, _I64)
+
+
+def buffer_at(addr: int, nbytes: int):
+    """A writable buffer object over ``nbytes`` of memory at ``addr`` (a contiguous message's memory)."""
+    import ctypes
+
+    return (ctypes.c_char * nbytes).from_address(addr)
 
 
 def datatype(addrs: np.ndarray, lengths: np.ndarray):

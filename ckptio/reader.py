@@ -44,6 +44,9 @@ ENV_BUFFER_BYTES = "CKPTIO_BUFFER_BYTES"
 # MPI counts and displacements are C ints: no rank sends or receives this much in one Alltoallv. Internal; a
 # test lowers it (inside its MPI program) to exercise the split exchange without gigabytes of data.
 MAX_MESSAGE_BYTES = 2**31
+# How the restart exchange cuts what one rank sends another in a round into messages (ckptio.memtypes.message_starts)
+MESSAGE_SMALL = 256 << 10
+MESSAGE_GROUP = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,7 @@ class ReadStats:
     bytes_sent: int = 0
     bytes_received: int = 0
     rounds: int = 0
-    messages: int = 0  # Alltoallv calls (one per round unless a round moves MAX_MESSAGE_BYTES or more)
+    messages: int = 0  # point-to-point messages of the exchange this rank sent or received
     # plan, io (file reads), verify (checksums), exchange (moving pieces), data (wall time of the rounds: io +
     # verify and exchange overlap when the aggregators read in a helper thread), wait (this rank blocked on that
     # thread). Overlap figure: (io + verify + exchange - data) / exchange, the exchange hidden behind reading.
@@ -286,6 +289,7 @@ class Reader:
         is_aggregator = comm.Get_rank() in self.aggregators
         self._agg_comm = comm.Split(0 if is_aggregator else MPI.UNDEFINED, comm.Get_rank())
         self._extent_reader = None
+        self._p2p_comm = None  # the exchange's communicator (a duplicate), made by the first exchange
         self._opened = False
         self._chains: dict[int, Any] = {}
         self.stats = ReadStats(**placement_stats.rank_placement(self.aggregators, comm.Get_rank()))
@@ -492,6 +496,9 @@ class Reader:
                 if self._agg_comm is not None and self._agg_comm != self._null_comm():
                     self._agg_comm.Free()
                 self._agg_comm = None
+                if self._p2p_comm is not None:
+                    self._p2p_comm.Free()  # collective: every rank made it in the same (first) exchange
+                    self._p2p_comm = None
 
     # ------------------------------------------------------------------------------------------ helpers
     @staticmethod
@@ -610,89 +617,77 @@ class Reader:
         then skip the data movement together (one Allreduce tells them) and the round's error (or None) is
         returned for the agreement that follows.
 
-        Zero-copy: each side describes its pieces, in the aggregator's canonical order (part, then request),
-        elements in C order, as byte runs (:mod:`ckptio.memtypes`), one hindexed datatype per peer, and one
-        ``Alltoallw`` moves them from the read buffer straight into the callers' arrays (strided ones
-        included): nothing is packed or unpacked by ckptio. Pieces an aggregator holds for itself skip MPI: one
-        copy from the part into the output. A rank moving ``MAX_MESSAGE_BYTES`` or more in the round (the most
-        over every rank decides, alike everywhere) moves them in several Alltoallw calls of less than that per
-        peer: part ``j`` of a peer's ``n`` bytes is bytes ``[n*j//parts, n*(j+1)//parts)`` of the stream.
+        Zero-copy: both sides describe what they move to or from a peer as one byte stream, the pieces in the
+        aggregator's canonical order (part, then request), each piece's elements in C order, as runs of memory
+        (:mod:`ckptio.memtypes`), and cut it alike into messages (:func:`ckptio.memtypes.message_starts`:
+        usually one per request and peer). A message that is one run on a side is a plain contiguous buffer
+        there (MPI moves large ones with a single copy, e.g. Open MPI's CMA), otherwise an hindexed datatype at
+        ``MPI_BOTTOM``: pieces go from the read buffer straight into the callers' arrays, strided ones included,
+        and ckptio packs nothing. The messages are matched nonblocking point-to-point calls on a duplicate of
+        the communicator (a user's pending receives can never match them). Pieces an aggregator holds for
+        itself skip MPI: one copy from the part into the output. No message reaches ``MAX_MESSAGE_BYTES``.
         """
         from mpi4py import MPI
 
-        size = self.comm.Get_size()
-        send: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        recv: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        send: dict[int, memtypes.Stream] = {}
+        recv: dict[int, memtypes.Stream] = {}
         if error is None:
             try:
                 if plan is not None and len(plan.piece_round):
-                    send = self._send_runs(k, plan, arrays, records, outputs)
-                recv = self._recv_runs(incoming, records, outputs)
+                    send = self._send_streams(k, plan, arrays, records, outputs)
+                recv = self._recv_streams(incoming, records, outputs)
             except BaseException as exc:  # agreed on by the caller, after the Allreduce below
                 error = exc
-        send_bytes = {d: int(n.sum()) for d, (_, n) in send.items()}
-        recv_bytes = {s: int(n.sum()) for s, (_, n) in recv.items()}
-        # Whether any rank failed, and the most any rank moves: one Alltoallw when that is below
-        # MAX_MESSAGE_BYTES, else several (the same decision on every rank)
-        status = np.array([max(sum(send_bytes.values()), sum(recv_bytes.values())), 0 if error is None else 1],
-                          np.int64)
+        status = np.array([0 if error is None else 1], np.int64)
         self.comm.Allreduce(MPI.IN_PLACE, status, op=MPI.MAX)
-        peak, any_failed = int(status[0]), bool(status[1])
-        if any_failed:
+        if status[0]:
             return error
-        if peak == 0:
-            return None
-        room = MAX_MESSAGE_BYTES - 1
-        nparts = 1 if peak < MAX_MESSAGE_BYTES else peak // room + 1
-        zeros = [0] * size
-        for j in range(nparts):
-            stypes, scounts = self._peer_types(send, send_bytes, j, nparts, size)
-            rtypes, rcounts = self._peer_types(recv, recv_bytes, j, nparts, size)
-            try:
-                self.comm.Alltoallw([MPI.BOTTOM, (scounts, zeros), stypes], [MPI.BOTTOM, (rcounts, zeros), rtypes])
-            finally:
-                for dtype in {id(x): x for x in stypes + rtypes}.values():
-                    if dtype != MPI.BYTE:
-                        dtype.Free()
-            self.stats.messages += 1
-        self.stats.bytes_sent += sum(send_bytes.values())
-        self.stats.bytes_received += sum(recv_bytes.values())
+        comm = self._message_comm()
+        tag = k % 32768
+        limit = MAX_MESSAGE_BYTES - 1
+        requests: list[Any] = []
+        types: list[Any] = []
+        try:
+            for peers, post in ((recv, comm.Irecv), (send, comm.Isend)):
+                for peer, stream in peers.items():
+                    for addrs, lens in stream.messages(MESSAGE_SMALL, MESSAGE_GROUP, limit):
+                        if len(addrs) == 1:
+                            requests.append(post([memtypes.buffer_at(int(addrs[0]), int(lens[0])), int(lens[0]),
+                                                  MPI.BYTE], peer, tag))
+                        elif len(addrs):
+                            types.append(memtypes.datatype(addrs, lens))
+                            requests.append(post([MPI.BOTTOM, 1, types[-1]], peer, tag))
+            MPI.Request.Waitall(requests)
+        finally:
+            for dtype in types:
+                dtype.Free()
+        self.stats.messages += len(requests)
+        self.stats.bytes_sent += sum(st.nbytes for st in send.values())
+        self.stats.bytes_received += sum(st.nbytes for st in recv.values())
         return None
 
-    @staticmethod
-    def _peer_types(runs: Mapping[int, tuple[np.ndarray, np.ndarray]], nbytes: Mapping[int, int], j: int,
-                    nparts: int, size: int) -> tuple[list[Any], list[int]]:
-        """Local: per rank, the datatype (at MPI_BOTTOM) of part ``j`` of ``nparts`` of its byte stream, and the
-        count (0 where nothing moves)."""
-        from mpi4py import MPI
+    def _message_comm(self):
+        """Collective on first use (every rank reaches its first exchange): the duplicate of the communicator
+        the exchange's point-to-point messages use, freed at close."""
+        if self._p2p_comm is None:
+            self._p2p_comm = self.comm.Dup()
+        return self._p2p_comm
 
-        types: list[Any] = [MPI.BYTE] * size
-        counts = [0] * size
-        for peer, (addrs, lens) in runs.items():
-            n = nbytes[peer]
-            lo, hi = n * j // nparts, n * (j + 1) // nparts
-            if hi <= lo:
-                continue
-            a, m = (addrs, lens) if nparts == 1 else memtypes.byte_range(addrs, lens, lo, hi)
-            types[peer] = memtypes.datatype(a, m)
-            counts[peer] = 1
-        return types, counts
-
-    def _send_runs(self, k: int, plan: readplan.AggregatorPlan, arrays: Mapping[int, np.ndarray],
-                   records: np.ndarray, outputs: list[np.ndarray]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-        """Local, an aggregator: round ``k``'s pieces for other ranks as byte runs in the read parts, by
+    def _send_streams(self, k: int, plan: readplan.AggregatorPlan, arrays: Mapping[int, np.ndarray],
+                      records: np.ndarray, outputs: list[np.ndarray]) -> dict[int, memtypes.Stream]:
+        """Local, an aggregator: round ``k``'s pieces for other ranks as streams of the read parts' memory, by
         destination; its own pieces are copied into its outputs here."""
         me = self.comm.Get_rank()
         nd = self._routing.ndim
         lo_end = np.searchsorted(plan.piece_round, [k, k + 1]).tolist()
         sel = slice(*lo_end)
-        dests, pidx = plan.piece_dest[sel], plan.piece_part[sel]
+        dests, pidx, qis = plan.piece_dest[sel], plan.piece_part[sel], plan.piece_qi[sel]
         plo, pshape = plan.piece_lo[sel], plan.piece_shape[sel]
         t = self._table
         for i in np.flatnonzero(dests == me).tolist():  # my own requests: part -> output directly
             part = plan.parts[int(pidx[i])]
             ndim = int(t.var_ndim[t.var[part.row]])
-            qi = int(plan.piece_qi[lo_end[0] + i])
+            qi = int(qis[i])
             src = arrays[int(pidx[i])][_region(plo[i], pshape[i], part.lo, ndim)]
             outputs[qi][_region(plo[i], pshape[i], records[qi, 2:2 + nd], ndim)] = src
         others = dests != me
@@ -704,11 +699,11 @@ class Reader:
         which = np.array([index[p] for p in pidx[others].tolist()], np.int64)
         part_lo = np.array([plan.parts[p].lo for p in keys], np.int64).reshape(-1, nd)
         rel = plo[others] - part_lo[which]
-        return table.runs_by(dests[others], which, rel, pshape[others])
+        return table.streams(dests[others], which, rel, pshape[others], qis[others])
 
-    def _recv_runs(self, incoming: Mapping[int, np.ndarray], records: np.ndarray,
-                   outputs: list[np.ndarray]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-        """Local: by source rank, the byte runs in this rank's outputs where its pieces of the round land."""
+    def _recv_streams(self, incoming: Mapping[int, np.ndarray], records: np.ndarray,
+                      outputs: list[np.ndarray]) -> dict[int, memtypes.Stream]:
+        """Local: by source rank, the streams of this rank's outputs where its pieces of the round land."""
         me = self.comm.Get_rank()
         nd = self._routing.ndim
         srcs = [s for s in sorted(incoming) if s != me and len(incoming[s])]
@@ -718,7 +713,7 @@ class Reader:
         peer = np.repeat(np.array(srcs, np.int64), [len(incoming[s]) for s in srcs])
         qi = rows[:, 0]
         rel = rows[:, 1:1 + nd] - records[qi, 2:2 + nd]
-        return memtypes.ArrayTable(outputs, nd).runs_by(peer, qi, rel, rows[:, 1 + nd:])
+        return memtypes.ArrayTable(outputs, nd).streams(peer, qi, rel, rows[:, 1 + nd:], qi)
 
     # ------------------------------------------------------------------ analysis views (see ckptio.lazy)
     def __getitem__(self, name: str) -> Any:

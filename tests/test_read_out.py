@@ -4,6 +4,8 @@ rank is a ReadRequestError on every rank, before anything is read."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from mpi_helpers import BACKENDS, run_script
@@ -194,3 +196,23 @@ def test_split_pieces_cuts_long_pieces_at_the_int_limit():
     assert lens.tolist() == [5, 10, 10, 3, 4] and disps.tolist() == [100, 200, 210, 220, 300]
     lens, disps = split_pieces([3, 0, 2], [0, 5, 9], limit=10)
     assert lens.tolist() == [3, 2] and disps.tolist() == [0, 9]
+
+
+def test_messages_follow_requests_and_the_size_limits():
+    sizes, reqs = np.array([100, 100, 5, 5, 5, 300, 50]), np.array([0, 0, 1, 2, 3, 4, 4])
+    # pieces of one request travel together; small pieces of several requests share a message
+    assert memtypes.message_starts(sizes, reqs, small=150, group=1000, limit=10**6).tolist() == [0, 200, 215]
+    # a group limit starts a new message before the piece that would pass it
+    assert memtypes.message_starts(sizes, reqs, small=150, group=210, limit=10**6).tolist() == [0, 200, 215, 515]
+    # a piece larger than the message limit is cut inside
+    assert memtypes.message_starts(np.array([25]), np.array([0]), 1, 100, 10).tolist() == [0, 10, 20]
+
+
+def test_cut_splits_runs_at_message_boundaries():
+    data = np.arange(64, dtype=np.uint8)
+    addrs, lens = memtypes.view_runs(data.reshape(8, 8)[:, 1:6])  # 8 runs of 5 bytes
+    stream = _gather(addrs, lens)
+    starts = np.array([0, 3, 10, 12, 33])
+    parts = memtypes.cut(addrs, lens, starts)
+    bounds = [*starts.tolist(), len(stream)]
+    assert [_gather(*p) for p in parts] == [stream[a:b] for a, b in itertools.pairwise(bounds)]
