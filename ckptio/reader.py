@@ -7,10 +7,9 @@
     metadata -> extent table -> runs per       route requests to the runs'  -->  match them to own extents
     aggregator; bcast variables + routing,      boxes (Alltoallv)                parts, rounds, pieces
     scatter each aggregator its own rows       <-- piece descriptors (Alltoallv) ---
-                                                                     round k:    read domain part k
-                                                                                 verify block checksums
-                               <------------- Alltoallv (exact bytes per rank) -------------
-                               assemble arrays
+                                                                     helper thread, one round ahead:
+                                                                     read part k+1 (large preads), verify
+                               <------ round k: Isend/Irecv, read buffer -> caller's arrays ------
 
 No rank holds every rank's requests or the whole exchange map (:mod:`ckptio.readplan`): what a rank computes
 and receives per read is O(its own requests and pieces + aggregators); an aggregator's is O(its rows and the
