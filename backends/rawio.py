@@ -230,6 +230,15 @@ def open_extent_reader(path: str, comm, info, meta: Mapping[str, Any]) -> Extent
     raise CheckpointIOError(f"{READ_IO_ENV}={choice!r}: expected 'posix' or 'mpiio'")
 
 
+def _address(arr: np.ndarray) -> int:
+    return int(arr.__array_interface__["data"][0])
+
+
+def _bytes_at(addr: int, nbytes: int) -> np.ndarray:
+    """A uint8 array over ``nbytes`` of existing memory at ``addr`` (consecutive views of one live buffer)."""
+    return np.frombuffer((ctypes.c_char * nbytes).from_address(addr), np.uint8)
+
+
 class PosixExtentReader(ExtentReader):
     """An aggregator's independent reader: large ``preadv`` calls into two reusable aligned buffers.
 
@@ -246,23 +255,30 @@ class PosixExtentReader(ExtentReader):
         self.fd: int | None = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         self._buffers: dict[int, np.ndarray] = {}
 
-    def read(self, extents: Sequence[Extent], slot: int = 0) -> tuple[list[np.ndarray], int]:
-        total = sum(e.nbytes for e in extents)
+    def read(self, extents: Sequence[Extent], slot: int = 0,
+             into: Sequence[np.ndarray | None] | None = None) -> tuple[list[np.ndarray], int]:
+        """As :meth:`ExtentReader.read`; ``into``: per extent, None or a contiguous, writable uint8 array of its
+        size (the caller's final memory) to read it into instead of the slot's buffer."""
+        targets = list(into) if into is not None else [None] * len(extents)
+        total = sum(e.nbytes for e, d in zip(extents, targets, strict=True) if d is None)
         buf = aligned_scratch(self._buffers, slot, total)
-        views, starts, pos = [], [], 0
-        for e in extents:
-            views.append(buf[pos:pos + e.nbytes])
-            starts.append(pos)
-            pos += e.nbytes
+        views, pos = [], 0
+        for e, d in zip(extents, targets, strict=True):
+            if d is None:
+                d = buf[pos:pos + e.nbytes]
+                pos += e.nbytes
+            views.append(d)
         calls = 0
-        # stretches: consecutive extents (in buffer order) adjacent in the file, read by one call each
+        # stretches: consecutive extents adjacent in the file and in memory, read by one call each
         i = 0
         while i < len(extents):
             j, end = i + 1, extents[i].file_offset + extents[i].nbytes
-            while j < len(extents) and extents[j].file_offset == end:
+            while (j < len(extents) and extents[j].file_offset == end
+                   and _address(views[j]) == _address(views[j - 1]) + views[j - 1].nbytes):
                 end += extents[j].nbytes
                 j += 1
-            calls += self._pread(buf[starts[i]:starts[i] + end - extents[i].file_offset], extents[i].file_offset)
+            whole = views[i] if j == i + 1 else _bytes_at(_address(views[i]), end - extents[i].file_offset)
+            calls += self._pread(whole, extents[i].file_offset)
             i = j
         return [decode_extent(self.meta, e, v) for e, v in zip(extents, views, strict=True)], calls
 

@@ -372,7 +372,8 @@ class Reader:
         t_data = time.perf_counter()
         loader = None
         if plan is not None and nrounds > 0:
-            loader = readpipe.RoundLoader(lambda k, slot: self._load_round(plan, k, slot), nrounds,
+            direct = self._direct_parts(plan, records, outputs)
+            loader = readpipe.RoundLoader(lambda k, slot: self._load_round(plan, k, slot, direct), nrounds,
                                           self._extent_reader.independent, self.stats.seconds)
             self.stats.read_ahead = self.stats.read_ahead or loader.threaded
         try:
@@ -389,16 +390,51 @@ class Reader:
             self.stats.seconds["data"] += time.perf_counter() - t_data
         return outputs
 
-    def _load_round(self, plan: readplan.AggregatorPlan, k: int, slot: int) -> dict[int, np.ndarray]:
+    def _direct_parts(self, plan: readplan.AggregatorPlan, records: np.ndarray,
+                      outputs: list[np.ndarray]) -> dict[int, np.ndarray]:
+        """Local, an aggregator with an independent extent reader: the parts it can read straight into its own
+        output (part index -> the output's bytes there): a part that is exactly one piece of its own request,
+        stored uncompressed in native byte order, whose place in the output is contiguous. Their bytes then
+        cross memory once (the file read itself); everything else goes through the read buffer."""
+        if not self._extent_reader.independent or not len(plan.piece_part):
+            return {}
+        me = self.comm.Get_rank()
+        nd = self._routing.ndim
+        t = self._table
+        counts = np.bincount(plan.piece_part, minlength=len(plan.parts))
+        out: dict[int, np.ndarray] = {}
+        for i in np.flatnonzero((plan.piece_dest == me) & (counts[plan.piece_part] == 1)).tolist():
+            p = int(plan.piece_part[i])
+            part = plan.parts[p]
+            if (t.codec[part.row] >= 0 or not (plan.piece_lo[i] == part.lo).all()
+                    or not (plan.piece_shape[i] == part.shape).all()):
+                continue
+            name = t.names[t.var[part.row]]
+            var = self.meta["variables"][name]
+            if not np.dtype(var.get("storage", {}).get("file_dtype", var["dtype"])).isnative:
+                continue
+            qi = int(plan.piece_qi[i])
+            ndim = int(t.var_ndim[t.var[part.row]])
+            view = outputs[qi][_region(part.lo, part.shape, records[qi, 2:2 + nd], ndim)]
+            if view.flags.c_contiguous and view.nbytes == part.nbytes:
+                out[p] = view.reshape(-1).view(np.uint8)
+        return out
+
+    def _load_round(self, plan: readplan.AggregatorPlan, k: int, slot: int,
+                    direct: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
         """An aggregator (in the reading thread where there is one): read round ``k``'s parts into buffer
-        ``slot`` and verify their checksums; the parts' arrays by part index. A collective extent reader is
-        called in every round, also with nothing to read (the other aggregators' reads are collective)."""
+        ``slot`` (or ``direct`` into the output) and verify their checksums; the parts' arrays by part index. A
+        collective extent reader is called in every round, also with nothing to read (the other aggregators'
+        reads are collective)."""
         parts = plan.rounds[k] if k < plan.nrounds else []
         if not parts and self._extent_reader.independent:
             return {}
         t = time.perf_counter()
         extents = [self._part_extent(plan.parts[p]) for p in parts]
-        data, calls = self._extent_reader.read(extents, slot=slot)
+        if direct:
+            data, calls = self._extent_reader.read(extents, slot=slot, into=[direct.get(p) for p in parts])
+        else:
+            data, calls = self._extent_reader.read(extents, slot=slot)
         self.stats.seconds["io"] += time.perf_counter() - t
         self.stats.file_bytes += sum(e.nbytes for e in extents)
         self.stats.file_calls += calls
@@ -688,7 +724,9 @@ class Reader:
             ndim = int(t.var_ndim[t.var[part.row]])
             qi = int(qis[i])
             src = arrays[int(pidx[i])][_region(plo[i], pshape[i], part.lo, ndim)]
-            outputs[qi][_region(plo[i], pshape[i], records[qi, 2:2 + nd], ndim)] = src
+            dst = outputs[qi][_region(plo[i], pshape[i], records[qi, 2:2 + nd], ndim)]
+            if memtypes.address(src) != memtypes.address(dst):  # else read straight into the output
+                dst[...] = src
         others = dests != me
         if not others.any():
             return {}

@@ -216,3 +216,33 @@ def test_cut_splits_runs_at_message_boundaries():
     parts = memtypes.cut(addrs, lens, starts)
     bounds = [*starts.tolist(), len(stream)]
     assert [_gather(*p) for p in parts] == [stream[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+DIRECT = r"""
+import sys, tracemalloc, numpy as np, ckptio
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+with ckptio.create(sys.argv[1], comm, backend=sys.argv[2]) as ck:
+    for b in range(8):  # 8 blocks of 1 MiB
+        ck.write("u", np.full((128, 1024), float(b)), offset=(128 * b, 0), global_shape=(1024, 1024))
+out = np.empty((1024, 1024))
+with ckptio.open(sys.argv[1], comm, buffer_bytes="2M") as ck:
+    ck.read("u", out=np.empty_like(out))  # warm-up: the first read imports modules (another Reader's buffers)
+with ckptio.open(sys.argv[1], comm, buffer_bytes="2M") as ck:
+    tracemalloc.start()
+    ck.read("u", out=out)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+assert (out == np.repeat(np.arange(8.0), 128)[:, None]).all()
+print("PEAK", peak, ck.stats.file_bytes, flush=True)
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("backend", ["mpiio", "hdf5"])
+def test_an_aggregator_reads_its_own_contiguous_pieces_straight_into_the_output(tmp_path, backend):
+    """One rank reading whole blocks into a contiguous out: the file's bytes go straight into ``out`` (one copy,
+    the read itself); no read buffer (2 MiB) is allocated, in the first read either."""
+    proc = run_script(1, DIRECT, tmp_path, str(tmp_path / "chk"), backend, timeout=120)
+    peak, nbytes = (int(x) for x in proc.stdout.split("PEAK")[1].split()[:2])
+    assert nbytes == 8 << 20 and peak < 256 << 10, (peak, nbytes)
