@@ -93,7 +93,8 @@ class ArrayTable:
                 continue
             arr = self.arrays[int(which[i])]
             k = arr.ndim
-            view = arr[tuple(slice(int(a), int(a + m)) for a, m in zip(lo[i, :k], shape[i, :k], strict=True))]
+            view = arr[(*(slice(int(a), int(a + m)) for a, m in zip(lo[i, :k], shape[i, :k], strict=True)),
+                        Ellipsis)]  # `...`: a 0-d array gives a view, not a scalar copy
             ra, rn = view_runs(view)
             counts[i] = len(ra)
             out_a.append(ra)

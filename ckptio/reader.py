@@ -112,9 +112,10 @@ def _coordinates(name: str, what: str, values: object, ndim: int) -> tuple[int, 
 
 
 def _region(lo: np.ndarray, shape: np.ndarray, origin: np.ndarray, ndim: int) -> tuple[slice, ...]:
-    """The slices of the padded box ``lo``/``shape`` in an array whose first element is at ``origin``."""
-    return tuple(slice(int(a - o), int(a - o + n)) for a, o, n in zip(lo[:ndim], origin[:ndim], shape[:ndim],
-                                                                      strict=True))
+    """The index of the padded box ``lo``/``shape`` in an array whose first element is at ``origin``: slices,
+    then ``...`` (so that a 0-d array gives a 0-d view, not a copy as a scalar)."""
+    return (*(slice(int(a - o), int(a - o + n)) for a, o, n in zip(lo[:ndim], origin[:ndim], shape[:ndim],
+                                                                    strict=True)), Ellipsis)
 
 
 def _describe_out(out: object) -> str:

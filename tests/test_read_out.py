@@ -25,6 +25,8 @@ with ckptio.create(path, comm, backend=backend) as ck:
     ck.write("u", full[lo:hi], offset=(lo, 0, 0), global_shape=G)
     ck.write("k", (full[lo:hi] * 2).astype(np.int32), offset=(lo, 0, 0), global_shape=G)
     ck.write("seg", np.arange(5 + r, dtype=np.int64) + 100 * r)
+    if r == n - 1:
+        ck.write("t", np.array(3.5), offset=(), global_shape=())
 segs = np.concatenate([np.arange(5 + q, dtype=np.int64) + 100 * q for q in range(n)])
 with ckptio.open(path, comm, buffer_bytes="2K") as ck:   # many rounds, several pieces per round
     lo = (r * 24 // n + 3) % 24                           # another decomposition than the writers'
@@ -49,6 +51,10 @@ with ckptio.open(path, comm, buffer_bytes="2K") as ck:   # many rounds, several 
     mine = np.zeros(2 * (5 + r), np.int64)[::2]
     assert ck.read("seg", out=mine) is mine
     assert np.array_equal(mine, segs[sum(5 + q for q in range(r)):][:5 + r]), mine
+    # a 0-d variable, allocated and into a 0-d out (on one rank the aggregator's own piece, read straight in)
+    scalar = np.zeros(())
+    t, t2 = ck.read_many([("t", None, None), ("t", None, None)], out=[None, scalar])
+    assert float(t) == 3.5 and t2 is scalar and float(scalar) == 3.5, (t, scalar)
     # an empty request with an empty out
     assert ck.read("u", offset=(0, 0, 0), shape=(0, 10, 6), out=np.zeros((0, 10, 6))).size == 0
 print("OK", r, flush=True)

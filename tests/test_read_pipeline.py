@@ -85,10 +85,10 @@ with ckptio.create(path, comm) as ck:
     for b in range(4):  # 4 blocks per rank, 2 KiB each
         ck.write("u", np.full((32, 8), float(4 * r + b)), offset=(32 * (4 * r + b), 0), global_shape=(128 * n, 8))
 if r == 0:
-    blocks = get_backend("mpiio").read_metadata(path)["variables"]["u"]["blocks"]
-    last = max(blocks, key=lambda b: b["file_offset"])   # the last block in the file: read in a late round
+    backend = get_backend("mpiio")
+    last = int(backend.extent_table(backend.read_metadata(path)).file_offset.max())  # read in a late round
     with open(path, "r+b") as f:
-        f.seek(last["file_offset"] + 100)
+        f.seek(last + 100)
         f.write(b"\xff")
 comm.Barrier()
 with ckptio.open(path, comm, buffer_bytes="4K", aggregators=1) as ck:
