@@ -102,10 +102,16 @@ class WriteSession(abc.ABC):
 class ExtentReader(abc.ABC):
     """The checkpoint opened by the aggregators only."""
 
+    #: True if :meth:`read` is local (no MPI: safe in a helper thread while the caller's thread uses MPI) and the
+    #: arrays it returns for one ``slot`` stay valid until the next read into that slot: the restart then reads
+    #: round k+1 into one slot while round k, in the other, is exchanged. False: collective, one slot.
+    independent: ClassVar[bool] = False
+
     @abc.abstractmethod
-    def read(self, extents: Sequence[Extent]) -> tuple[list[np.ndarray], int]:
-        """Collective over the aggregators: read these extents (in file order); return one array per extent,
-        shaped like its box, in native byte order, and the number of file read calls issued."""
+    def read(self, extents: Sequence[Extent], slot: int = 0) -> tuple[list[np.ndarray], int]:
+        """Collective over the aggregators unless :attr:`independent`: read these extents (in file order) into
+        buffer ``slot``; return one array per extent, shaped like its box, in native byte order (valid until
+        the next read into the same slot), and the number of file read calls issued."""
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -82,8 +82,9 @@ from ckptio.hints import DEFAULT_STRIPING_UNIT, data_transfer_mode, info_to_dict
 from ckptio.layout import Box
 from ckptio.plan import BlockPlan, Extent, VariablePlan
 
+from . import rawio
 from .base import Backend, Capabilities, ExtentReader, WriteSession, WrittenBlock, not_ckptio, register
-from .rawio import RawExtentReader, SerialRawReader, check_data_landed, leading_axis_bands, reserve_collectively
+from .rawio import SerialRawReader, check_data_landed, leading_axis_bands, reserve_collectively
 
 # Reading needs no h5py (h5lite parses ckptio's HDF5 files); writing needs h5py built with parallel HDF5. It is
 # imported on first use, never by ``import ckptio`` (issue 16: h5py and libhdf5 cost ~100 opened files and ~20 MB
@@ -548,7 +549,7 @@ class HDF5Backend(Backend):
         return extent_table.from_bands(meta)
 
     def open_extent_reader(self, path: str, comm, info, meta: Mapping[str, Any]) -> ExtentReader:
-        return RawExtentReader(path, comm, info, meta)
+        return rawio.open_extent_reader(path, comm, info, meta)
 
     def serial_extent_reader(self, path: str, meta: Mapping[str, Any]) -> ExtentReader:
         return SerialRawReader(path, meta)

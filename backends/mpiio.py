@@ -48,8 +48,9 @@ from ckptio.errors import CheckpointIOError, CorruptCheckpointError, FormatVersi
 from ckptio.hints import COLLECTIVE_ONLY_HINTS, info_to_dict
 from ckptio.plan import BlockPlan, Extent, VariablePlan
 
+from . import rawio
 from .base import Backend, Capabilities, ExtentReader, WriteSession, WrittenBlock, register
-from .rawio import RawExtentReader, SerialRawReader, check_data_landed, reserve_collectively, transfer
+from .rawio import SerialRawReader, check_data_landed, reserve_collectively, transfer
 
 MAGIC = b"\x89CKPTIO\n"
 TRAILER_MAGIC = b"CKPTEND\x00"
@@ -297,7 +298,7 @@ class NativeBackend(Backend):
         return extent_table.from_blocks(meta)
 
     def open_extent_reader(self, path: str, comm, info, meta: Mapping[str, Any]) -> ExtentReader:
-        return RawExtentReader(path, comm, info, meta)
+        return rawio.open_extent_reader(path, comm, info, meta)
 
     def serial_extent_reader(self, path: str, meta: Mapping[str, Any]) -> ExtentReader:
         return SerialRawReader(path, meta)

@@ -81,15 +81,9 @@ from ckptio.errors import (
 from ckptio.hints import DEFAULT_STRIPING_UNIT, data_transfer_mode, info_to_dict
 from ckptio.plan import BlockPlan, Extent, VariablePlan
 
+from . import rawio
 from .base import Backend, Capabilities, ExtentReader, WriteSession, WrittenBlock, not_ckptio, register
-from .rawio import (
-    RawExtentReader,
-    SerialRawReader,
-    check_data_landed,
-    hindexed,
-    leading_axis_bands,
-    reserve_collectively,
-)
+from .rawio import SerialRawReader, check_data_landed, hindexed, leading_axis_bands, reserve_collectively
 
 # pnetcdf-python initializes MPI when imported: import it only to write a file (reading needs neither it nor MPI)
 INSTALL_HINT = ("install pnetcdf-python (needs the PnetCDF C library and mpi4py): `make install` in the ckptio "
@@ -454,7 +448,7 @@ class PnetCDFBackend(Backend):
         return extent_table.from_bands(meta)
 
     def open_extent_reader(self, path: str, comm, info, meta: Mapping[str, Any]) -> ExtentReader:
-        return RawExtentReader(path, comm, info, meta)
+        return rawio.open_extent_reader(path, comm, info, meta)
 
     def serial_extent_reader(self, path: str, meta: Mapping[str, Any]) -> ExtentReader:
         return SerialRawReader(path, meta)

@@ -78,6 +78,24 @@ def _classic_type_constructor():
 _CLASSIC: tuple[Any, Any] | None = None
 
 
+def split_pieces(lengths: Sequence[int], displacements: Sequence[int], limit: int = _MAX_CHUNK, extent: int = 1
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Pure: ``(lengths, displacements)`` without empty pieces and with every piece longer than ``limit``
+    elements (of ``extent`` bytes; MPI block lengths are C ints) cut into pieces of at most ``limit``
+    elements, in order; displacements in bytes; vectorized."""
+    lens = np.asarray(lengths, np.int64)
+    disps = np.asarray(displacements, np.int64)
+    if len(lens) and int(lens.max()) > limit:
+        pieces = (lens + limit - 1) // limit  # how many pieces each length becomes (0 for an empty one)
+        first = np.repeat(np.cumsum(pieces) - pieces, pieces)
+        within = np.arange(int(pieces.sum()), dtype=np.int64) - first  # piece number inside its length
+        owner = np.repeat(np.arange(len(lens)), pieces)
+        disps = disps[owner] + within * limit * extent
+        lens = np.minimum(lens[owner] - within * limit, limit)
+    keep = lens > 0
+    return lens[keep], disps[keep]
+
+
 def hindexed(lengths: Sequence[int], displacements: Sequence[int], oldtype=None):
     """A committed MPI hindexed type of ``oldtype`` (default ``MPI_BYTE``; lengths count its elements,
     displacements are in bytes) built with the classic constructor (see :func:`_classic_type_constructor`);
@@ -85,25 +103,7 @@ def hindexed(lengths: Sequence[int], displacements: Sequence[int], oldtype=None)
     from mpi4py import MPI
 
     oldtype = MPI.BYTE if oldtype is None else oldtype
-    extent = oldtype.Get_extent()[1]
-    lengths = np.asarray(lengths, dtype=np.int64)
-    displacements = np.asarray(displacements, dtype=np.int64)
-    if lengths.size and int(lengths.max()) <= _MAX_CHUNK:  # the usual case, vectorized (memory runs: many)
-        keep = lengths > 0
-        lens, disps = lengths[keep], displacements[keep]
-    else:
-        split_lens: list[int] = []
-        split_disps: list[int] = []
-        for n, d in zip(lengths.tolist(), displacements.tolist(), strict=True):
-            while n > _MAX_CHUNK:
-                split_lens.append(_MAX_CHUNK)
-                split_disps.append(d)
-                n -= _MAX_CHUNK
-                d += _MAX_CHUNK * extent
-            if n:
-                split_lens.append(n)
-                split_disps.append(d)
-        lens, disps = np.asarray(split_lens, np.int64), np.asarray(split_disps, np.int64)
+    lens, disps = split_pieces(lengths, displacements, _MAX_CHUNK, oldtype.Get_extent()[1])
     if len(lens) > np.iinfo(np.intc).max:
         raise CheckpointIOError(f"{len(lens)} pieces in one MPI transfer: more than an MPI int count")
     fn, handle = _classic_type_constructor()
@@ -210,18 +210,12 @@ class RawExtentReader(ExtentReader):
         finally:
             if own is not None:
                 own.Free()
-        self._buffer = np.empty(0, np.uint8)
 
-    def _scratch(self, nbytes: int) -> np.ndarray:
-        if self._buffer.nbytes < nbytes:
-            raw = np.empty(nbytes + 4096, np.uint8)  # 4096-aligned view for O_DIRECT-friendly buffers
-            start = (-raw.ctypes.data) % 4096
-            self._buffer = raw[start:start + nbytes]
-        return self._buffer[:nbytes]
+        self._buffers: dict[int, np.ndarray] = {}
 
-    def read(self, extents: Sequence[Extent]) -> tuple[list[np.ndarray], int]:
+    def read(self, extents: Sequence[Extent], slot: int = 0) -> tuple[list[np.ndarray], int]:
         total = sum(e.nbytes for e in extents)
-        buf = self._scratch(total)
+        buf = aligned_scratch(self._buffers, slot, total)
         views, pos = [], 0
         for e in extents:
             views.append(buf[pos:pos + e.nbytes])
@@ -235,6 +229,105 @@ class RawExtentReader(ExtentReader):
             self.fh = None
 
 
+def aligned_scratch(buffers: dict[int, np.ndarray], slot: int, nbytes: int) -> np.ndarray:
+    """``nbytes`` of the reusable, 4096-aligned buffer ``slot`` (grown when too small; the pages of a reused
+    buffer are already mapped, so reading into it costs no page faults). Local."""
+    buf = buffers.get(slot)
+    if buf is None or buf.nbytes < nbytes:
+        raw = np.empty(nbytes + 4096, np.uint8)
+        start = (-raw.ctypes.data) % 4096
+        buf = buffers[slot] = raw[start:start + nbytes]
+    return buf[:nbytes]
+
+
+READ_IO_ENV = "CKPTIO_READ_IO"  # "posix" (default): independent preads; "mpiio": one collective Read_all per round
+
+
+def open_extent_reader(path: str, comm, info, meta: Mapping[str, Any]) -> ExtentReader:
+    """Collective over ``comm`` (the restart aggregators; opening is agreed on by the caller): the reader
+    every backend's restart uses. By default :class:`PosixExtentReader`: ckptio's aggregation already happened
+    (each aggregator owns contiguous, stripe-aligned file domains), so a second two-phase layer inside MPI-IO
+    would only add copies; ``CKPTIO_READ_IO=mpiio`` selects :class:`RawExtentReader` (file systems that need
+    MPI-IO's own driver, e.g. without a POSIX mount)."""
+    choice = os.environ.get(READ_IO_ENV, "posix").strip().lower() or "posix"
+    if choice == "posix":
+        return PosixExtentReader(path, meta)
+    if choice == "mpiio":
+        return RawExtentReader(path, comm, info, meta)
+    raise CheckpointIOError(f"{READ_IO_ENV}={choice!r}: expected 'posix' or 'mpiio'")
+
+
+def _address(arr: np.ndarray) -> int:
+    return int(arr.__array_interface__["data"][0])
+
+
+def _bytes_at(addr: int, nbytes: int) -> np.ndarray:
+    """A uint8 array over ``nbytes`` of existing memory at ``addr`` (consecutive views of one live buffer)."""
+    return np.frombuffer((ctypes.c_char * nbytes).from_address(addr), np.uint8)
+
+
+class PosixExtentReader(ExtentReader):
+    """An aggregator's independent reader: large ``preadv`` calls into two reusable aligned buffers.
+
+    Extents that follow one another in the file are read by one call (up to 1 GiB each), so an aggregator
+    reads its file domain in as few, as large, requests as its rounds allow. No MPI: :attr:`independent`,
+    so the restart reads round k+1 in a helper thread while round k is exchanged. Opening is local (every
+    aggregator opens on its own; the caller agrees on failures)."""
+
+    independent = True
+
+    def __init__(self, path: str, meta: Mapping[str, Any]):
+        self.meta = meta
+        self.path = path
+        self.fd: int | None = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        self._buffers: dict[int, np.ndarray] = {}
+
+    def read(self, extents: Sequence[Extent], slot: int = 0,
+             into: Sequence[np.ndarray | None] | None = None) -> tuple[list[np.ndarray], int]:
+        """As :meth:`ExtentReader.read`; ``into``: per extent, None or a contiguous, writable uint8 array of its
+        size (the caller's final memory) to read it into instead of the slot's buffer."""
+        targets = list(into) if into is not None else [None] * len(extents)
+        total = sum(e.nbytes for e, d in zip(extents, targets, strict=True) if d is None)
+        buf = aligned_scratch(self._buffers, slot, total)
+        views, pos = [], 0
+        for e, d in zip(extents, targets, strict=True):
+            if d is None:
+                d = buf[pos:pos + e.nbytes]
+                pos += e.nbytes
+            views.append(d)
+        calls = 0
+        # stretches: consecutive extents adjacent in the file and in memory, read by one call each
+        i = 0
+        while i < len(extents):
+            j, end = i + 1, extents[i].file_offset + extents[i].nbytes
+            while (j < len(extents) and extents[j].file_offset == end
+                   and _address(views[j]) == _address(views[j - 1]) + views[j - 1].nbytes):
+                end += extents[j].nbytes
+                j += 1
+            whole = views[i] if j == i + 1 else _bytes_at(_address(views[i]), end - extents[i].file_offset)
+            calls += self._pread(whole, extents[i].file_offset)
+            i = j
+        return [decode_extent(self.meta, e, v) for e, v in zip(extents, views, strict=True)], calls
+
+    def _pread(self, into: np.ndarray, offset: int) -> int:
+        """Fill ``into`` from file ``offset`` (short reads continued); returns the number of calls."""
+        done, calls, n = 0, 0, into.nbytes
+        view = memoryview(into)
+        while done < n:
+            got = os.preadv(self.fd, [view[done:done + min(n - done, _MAX_CHUNK)]], offset + done)
+            calls += 1
+            if got == 0:
+                raise IncompleteCheckpointError(f"{self.path}: file ends at byte {offset + done}, inside the data "
+                                                f"({n - done} bytes missing at offset {offset + done})")
+            done += got
+        return calls
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
 class SerialRawReader(ExtentReader):
     """One process reading extents with pread (``ckptio inspect --verify``): no MPI needed."""
 
@@ -242,7 +335,7 @@ class SerialRawReader(ExtentReader):
         self.meta = meta
         self.fd = os.open(path, os.O_RDONLY)
 
-    def read(self, extents: Sequence[Extent]) -> tuple[list[np.ndarray], int]:
+    def read(self, extents: Sequence[Extent], slot: int = 0) -> tuple[list[np.ndarray], int]:
         out = []
         for e in extents:
             data = os.pread(self.fd, e.nbytes, e.file_offset)

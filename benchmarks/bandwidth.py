@@ -65,7 +65,10 @@ def one_round(ctx: Context, case: Case, entry: dict[str, Any], verify: bool) -> 
     if "stats" in winfo:
         entry.setdefault("write_stats", []).append(winfo["stats"])
         entry.setdefault("blocked_seconds", []).append(comm.allreduce(winfo["blocked_seconds"], op=_max()))
-    read_secs = (rinfo.get("stats") or {}).get("seconds", {})
+    read_secs = dict((rinfo.get("stats") or {}).get("seconds", {}))
+    if "data" in read_secs:  # the exchange time this rank hid behind its reads (helper thread; 0 without one)
+        busy = read_secs.get("io", 0.0) + read_secs.get("verify", 0.0) + read_secs.get("exchange", 0.0)
+        read_secs["hidden"] = max(0.0, busy - read_secs["data"])
     if case.group == "ckptio":
         entry.setdefault("read_stats_seconds_max", []).append(_max_over_ranks(comm, read_secs))
 

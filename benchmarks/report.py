@@ -65,6 +65,9 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
     phases = native.get("read_phases_median") or {}
     detail = ("ckptio read phases, median of max over ranks: " +
               ", ".join(f"{k} {v:.2f} s" for k, v in phases.items())) if phases else ""
+    if phases.get("exchange"):
+        detail += (f"; overlap {phases.get('hidden', 0.0) / phases['exchange']:.0%} of the exchange hidden behind "
+                   "reading (hidden = io + verify + exchange - data, per rank)")
     out.append(_target(f"restart read ({doc['config']['nprocs']} -> {doc['config']['readers']} ranks) vs raw "
                        "aligned read (cold)", r, ">= 0.8 x raw", None if r is None else r >= 0.8, detail))
     for backend, row in doc["overhead"].items():

@@ -7,10 +7,9 @@
     metadata -> extent table -> runs per       route requests to the runs'  -->  match them to own extents
     aggregator; bcast variables + routing,      boxes (Alltoallv)                parts, rounds, pieces
     scatter each aggregator its own rows       <-- piece descriptors (Alltoallv) ---
-                                                                     round k:    read domain part k
-                                                                                 verify block checksums
-                               <------------- Alltoallv (exact bytes per rank) -------------
-                               assemble arrays
+                                                                     helper thread, one round ahead:
+                                                                     read part k+1 (large preads), verify
+                               <------ round k: Isend/Irecv, read buffer -> caller's arrays ------
 
 No rank holds every rank's requests or the whole exchange map (:mod:`ckptio.readplan`): what a rank computes
 and receives per read is O(its own requests and pieces + aggregators); an aggregator's is O(its rows and the
@@ -30,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from . import coord, placement_stats, plain, readplan, units
+from . import coord, memtypes, placement_stats, plain, readpipe, readplan, units
 from . import hints as hintsmod
 from . import meta as metamod
 from .backends import detect_backend, get_backend
@@ -52,6 +51,9 @@ ENV_BUFFER_BYTES = "CKPTIO_BUFFER_BYTES"
 # MPI counts and displacements are C ints: no rank sends or receives this much in one Alltoallv. Internal; a
 # test lowers it (inside its MPI program) to exercise the split exchange without gigabytes of data.
 MAX_MESSAGE_BYTES = 2**31
+# How the restart exchange cuts what one rank sends another in a round into messages (ckptio.memtypes.message_starts)
+MESSAGE_SMALL = 256 << 10
+MESSAGE_GROUP = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -77,18 +79,22 @@ class ReadStats:
     bytes_sent: int = 0
     bytes_received: int = 0
     rounds: int = 0
-    messages: int = 0  # Alltoallv calls (one per round unless a round moves MAX_MESSAGE_BYTES or more)
+    messages: int = 0  # point-to-point messages of the exchange this rank sent or received
+    # plan, io (file reads), verify (checksums), exchange (moving pieces), data (wall time of the rounds: io +
+    # verify and exchange overlap when the aggregators read in a helper thread), wait (this rank blocked on that
+    # thread). Overlap figure: (io + verify + exchange - data) / exchange, the exchange hidden behind reading.
     seconds: dict[str, float] = field(default_factory=lambda: {"plan": 0.0, "io": 0.0, "verify": 0.0,
-                                                               "exchange": 0.0})
+                                                               "exchange": 0.0, "data": 0.0, "wait": 0.0})
     opened_file: bool = False
     host: str = ""  # where this rank runs (MPI_Get_processor_name)
     aggregator: bool = False  # whether this rank is a restart aggregator (one of reader.aggregators)
+    read_ahead: bool = False  # whether this aggregator read round k+1 in a helper thread during round k's exchange
 
     def to_json(self) -> dict[str, Any]:
         return {"file_bytes": self.file_bytes, "file_calls": self.file_calls, "bytes_sent": self.bytes_sent,
                 "bytes_received": self.bytes_received, "rounds": self.rounds, "messages": self.messages,
                 "seconds": dict(self.seconds), "opened_file": self.opened_file, "host": self.host,
-                "aggregator": self.aggregator}
+                "aggregator": self.aggregator, "read_ahead": self.read_ahead}
 
 
 def _coordinates(name: str, what: str, values: object, ndim: int) -> tuple[int, ...] | None:
@@ -111,6 +117,32 @@ def _coordinates(name: str, what: str, values: object, ndim: int) -> tuple[int, 
         raise ReadRequestError(f"variable {name!r}: {what} {_show(values)} has {len(out)} value(s), but the "
                                f"variable has {ndim} dimension(s)")
     return tuple(out)
+
+
+def _region(lo: np.ndarray, shape: np.ndarray, origin: np.ndarray, ndim: int) -> tuple[slice, ...]:
+    """The index of the padded box ``lo``/``shape`` in an array whose first element is at ``origin``: slices,
+    then ``...`` (so that a 0-d array gives a 0-d view, not a copy as a scalar)."""
+    return (*(slice(int(a - o), int(a - o + n)) for a, o, n in zip(lo[:ndim], origin[:ndim], shape[:ndim],
+                                                                    strict=True)), Ellipsis)
+
+
+def _describe_out(out: object) -> str:
+    return (f"an array of shape {list(out.shape)}" if isinstance(out, np.ndarray) else
+            f"{len(out)} item(s)" if isinstance(out, Sequence) and not isinstance(out, str | bytes) else
+            type(out).__name__)
+
+
+def _check_out(path: str, name: str, var: VariableInfo, shape: tuple[int, ...], out: np.ndarray) -> None:
+    """Local: ``out`` can receive the request (its shape, the variable's dtype in native byte order, writable),
+    or a ReadRequestError naming what is wrong."""
+    where = f"variable {name!r} of {path}: out="
+    if tuple(out.shape) != tuple(shape):
+        raise ReadRequestError(f"{where} has shape {list(out.shape)}, but the request's shape is {list(shape)}")
+    if out.dtype != var.dtype or not out.dtype.isnative:
+        raise ReadRequestError(f"{where} has dtype {out.dtype.str}, but the variable's dtype is {var.dtype.str} "
+                               "(no conversion on read: pass an array of the variable's dtype)")
+    if not out.flags.writeable:
+        raise ReadRequestError(f"{where} is read-only")
 
 
 def _show(values: object) -> str:
@@ -267,6 +299,7 @@ class Reader:
         is_aggregator = comm.Get_rank() in self.aggregators
         self._agg_comm = comm.Split(0 if is_aggregator else MPI.UNDEFINED, comm.Get_rank())
         self._extent_reader = None
+        self._p2p_comm = None  # the exchange's communicator (a duplicate), made by the first exchange
         self._opened = False
         self._chains: dict[int, Any] = {}
         self.stats = ReadStats(**placement_stats.rank_placement(self.aggregators, comm.Get_rank()))
@@ -308,28 +341,37 @@ class Reader:
                 raise
         return False
 
-    def read(self, name: str, offset: Sequence[int] | None = None, shape: Sequence[int] | None = None) -> np.ndarray:
+    def read(self, name: str, offset: Sequence[int] | None = None, shape: Sequence[int] | None = None,
+             out: np.ndarray | None = None) -> np.ndarray:
         """Collective: this rank's hyperslab of variable ``name`` (every rank may ask for a different one,
         or an empty one). With no offset/shape: the whole array; for a per-rank segment variable read by
         the same number of ranks that wrote it, this rank's own segment (by another count: the segments of
-        writer ranks ``[r*W//P, (r+1)*W//P)``, concatenated)."""
-        return self.read_many([(name, offset, shape)])[0]
+        writer ranks ``[r*W//P, (r+1)*W//P)``, concatenated).
 
-    def read_many(self, requests: Sequence[tuple[str, Sequence[int] | None, Sequence[int] | None]]) -> list[np.ndarray]:
-        """Collective: several hyperslabs in one two-phase exchange (the count may differ between ranks)."""
+        ``out``: an array to fill instead of a new one (returned), of the request's shape (``shape`` defaults to
+        ``out.shape``) and the variable's dtype, writable; it may be a strided view (the interior of a halo'd
+        array): the data lands in it without an intermediate copy. A wrong ``out`` on any rank is a
+        ReadRequestError on every rank, before anything is read."""
+        return self.read_many([(name, offset, shape)], out=None if out is None else [out])[0]
+
+    def read_many(self, requests: Sequence[tuple[str, Sequence[int] | None, Sequence[int] | None]],
+                  out: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
+        """Collective: several hyperslabs in one two-phase exchange (the count may differ between ranks).
+        ``out``: one array (or None: allocate) per request, as for :meth:`read`'s ``out``."""
         if self._closed:  # local: after close() this rank's collectives with the others are over
             raise ClosedCheckpointError(f"checkpoint {self.path}: read after Reader.close()")
         with coord.collective_section():
             self._last_failed = True  # until every rank got through: an agreed failure leaves it set everywhere
-            outputs = self._read_many(requests)
+            outputs = self._read_many(requests, out)
             self._last_failed = False  # before a held signal is delivered (at the end of the section)
             return outputs
 
-    def _read_many(self, requests) -> list[np.ndarray]:
-        """Collective: route the requests, let the aggregators plan, then read and exchange round by round."""
+    def _read_many(self, requests, out=None) -> list[np.ndarray]:
+        """Collective: route the requests, let the aggregators plan, then read and exchange round by round,
+        reading round k+1 while round k is exchanged where the extent reader allows (:mod:`ckptio.readpipe`)."""
         comm = self.comm
         t = time.perf_counter()
-        mine = coord.run(comm, f"read {self.path}: requests", lambda: self._requests(requests))
+        mine, given = coord.run(comm, f"read {self.path}: requests", lambda: self._requests(requests, out))
         nd = self._routing.ndim
         records = readplan.request_records([self._padded(q) for q in mine], nd)
         routed = readplan.route_requests(records, self._routing, self._runs_by_var)
@@ -340,35 +382,87 @@ class Reader:
         nrounds = comm.allreduce(plan.nrounds if plan is not None else 0, op=self._max_op())
         incoming = readplan.parse_descriptors(descriptors, nd, nrounds)
         outputs = coord.run(comm, f"read {self.path}: allocate", lambda: [
-            np.empty(q.box.shape, dtype=self._variables[q.var].dtype) for q in mine])
+            g if g is not None else np.empty(q.box.shape, dtype=self._variables[q.var].dtype)
+            for q, g in zip(mine, given, strict=True)])
         self.stats.seconds["plan"] += time.perf_counter() - t
         self._ensure_open(nrounds > 0)
-        for k in range(nrounds):
-            error: BaseException | None = None
-            arrays: dict[int, np.ndarray] = {}
-            if plan is not None:  # every aggregator, every round: the file read is collective among them
-                try:
-                    t = time.perf_counter()
-                    parts = plan.rounds[k] if k < plan.nrounds else []
-                    extents = [self._part_extent(plan.parts[p]) for p in parts]
-                    data, calls = self._extent_reader.read(extents)
-                    self.stats.seconds["io"] += time.perf_counter() - t
-                    self.stats.file_bytes += sum(e.nbytes for e in extents)
-                    self.stats.file_calls += calls
-                    t = time.perf_counter()
-                    for p, arr in zip(parts, data, strict=True):
-                        arrays[p] = arr
-                        if self.verify:
-                            self._verify_part(plan.parts[p], arr)
-                    self.stats.seconds["verify"] += time.perf_counter() - t
-                except BaseException as exc:  # any failure is agreed on after the exchange
-                    error = exc
-            t = time.perf_counter()
-            error = self._exchange(k, plan, incoming[k], arrays, records, outputs, error)
-            self.stats.seconds["exchange"] += time.perf_counter() - t
-            self.stats.rounds += 1
-            coord.agree(comm, f"read {self.path}: round {k + 1} of {nrounds}", error)
+        t_data = time.perf_counter()
+        loader = None
+        if plan is not None and nrounds > 0:
+            direct = self._direct_parts(plan, records, outputs)
+            loader = readpipe.RoundLoader(lambda k, slot: self._load_round(plan, k, slot, direct), nrounds,
+                                          self._extent_reader.independent, self.stats.seconds)
+            self.stats.read_ahead = self.stats.read_ahead or loader.threaded
+        try:
+            for k in range(nrounds):
+                arrays, error = loader.get(k) if loader is not None else ({}, None)
+                t = time.perf_counter()
+                error = self._exchange(k, plan, incoming[k], arrays, records, outputs, error)
+                self.stats.seconds["exchange"] += time.perf_counter() - t
+                self.stats.rounds += 1
+                coord.agree(comm, f"read {self.path}: round {k + 1} of {nrounds}", error)
+        finally:
+            if loader is not None:
+                loader.close()
+            self.stats.seconds["data"] += time.perf_counter() - t_data
         return outputs
+
+    def _direct_parts(self, plan: readplan.AggregatorPlan, records: np.ndarray,
+                      outputs: list[np.ndarray]) -> dict[int, np.ndarray]:
+        """Local, an aggregator with an independent extent reader: the parts it can read straight into its own
+        output (part index -> the output's bytes there): a part that is exactly one piece of its own request,
+        stored uncompressed in native byte order, whose place in the output is contiguous. Their bytes then
+        cross memory once (the file read itself); everything else goes through the read buffer."""
+        if not self._extent_reader.independent or not len(plan.piece_part):
+            return {}
+        me = self.comm.Get_rank()
+        nd = self._routing.ndim
+        t = self._table
+        counts = np.bincount(plan.piece_part, minlength=len(plan.parts))
+        out: dict[int, np.ndarray] = {}
+        for i in np.flatnonzero((plan.piece_dest == me) & (counts[plan.piece_part] == 1)).tolist():
+            p = int(plan.piece_part[i])
+            part = plan.parts[p]
+            if (t.codec[part.row] >= 0 or not (plan.piece_lo[i] == part.lo).all()
+                    or not (plan.piece_shape[i] == part.shape).all()):
+                continue
+            name = t.names[t.var[part.row]]
+            var = self.meta["variables"][name]
+            if not np.dtype(var.get("storage", {}).get("file_dtype", var["dtype"])).isnative:
+                continue
+            qi = int(plan.piece_qi[i])
+            ndim = int(t.var_ndim[t.var[part.row]])
+            view = outputs[qi][_region(part.lo, part.shape, records[qi, 2:2 + nd], ndim)]
+            if view.flags.c_contiguous and view.nbytes == part.nbytes:
+                out[p] = view.reshape(-1).view(np.uint8)
+        return out
+
+    def _load_round(self, plan: readplan.AggregatorPlan, k: int, slot: int,
+                    direct: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
+        """An aggregator (in the reading thread where there is one): read round ``k``'s parts into buffer
+        ``slot`` (or ``direct`` into the output) and verify their checksums; the parts' arrays by part index. A
+        collective extent reader is called in every round, also with nothing to read (the other aggregators'
+        reads are collective)."""
+        parts = plan.rounds[k] if k < plan.nrounds else []
+        if not parts and self._extent_reader.independent:
+            return {}
+        t = time.perf_counter()
+        extents = [self._part_extent(plan.parts[p]) for p in parts]
+        if direct:
+            data, calls = self._extent_reader.read(extents, slot=slot, into=[direct.get(p) for p in parts])
+        else:
+            data, calls = self._extent_reader.read(extents, slot=slot)
+        self.stats.seconds["io"] += time.perf_counter() - t
+        self.stats.file_bytes += sum(e.nbytes for e in extents)
+        self.stats.file_calls += calls
+        t = time.perf_counter()
+        arrays: dict[int, np.ndarray] = {}
+        for p, arr in zip(parts, data, strict=True):
+            arrays[p] = arr
+            if self.verify:
+                self._verify_part(plan.parts[p], arr)
+        self.stats.seconds["verify"] += time.perf_counter() - t
+        return arrays
 
     @staticmethod
     def _max_op():
@@ -454,6 +548,9 @@ class Reader:
                 if self._agg_comm is not None and self._agg_comm != self._null_comm():
                     self._agg_comm.Free()
                 self._agg_comm = None
+                if self._p2p_comm is not None:
+                    self._p2p_comm.Free()  # collective: every rank made it in the same (first) exchange
+                    self._p2p_comm = None
 
     # ------------------------------------------------------------------------------------------ helpers
     @staticmethod
@@ -480,22 +577,30 @@ class Reader:
         coord.agree(self.comm, f"read {self.path}: open file on aggregators", error)
         self._opened = True
 
-    def _requests(self, requests) -> list[Request]:
-        """Local part of a read's first phase: this rank's requests, checked (ReadRequestError otherwise)."""
+    def _requests(self, requests, out=None) -> tuple[list[Request], list[np.ndarray | None]]:
+        """Local part of a read's first phase: this rank's requests and the arrays to fill (None: allocate),
+        checked (ReadRequestError otherwise)."""
         if self._closed:
             raise ClosedCheckpointError(f"checkpoint {self.path}: read after Reader.close()")
         if isinstance(requests, str | bytes) or not isinstance(requests, Sequence):
             raise ReadRequestError(f"read_many of {self.path}: expected a list of (name, offset, shape), "
                                    f"got {type(requests).__name__}")
-        out = []
-        for r in requests:
+        if out is None:
+            given: list[Any] = [None] * len(requests)
+        elif isinstance(out, np.ndarray) or not isinstance(out, Sequence) or len(out) != len(requests):
+            raise ReadRequestError(f"read_many of {self.path}: out= must be a list of one array (or None) per "
+                                   f"request ({len(requests)}), got {_describe_out(out)}")
+        else:
+            given = list(out)
+        found = []
+        for r, o in zip(requests, given, strict=True):
             if isinstance(r, str | bytes) or not isinstance(r, Sequence) or len(r) != 3:
                 raise ReadRequestError(f"read_many of {self.path}: each request must be (name, offset, shape), "
                                        f"got {r!r}")
-            out.append(self._request(*r))
-        return out
+            found.append(self._request(*r, out=o))
+        return found, given
 
-    def _request(self, name: str, offset, shape) -> Request:
+    def _request(self, name: str, offset, shape, out: np.ndarray | None = None) -> Request:
         if not isinstance(name, str) or name not in self._variables:
             why = self.meta.get("plain_skipped", {}).get(name) if isinstance(name, str) else None
             if why is not None:  # a plain HDF5/netCDF file's variable ckptio cannot read as raw bytes
@@ -503,11 +608,20 @@ class Reader:
             raise ReadRequestError(f"variable {name!r} is not in checkpoint {self.path} "
                                    f"(it has: {some_names(self._variables)})")
         var = self._variables[name]
+        if out is not None and not isinstance(out, np.ndarray):
+            raise ReadRequestError(f"variable {name!r} of {self.path}: out= must be a numpy array, got "
+                                   f"{type(out).__name__}")
         off = _coordinates(name, "offset", offset, len(var.shape))
         shp = _coordinates(name, "shape", shape, len(var.shape))
         if var.kind == SEGMENT and off is None and shp is None:
-            return Request(name, self._own_segment(name))
-        return Request(name, normalize_request(name, var.shape, off, shp))
+            request = Request(name, self._own_segment(name))
+        else:
+            if shp is None and out is not None:
+                shp = _coordinates(name, "out.shape", out.shape, len(var.shape))
+            request = Request(name, normalize_request(name, var.shape, off, shp))
+        if out is not None:
+            _check_out(self.path, name, var, request.box.shape, out)
+        return request
 
     def _own_segment(self, name: str) -> Box:
         start, length = self._segments[name]
@@ -546,134 +660,117 @@ class Reader:
                 f"{t.vlo[j, :nd].tolist()}, shape {t.vshape[j, :nd].tolist()}): checksum mismatch, data is corrupt "
                 f"(stored {int(t.vsum[j]):016x}, computed {digest:016x})")
 
-    def _alltoallv_in_parts(self, peak: int, sendbuf: np.ndarray, send_counts: list[int], send_displs: np.ndarray,
-                            recvbuf: np.ndarray, recv_counts: list[int], recv_displs: np.ndarray) -> None:
-        """Collective: the Alltoallv of :meth:`_exchange` as ``parts`` Alltoallv calls, each moving less than
-        MAX_MESSAGE_BYTES to and from every rank (C-int counts and displacements). Part ``j`` of a
-        (source, destination) pair's ``n`` bytes is ``[n*j//parts, n*(j+1)//parts)``, which sender and
-        receiver compute alike; per rank and part that totals at most ``total/parts + nprocs`` bytes."""
-        from mpi4py import MPI
-
-        size = self.comm.Get_size()
-        room = MAX_MESSAGE_BYTES - size - 1
-        if room <= 0:
-            raise ValueError(f"MAX_MESSAGE_BYTES={MAX_MESSAGE_BYTES} is too small for {size} ranks")
-        parts = peak // room + 1
-
-        def pieces(counts: list[int], j: int) -> tuple[list[int], list[int]]:
-            starts = [n * j // parts for n in counts]
-            return starts, [n * (j + 1) // parts - st for n, st in zip(counts, starts, strict=True)]
-
-        for j in range(parts):
-            s_starts, s_counts = pieces(send_counts, j)
-            r_starts, r_counts = pieces(recv_counts, j)
-            out = np.concatenate([sendbuf[int(send_displs[d]) + s_starts[d]:][:s_counts[d]] for d in range(size)])
-            into = np.empty(sum(r_counts), np.uint8)
-            self.comm.Alltoallv([out, (s_counts, np.cumsum([0, *s_counts[:-1]]).tolist()), MPI.BYTE],
-                                [into, (r_counts, np.cumsum([0, *r_counts[:-1]]).tolist()), MPI.BYTE])
-            self.stats.messages += 1
-            pos = 0
-            for src in range(size):
-                start = int(recv_displs[src]) + r_starts[src]
-                recvbuf[start:start + r_counts[src]] = into[pos:pos + r_counts[src]]
-                pos += r_counts[src]
-
     def _exchange(self, k: int, plan: readplan.AggregatorPlan | None, incoming: Mapping[int, np.ndarray],
                   arrays: Mapping[int, np.ndarray], records: np.ndarray, outputs: list[np.ndarray],
                   error: BaseException | None) -> BaseException | None:
-        """Collective: round ``k``'s Alltoallv moving every piece from its aggregator to the rank that asked.
+        """Collective: round ``k``'s exchange, moving every piece from its aggregator to the rank that asked.
 
         ``plan``: this rank's aggregator plan (None elsewhere); ``incoming``: per source, the descriptors
-        ``[qi, lo, shape]`` of what it sends this rank in this round, in the order it packs them; ``arrays``:
+        ``[qi, lo, shape]`` of what it sends this rank in this round, in the order it sends them; ``arrays``:
         the round's parts as read, by part index; ``records``: this rank's padded requests. ``error``: this
-        rank's failure so far in the round (its read or checksum). A failure while preparing the buffers is
-        added; the ranks then skip the Alltoallv together (one Allreduce tells them) and the round's error (or
-        None) is returned for the agreement that follows.
+        rank's failure so far in the round (its read or checksum). A failure while preparing is added; the ranks
+        then skip the data movement together (one Allreduce tells them) and the round's error (or None) is
+        returned for the agreement that follows.
 
-        Each byte is copied once into the send buffer (straight from the part, strided or not), moved by MPI,
-        and copied once into the caller's array. Pieces an aggregator holds for itself skip MPI: one copy from
-        the part into the output. Both sides use the aggregator's canonical order (part, then request).
+        Zero-copy: both sides describe what they move to or from a peer as one byte stream, the pieces in the
+        aggregator's canonical order (part, then request), each piece's elements in C order, as runs of memory
+        (:mod:`ckptio.memtypes`), and cut it alike into messages (:func:`ckptio.memtypes.message_starts`:
+        usually one per request and peer). A message that is one run on a side is a plain contiguous buffer
+        there (MPI moves large ones with a single copy, e.g. Open MPI's CMA), otherwise an hindexed datatype at
+        ``MPI_BOTTOM``: pieces go from the read buffer straight into the callers' arrays, strided ones included,
+        and ckptio packs nothing. The messages are matched nonblocking point-to-point calls on a duplicate of
+        the communicator (a user's pending receives can never match them). Pieces an aggregator holds for
+        itself skip MPI: one copy from the part into the output. No message reaches ``MAX_MESSAGE_BYTES``.
         """
         from mpi4py import MPI
 
-        size, me = self.comm.Get_size(), self.comm.Get_rank()
-        nd = self._routing.ndim
-
-        def region(lo: np.ndarray, shape: np.ndarray, origin: np.ndarray, ndim: int) -> tuple[slice, ...]:
-            return tuple(slice(int(a - o), int(a - o + n)) for a, o, n in
-                         zip(lo[:ndim], origin[:ndim], shape[:ndim], strict=True))
-
-        lo_end = (0, 0)
-        if plan is not None and len(plan.piece_round):
-            lo_end = tuple(np.searchsorted(plan.piece_round, [k, k + 1]).tolist())
-        sel = slice(*lo_end)
-        dests = plan.piece_dest[sel] if plan is not None else np.zeros(0, np.int64)
-        parts = plan.piece_part[sel] if plan is not None else np.zeros(0, np.int64)
-        send_counts = np.zeros(size, np.int64)
-        if len(dests):
-            t = self._table
-            part_var = t.var[np.array([plan.parts[p].row for p in parts.tolist()], np.int64)]
-            piece_bytes = plan.piece_shape[sel].prod(axis=1) * self._itemsizes[part_var]
-            np.add.at(send_counts, dests, piece_bytes)
-            send_counts[me] = 0
-        recv_counts = np.zeros(size, np.int64)
-        for src, rows in incoming.items():
-            if src != me:
-                q = rows[:, 0]
-                recv_counts[src] = int((rows[:, 1 + nd:].prod(axis=1) * np.array(
-                    [outputs[i].itemsize for i in q.tolist()], np.int64)).sum())
-        send_displs = np.concatenate(([0], np.cumsum(send_counts)[:-1])).astype(np.int64)
-        recv_displs = np.concatenate(([0], np.cumsum(recv_counts)[:-1])).astype(np.int64)
-        sendbuf = recvbuf = np.empty(0, np.uint8)
+        send: dict[int, memtypes.Stream] = {}
+        recv: dict[int, memtypes.Stream] = {}
         if error is None:
             try:
-                sendbuf = np.empty(int(send_counts.sum()), np.uint8)
-                pos = send_displs.copy()
-                t = self._table
-                for i in range(lo_end[0], lo_end[1]):
-                    part = plan.parts[int(plan.piece_part[i])]
-                    dest, qi = int(plan.piece_dest[i]), int(plan.piece_qi[i])
-                    plo, pshape = plan.piece_lo[i], plan.piece_shape[i]
-                    ndim = int(t.var_ndim[t.var[part.row]])
-                    src = arrays[int(plan.piece_part[i])][region(plo, pshape, part.lo, ndim)]
-                    if dest == me:  # my own request: part -> output directly
-                        outputs[qi][region(plo, pshape, records[qi, 2:2 + nd], ndim)] = src
-                        continue
-                    n = src.size * src.itemsize
-                    at = int(pos[dest])
-                    sendbuf[at:at + n].view(src.dtype).reshape(src.shape)[...] = src
-                    pos[dest] = at + n
-                recvbuf = np.empty(int(recv_counts.sum()), np.uint8)
+                if plan is not None and len(plan.piece_round):
+                    send = self._send_streams(k, plan, arrays, records, outputs)
+                recv = self._recv_streams(incoming, records, outputs)
             except BaseException as exc:  # agreed on by the caller, after the Allreduce below
                 error = exc
-        send_counts, recv_counts = send_counts.tolist(), recv_counts.tolist()
-        # Whether any rank failed, and the most any rank moves: one Alltoallv when that is below
-        # MAX_MESSAGE_BYTES, else several (the same decision on every rank)
-        status = np.array([max(sum(send_counts), sum(recv_counts)), 0 if error is None else 1], np.int64)
+        status = np.array([0 if error is None else 1], np.int64)
         self.comm.Allreduce(MPI.IN_PLACE, status, op=MPI.MAX)
-        peak, any_failed = int(status[0]), bool(status[1])
-        if any_failed:
+        if status[0]:
             return error
-        if peak < MAX_MESSAGE_BYTES:
-            self.comm.Alltoallv([sendbuf, (send_counts, send_displs.tolist()), MPI.BYTE],
-                                [recvbuf, (recv_counts, recv_displs.tolist()), MPI.BYTE])
-            self.stats.messages += 1
-        else:
-            self._alltoallv_in_parts(peak, sendbuf, send_counts, send_displs, recvbuf, recv_counts, recv_displs)
-        self.stats.bytes_sent += sum(send_counts)
-        self.stats.bytes_received += sum(recv_counts)
-        for src in sorted(incoming):
-            if src == me:
-                continue
-            pos = int(recv_displs[src])
-            for qi, *box in incoming[src].tolist():
-                out = outputs[qi]
-                lo, shape = np.array(box[:nd], np.int64), np.array(box[nd:], np.int64)
-                where = region(lo, shape, records[qi, 2:2 + nd], out.ndim)
-                n = int(shape.prod()) * out.itemsize
-                out[where] = recvbuf[pos:pos + n].view(out.dtype).reshape(out[where].shape)
-                pos += n
+        comm = self._message_comm()
+        tag = k % 32768
+        limit = MAX_MESSAGE_BYTES - 1
+        requests: list[Any] = []
+        types: list[Any] = []
+        try:
+            for peers, post in ((recv, comm.Irecv), (send, comm.Isend)):
+                for peer, stream in peers.items():
+                    for addrs, lens in stream.messages(MESSAGE_SMALL, MESSAGE_GROUP, limit):
+                        if len(addrs) == 1:
+                            requests.append(post([memtypes.buffer_at(int(addrs[0]), int(lens[0])), int(lens[0]),
+                                                  MPI.BYTE], peer, tag))
+                        elif len(addrs):
+                            types.append(memtypes.datatype(addrs, lens))
+                            requests.append(post([MPI.BOTTOM, 1, types[-1]], peer, tag))
+            MPI.Request.Waitall(requests)
+        finally:
+            for dtype in types:
+                dtype.Free()
+        self.stats.messages += len(requests)
+        self.stats.bytes_sent += sum(st.nbytes for st in send.values())
+        self.stats.bytes_received += sum(st.nbytes for st in recv.values())
         return None
+
+    def _message_comm(self):
+        """Collective on first use (every rank reaches its first exchange): the duplicate of the communicator
+        the exchange's point-to-point messages use, freed at close."""
+        if self._p2p_comm is None:
+            self._p2p_comm = self.comm.Dup()
+        return self._p2p_comm
+
+    def _send_streams(self, k: int, plan: readplan.AggregatorPlan, arrays: Mapping[int, np.ndarray],
+                      records: np.ndarray, outputs: list[np.ndarray]) -> dict[int, memtypes.Stream]:
+        """Local, an aggregator: round ``k``'s pieces for other ranks as streams of the read parts' memory, by
+        destination; its own pieces are copied into its outputs here."""
+        me = self.comm.Get_rank()
+        nd = self._routing.ndim
+        lo_end = np.searchsorted(plan.piece_round, [k, k + 1]).tolist()
+        sel = slice(*lo_end)
+        dests, pidx, qis = plan.piece_dest[sel], plan.piece_part[sel], plan.piece_qi[sel]
+        plo, pshape = plan.piece_lo[sel], plan.piece_shape[sel]
+        t = self._table
+        for i in np.flatnonzero(dests == me).tolist():  # my own requests: part -> output directly
+            part = plan.parts[int(pidx[i])]
+            ndim = int(t.var_ndim[t.var[part.row]])
+            qi = int(qis[i])
+            src = arrays[int(pidx[i])][_region(plo[i], pshape[i], part.lo, ndim)]
+            dst = outputs[qi][_region(plo[i], pshape[i], records[qi, 2:2 + nd], ndim)]
+            if memtypes.address(src) != memtypes.address(dst):  # else read straight into the output
+                dst[...] = src
+        others = dests != me
+        if not others.any():
+            return {}
+        keys = sorted(arrays)
+        index = {p: a for a, p in enumerate(keys)}
+        table = memtypes.ArrayTable([arrays[p] for p in keys], nd)
+        which = np.array([index[p] for p in pidx[others].tolist()], np.int64)
+        part_lo = np.array([plan.parts[p].lo for p in keys], np.int64).reshape(-1, nd)
+        rel = plo[others] - part_lo[which]
+        return table.streams(dests[others], which, rel, pshape[others], qis[others])
+
+    def _recv_streams(self, incoming: Mapping[int, np.ndarray], records: np.ndarray,
+                      outputs: list[np.ndarray]) -> dict[int, memtypes.Stream]:
+        """Local: by source rank, the streams of this rank's outputs where its pieces of the round land."""
+        me = self.comm.Get_rank()
+        nd = self._routing.ndim
+        srcs = [s for s in sorted(incoming) if s != me and len(incoming[s])]
+        if not srcs:
+            return {}
+        rows = np.concatenate([incoming[s] for s in srcs])
+        peer = np.repeat(np.array(srcs, np.int64), [len(incoming[s]) for s in srcs])
+        qi = rows[:, 0]
+        rel = rows[:, 1:1 + nd] - records[qi, 2:2 + nd]
+        return memtypes.ArrayTable(outputs, nd).streams(peer, qi, rel, rows[:, 1 + nd:], qi)
 
     # ------------------------------------------------------------------ analysis views (see ckptio.lazy)
     def __getitem__(self, name: str) -> Any:

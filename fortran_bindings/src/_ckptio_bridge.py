@@ -275,8 +275,7 @@ def read(reader, name: str, out, offset, problem: str | None, select=None) -> No
     if not problem:
         problem = _buffer_problem(reader, name, out)
     _agree(reader.comm, f"read {reader.path}: {name!r}", problem)
-    data = reader.read(name, offset, out.shape)
-    np.copyto(out, data, casting="no")  # h1 out=: read straight into the (strided) view once Reader.read has out=
+    _read_into(reader, [(name, offset, out.shape)], [out])
 
 
 def read_many(reader, names: list[str], outs: list, offsets: list, problem: str | None, selects=None) -> None:
@@ -289,9 +288,19 @@ def read_many(reader, names: list[str], outs: list, offsets: list, problem: str 
     for name, out in zip(names, outs, strict=True):
         problem = problem or _buffer_problem(reader, name, out)
     _agree(reader.comm, f"read_many {reader.path}", problem)
-    datas = reader.read_many([(n, off, out.shape) for n, off, out in zip(names, offsets, outs, strict=True)])
-    for out, data in zip(outs, datas, strict=True):
-        np.copyto(out, data, casting="no")  # h1 out=: read_many(..., out=outs) receives into the (strided) views
+    _read_into(reader, [(n, off, out.shape) for n, off, out in zip(names, offsets, outs, strict=True)], outs)
+
+
+def _read_into(reader, requests: list, outs: list) -> None:
+    """Collective: the requests, received straight into the caller's (possibly strided) arrays: the restart
+    reader's ``out=`` (no copy); a staged checkpoint's reader returns arrays, copied in."""
+    from ckptio.reader import Reader
+
+    if isinstance(reader, Reader):
+        reader.read_many(requests, out=outs)
+        return
+    for out, data in zip(outs, reader.read_many(requests), strict=True):
+        np.copyto(out, data, casting="no")
 
 
 def _lookup_attr(reader, key: str):
