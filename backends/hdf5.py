@@ -189,6 +189,19 @@ def _attr_value(value: Any) -> Any:
     return json.dumps(value)
 
 
+def open_for_reading(path: str) -> h5py.File:
+    """Serial: ``path`` opened read-only without file locking (a checkpoint on a file system without locks reads
+    as well). HDF5 refuses a second open of a file this process already holds with other locking flags ("file
+    locking flag values don't match": the user's own ``h5py.File(path)``): then with the default flags, so a
+    good checkpoint is not reported as damaged because the program has it open."""
+    try:
+        return h5py.File(path, "r", locking=False)
+    except OSError as exc:
+        if "file locking flag values don't match" not in str(exc):
+            raise
+        return h5py.File(path, "r")
+
+
 def _mpi_file_info(h5file: h5py.File) -> dict[str, str]:
     """Hints of the MPI file under an mpio HDF5 file (``MPI_File_get_info``), via ``H5Fget_vfd_handle``.
 
@@ -511,7 +524,7 @@ class HDF5Backend(Backend):
             return _read_metadata_lite(path)
         try:
             size = os.path.getsize(path)
-            with h5py.File(path, "r", locking=False) as f:
+            with open_for_reading(path) as f:
                 group = f.get(GROUP)
                 if not isinstance(group, h5py.Group):
                     raise not_ckptio(path, "hdf5", f"an HDF5 file without a /{GROUP} group")

@@ -46,7 +46,7 @@ def passable(array: np.ndarray) -> bool:
 
 def gathered(array: np.ndarray) -> np.ndarray:
     """``array`` itself when passable, else its C-order copy (a Fortran-ordered array, element strides)."""
-    return array if passable(array) else np.ascontiguousarray(array)
+    return array if passable(array) else np.ascontiguousarray(array).reshape(array.shape)  # (0-d stays 0-d)
 
 
 def run_layout(array: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...], int]:

@@ -74,7 +74,9 @@ def hdf5_document(path: str) -> dict[str, Any]:
             from None
     variables: dict[str, Any] = {}
     skipped: dict[str, str] = {}
-    with h5py.File(path, "r", locking=False) as f:
+    from .backends.hdf5 import open_for_reading
+
+    with open_for_reading(path) as f:
         for name, obj in f.items():
             if not isinstance(obj, h5py.Dataset):
                 skipped[name] = "a group (only datasets at the root of the file are read)"

@@ -147,6 +147,8 @@ class Writer:
         """
         self._check_open("write", name)
         rank = self.comm.Get_rank()
+        if isinstance(array, np.generic):  # a numpy scalar (np.float32(3.5)) is the 0-d array it stands for
+            array = np.array(array)
         try:
             d = declaration(name, array, offset, global_shape, rank)
             self.backend.check_dtype(name, array.dtype)
@@ -259,6 +261,14 @@ class Writer:
         else:
             self._close_now()
 
+    def _adopt(self, twin: Writer, seconds: Mapping[str, float] | None = None) -> None:
+        """After the background write ``twin`` committed this checkpoint: its statistics and document (rank 0's
+        whole, a light copy elsewhere) become this writer's, so ``stats`` and ``meta`` mean the same after
+        ``wait()`` as after a synchronous ``close()``."""
+        self.stats = WriteStats({**(seconds or {}), **twin.stats.seconds}, twin.stats.bytes_total,
+                                twin.stats.bytes_min, twin.stats.bytes_max)
+        self.meta = twin.meta
+
     def _clone(self, path: str, comm) -> Writer:
         twin = Writer(path, comm, backend=self.backend.name, attrs=self.attrs, hints=self._user_hints,
                       compression=self._compression_spec)
@@ -283,6 +293,7 @@ class Writer:
 
         def job(comm) -> None:
             twin.close()
+            self._adopt(twin)  # read after wait(), which orders it after this
             if on_commit is not None:
                 on_commit(comm)
 
@@ -326,8 +337,13 @@ class Writer:
         final = self.path
         on_commit = getattr(self, "_on_commit", None)  # Series retention, as in _close_async
 
+        twins: list[Writer] = []
+        stage_seconds = self.stats.seconds["stage"]
+
         def drain(comm) -> None:
-            staging.drain(comm, lambda path, comm, _manifest: self._clone(path, comm), directory, final)
+            staging.drain(comm, lambda path, comm, _manifest: twins.append(self._clone(path, comm)) or twins[-1],
+                          directory, final)
+            self._adopt(twins[-1], {"stage": stage_seconds})
             staging.retain(comm, info, final, token)
             if on_commit is not None and background:  # synchronous: Series runs it after close() returns
                 on_commit(comm)
@@ -349,7 +365,7 @@ class Writer:
             raise self._error
         t = time.perf_counter()
         for p in self._pending:
-            p.data = np.ascontiguousarray(p.data)
+            p.data = np.ascontiguousarray(p.data).reshape(p.data.shape)  # (ascontiguousarray makes 0-d 1-d)
         from mpi4py import MPI
 
         final_dir = os.path.dirname(os.path.abspath(self.path))

@@ -201,3 +201,43 @@ def test_flash_restart_equality_async_and_staged(backend, tmp_path):
     assert sorted(a.files) == sorted(b.files)
     for k in a.files:
         assert a[k].tobytes() == b[k].tobytes(), k
+
+
+BACKGROUND_RESULTS = """
+import sys
+import numpy as np
+from mpi4py import MPI
+import ckptio
+from ckptio.block_table import BlockTable
+
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+d, how = sys.argv[1], sys.argv[2]
+for backend in ("mpiio", "hdf5", "pnetcdf"):
+    path = f"{d}/{how}_{backend}"
+    kw = {"stage_dir": f"{d}/stage"} if how == "staged" else {"mode": how}
+    w = ckptio.create(path, comm, backend=backend, **kw)
+    if rank == 0:  # a 0-d variable (the staged copy made it 1-d: the drain refused it), as a numpy scalar too
+        w.write("e", np.array(2.5), offset=(), global_shape=())
+        w.write("f", np.float32(3.5), offset=(), global_shape=())
+    w.write("x", np.full(4, rank, np.float64), offset=(4 * rank,), global_shape=(4 * size,))
+    w.close()
+    w.wait()
+    # after wait() as after a synchronous close(): the statistics and the document (rank 0's whole)
+    assert w.stats.bytes_total == 32 * size + 12, w.stats
+    assert "write" in w.stats.seconds, w.stats
+    var = w.meta["variables"]["x"]
+    assert isinstance(var["blocks"], BlockTable) if rank == 0 else var["nblocks"] == size, var
+    with ckptio.open(path, comm) as ck:
+        assert float(ck.read("e")) == 2.5 and float(ck.read("f")) == 3.5 and ck.read("f").dtype == np.float32
+        assert np.array_equal(ck.read("x", (4 * rank,), (4,)), np.full(4, rank))
+print("OK", rank)
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("how", ["sync", "async", "staged"])
+def test_background_checkpoints_keep_scalars_and_report_stats_and_meta_after_wait(how, tmp_path):
+    proc = run_script(2, BACKGROUND_RESULTS, tmp_path, str(tmp_path), how, timeout=200)
+    assert proc.stdout.count("OK") == 2, proc.stdout + proc.stderr

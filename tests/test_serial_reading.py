@@ -159,3 +159,22 @@ print(json.dumps(result))
     assert [name for name, _ in got["rows_reads"]] == ["dens"]
     np.testing.assert_array_equal(np.array(got["strided"]), [tvm.pres(i)[0, 0, 1] for i in (5, 3, 1)])
     assert got["dropped"] == ["dens", "plain"]
+
+
+def test_an_hdf5_checkpoint_the_program_has_open_in_h5py_still_opens(tmp_path) -> None:
+    """HDF5 refuses a second open with other locking flags ("file locking flag values don't match"): a good
+    checkpoint was reported as corrupt, and latest() fell back to an older one."""
+    import h5py
+    from mpi4py import MPI
+
+    import ckptio
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for step in (1, 2):
+        with ckptio.create(run / f"chk_{step:06d}", MPI.COMM_SELF, backend="hdf5") as w:
+            w.write("x", np.full(4, float(step)), offset=(0,), global_shape=(4,))
+    with h5py.File(run / "chk_000002", "r"):
+        with ckptio.open(run / "chk_000002") as ck:
+            np.testing.assert_array_equal(ck.read("x"), np.full(4, 2.0))
+        assert ckptio.latest(str(run), verify=True).endswith("chk_000002")
