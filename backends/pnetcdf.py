@@ -469,6 +469,10 @@ def _check_variables(path: str, header: CDFHeader, meta: Mapping[str, Any]) -> N
                 raise ValueError(f"variable {name!r} is not in the CDF header at offset {storage.get('file_offset')}")
             if np.dtype(storage["file_dtype"]).itemsize != np.dtype(var["dtype"]).itemsize or cdf.vsize < nbytes:
                 raise ValueError(f"variable {name!r} has the wrong size in the CDF header")
+            lengths = [header.dims[d][1] for d in cdf.dimids]  # what netCDF tools see (ckptio reads the document's)
+            if lengths != list(var["shape"]):
+                raise ValueError(f"variable {name!r} has dimensions {lengths} in the CDF header but shape "
+                                 f"{list(var['shape'])} in the metadata document")
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptCheckpointError(f"{path}: metadata and CDF header disagree: {exc}") from None
 

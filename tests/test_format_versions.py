@@ -220,3 +220,20 @@ def test_schema_1_documents_still_dump_as_schema_1() -> None:
     assert "variable_blocks" not in text and isinstance(text["variables"]["a"]["blocks"], list)
     again = metamod.loads(json.dumps(text))
     assert again["variables"]["a"]["blocks"] == meta["variables"]["a"]["blocks"]
+
+
+def test_a_cdf_dimension_that_disagrees_with_the_document_is_damage(tmp_path: Path) -> None:
+    """A flipped dimension length in the CDF header: ckptio reads the document's shape and would read the data
+    right, but netCDF tools see another shape (or cannot open the file): inspect --verify called it verified."""
+    from mpi4py import MPI
+
+    path = tmp_path / "chk"
+    with ckptio.create(path, MPI.COMM_SELF, backend="pnetcdf") as w:
+        w.write("y", np.arange(6.0), offset=(0,), global_shape=(6,))
+    raw = bytearray(path.read_bytes())
+    at = raw.find(b"y_d0") + 4  # CDF-5: the dimension's name (padded to 4 bytes), then its length, 8 bytes
+    assert raw[at:at + 8] == (6).to_bytes(8, "big")
+    raw[at + 7] ^= 1
+    path.write_bytes(raw)
+    with pytest.raises(CorruptCheckpointError, match=r"dimensions \[7\] in the CDF header but shape \[6\]"):
+        ckptio.open(path)
