@@ -193,7 +193,7 @@ def encode(variables: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """The ``variable_blocks`` entry of a schema-2 document for ``variables`` (name -> entry with ``shape`` and
     ``blocks``, a BlockTable or a schema-1 list), variables in sorted name order (the document's key order)."""
     names = sorted(variables)
-    tables = [as_table(variables[n]["blocks"], len(variables[n]["shape"])) for n in names]
+    tables = [as_table(variables[n].get("blocks", []), len(variables[n]["shape"])) for n in names]
     codecs: list[str] = []
     ids: dict[str, int] = {}
     codec_cols = []

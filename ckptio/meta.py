@@ -142,15 +142,12 @@ def dumps(meta: Mapping[str, Any]) -> bytes:
     go into the columnar ``variable_blocks`` entry; a document that says ``"schema": 1`` keeps one object per
     block (as ckptio before schema 2 wrote it). A document already in its stored form passes unchanged."""
     variables = meta.get("variables")
-    if isinstance(variables, dict) and any(isinstance(v, dict) and "blocks" in v for v in variables.values()):
-        doc = dict(meta)
-        if meta.get("schema") == 1:
-            doc["variables"] = {name: {**v, "blocks": [dict(b) for b in v["blocks"]]} if "blocks" in v else v
-                                for name, v in variables.items()}
-        else:
-            doc["variable_blocks"] = block_table.encode(variables)
-            doc["variables"] = {name: {k: x for k, x in v.items() if k != "blocks"} for name, v in variables.items()}
-        meta = doc
+    if isinstance(variables, dict) and meta.get("schema") == 1:
+        meta = {**meta, "variables": {name: {**v, "blocks": [dict(b) for b in v["blocks"]]}
+                                      if isinstance(v, dict) and "blocks" in v else v for name, v in variables.items()}}
+    elif isinstance(variables, dict) and "variable_blocks" not in meta:  # (also with no variables at all)
+        meta = {**meta, "variable_blocks": block_table.encode(variables),
+                "variables": {name: {k: x for k, x in v.items() if k != "blocks"} for name, v in variables.items()}}
     return json.dumps(meta, sort_keys=True, separators=(",", ":"), allow_nan=True).encode()
 
 

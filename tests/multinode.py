@@ -31,6 +31,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from mpi_helpers import mpi_flavour
+
 REPO = Path(__file__).resolve().parent.parent
 NODE_NAMES = ("nodeA", "nodeB", "nodeC", "nodeD", "nodeE", "nodeF")
 # ranks need these (the agent clears the environment, like ssh): forwarded with -x
@@ -58,6 +60,8 @@ def skip_reason() -> str | None:
     namespaces with a tmpfs mount must be permitted (root, or unprivileged user namespaces)."""
     if sys.platform != "linux":
         return "emulated nodes need Linux namespaces (unshare)"
+    if mpi_flavour() != "openmpi":  # the launcher is Open MPI's rsh agent (--mca plm_rsh_agent); Hydra has none
+        return "emulated nodes use Open MPI's rsh launcher; this venv's MPI is MPICH (its Hydra is not emulated)"
     for tool in ("unshare", "mpirun"):
         if not any(os.access(os.path.join(d, tool), os.X_OK) for d in os.environ.get("PATH", "").split(":") if d):
             return f"emulated nodes need {tool} on PATH"

@@ -237,3 +237,28 @@ def test_a_cdf_dimension_that_disagrees_with_the_document_is_damage(tmp_path: Pa
     path.write_bytes(raw)
     with pytest.raises(CorruptCheckpointError, match=r"dimensions \[7\] in the CDF header but shape \[6\]"):
         ckptio.open(path)
+
+
+EMPTY = """
+import sys
+from mpi4py import MPI
+import ckptio
+
+comm = MPI.COMM_WORLD
+for backend in ("mpiio", "hdf5", "pnetcdf"):
+    path = f"{sys.argv[1]}/empty_{backend}"
+    with ckptio.create(path, comm, backend=backend, attrs={"step": 3}):
+        pass  # attributes only: no variable, no block
+    with ckptio.open(path, comm) as ck:
+        assert ck.variables == {} and ck.attrs == {"step": 3}, (ck.variables, ck.attrs)
+print("OK", comm.Get_rank())
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_checkpoint_without_variables_commits_and_reads(tmp_path: Path) -> None:
+    """Format 2 wrote no block table for a checkpoint without variables, and then refused its own document."""
+    proc = run_script(2, EMPTY, tmp_path, str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("OK") == 2
