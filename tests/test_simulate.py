@@ -35,12 +35,15 @@ def test_native_layout_equals_the_backends_layout(seed, ranks, nvars, stripe):
                 rank.append(r)
                 local.append(b.local_index)
                 stored.append(packed if packed is not None else n * np.dtype(dtype).itemsize)
-                keys.append(f"{r}:{b.local_index}")
+                keys.append((r, b.local_index))
         variables[var.name] = var
     want = NativeBackend().layout(variables, stripe, ranks)
     offsets, end, regions = native_layout(np.array(rank, np.int64), np.array(local, np.int64),
                                           np.array(stored, np.int64), stripe)
-    assert {k: int(o) for k, o in zip(keys, offsets, strict=True)} == want["offsets"]
+    got: dict[int, dict[int, int]] = {}  # as the native layout keeps them: rank -> local index -> file offset
+    for (r, i), o in zip(keys, offsets, strict=True):
+        got.setdefault(r, {})[i] = int(o)
+    assert got == want["offsets"]
     assert end == want["data_end"]
     assert regions == want["regions"]
 
