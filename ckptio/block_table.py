@@ -59,11 +59,6 @@ class BlockTable(Sequence):
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def empty(cls, ndim: int) -> BlockTable:
-        z = np.zeros(0, np.int64)
-        return cls(z, np.zeros((0, ndim), np.int64), np.zeros((0, ndim), np.int64), z, z, z, z, [])
-
-    @classmethod
     def from_dicts(cls, blocks: Sequence[Mapping[str, Any]], ndim: int) -> BlockTable:
         """The columns of a schema-1 block list (validated: every block has rank, offset, shape and checksum)."""
         if isinstance(blocks, BlockTable):
@@ -125,15 +120,8 @@ class BlockTable(Sequence):
         names = [None, *self.codecs]
         return [names[c + 1] for c in self.codec.tolist()]
 
-    def checksum_hex(self, i: int) -> str:
-        return f"{int(self.checksum[i]):016x}"
-
     def to_dicts(self) -> list[dict[str, Any]]:
         return list(self)
-
-    def nbytes(self) -> int:
-        """Memory held by the columns."""
-        return sum(getattr(self, k).nbytes for k in COLUMNS)
 
 
 def as_table(blocks: Sequence[Mapping[str, Any]] | BlockTable, ndim: int) -> BlockTable:

@@ -181,12 +181,6 @@ def _stripe_unit(meta: Mapping[str, Any]) -> int:
     return int(meta.get("layout", {}).get("stripe_unit", hintsmod.DEFAULT_STRIPING_UNIT))
 
 
-def light_metadata(meta: Mapping[str, Any]) -> dict[str, Any]:
-    """The document without its block lists (each variable says ``nblocks`` instead): what every rank holds.
-    The blocks live in the extent table, partitioned among the aggregators."""
-    return metamod.without_blocks(meta)
-
-
 def own_segments(meta: Mapping[str, Any], nreaders: int) -> list[dict[str, tuple[int, int]]]:
     """Rank 0: for every reading rank, ``{segment variable: (start, length)}`` of the segments it reads by
     default: those of writer ranks ``[r*W//P, (r+1)*W//P)``, concatenated (empty at the end of the ones
@@ -267,7 +261,7 @@ class Reader:
             per_rank.extend({"segments": seg, "table": None} for seg in segments)
             for a, rank in enumerate(chosen_aggregators):
                 per_rank[rank]["table"] = table.take(rows[a]).to_arrays()
-            return {"backend": backend.name, "meta": light_metadata(meta), "routing": routing}
+            return {"backend": backend.name, "meta": metamod.without_blocks(meta), "routing": routing}
 
         common = coord.gather_and_plan(comm, f"open {self.path}", options, load)
         own = coord.scatter_from_root(comm, f"open {self.path}: restart plan", lambda: per_rank)
