@@ -215,6 +215,9 @@ class Writer:
             except BaseException as close_exc:  # the original exception is the one to report
                 if close_exc is not exc and not isinstance(close_exc, CheckpointError):
                     raise  # something new happened meanwhile (a signal held during close): it wins
+            finally:
+                if self.handle is not None:  # async: the background write fails because of ``exc``, which goes on
+                    self.handle.reported = True  # to the caller: on this rank it is not reported again at exit
         return False
 
     # ------------------------------------------------------------------------------------------ collective

@@ -442,3 +442,34 @@ print("OK", rank)
 def test_a_restart_job_with_must_exist_refuses_a_misspelt_directory(nprocs, tmp_path):
     proc = run_script(nprocs, MUST_EXIST, tmp_path, str(tmp_path / "run"), timeout=100)
     assert proc.stdout.count("OK") == nprocs
+
+
+OWN_EXCEPTION_ASYNC = """
+import sys
+import numpy as np
+from mpi4py import MPI
+import ckptio
+
+comm = MPI.COMM_WORLD
+r, n = comm.Get_rank(), comm.Get_size()
+try:
+    with ckptio.create(sys.argv[1], comm, mode="async") as w:
+        w.write("x", np.zeros(2), offset=(2 * r,), global_shape=(2 * n,))
+        if r == 1:
+            raise RuntimeError("the simulation failed on rank 1")
+    w.wait()  # the others learn it here
+    raise SystemExit("the checkpoint was reported as good")
+except (RuntimeError, ckptio.CheckpointError) as exc:
+    assert isinstance(exc, RuntimeError) == (r == 1), exc
+print("HANDLED", r, flush=True)
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+def test_an_async_failure_caused_by_the_ranks_own_exception_is_not_reported_again_at_exit(tmp_path):
+    """The rank whose exception failed the background checkpoint got that exception: its handled program must
+    not end with "never asked" and status 1 (outside trial)."""
+    proc = run_script(3, OWN_EXCEPTION_ASYNC, tmp_path, str(tmp_path / "chk"), timeout=100, check=False)
+    assert proc.stdout.count("HANDLED") == 3, proc.stdout + proc.stderr
+    assert "never asked" not in proc.stderr and proc.returncode == 0, (proc.returncode, proc.stderr)
