@@ -197,9 +197,8 @@ class _Builder:
                            self._column("vsum", np.uint64, None, order))
 
 
-def _block_columns(b: _Builder, var: Mapping[str, Any]) -> tuple[np.ndarray, ...]:
+def _block_columns(b: _Builder, t: BlockTable) -> tuple[np.ndarray, ...]:
     """(index, rank, lo, shape, checksum) of a variable's non-empty blocks, padded."""
-    t = as_table(var["blocks"], len(var["shape"]))
     keep = np.flatnonzero(t.shape.prod(axis=1) > 0) if len(t) else np.zeros(0, _I64)
     return (keep.astype(_I64), t.rank[keep].astype(np.int32), b.pad(t.offset[keep], 0), b.pad(t.shape[keep], 1),
             t.checksum[keep])
@@ -211,7 +210,7 @@ def from_blocks(meta: Mapping[str, Any]) -> ExtentTable:
     for vi, name in enumerate(b.names):
         var = meta["variables"][name]
         t = as_table(var["blocks"], len(var["shape"]))
-        idx, rank, lo, shape, sums = _block_columns(b, var)
+        idx, rank, lo, shape, sums = _block_columns(b, t)
         n = len(idx)
         b.add(var=np.full(n, vi, np.int32), lo=lo, shape=shape, file_offset=t.file_offset[idx],
               nbytes=t.stored_nbytes[idx], codec=b.table_codec_ids(t, idx), vcount=np.ones(n, _I64),
@@ -231,7 +230,7 @@ def from_bands(meta: Mapping[str, Any]) -> ExtentTable:
         if math.prod(gshape) == 0 or base is None:
             continue
         itemsize = np.dtype(var["dtype"]).itemsize
-        idx, rank, lo, shape, sums = _block_columns(b, var)
+        idx, rank, lo, shape, sums = _block_columns(b, as_table(var["blocks"], len(gshape)))
         if not gshape:  # a scalar: one element, one extent holding its block(s)
             b.add(var=np.full(1, vi, np.int32), lo=b.pad(np.zeros((1, 0), _I64), 0),
                   shape=b.pad(np.zeros((1, 0), _I64), 1),

@@ -343,9 +343,12 @@ class Writer:
         twins: list[Writer] = []
         stage_seconds = self.stats.seconds["stage"]
 
+        def twin(path: str, comm, _manifest) -> Writer:  # the drain's writer, kept for its stats and document
+            twins.append(self._clone(path, comm))
+            return twins[-1]
+
         def drain(comm) -> None:
-            staging.drain(comm, lambda path, comm, _manifest: twins.append(self._clone(path, comm)) or twins[-1],
-                          directory, final)
+            staging.drain(comm, twin, directory, final)
             self._adopt(twins[-1], {"stage": stage_seconds})
             staging.retain(comm, info, final, token)
             if on_commit is not None and background:  # synchronous: Series runs it after close() returns
