@@ -4,8 +4,8 @@ File layout::
 
     /<name>                  one dataset per variable, in its GLOBAL shape and declared dtype; contiguous
                              layout, allocated at creation, never filled (no useless fill writes), aligned
-                             to the stripe unit when at least one stripe long; per-rank segments are 1-D
-                             datasets of the total length; the variable's own attributes (``attrs=`` of
+                             to the stripe unit when at least one stripe long; per-rank segments are
+                             datasets of all ranks' rows; the variable's own attributes (``attrs=`` of
                              ``write()``) as HDF5 attributes
     /<dim>                   a dimension scale per dimension name declared with ``dims=`` (one for every
                              variable using it), as netCDF-4 writes them, so netCDF-C, h5netcdf and xarray see

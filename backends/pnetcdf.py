@@ -4,8 +4,8 @@ File layout (CDF-5, ``NC_64BIT_DATA``; all data big-endian, as the format requir
 
     header               dimensions, global attributes, variable definitions (never rewritten after the
                          define phase, so no data is ever moved)
-    <name>(<dim>, ...)   one variable per ckptio variable, in its GLOBAL shape (per-rank segments: 1-D of
-                         the total length), with its own attributes (``attrs=`` of ``write()``; names that are
+    <name>(<dim>, ...)   one variable per ckptio variable, in its GLOBAL shape (per-rank segments: all ranks' rows,
+                         end to end), with its own attributes (``attrs=`` of ``write()``; names that are
                          not plain netCDF names only in the JSON document). Its dimensions are those
                          declared with ``dims=``, else ``<name>_d0``, ``<name>_d1``, ...; a dimension name is
                          defined once and shared by every variable using it (one name, one length: checked

@@ -118,7 +118,8 @@ def find_overlap(boxes: Sequence[tuple[int, Box]]) -> tuple[int, int] | None:
 def tiles_exactly(rank: np.ndarray, lo: np.ndarray, size: np.ndarray, shape: tuple[int, ...], nprocs: int,
                   segments: bool) -> bool:
     """Pure, vectorized: the ranks are in ``[0, nprocs)`` and the boxes (``lo``, ``size``: int64 arrays of shape
-    (n, ndim)) lie inside ``shape``, are disjoint and cover it (segments: end to end in rank order). False means
+    (n, ndim)) lie inside ``shape``, are disjoint and cover it (segments: rows end to end in rank order, whole
+    along the trailing axes). False means
     "not proven" (the block-by-block checks then name the problem); it never raises on well-typed arrays."""
     n, nd = len(rank), len(shape)
     gshape = np.array(shape, np.int64)
@@ -126,7 +127,9 @@ def tiles_exactly(rank: np.ndarray, lo: np.ndarray, size: np.ndarray, shape: tup
         return False
     if (size > gshape).any() or (lo > gshape - size).any():  # outside the global shape (no overflow)
         return False
-    if segments:
+    if segments:  # rows end to end in rank order, whole along the trailing axes
+        if nd == 0 or (lo[:, 1:] != 0).any() or (size[:, 1:] != gshape[1:]).any():
+            return False
         ends = lo[:, 0] + size[:, 0]
         return bool((n == 0 and shape[0] == 0) or (n > 0 and (np.diff(rank) > 0).all()
                     and lo[0, 0] == 0 and (lo[1:, 0] == ends[:-1]).all() and ends[-1] == shape[0]))

@@ -293,8 +293,8 @@ def _validate_variable(name: str, var: Any, nprocs: int) -> None:
         raise ValueError(f"shape {list(shape)} is impossibly large")
     if var["kind"] not in ("array", "segment"):
         raise ValueError(f"kind {var['kind']!r} is neither 'array' nor 'segment'")
-    if var["kind"] == "segment" and len(shape) != 1:
-        raise ValueError(f"a per-rank segment variable has shape {list(shape)}, expected 1-D")
+    if var["kind"] == "segment" and not shape:
+        raise ValueError("a per-rank segment variable has shape [], expected at least one dimension")
     if "dims" in var:
         check_dims(var["dims"], len(shape))
     if "attrs" in var:
@@ -403,7 +403,8 @@ def _table_valid_fast(table: BlockTable, shape: tuple[int, ...], nprocs: int, se
 
 
 def _check_tiling(shape: tuple[int, ...], boxes: list[tuple[int, Box]], segments: bool) -> None:
-    """The blocks lie inside ``shape``, do not overlap and cover it (segments: end to end in rank order)."""
+    """The blocks lie inside ``shape``, do not overlap and cover it (segments: whole rows, end to end in rank
+    order)."""
     for i, (_, box) in enumerate(boxes):
         if not box.within(shape):
             raise ValueError(f"block {i} (offset {list(box.offset)}, shape {list(box.shape)}) lies outside the "
@@ -411,11 +412,14 @@ def _check_tiling(shape: tuple[int, ...], boxes: list[tuple[int, Box]], segments
     if segments:
         pos, last_rank = 0, -1
         for i, (rank, box) in enumerate(boxes):
+            if any(box.offset[1:]) or box.shape[1:] != tuple(shape[1:]):
+                raise ValueError(f"segment block {i} (rank {rank}, offset {list(box.offset)}, shape "
+                                 f"{list(box.shape)}) does not hold whole rows of shape {list(shape[1:])}")
             if rank <= last_rank or box.offset[0] != pos:
                 raise ValueError(f"segment block {i} (rank {rank}, offset {box.offset[0]}) is out of order")
             pos, last_rank = box.end[0], rank
         if pos != shape[0]:
-            raise ValueError(f"segments cover {pos} of {shape[0]} elements")
+            raise ValueError(f"segments cover {pos} of {shape[0]} rows")
         return
     pair = find_overlap(boxes)
     if pair is not None:

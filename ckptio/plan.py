@@ -3,8 +3,8 @@ and the hints, so the planner can be tested for 10,000 simulated ranks without M
 
 Write plan
     :func:`plan_write` takes every rank's declarations (gathered on one coordinator rank) and returns the
-    validated variables with their block tables; per-rank segments get their offsets from an exclusive prefix
-    sum of the lengths.
+    validated variables with their block tables; per-rank segments (rows along the first axis, the same
+    trailing shape on every rank) get their offsets from an exclusive prefix sum of the row counts.
 
 Read side
     The stored data is described as *extents* (:class:`Extent`): contiguous byte ranges of the file that hold
@@ -74,12 +74,14 @@ def declaration(name: str, array: np.ndarray, offset: Sequence[int] | None, glob
     check_dtype(name, array.dtype)
     # Any strides: a view (the interior of a halo'd array) is written in place, see ckptio.memsel.
     if offset is None and global_shape is None:
-        if array.ndim != 1:
+        if array.ndim == 0:
             raise DeclarationError(
-                f"variable {name!r} on rank {rank}: a per-rank segment (no offset/global_shape) must be 1-D, "
-                f"got shape {list(array.shape)}"
+                f"variable {name!r} on rank {rank}: a per-rank segment (no offset/global_shape) needs at least "
+                f"one dimension (its rows, laid end to end in rank order), got a 0-d array; give offset=() and "
+                f"global_shape=() to write a scalar"
             )
-        return {"name": name, "dtype": array.dtype.str, "kind": SEGMENT, "length": int(array.shape[0])}
+        return {"name": name, "dtype": array.dtype.str, "kind": SEGMENT, "length": int(array.shape[0]),
+                "trailing": [int(n) for n in array.shape[1:]]}
     if offset is None or global_shape is None:
         raise DeclarationError(f"variable {name!r} on rank {rank}: give both offset and global_shape, or neither")
     offset = tuple(int(o) for o in offset)
@@ -99,8 +101,8 @@ def plan_write(declarations_by_rank: Sequence[Sequence[Mapping[str, Any]]]) -> d
     """Validate all ranks' declarations together; return variables (sorted by name) with their block tables.
 
     Raises DeclarationError naming the variable and ranks for: different dtype, kind or global shape for the
-    same name, more than one segment of a name on one rank, and (via :func:`validate_variable`) blocks outside
-    the shape, overlapping blocks or uncovered regions.
+    same name, per-rank segments whose trailing shapes differ, more than one segment of a name on one rank, and
+    (via :func:`validate_variable`) blocks outside the shape, overlapping blocks or uncovered regions.
     """
     first: dict[str, tuple[int, Mapping[str, Any]]] = {}
     variables: dict[str, VariablePlan] = {}
@@ -118,6 +120,12 @@ def plan_write(declarations_by_rank: Sequence[Sequence[Mapping[str, Any]]]) -> d
                     raise DeclarationError(
                         f"variable {name!r}: rank {r0} declared {what} {d0[key]!r} but rank {rank} declared {d[key]!r}"
                     )
+            if d["kind"] == SEGMENT and list(d["trailing"]) != list(d0["trailing"]):
+                raise DeclarationError(
+                    f"variable {name!r}: rank {r0} declared per-rank segments of rows of shape {list(d0['trailing'])} "
+                    f"but rank {rank} of rows of shape {list(d['trailing'])} (all dimensions but the first must "
+                    f"agree)"
+                )
             if d["kind"] == ARRAY:
                 if list(d["global_shape"]) != list(d0["global_shape"]):
                     raise DeclarationError(
@@ -135,15 +143,21 @@ def plan_write(declarations_by_rank: Sequence[Sequence[Mapping[str, Any]]]) -> d
                                                  d.get("checksum"))
     for name, per_rank in segment_lengths.items():
         var = variables[name]
+        trailing = tuple(first[name][1]["trailing"])
         ranks = sorted(per_rank)
         offsets = exclusive_prefix_sum([per_rank[r][1] for r in ranks])
-        var.shape = (sum(per_rank[r][1] for r in ranks),)
-        var.blocks = [BlockPlan(r, per_rank[r][0], Box((o,), (per_rank[r][1],)), *per_rank[r][2:])
+        var.shape = (sum(per_rank[r][1] for r in ranks), *trailing)
+        var.blocks = [BlockPlan(r, per_rank[r][0], segment_box(o, per_rank[r][1], trailing), *per_rank[r][2:])
                       for r, o in zip(ranks, offsets, strict=True)]
     for var in variables.values():
         if var.kind == ARRAY:
             validate_variable(var.name, var.shape, [(b.rank, b.box) for b in var.blocks])
     return dict(sorted(variables.items()))
+
+
+def segment_box(start: int, length: int, trailing: Sequence[int]) -> Box:
+    """The box of one per-rank segment: ``length`` rows from row ``start``, whole along the trailing axes."""
+    return Box((int(start), *(0 for _ in trailing)), (int(length), *(int(n) for n in trailing)))
 
 
 def plan_headers(variables: Mapping[str, VariablePlan]) -> dict[str, tuple[str, tuple[int, ...], str, int]]:
@@ -175,7 +189,7 @@ def own_plan(headers: Mapping[str, tuple[str, Sequence[int], str, int]], declara
         if d["kind"] == ARRAY:
             box = Box(tuple(d["offset"]), tuple(d["shape"]))
         else:
-            box = Box((segment_offsets[i],), (d["length"],))
+            box = segment_box(segment_offsets[i], d["length"], d["trailing"])
         variables[d["name"]].blocks.append(BlockPlan(rank, i, box, d.get("stored_nbytes"), d.get("codec"),
                                                      d.get("checksum")))
     return variables

@@ -44,7 +44,7 @@ from .errors import (
 )
 from .extent_table import ExtentTable
 from .layout import Box, normalize_request
-from .plan import SEGMENT, Extent, Request, choose_aggregators
+from .plan import SEGMENT, Extent, Request, choose_aggregators, segment_box
 
 DEFAULT_BUFFER_BYTES = 64 << 20
 ENV_BUFFER_BYTES = "CKPTIO_BUFFER_BYTES"
@@ -182,8 +182,8 @@ def _stripe_unit(meta: Mapping[str, Any]) -> int:
 
 
 def own_segments(meta: Mapping[str, Any], nreaders: int) -> list[dict[str, tuple[int, int]]]:
-    """Rank 0: for every reading rank, ``{segment variable: (start, length)}`` of the segments it reads by
-    default: those of writer ranks ``[r*W//P, (r+1)*W//P)``, concatenated (empty at the end of the ones
+    """Rank 0: for every reading rank, ``{segment variable: (start, length)}`` (in rows) of the segments it
+    reads by default: those of writer ranks ``[r*W//P, (r+1)*W//P)``, concatenated (empty at the end of the ones
     before when it has none)."""
     out: list[dict[str, tuple[int, int]]] = [{} for _ in range(nreaders)]
     writers = int(meta["nprocs"])
@@ -192,7 +192,7 @@ def own_segments(meta: Mapping[str, Any], nreaders: int) -> list[dict[str, tuple
     for name, var in meta["variables"].items():
         if var["kind"] != SEGMENT:
             continue
-        blocks = as_table(var["blocks"], 1)  # validated: in rank order, end to end from 0
+        blocks = as_table(var["blocks"], len(var["shape"]))  # validated: in rank order, end to end from 0
         brank = blocks.rank
         ends_before = np.zeros(len(blocks) + 1, np.int64)  # the end of blocks[:i] is where block i starts
         np.cumsum(blocks.shape[:, 0], out=ends_before[1:])
@@ -619,7 +619,7 @@ class Reader:
 
     def _own_segment(self, name: str) -> Box:
         start, length = self._segments[name]
-        return Box((start,), (length,))
+        return segment_box(start, length, self._variables[name].shape[1:])
 
     def _verify_part(self, part: readplan.Part, arr: np.ndarray) -> None:
         """Check the checksum of every writer block the part's extent holds (streaming across the parts of a

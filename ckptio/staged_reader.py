@@ -23,6 +23,7 @@ from . import coord, staging
 from .errors import CheckpointError, ReadRequestError
 from .layout import Box, normalize_request
 from .meta import default_dims
+from .plan import segment_box
 
 
 def _candidate(stage_dir: str, path: str, rank: int, nprocs: int) -> tuple[str | None, str | None]:
@@ -137,20 +138,20 @@ class StagedReader:
                     shapes[name] = tuple(gshape)
                 else:
                     start = seg_end.get(name, 0)
-                    box = Box((start,), (shape[0],))
+                    box = segment_box(start, shape[0], shape[1:])
                     seg_end[name] = start + shape[0]
+                    shapes[name] = (seg_end[name], *shape[1:])
                     if r == comm.Get_rank():
                         self._own_segment[name] = box
                 boxes.append((name, box))
             self._blocks.append(boxes)
-        shapes.update({name: (end,) for name, end in seg_end.items()})
         self.variables = {name: VariableInfo(name, shapes[name], np.dtype(dtype).newbyteorder("="), kind,
                                              nblocks[name], int(np.prod(shapes[name])) * np.dtype(dtype).itemsize,
                                              tuple(described[name][0] or default_dims(name, len(shapes[name]))),
                                              dict(described[name][1] or {}))
                           for name, (kind, dtype) in sorted(kinds.items())}
         for name in seg_end:
-            self._own_segment.setdefault(name, Box((seg_end[name],), (0,)))
+            self._own_segment.setdefault(name, segment_box(seg_end[name], 0, shapes[name][1:]))
         self._closed = False
 
     def __enter__(self) -> StagedReader:

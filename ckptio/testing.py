@@ -172,15 +172,23 @@ def per_rank_segments(ctx: Ctx) -> None:
     n = (ctx.rank * 5) % 7  # some ranks have empty segments
     mine = np.arange(n, dtype=np.float64) + 1000 * ctx.rank
     ids = np.full(n, ctx.rank, dtype=np.int64)
+    rows = (np.arange(n * 6, dtype=np.int32).reshape(n, 3, 2) + 100 * ctx.rank)  # N-d segment: rows of (3, 2)
     with ckptio.create(path, ctx.comm, backend=ctx.backend) as ck:
         ck.write("particles", mine)
         ck.write("owner", ids)
+        ck.write("tracers", rows)
     lengths = [(r * 5) % 7 for r in range(ctx.size)]
     with ckptio.open(path, ctx.comm) as ck:
         assert ck.variables["particles"].shape == (sum(lengths),)
         np.testing.assert_array_equal(ck.read("particles"), mine)
         whole = ck.read("owner", offset=(0,), shape=(sum(lengths),))
         np.testing.assert_array_equal(whole, np.repeat(np.arange(ctx.size), lengths))
+        assert ck.variables["tracers"].shape == (sum(lengths), 3, 2)
+        np.testing.assert_array_equal(ck.read("tracers"), rows)
+        every = np.concatenate([np.arange(k * 6, dtype=np.int32).reshape(k, 3, 2) + 100 * r
+                                for r, k in enumerate(lengths)])
+        np.testing.assert_array_equal(ck.read("tracers", offset=(0, 1, 1), shape=(sum(lengths), 2, 1)),
+                                      every[:, 1:, 1:])
 
 
 @case
@@ -327,6 +335,13 @@ def write_nm(ctx: Ctx) -> None:
                      global_shape=shape)
         if ctx.caps.segments:
             ck.write("seg", np.arange(ctx.rank + 1, dtype=np.int32) + 10 * ctx.rank)
+            ck.write("seg_rows", _segment_rows(ctx.rank))
+
+
+def _segment_rows(writer: int) -> np.ndarray:
+    """Writer ``writer``'s N-d segment for the N-to-M cases: ``writer % 3`` rows of shape (2, 3)."""
+    n = writer % 3
+    return np.arange(n * 6, dtype=np.float32).reshape(n, 2, 3) - 100 * writer
 
 
 def read_nm(ctx: Ctx, writers: int) -> None:
@@ -344,6 +359,8 @@ def read_nm(ctx: Ctx, writers: int) -> None:
             want = np.concatenate([np.arange(w + 1, dtype=np.int32) + 10 * w for w in range(first, last)]
                                   or [np.zeros(0, np.int32)])
             np.testing.assert_array_equal(got, want)
+            want = np.concatenate([_segment_rows(w) for w in range(first, last)] or [np.zeros((0, 2, 3), np.float32)])
+            np.testing.assert_array_equal(ck.read("seg_rows"), want)
 
 
 def _waiting_create(mode: str, stage_dir: str | None) -> Callable:

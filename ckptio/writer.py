@@ -131,7 +131,9 @@ class Writer:
               global_shape: Sequence[int] | None = None, *, dims: Sequence[str] | None = None,
               attrs: Mapping[str, Any] | None = None) -> None:
         """Declare one block of a global N-d array (``offset`` + ``global_shape``), or, with neither, this
-        rank's 1-D variable-length segment of ``name``. Local: no I/O and no communication happen here.
+        rank's variable-length segment of ``name``: its rows (the first axis, any length, 0 included) are laid
+        end to end in rank order; the other axes must be the same on every rank (tracers of shape ``(n, 4)``
+        make a variable of shape ``(sum of n, 4)``). Local: no I/O and no communication happen here.
 
         ``dims`` names the variable's axes (default ``<name>_d0``, ...; one name is one length in the whole
         checkpoint, so variables sharing a dimension share it in HDF5 and netCDF files), ``attrs`` are its own

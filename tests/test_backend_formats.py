@@ -59,6 +59,12 @@ def segment(rank: int) -> np.ndarray:
     return np.arange((rank * 3) % 5, dtype=np.float64) + 100.0 * rank
 
 
+def tracers(rank: int) -> np.ndarray:
+    """Writer ``rank``'s N-d per-rank segment of "tracers": (n, 4) rows (some ranks have none)."""
+    n = (rank * 2 + 1) % 4
+    return (np.arange(n * 4, dtype=np.float32).reshape(n, 4) + 10 * rank).astype("<f4")
+
+
 def cuts(n: int, parts: int, shift: int = 0) -> list[int]:
     """Bounds of ``parts`` uneven pieces of ``n`` (``shift`` changes where the cuts fall)."""
     weights = [(i + shift) % 3 + 1 for i in range(parts)]
@@ -107,6 +113,7 @@ def write_job(backend: str, path: str) -> None:
             for offset, block in writer_blocks(name, rank, size):
                 ck.write(name, block, offset=offset, global_shape=SHAPES[name])
         ck.write("particles", segment(rank))
+        ck.write("tracers", tracers(rank), dims=("tracer", "field"), attrs={"units": "cm"})
         if rank == size - 1:
             ck.write("energy", np.array(ENERGY), offset=(), global_shape=())
         ck.write("empty", np.zeros((0, 3)), offset=(0, 0), global_shape=(0, 3))
@@ -134,6 +141,12 @@ def read_job(path: str, writers: int) -> None:
         got["particles"] = ck.read("particles")  # writers [rank*W//P, (rank+1)*W//P), concatenated
         first, last = rank * writers // size, (rank + 1) * writers // size
         want["particles"] = np.concatenate([segment(w) for w in range(first, last)] or [np.zeros(0)])
+        got["tracers"] = ck.read("tracers")  # N-d segments: the same writers' rows
+        want["tracers"] = np.concatenate([tracers(w) for w in range(first, last)] or [np.zeros((0, 4), "<f4")])
+        every = np.concatenate([tracers(w) for w in range(writers)])
+        assert ck.variables["tracers"].shape == every.shape and ck.variables["tracers"].dims == ("tracer", "field")
+        got["tracer_cols"] = ck.read("tracers", offset=(0, 1), shape=(len(every), 2))  # across writers' rows
+        want["tracer_cols"] = every[:, 1:3]
         got["energy"], want["energy"] = ck.read("energy"), np.array(ENERGY)
         got["empty"], want["empty"] = ck.read("empty"), np.zeros((0, 3))
     problems = [f"attrs {attrs} != {ATTRS}"] if attrs != ATTRS else []
@@ -164,6 +177,9 @@ def check_h5py(path: str) -> None:
         assert meta["backend"] == "hdf5" and meta["attrs"] == ATTRS
         np.testing.assert_array_equal(f["particles"][...],
                                       np.concatenate([segment(r) for r in range(meta["nprocs"])]))
+        np.testing.assert_array_equal(f["tracers"][...],
+                                      np.concatenate([tracers(r) for r in range(meta["nprocs"])]))
+        assert f["tracers"].attrs["units"] == "cm"
         assert f["energy"].shape == () and f["energy"][()] == ENERGY
         assert f["empty"].shape == (0, 3)
         for name in SHAPES:
@@ -222,6 +238,9 @@ def check_netcdf4(path: str) -> None:
         assert meta["backend"] == "pnetcdf" and meta["attrs"] == ATTRS
         np.testing.assert_array_equal(ds["particles"][...],
                                       np.concatenate([segment(r) for r in range(meta["nprocs"])]))
+        np.testing.assert_array_equal(ds["tracers"][...],
+                                      np.concatenate([tracers(r) for r in range(meta["nprocs"])]))
+        assert ds["tracers"].dimensions == ("tracer", "field") and ds["tracers"].getncattr("units") == "cm"
         # one block table for every variable (bookkeeping: a few named items, not two per variable)
         check_user_table(meta, ds["ckptio_blocks"][...], ds["ckptio_block_checksums"][...],
                          ds["ckptio_blocks"].getncattr("variables"))

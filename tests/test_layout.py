@@ -82,8 +82,8 @@ def test_declaration_takes_views_rejects_object_and_bad_rank():
     assert declaration("v", np.zeros((4, 4))[:, ::2], (0, 0), (4, 2), 0)["shape"] == [4, 2]
     with pytest.raises(DeclarationError, match="not supported"):
         declaration("v", np.array([object()]), None, None, 0)
-    with pytest.raises(DeclarationError, match="must be 1-D"):
-        declaration("v", np.zeros((2, 2)), None, None, 0)
+    with pytest.raises(DeclarationError, match="at least one dimension"):
+        declaration("v", np.zeros(()), None, None, 0)
     with pytest.raises(DeclarationError, match="dimensions"):
         declaration("v", np.zeros((2, 2)), (0,), (2, 2), 0)
 
@@ -99,3 +99,24 @@ def test_split_leading_axis_is_contiguous_and_complete():
     assert [p.shape[0] for p in pieces] == [3, 3, 3, 1]
     assert sum(p.size for p in pieces) == 70
     assert all(p.offset[0] == 3 + 3 * i for i, p in enumerate(pieces))
+
+
+def test_nd_segments_lay_rows_end_to_end_with_one_trailing_shape():
+    """Per-rank segments of shape (n, 4) (tracers): rows end to end in rank order, the variable is (sum n, 4);
+    empty segments keep their place; rank order, not declaration order, decides."""
+    lengths = [3, 0, 2, 5]
+    decls = [[declaration("tracers", np.zeros((n, 4, 2)), None, None, r)] for r, n in enumerate(lengths)]
+    var = plan_write(decls)["tracers"]
+    assert var.shape == (10, 4, 2) and var.kind == "segment"
+    assert [(b.rank, b.box.offset, b.box.shape) for b in var.blocks] == [
+        (0, (0, 0, 0), (3, 4, 2)), (1, (3, 0, 0), (0, 4, 2)), (2, (3, 0, 0), (2, 4, 2)), (3, (5, 0, 0), (5, 4, 2))]
+
+
+def test_nd_segments_with_different_trailing_shapes_name_both_ranks():
+    decls = [[declaration("tracers", np.zeros((2, 4)), None, None, 0)],
+             [declaration("tracers", np.zeros((2, 3)), None, None, 1)]]
+    with pytest.raises(DeclarationError, match=r"'tracers'.*rank 0.*\[4\].*rank 1.*\[3\]"):
+        plan_write(decls)
+    one_d = [[declaration("ids", np.zeros(2), None, None, 0)], [declaration("ids", np.zeros((2, 1)), None, None, 1)]]
+    with pytest.raises(DeclarationError, match="rows of shape"):
+        plan_write(one_d)

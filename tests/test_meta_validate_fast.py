@@ -2,6 +2,7 @@
 skip: on valid and on damaged documents, the same verdict and the same message."""
 
 import copy
+import math
 
 import numpy as np
 import pytest
@@ -18,14 +19,15 @@ ODD_VALUES = st.one_of(st.booleans(), st.floats(allow_nan=True), st.text(max_siz
 def _document(seed: int, segments: bool, ndim: int, nprocs: int) -> dict:
     rng = np.random.default_rng(seed)
     blocks = []
-    if segments:
-        pos = 0
+    if segments:  # rows of shape trailing (N-d segments when ndim > 1)
+        pos, trailing = 0, [3, 2][:ndim - 1]
+        row = 8 * math.prod(trailing)
         for r in range(nprocs):
             n = int(rng.integers(0, 4))
-            blocks.append({"rank": r, "offset": [pos], "shape": [n], "checksum": f"{r:016x}", "stored_nbytes": n * 8,
-                           "file_offset": 4096 + pos * 8})
+            blocks.append({"rank": r, "offset": [pos] + [0] * len(trailing), "shape": [n, *trailing],
+                           "checksum": f"{r:016x}", "stored_nbytes": n * row, "file_offset": 4096 + pos * row})
             pos += n
-        shape = [pos]
+        shape = [pos, *trailing]
     else:
         shape = [int(rng.integers(1, 6)) for _ in range(ndim)]
         cuts = [sorted({0, *rng.integers(0, n, size=2).tolist(), n}) for n in shape]
@@ -55,8 +57,8 @@ def damaged(draw, values=ODD_VALUES, actions=("set", "delete", "duplicate", "ele
     """A valid document with up to two random edits of its blocks (``values`` for what an edit writes; ``set``
     writes only keys in ``settable``, default all)."""
     segments = draw(st.booleans())
-    doc = _document(draw(st.integers(0, 2**16)), segments, 1 if segments else draw(st.integers(0, 3)),
-                    draw(st.integers(1, 5)))
+    ndim = draw(st.integers(1, 3)) if segments else draw(st.integers(0, 3))
+    doc = _document(draw(st.integers(0, 2**16)), segments, ndim, draw(st.integers(1, 5)))
     blocks = doc["variables"]["v"]["blocks"]
     for _ in range(draw(st.integers(0, 2))):
         if not blocks:
@@ -87,7 +89,7 @@ def test_fast_checks_agree_with_the_block_by_block_checks(doc):
     assert fast == slow
 
 
-@pytest.mark.parametrize("segments,ndim", [(True, 1), (False, 0), (False, 1), (False, 3)])
+@pytest.mark.parametrize("segments,ndim", [(True, 1), (True, 2), (True, 3), (False, 0), (False, 1), (False, 3)])
 def test_valid_documents_take_the_fast_path(segments, ndim):
     for seed in range(20):
         doc = _document(seed, segments, ndim, 4)
@@ -121,7 +123,7 @@ def test_table_checks_agree_with_the_list_checks(doc):
         assert _verdict(_as_table(doc)) == listed
 
 
-@pytest.mark.parametrize("segments,ndim", [(True, 1), (False, 0), (False, 1), (False, 3)])
+@pytest.mark.parametrize("segments,ndim", [(True, 1), (True, 2), (True, 3), (False, 0), (False, 1), (False, 3)])
 def test_valid_tables_take_the_fast_path(segments, ndim):
     for seed in range(20):
         doc = _as_table(_document(seed, segments, ndim, 4))

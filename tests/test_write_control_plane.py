@@ -31,7 +31,10 @@ def _declarations(seed: int, nprocs: int) -> list[list[dict]]:
     for r in range(nprocs):
         if rng.random() < 0.7:
             out[r].append({"name": "parts", "dtype": "<i4", "kind": "segment", "length": int(rng.integers(0, 5)),
-                           "checksum": f"{r:016x}"})
+                           "trailing": [], "checksum": f"{r:016x}"})
+        if rng.random() < 0.5:
+            out[r].append({"name": "tracers", "dtype": "<f4", "kind": "segment",
+                           "length": int(rng.integers(0, 4)), "trailing": [4, 2], "checksum": f"{r + 7:016x}"})
         rng.shuffle(out[r])  # declaration order is each rank's own
     out[int(rng.integers(0, nprocs))].append({"name": "t", "dtype": "<f8", "kind": "array", "global_shape": [],
                                               "offset": [], "shape": [], "checksum": "0" * 16})

@@ -101,7 +101,7 @@ def convert(src: str, dst: str, backend: str, force: bool = False) -> dict[str, 
                     shape, dtype = source.shape(name), source.dtype(name)
                     extra = _variable_metadata(writer, var)
                     if var["kind"] == "segment":  # one rank here: the writers' segments become one
-                        targets = [(Box((0,), shape), _spool(dtype, shape, spool_dir, blocks_written))]
+                        targets = [(Box((0,) * len(shape), shape), _spool(dtype, shape, spool_dir, blocks_written))]
                         _fill(source, name, targets)
                         writer.write(name, targets[0][1], **extra)
                         blocks_written += 1
