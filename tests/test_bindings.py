@@ -177,6 +177,7 @@ def test_c_errors(build, tmp_path, nprocs):
         "bad_path": CODES["CKPTIO_ERR_IO"],
         "bad_backend": CODES["CKPTIO_ERR_CAPABILITY"],
         "overlap": CODES["CKPTIO_ERR_DECLARATION"],
+        "segment_rows_differ": CODES["CKPTIO_ERR_DECLARATION"],
         "close_after_bad_write": CODES["CKPTIO_ERR_ARGUMENT"],
         "null_handle": CODES["CKPTIO_ERR_ARGUMENT"],
     }
@@ -187,7 +188,7 @@ def test_c_errors(build, tmp_path, nprocs):
             assert got == status, (case, rank, got, msg)
             assert len(msg) > 20, (case, rank, msg)
     collective = ["unknown_variable", "wrong_dtype", "wrong_dtype_one_rank", "outside_shape", "bad_path", "overlap",
-                  "close_after_bad_write"]
+                  "segment_rows_differ", "close_after_bad_write"]
     for case in collective:  # the same message on every rank
         assert len({msg for _, msg in cases[case].values()}) == 1, case
     assert "'nope'" in cases["unknown_variable"][0][1] and "(it has: x)" in cases["unknown_variable"][0][1]
@@ -196,6 +197,7 @@ def test_c_errors(build, tmp_path, nprocs):
     assert f"rank {last}: ArgumentError" in cases["wrong_dtype_one_rank"][0][1]
     assert "No such file" in cases["bad_path"][1][1] and "no_such_checkpoint" in cases["bad_path"][1][1]
     assert "overlaps" in cases["overlap"][0][1]
+    assert "'tr'" in cases["segment_rows_differ"][0][1] and "rows of shape [1]" in cases["segment_rows_differ"][0][1]
     assert "unknown dtype code 99" in cases["close_after_bad_write"][last][1]
     # the bad write itself failed only on rank 0 (local call)
     assert cases["bad_dtype_code_write"][0][0] == CODES["CKPTIO_ERR_ARGUMENT"]
@@ -229,6 +231,10 @@ with ckptio.open(f"{d}/chk_000003", MPI.COMM_WORLD) as ck:
     assert (r4 == np.repeat(np.arange(writers), 5) + 0.25 * np.tile(np.arange(1, 6), writers)).all()
     seg = ck.read("seg", offset=(0,), shape=(writers * (writers + 1) // 2,))
     assert seg.tolist() == [100 * r + q for r in range(writers) for q in range(r + 1)]
+    # Fortran tr(3, n) with rows=.true.: Python's (n, 3) rows, every writer's in rank order
+    want = [[10.0 * r + 0.5 * (3 * q + c + 1) for c in range(3)] for r in range(writers) for q in range(r % 3)]
+    assert ck.variables["tr"].shape == (len(want), 3)
+    assert ck.read("tr", offset=(0, 0), shape=(len(want), 3)).tolist() == want
     assert ck.attrs["step"] == 3 and ck.attrs["big"] == 9000000000 and ck.attrs["time"] == 0.375
     assert ck.attrs["label"] == "fortran layout"
     # slice of the middle: Python hyperslabs map to Fortran index ranges

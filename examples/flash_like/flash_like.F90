@@ -13,7 +13,7 @@
 !> (interior_start=/interior_shape=, zero-copy mode) and read straight back into the interiors, stored with
 !> Fortran-order global shape (nxb, nxb, nxb, nblocks), i.e. exactly the Python array (nblocks, nxb, nxb, nxb)
 !> with axes (block, z, y, x). bbox(2, 3, nlocal) is Python's
-!> (nblocks, 3, 2); tracers(4, n) is Python's (n, 4), written flattened as the per-rank segment "tracers".
+!> (nblocks, 3, 2); tracers(4, n) is Python's (n, 4), the per-rank segment "tracers" (rows=.true.: rows along n).
 !>
 !> Usage (under mpirun): flash_like --outdir DIR [--backend mpiio|hdf5|pnetcdf] [--steps N]
 !>                       [--checkpoint-every K] [--nblocks NB] [--nxb NXB] [--keep K] [--restart] [--quiet]
@@ -340,7 +340,7 @@ contains
     end do
     call ckptio_write(ck, 'refine_level', refine_level, offset=[first], global_shape=[nb])
     call ckptio_write(ck, 'bbox', bbox, offset=[0_int64, 0_int64, first], global_shape=[2_int64, 3_int64, nb])
-    call ckptio_write_segment(ck, 'tracers', tracers)           ! (4, n) in memory == Python's (n, 4) flattened
+    call ckptio_write_segment(ck, 'tracers', tracers, rows=.true.)  ! (4, n): rows along n, Python's (n, 4)
     call ckptio_write_segment(ck, 'tracer_block', tracer_block)
     call ckptio_close(ck)                                       ! collective: I/O and atomic commit
   end subroutine write_checkpoint
@@ -351,6 +351,7 @@ contains
     type(ckptio_file) :: ck
     character(len=64) :: simulation
     integer(int64) :: nb, nx, first, nvalues, nparticles
+    integer :: tracer_rank
     integer(int64), allocatable :: shp(:), all_blocks(:)
     real(dp), allocatable :: all_tracers(:,:), flat(:)
     integer :: v, n, keep
@@ -383,18 +384,25 @@ contains
     call ckptio_read(ck, 'refine_level', refine_level, offset=[first])
     call ckptio_read(ck, 'bbox', bbox, offset=[0_int64, 0_int64, first])
     ! segments belong to the writer's ranks: read all of them and keep the particles of our blocks
-    call ckptio_inquire_var(ck, 'tracers', shape=shp)
-    nvalues = shp(1)
+    call ckptio_inquire_var(ck, 'tracers', shape=shp)   ! (4, n); (4n) in checkpoints before N-d segments
+    tracer_rank = size(shp)
+    nvalues = product(shp)
     call ckptio_inquire_var(ck, 'tracer_block', shape=shp)
     nparticles = shp(1)
     if (nvalues /= TRACER_WIDTH * nparticles) then
        if (rank == 0) write (error_unit, '(a)') 'flash_like: ' // path // ': tracer count mismatch'
        call MPI_Abort(MPI_COMM_WORLD, 1)
     end if
-    allocate (flat(nvalues), all_blocks(nparticles))
-    call ckptio_read(ck, 'tracers', flat)          ! the 1-D variable of 4n values == (4, n) in memory
+    allocate (all_blocks(nparticles))
+    if (tracer_rank == 2) then
+       allocate (all_tracers(TRACER_WIDTH, nparticles))
+       call ckptio_read(ck, 'tracers', all_tracers)
+    else
+       allocate (flat(nvalues))
+       call ckptio_read(ck, 'tracers', flat)          ! the 1-D variable of 4n values == (4, n) in memory
+       all_tracers = reshape(flat, [int(TRACER_WIDTH, int64), nparticles])
+    end if
     call ckptio_read(ck, 'tracer_block', all_blocks)
-    all_tracers = reshape(flat, [int(TRACER_WIDTH, int64), nparticles])
     call ckptio_close(ck)
     keep = count(all_blocks >= first .and. all_blocks < first + nlocal)
     if (allocated(tracers)) deallocate (tracers, tracer_block)

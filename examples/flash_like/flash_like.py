@@ -327,7 +327,7 @@ def write_checkpoint(series: ckptio.Series, state: RankState) -> ckptio.Writer:
             ck.write(name, state.fields[name], offset=(first, 0, 0, 0), global_shape=(nb, nxb, nxb, nxb))
         ck.write("refine_level", state.refine_level, offset=(first,), global_shape=(nb,))
         ck.write("bbox", state.bbox, offset=(first, 0, 0), global_shape=(nb, 3, 2))
-        ck.write("tracers", state.tracers.reshape(-1))  # per-rank variable-length segments
+        ck.write("tracers", state.tracers)  # per-rank segments: (n, 4) here, every rank's rows in the file
         ck.write("tracer_block", state.tracer_block)
     return ck
 
@@ -355,9 +355,10 @@ def read_checkpoint(path: str, comm: MPI.Comm) -> RankState:
         refine_level = ck.read("refine_level", offset=(first,), shape=(count,))
         bbox = ck.read("bbox", offset=(first, 0, 0), shape=(count, 3, 2))
         # Segments belong to the writer's ranks; read everything and keep the particles of our blocks.
-        nvalues = int(ck.variables["tracers"].shape[0])
+        tshape = ck.variables["tracers"].shape  # (n, 4); (4n,) in checkpoints of ckptio before N-d segments
+        nvalues = int(np.prod(tshape))
         nparticles = int(ck.variables["tracer_block"].shape[0])
-        all_tracers = ck.read("tracers", offset=(0,), shape=(nvalues,))
+        all_tracers = ck.read("tracers", offset=(0,) * len(tshape), shape=tshape)
         all_blocks = ck.read("tracer_block", offset=(0,), shape=(nparticles,))
     if nvalues != TRACER_WIDTH * nparticles:
         raise ValueError(f"{path}: {nvalues} tracer values for {nparticles} particles")

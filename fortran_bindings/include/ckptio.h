@@ -140,6 +140,11 @@ int ckptio_write_sub(ckptio_file file, const char *name, int dtype, int order, i
 /* Local. Declare this rank's variable-length 1-D segment of `name` (n elements, n may differ between ranks and
  * be 0). Segments are concatenated in rank order; offsets are found at close. */
 int ckptio_write_segment(ckptio_file file, const char *name, int dtype, int64_t n, const void *data);
+/* Local: this rank's N-d segment, an array of local_shape[0..ndim) in C order whose rows (the first axis, any
+ * length including 0) are laid end to end in rank order; local_shape[1..ndim) must be the same on every rank
+ * (else ckptio_close fails on every rank). Tracers (n, 4) on each rank: a variable of (sum of n, 4). */
+int ckptio_write_segment_nd(ckptio_file file, const char *name, int dtype, int ndim, const int64_t *local_shape,
+                            const void *data);
 
 /* Local. Attributes of the checkpoint; must be set identically on every rank (checked at close). */
 int ckptio_set_attr_int64(ckptio_file file, const char *key, int64_t value);
@@ -317,7 +322,7 @@ int ckptio_series_create_f(MPI_Fint comm, const char *dir, const char *prefix, i
                            const char *backend, const char *mode, const char *stage_dir, const char *compression,
                            const char *problem, ckptio_file *file);
 int ckptio_prune_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int *nremoved);
-/* internal to module ckptio: Fortran-order write (segment != 0: ckptio_write_segment; force_copy != 0: copy
+/* internal to module ckptio: Fortran-order write (segment 1: ckptio_write_segment, 2: with rows=.true.; force_copy != 0: copy
  * even in zero-copy mode, for a temporary made by the module) and read, with a problem found in Fortran;
  * mem_shape non-NULL: a memory selection (the block is the box local_shape/shape at mem_start of the array) */
 int ckptio_write_f(ckptio_file file, const char *name, int dtype, int ndim, const int64_t *global_shape,

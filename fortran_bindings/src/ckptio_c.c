@@ -589,16 +589,22 @@ static int write_impl(const char *fn, ckptio_file f, const char *name, int dtype
     if (!problem[0]) gs = shape_tuple("global_shape", order, ndim, global_shape, 0, NULL, problem, sizeof problem);
     if (!problem[0] && !PyErr_Occurred() && mem_shape != NULL)
       sel = selection_tuple(order, ndim, mem_shape, mem_start, local_shape, dims, problem, sizeof problem);
-  } else if (segment) {
+  } else if (segment == 1) { /* 1-D: local_shape[0] elements */
     if (local_shape[0] < 0) snprintf(problem, sizeof problem, "negative segment length %lld",
                                      (long long)local_shape[0]);
     dims[0] = (npy_intp)local_shape[0];
+  } else if (segment) { /* N-d rows (ckptio_write_segment_nd, Fortran rows=.true.): the array keeps its shape */
+    if (!check_ndim_order(ndim, order, problem, sizeof problem)) {
+      PyObject *ls = shape_tuple("local_shape", order, ndim, local_shape, 0, dims, problem, sizeof problem);
+      Py_XDECREF(ls);
+    }
   }
   int zero_copy = f->zero_copy && !force_copy;
   /* with a selection the whole array is viewed here and the bridge copies the selected box only (unless
    * zero-copy): the caller's memory is valid until this call returns */
   if (!problem[0] && !PyErr_Occurred())
-    arr = wrap_memory(data, dtype, segment ? 1 : ndim, dims, 0, !zero_copy && sel == NULL, problem, sizeof problem);
+    arr = wrap_memory(data, dtype, segment == 1 ? 1 : ndim, dims, 0, !zero_copy && sel == NULL, problem,
+                      sizeof problem);
   conversion_problem(problem, sizeof problem);
   if (problem[0]) Py_CLEAR(arr);
   /* with a problem, the bridge raises it and marks the writer failed, so its close fails on every rank */
@@ -644,6 +650,13 @@ int ckptio_write_segment(ckptio_file file, const char *name, int dtype, int64_t 
   t_fortran = 0;
   return write_impl("ckptio_write_segment", file, name, dtype, CKPTIO_ORDER_C, 1, NULL, NULL, &n, data, 1, 0, NULL,
                     NULL, NULL);
+}
+
+int ckptio_write_segment_nd(ckptio_file file, const char *name, int dtype, int ndim, const int64_t *local_shape,
+                            const void *data) {
+  t_fortran = 0;
+  return write_impl("ckptio_write_segment_nd", file, name, dtype, CKPTIO_ORDER_C, ndim, NULL, NULL, local_shape,
+                    data, 2, 0, local_shape == NULL ? "local_shape is NULL" : NULL, NULL, NULL);
 }
 
 /* value: new reference (stolen), NULL if its construction failed */
@@ -1300,6 +1313,9 @@ int ckptio_write_f(ckptio_file file, const char *name, int dtype, int ndim, cons
   if (given != NULL) /* the shape arguments may not match the array: don't look at them */
     return write_impl(segment ? "ckptio_write_segment" : "ckptio_write", file, name, CKPTIO_FLOAT64,
                       CKPTIO_ORDER_C, 1, &zero, &zero, &zero, NULL, 0, 0, given, NULL, NULL);
+  if (segment == 2) /* rows=.true.: the array keeps its shape, rows along its last (Fortran) dimension */
+    return write_impl("ckptio_write_segment", file, name, dtype, CKPTIO_ORDER_FORTRAN, ndim, NULL, NULL,
+                      local_shape, data, 2, force_copy, NULL, NULL, NULL);
   if (segment)
     return write_impl("ckptio_write_segment", file, name, dtype, CKPTIO_ORDER_C, 1, NULL, NULL, local_shape, data,
                       1, force_copy, NULL, NULL, NULL);

@@ -97,8 +97,10 @@ module ckptio
   interface ckptio_write
      module procedure write_r4, write_r8, write_i4, write_i8, write_c4, write_c8, write_l
   end interface ckptio_write
-  !> ckptio_write_segment(file, name, data [, ierr]) -- local; this rank's variable-length piece of a 1-D
-  !> variable (data of any rank is flattened in memory order); pieces are concatenated in rank order.
+  !> ckptio_write_segment(file, name, data [, ierr] [, rows]) -- local; this rank's variable-length piece of a 1-D
+  !> variable (data of any rank is flattened in memory order); pieces are concatenated in rank order. With
+  !> rows=.true. data keeps its shape and its LAST dimension is the rows laid end to end (the others must be the
+  !> same on every rank): tracers(4, n) on each rank make a variable tracers(4, sum of n), Python's (sum of n, 4).
   interface ckptio_write_segment
      module procedure segment_r4, segment_r8, segment_i4, segment_i8, segment_c4, segment_c8, segment_l
   end interface ckptio_write_segment
@@ -585,7 +587,7 @@ contains
   !> Local: block (segment .false.) or segment write through ckptio_write_f; force_copy for a temporary made
   !> here (logical arrays), which must be copied even in zero-copy mode.
   subroutine write_any(file, fname, name, ptr, dtype, lshape, contiguous, offset, global_shape, segment, &
-       force_copy, ierr, interior_start, interior_shape)
+       force_copy, ierr, interior_start, interior_shape, rows)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: fname, name
     type(c_ptr), intent(in) :: ptr
@@ -594,8 +596,10 @@ contains
     logical, intent(in) :: contiguous, segment, force_copy
     integer, intent(out), optional :: ierr
     integer(int64), intent(in), optional :: interior_start(:), interior_shape(:)
+    logical, intent(in), optional :: rows   ! a segment keeps the array's shape (rows: its last dimension)
     integer(c_int) :: st
     integer(int64) :: n(1)
+    logical :: keep_shape
     character(len=200) :: problem
     problem = ' '
     if (.not. contiguous) then
@@ -608,8 +612,13 @@ contains
        problem = interior_problem(size(lshape), interior_start, interior_shape)
     end if
     n(1) = product(lshape)
+    keep_shape = .false.
+    if (present(rows)) keep_shape = rows
     if (.not. c_associated(file%handle)) then
        st = not_open(fname // '("' // trim(name) // '")')
+    else if (segment .and. keep_shape) then
+       st = c_write(file%handle, cstr(name), int(dtype, c_int), int(size(lshape), c_int), lshape, lshape, lshape, &
+            ptr, 2_c_int, merge(1_c_int, 0_c_int, force_copy), cstr(problem))
     else if (segment) then
        st = c_write(file%handle, cstr(name), int(dtype, c_int), 1_c_int, n, n, n, ptr, 1_c_int, &
             merge(1_c_int, 0_c_int, force_copy), cstr(problem))
@@ -691,13 +700,14 @@ contains
          interior_start, interior_shape)
   end subroutine write_r4
 
-  subroutine segment_r4(file, name, data, ierr)
+  subroutine segment_r4(file, name, data, ierr, rows)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     real(real32), dimension(..), intent(in), target :: data
     integer, intent(out), optional :: ierr
-    call write_any(file, 'ckptio_write_segment', name, c_loc(data), CKPTIO_FLOAT32, [size(data, kind=int64)], &
-         is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr)
+    logical, intent(in), optional :: rows
+    call write_any(file, 'ckptio_write_segment', name, c_loc(data), CKPTIO_FLOAT32, shape(data, int64), &
+         is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr, rows=rows)
   end subroutine segment_r4
 
   subroutine read_r4(file, name, data, offset, ierr, interior_start, interior_shape)
@@ -723,13 +733,14 @@ contains
          interior_start, interior_shape)
   end subroutine write_r8
 
-  subroutine segment_r8(file, name, data, ierr)
+  subroutine segment_r8(file, name, data, ierr, rows)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     real(real64), dimension(..), intent(in), target :: data
     integer, intent(out), optional :: ierr
-    call write_any(file, 'ckptio_write_segment', name, c_loc(data), CKPTIO_FLOAT64, [size(data, kind=int64)], &
-         is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr)
+    logical, intent(in), optional :: rows
+    call write_any(file, 'ckptio_write_segment', name, c_loc(data), CKPTIO_FLOAT64, shape(data, int64), &
+         is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr, rows=rows)
   end subroutine segment_r8
 
   subroutine read_r8(file, name, data, offset, ierr, interior_start, interior_shape)
@@ -755,13 +766,14 @@ contains
          interior_start, interior_shape)
   end subroutine write_i4
 
-  subroutine segment_i4(file, name, data, ierr)
+  subroutine segment_i4(file, name, data, ierr, rows)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     integer(int32), dimension(..), intent(in), target :: data
     integer, intent(out), optional :: ierr
-    call write_any(file, 'ckptio_write_segment', name, c_loc(data), CKPTIO_INT32, [size(data, kind=int64)], &
-         is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr)
+    logical, intent(in), optional :: rows
+    call write_any(file, 'ckptio_write_segment', name, c_loc(data), CKPTIO_INT32, shape(data, int64), &
+         is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr, rows=rows)
   end subroutine segment_i4
 
   subroutine read_i4(file, name, data, offset, ierr, interior_start, interior_shape)
@@ -787,13 +799,14 @@ contains
          interior_start, interior_shape)
   end subroutine write_i8
 
-  subroutine segment_i8(file, name, data, ierr)
+  subroutine segment_i8(file, name, data, ierr, rows)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     integer(int64), dimension(..), intent(in), target :: data
     integer, intent(out), optional :: ierr
-    call write_any(file, 'ckptio_write_segment', name, c_loc(data), CKPTIO_INT64, [size(data, kind=int64)], &
-         is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr)
+    logical, intent(in), optional :: rows
+    call write_any(file, 'ckptio_write_segment', name, c_loc(data), CKPTIO_INT64, shape(data, int64), &
+         is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr, rows=rows)
   end subroutine segment_i8
 
   subroutine read_i8(file, name, data, offset, ierr, interior_start, interior_shape)
@@ -819,13 +832,14 @@ contains
          interior_start, interior_shape)
   end subroutine write_c4
 
-  subroutine segment_c4(file, name, data, ierr)
+  subroutine segment_c4(file, name, data, ierr, rows)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     complex(real32), dimension(..), intent(in), target :: data
     integer, intent(out), optional :: ierr
-    call write_any(file, 'ckptio_write_segment', name, c_loc(data), CKPTIO_COMPLEX64, [size(data, kind=int64)], &
-         is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr)
+    logical, intent(in), optional :: rows
+    call write_any(file, 'ckptio_write_segment', name, c_loc(data), CKPTIO_COMPLEX64, shape(data, int64), &
+         is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr, rows=rows)
   end subroutine segment_c4
 
   subroutine read_c4(file, name, data, offset, ierr, interior_start, interior_shape)
@@ -851,13 +865,14 @@ contains
          interior_start, interior_shape)
   end subroutine write_c8
 
-  subroutine segment_c8(file, name, data, ierr)
+  subroutine segment_c8(file, name, data, ierr, rows)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     complex(real64), dimension(..), intent(in), target :: data
     integer, intent(out), optional :: ierr
-    call write_any(file, 'ckptio_write_segment', name, c_loc(data), CKPTIO_COMPLEX128, [size(data, kind=int64)], &
-         is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr)
+    logical, intent(in), optional :: rows
+    call write_any(file, 'ckptio_write_segment', name, c_loc(data), CKPTIO_COMPLEX128, shape(data, int64), &
+         is_contiguous(data), [0_int64], [0_int64], .true., .false., ierr, rows=rows)
   end subroutine segment_c8
 
   subroutine read_c8(file, name, data, offset, ierr, interior_start, interior_shape)
@@ -887,15 +902,16 @@ contains
          interior_start, interior_shape)
   end subroutine write_l
 
-  subroutine segment_l(file, name, data, ierr)
+  subroutine segment_l(file, name, data, ierr, rows)
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in) :: name
     logical, dimension(..), intent(in), target :: data
     integer, intent(out), optional :: ierr
+    logical, intent(in), optional :: rows
     logical(c_bool), allocatable, target :: tmp(:)
     call to_c_bool(data, tmp)
-    call write_any(file, 'ckptio_write_segment', name, c_loc(tmp), CKPTIO_BOOL, [size(data, kind=int64)], &
-         is_contiguous(data), [0_int64], [0_int64], .true., .true., ierr)
+    call write_any(file, 'ckptio_write_segment', name, c_loc(tmp), CKPTIO_BOOL, shape(data, int64), &
+         is_contiguous(data), [0_int64], [0_int64], .true., .true., ierr, rows=rows)
   end subroutine segment_l
 
   subroutine read_l(file, name, data, offset, ierr, interior_start, interior_shape)

@@ -100,8 +100,14 @@ static int roundtrip(const char *dir, const char *backend) {
   CHECK(ckptio_write(f, "rows", CKPTIO_FLOAT64, 2, gshape, off, lshape, rows));
   int64_t fg[3] = {N1, N2, 2 * nprocs}, fo[3] = {0, 0, 2 * rank}, fl[3] = {N1, N2, 2};
   CHECK(ckptio_write_order(f, "fortran3d", CKPTIO_INT32, CKPTIO_ORDER_FORTRAN, 3, fg, fo, fl, a));
-  if (strcmp(backend, "mpiio") == 0 || strcmp(backend, "hdf5") == 0 || strcmp(backend, "pnetcdf") == 0)
+  /* an N-d segment: rank % 3 rows of 4 values (C order, rows along the first axis) */
+  double tr[2 * 4];
+  int64_t trshape[2] = {rank % 3, 4};
+  for (int i = 0; i < 8; i++) tr[i] = 10.0 * rank + i;
+  if (strcmp(backend, "mpiio") == 0 || strcmp(backend, "hdf5") == 0 || strcmp(backend, "pnetcdf") == 0) {
     CHECK(ckptio_write_segment(f, "seg", CKPTIO_INT64, rank + 1, seg));
+    CHECK(ckptio_write_segment_nd(f, "tracers", CKPTIO_FLOAT64, 2, trshape, tr));
+  }
   CHECK(ckptio_set_attr_int64(f, "step", 7));
   CHECK(ckptio_set_attr_double(f, "time", 0.125));
   CHECK(ckptio_set_attr_string(f, "label", "c roundtrip"));
@@ -121,7 +127,7 @@ static int roundtrip(const char *dir, const char *backend) {
   int nvars = 0, dtype = -1, ndim = -1;
   int64_t shape[CKPTIO_MAX_NDIM];
   CHECK(ckptio_num_vars(f, &nvars));
-  EXPECT(nvars == 3);
+  EXPECT(nvars == 4);
   char name[64];
   CHECK(ckptio_var_name(f, 0, name, sizeof name));
   EXPECT(strcmp(name, "fortran3d") == 0);
@@ -165,6 +171,16 @@ static int roundtrip(const char *dir, const char *backend) {
   CHECK(ckptio_read(f, "seg", CKPTIO_INT64, 1, &soff, &nseg, segs));
   for (int r = 0, pos = 0; r < nprocs; r++)
     for (int i = 0; i <= r; i++, pos++) EXPECT(segs[pos] == 100 * r + i);
+  int64_t ntr = 0;
+  for (int r = 0; r < nprocs; r++) ntr += r % 3;
+  CHECK(ckptio_inquire_var(f, "tracers", &dtype, &ndim, shape));
+  EXPECT(dtype == CKPTIO_FLOAT64 && ndim == 2 && shape[0] == ntr && shape[1] == 4);
+  double *trs = malloc(sizeof(double) * (ntr * 4 + 1));
+  int64_t troff[2] = {0, 0}, trcount[2] = {ntr, 4};
+  CHECK(ckptio_read(f, "tracers", CKPTIO_FLOAT64, 2, troff, trcount, trs));
+  for (int r = 0, pos = 0; r < nprocs; r++)
+    for (int i = 0; i < (r % 3) * 4; i++, pos++) EXPECT(trs[pos] == 10.0 * r + i);
+  free(trs);
   /* attributes */
   int64_t step = 0;
   double time = 0, step_as_double = 0;
@@ -241,6 +257,11 @@ static int errors(const char *dir) {
   int64_t o0 = 0;
   CHECK(ckptio_write(f, "x", CKPTIO_FLOAT64, 1, &g, &o0, &n, x));
   report("overlap", ckptio_close(f));
+  /* N-d segments whose rows differ between ranks (rank + 1 values per row) -> fails at close on every rank */
+  CHECK(ckptio_create(path, MPI_COMM_WORLD, "mpiio", &f));
+  int64_t rowshape[2] = {1, rank + 1};
+  CHECK(ckptio_write_segment_nd(f, "tr", CKPTIO_FLOAT64, 2, rowshape, x));
+  report("segment_rows_differ", ckptio_close(f));
   /* a bad argument on one rank's (local) write makes close fail everywhere */
   CHECK(ckptio_create(path, MPI_COMM_WORLD, "mpiio", &f));
   st = ckptio_write(f, "x", rank == 0 ? 99 : CKPTIO_FLOAT64, 1, &g, &o, &n, x);

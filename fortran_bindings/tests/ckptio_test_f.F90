@@ -111,6 +111,7 @@ contains
     integer(int32), allocatable :: b(:,:), b2(:,:)
     integer(int64), allocatable :: seg(:), allseg(:), shp(:)
     real(real32) :: r4(5)
+    real(real64), allocatable :: tr(:,:)
     type(ckptio_file) :: f
     integer :: i, j, k, other, dtype, ierr, icomm
     integer(int32) :: step4
@@ -138,6 +139,10 @@ contains
          global_shape=[int(N1, int64), int(N2, int64), int(nprocs * NK, int64)])
     call ckptio_write(f, 'r4', r4, offset=[int(5 * rank, int64)], global_shape=[int(5 * nprocs, int64)])
     call ckptio_write_segment(f, 'seg', seg)
+    ! an N-d segment: mod(rank, 3) rows of 3 values, rows along the LAST dimension (Python's (n, 3))
+    allocate (tr(3, mod(rank, 3)))
+    tr = reshape([(real(rank, real64) * 10 + i * 0.5_real64, i = 1, size(tr))], shape(tr))
+    call ckptio_write_segment(f, 'tr', tr, rows=.true.)
     call ckptio_set_attr(f, 'step', 3)                 ! integer(int32)
     call ckptio_set_attr(f, 'big', 9000000000_int64)   ! integer(int64)
     call ckptio_set_attr(f, 'time', 0.375_real64)
