@@ -155,12 +155,21 @@ def _dcpl():
     return dcpl
 
 
-def _nonempty_boxes_by_rank(var: VariablePlan) -> dict[int, list[Box]]:
-    out: dict[int, list[Box]] = {}
-    for b in var.blocks:
-        if b.box.size > 0:
-            out.setdefault(b.rank, []).append(b.box)
-    return out
+def _write_calls(var: VariablePlan) -> int:
+    """Coordinator: the collective ``H5Dwrite`` calls of one variable, the most any rank needs (every rank makes
+    that many): 1 when no rank has more than one non-empty block (no Python step per block), else the groups of
+    :func:`_write_groups` of the ranks that have several."""
+    nonempty = var.size.prod(axis=1) > 0
+    ranks = var.rank[nonempty]
+    if not len(ranks):
+        return 0
+    counts = np.bincount(ranks)
+    calls = 1
+    for r in np.flatnonzero(counts > 1).tolist():
+        rows = np.flatnonzero(nonempty & (var.rank == r)).tolist()
+        boxes = [Box(tuple(var.offset[i].tolist()), tuple(var.size[i].tolist())) for i in rows]
+        calls = max(calls, len(_write_groups(boxes)))
+    return calls
 
 
 ATTR_MESSAGE_LIMIT = 65472  # bytes of data + name in one attribute header message (measured, HDF5 1.12)
@@ -238,7 +247,7 @@ class _HDF5WriteSession(WriteSession):
         self.attrs: Mapping[str, Any] = options.get("attrs", {})
         rank = comm.Get_rank()
         # local index -> variable name of this rank's blocks; collective H5Dwrite calls per variable (all ranks)
-        self._mine = {b.local_index: name for name, v in variables.items() for b in v.blocks if b.rank == rank}
+        self._mine = {i: name for name, v in variables.items() for i in v.local_index[v.rank == rank].tolist()}
         self._ncalls: Mapping[str, int] = options["ncalls"]
         self.datasets: dict[str, h5py.Dataset] = {}
         self._dxpl = h5py.h5p.create(h5py.h5p.DATASET_XFER)
@@ -509,8 +518,7 @@ class HDF5Backend(Backend):
     def layout(self, variables: Mapping[str, VariablePlan], stripe_unit: int, nprocs: int) -> dict[str, Any]:
         """Rank 0: how many collective ``H5Dwrite`` calls each variable takes (the most any rank needs: every
         rank makes that many), from every rank's blocks; O(variables) to send."""
-        return {"ncalls": {name: max((len(_write_groups(boxes)) for boxes in _nonempty_boxes_by_rank(var).values()),
-                                     default=0) for name, var in variables.items()}}
+        return {"ncalls": {name: _write_calls(var) for name, var in variables.items()}}
 
     def create(self, path: str, comm, info, variables: Mapping[str, VariablePlan], layout: Mapping[str, Any],
                options: Mapping[str, Any]) -> WriteSession:

@@ -66,6 +66,41 @@ def _align(value: int, alignment: int) -> int:
     return (value + alignment - 1) // alignment * alignment
 
 
+def place_blocks(rank: np.ndarray, local_index: np.ndarray, stored: np.ndarray,
+                 stripe_unit: int) -> tuple[np.ndarray, int, list[tuple[int, int]]]:
+    """Pure: the native format's rank-major placement of blocks given as columns (one row per declared block:
+    writing rank, position among that rank's declarations, stored bytes): each block's file offset, the data
+    end and every rank's ``[start, end)`` region. Each rank's blocks in declaration order, 8-byte aligned; a
+    rank's region starts on a stripe boundary when it is at least one stripe long. One Python step per rank,
+    none per block (the write plan at 100,000 ranks has 2.4 million blocks); ``ckptio plan`` models the file
+    with it too (:mod:`ckptio.simulate`)."""
+    rank, local_index, stored = (np.asarray(a, np.int64) for a in (rank, local_index, stored))
+    offsets = np.zeros(len(rank), np.int64)
+    if not len(rank):
+        return offsets, HEADER_SIZE, []
+    order = np.lexsort((local_index, rank))
+    size = (stored[order] + BLOCK_ALIGN - 1) // BLOCK_ALIGN * BLOCK_ALIGN
+    first = np.flatnonzero(np.concatenate(([True], rank[order][1:] != rank[order][:-1])))
+    last = np.append(first[1:], len(order)) - 1
+    region = np.add.reduceat(size, first)
+    tail = size[last] - stored[order][last]  # the last block's alignment padding is not part of the region
+    starts = np.empty(len(first), np.int64)
+    regions: list[tuple[int, int]] = []
+    pos = HEADER_SIZE
+    for g, (r, t) in enumerate(zip(region.tolist(), tail.tolist(), strict=True)):
+        if r >= stripe_unit:
+            pos = _align(pos, stripe_unit)
+        start = pos
+        starts[g] = _align(start, BLOCK_ALIGN)
+        pos = int(starts[g]) + r - t
+        if pos > start:
+            regions.append((start, pos))
+    within = np.cumsum(size) - size
+    group = np.repeat(np.arange(len(first)), np.diff(np.append(first, len(order))))
+    offsets[order] = starts[group] + within - within[first][group]
+    return offsets, pos, regions
+
+
 def header_checksum(header: bytes) -> int:
     """xxh3-64 of the ``HEADER_SIZE`` bytes ``header`` with the checksum field (bytes 16-24) zeroed."""
     return xxhash.xxh3_64_intdigest(header[:16] + bytes(8) + header[24:HEADER_SIZE])
@@ -87,7 +122,7 @@ class _NativeWriteSession(WriteSession):
 
     def write_blocks(self, blocks: Sequence[tuple[BlockPlan, np.ndarray]]) -> list[WrittenBlock]:
         rank = self.comm.Get_rank()
-        offsets = self.layout["offsets"]
+        offsets = self.layout.get("offsets")
         pieces: list[tuple[int, int]] = []
         buffers: list[Any] = []
         written: list[WrittenBlock] = []
@@ -95,7 +130,7 @@ class _NativeWriteSession(WriteSession):
         if header is not None:
             pieces.append((0, HEADER_SIZE))
             buffers.append(header)
-        mine = offsets.get(rank, {})
+        mine = offsets if offsets is not None else self.layout["by_rank"][rank]  # a share, or rank 0's whole layout
         for block, data in blocks:
             off = mine[block.local_index]
             buf = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
@@ -199,34 +234,23 @@ class NativeBackend(Backend):
         return None
 
     def layout(self, variables: Mapping[str, VariablePlan], stripe_unit: int, nprocs: int) -> dict[str, Any]:
-        """Rank-major placement: rank 0's blocks, then rank 1's, ... (see the module docstring)."""
-        per_rank: dict[int, list[tuple[int, int]]] = {}
-        for var in variables.values():
-            itemsize = np.dtype(var.dtype).itemsize
-            for b in var.blocks:
-                stored = b.stored_nbytes if b.stored_nbytes is not None else b.box.size * itemsize
-                per_rank.setdefault(b.rank, []).append((b.local_index, stored))
-        offsets: dict[int, dict[int, int]] = {}  # rank -> local index -> file offset
-        regions: list[tuple[int, int]] = []  # [start, end) of each rank's blocks, for the space reservation
-        pos = HEADER_SIZE
-        for rank in sorted(per_rank):
-            blocks = sorted(per_rank[rank])
-            region = sum(_align(n, BLOCK_ALIGN) for _, n in blocks)
-            if region >= stripe_unit:
-                pos = _align(pos, stripe_unit)
-            start = pos
-            mine = offsets[rank] = {}
-            for local_index, stored in blocks:
-                pos = _align(pos, BLOCK_ALIGN)
-                mine[local_index] = pos
-                pos += stored
-            if pos > start:
-                regions.append((start, pos))
-        return {"offsets": offsets, "data_end": pos, "regions": regions}
+        """Rank-major placement: rank 0's blocks, then rank 1's, ... (see the module docstring), from the plan's
+        columns (:func:`place_blocks`). ``by_rank[r]``: rank r's file offsets by local index."""
+        rank = np.concatenate([v.rank for v in variables.values()] or [np.zeros(0, np.int64)])
+        local = np.concatenate([v.local_index for v in variables.values()] or [np.zeros(0, np.int64)])
+        stored = np.concatenate([v.stored_sizes() for v in variables.values()] or [np.zeros(0, np.int64)])
+        offsets, end, regions = place_blocks(rank, local, stored, stripe_unit)
+        in_order = offsets[np.lexsort((local, rank))].tolist()  # a rank's local indices are 0..k-1
+        by_rank: list[list[int]] = []
+        start = 0
+        for count in np.bincount(rank, minlength=nprocs).tolist():
+            by_rank.append(in_order[start:start + count])
+            start += count
+        return {"by_rank": by_rank, "data_end": end, "regions": regions}
 
     def layout_shares(self, layout: Mapping[str, Any], nprocs: int) -> list[dict[str, Any]]:
         """Each rank: the file offsets of its own blocks and where the data ends (the regions are rank 0's)."""
-        return [{"offsets": {r: layout["offsets"].get(r, {})}, "data_end": layout["data_end"]} for r in range(nprocs)]
+        return [{"offsets": layout["by_rank"][r], "data_end": layout["data_end"]} for r in range(nprocs)]
 
     def create(self, path: str, comm, info, variables: Mapping[str, VariablePlan], layout: Mapping[str, Any],
                options: Mapping[str, Any]) -> WriteSession:

@@ -156,7 +156,7 @@ class _PnetCDFWriteSession(WriteSession):
         self.path, self.comm, self.variables = path, comm, variables
         self.described: Mapping[str, Mapping[str, Any]] = options.get("described", {})
         rank = comm.Get_rank()
-        self._mine = {b.local_index: name for name, v in variables.items() for b in v.blocks if b.rank == rank}
+        self._mine = {i: name for name, v in variables.items() for i in v.local_index[v.rank == rank].tolist()}
         self.transfer = data_transfer_mode("pnetcdf", rank)  # "independent" where OMPIO would corrupt collective I/O
         file_info = info.Dup() if info is not None else MPI.Info.Create()
         align = _var_align(options.get("hints", {}), variables)

@@ -268,21 +268,23 @@ USER_TABLE_NOTE = ("one row per block: variable (index into the attribute 'varia
 def user_table(variables: Mapping[str, Any]) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Rank 0, writing an HDF5 or netCDF file: every block of every variable as plain integer arrays any tool
     reads (no compound or string types: netCDF-C before 4.9.3 hides transient compound types and truncates or
-    crashes on strings inside them). ``variables``: name -> plan with ``shape`` and ``blocks`` (each with
-    ``rank``, ``box`` and ``checksum`` as hex). Returns the names, the int64 rows (see
+    crashes on strings inside them). ``variables``: name -> write plan (:class:`ckptio.plan.VariablePlan`, its
+    columns ``rank``, ``offset``, ``size``, ``checksum``). Returns the names, the int64 rows (see
     :data:`USER_TABLE_NOTE`) and the uint64 checksums."""
     names = list(variables)
     ndim = max((len(v.shape) for v in variables.values()), default=0)
-    blocks = [(i, b) for i, v in enumerate(variables.values()) for b in v.blocks]
-    rows = np.zeros((len(blocks), 2 + 2 * ndim), np.int64)
-    rows[:, 2 + ndim:] = 1
-    for j, (i, b) in enumerate(blocks):
-        nd = b.box.ndim
-        rows[j, :2] = i, b.rank
-        rows[j, 2:2 + nd] = b.box.offset
-        rows[j, 2 + ndim:2 + ndim + nd] = b.box.shape
-    sums = np.array([int(b.checksum, 16) if b.checksum else 0 for _, b in blocks], np.uint64)
-    return names, rows, sums
+    parts, sums = [], []
+    for i, v in enumerate(variables.values()):
+        n, nd = len(v.rank), len(v.shape)
+        rows = np.zeros((n, 2 + 2 * ndim), np.int64)
+        rows[:, 2 + ndim:] = 1
+        rows[:, 0], rows[:, 1] = i, v.rank
+        rows[:, 2:2 + nd] = v.offset
+        rows[:, 2 + ndim:2 + ndim + nd] = v.size
+        parts.append(rows)
+        sums.append(v.checksum)
+    return (names, np.concatenate(parts) if parts else np.zeros((0, 2 + 2 * ndim), np.int64),
+            np.concatenate(sums).astype(np.uint64) if sums else np.zeros(0, np.uint64))
 
 
 def user_table_shape(variables: Mapping[str, Any]) -> tuple[int, int]:

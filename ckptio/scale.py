@@ -279,38 +279,48 @@ def write_control_plane(ranks: int, total_bytes: int, nvars: int = 24, ranks_per
                         stripe_unit: int = 1 << 20) -> dict[str, Any]:
     """Measure the write control plane of the FLASH-like job, native format (see the module docstring):
 
-    * **rank 0**: validate and plan every rank's declarations (``plan_write``), the file layout, the O(variables)
-      headers and every rank's share (``plan_headers``, ``segment_starts``, ``layout_shares``, pickled as the
-      scatter sends them), the metadata document from every rank's report (``Writer._build_meta``), its light
-      copy and its encoding (``meta.dumps``);
+    * **rank 0**: validate and plan every rank's packed declarations (``plan_packed``), the file layout, the
+      O(variables) headers and every rank's share (``plan_headers``, ``segment_starts``, ``layout_shares``,
+      pickled as the scatter sends them), the metadata document from every rank's report
+      (``Writer._build_meta``), its light copy and its encoding (``meta.dumps``);
     * **any other rank**: unpickle what it receives (the headers, its share, the light document) and rebuild its
       own plan (``own_plan``);
 
-    and the bytes every other rank receives. The gathers' inputs (every rank's declarations and report) are built
-    beforehand, as the collectives would deliver them."""
+    and the bytes every other rank receives. Rank 0's time includes unpickling what the two gathers deliver
+    (every rank's declarations and its report, pickled beforehand as each rank would send them)."""
     import pickle
     from types import SimpleNamespace
 
     from .backends.mpiio import NativeBackend
-    from .plan import own_plan, plan_headers, plan_write, segment_starts
-    from .writer import Writer, light_copy
+    from .plan import own_plan, pack_declarations, plan_headers, plan_packed, segment_starts
+    from .writer import Writer, gc_paused, light_copy
 
     rows = _rows(ranks, total_bytes, nvars)
     backend = NativeBackend()
     sums = _checksums(ranks, nvars)
-    gathered = [_flash_declarations(r, rows, ranks, nvars, sums) for r in range(ranks)]
     hosts = [{"host": f"node{r // ranks_per_node}", "file_bytes": None} for r in range(ranks)]
+    # what the two gathers deliver to rank 0, pickled by each rank as mpi4py sends it: the declarations, then
+    # each rank's report of what it wrote (its blocks' file offsets from the layout the plan gives)
+    declared = [pickle.dumps(pack_declarations(_flash_declarations(r, rows, ranks, nvars, sums)),
+                             pickle.HIGHEST_PROTOCOL) for r in range(ranks)]
+    offsets = backend.layout(plan_packed([pickle.loads(d) for d in declared]), stripe_unit, ranks)["by_rank"]
+    reported = [pickle.dumps({"written": {"file_offset": offsets[r], "stored": [rows * ROW_BYTES] * nvars,
+                                          "codec": [None] * nvars},
+                              "bytes": nvars * rows * ROW_BYTES, "timings": {}, "placement": hosts[r]},
+                             pickle.HIGHEST_PROTOCOL) for r in range(ranks)]
+    del offsets
 
     def on_rank0():
-        variables = plan_write(gathered)
+        with gc_paused():  # as the writer's declare and index phases
+            return plan_and_index()
+
+    def plan_and_index():
+        variables = plan_packed([pickle.loads(d) for d in declared])
         layout = backend.layout(variables, stripe_unit, ranks)
         headers = pickle.dumps((plan_headers(variables), "tmp", {}), pickle.HIGHEST_PROTOCOL)
         shares = [pickle.dumps({"segments": s, "layout": lay}, pickle.HIGHEST_PROTOCOL) for s, lay in
                   zip(segment_starts(variables, ranks), backend.layout_shares(layout, ranks), strict=True)]
-        offsets = layout["offsets"]
-        reports = [{"blocks": [(d["name"], i, d["checksum"], offsets[r][i], rows * ROW_BYTES, None)
-                               for i, d in enumerate(gathered[r])],
-                    "bytes": nvars * rows * ROW_BYTES, "timings": {}, "placement": hosts[r]} for r in range(ranks)]
+        reports = [pickle.loads(r) for r in reported]
         me = SimpleNamespace(hints={"striping_factor": "80", "striping_unit": str(stripe_unit)}, attrs={},
                              backend=backend, _prepare_seconds=0.0)
         doc = Writer._build_meta(me, variables, reports, {}, {}, {})
@@ -319,8 +329,8 @@ def write_control_plane(ranks: int, total_bytes: int, nvars: int = 24, ranks_per
         return headers, shares[ranks // 2], light, len(document)
 
     (headers, share, light, document_bytes), rank0 = measure(on_rank0, traced=True)
-    mine = gathered[ranks // 2]
-    gathered = []  # rank 0 drops them
+    mine = _flash_declarations(ranks // 2, rows, ranks, nvars, sums)
+    declared = reported = []  # rank 0 drops them
 
     def on_other_rank():
         common, _tmp, _described = pickle.loads(headers)
@@ -329,11 +339,11 @@ def write_control_plane(ranks: int, total_bytes: int, nvars: int = 24, ranks_per
         return own_plan(common, mine, ranks // 2, received["segments"])
 
     plan, other = measure(on_other_rank, traced=True)
-    assert sum(len(v.blocks) for v in plan.values()) == nvars
+    assert sum(len(v.rank) for v in plan.values()) == nvars
     return {"ranks": ranks, "variables": nvars, "blocks": ranks * nvars,
             "rank0": rank0.to_json(), "any_other_rank": other.to_json(),
             "every_rank_receives_bytes": len(headers) + len(share) + len(light),
             "receives": {"headers": len(headers), "own_share": len(share), "light_document": len(light)},
             "metadata_document_bytes": document_bytes,
             "model": f"FLASH-like: {nvars} variables x one ({rows},16,16,16) float64 block per rank, native format, "
-                     f"{ranks_per_node} rank(s) per node (gathers' inputs built beforehand)"}
+                     f"{ranks_per_node} rank(s) per node (rank 0 unpickles the gathers' inputs)"}

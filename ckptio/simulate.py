@@ -6,8 +6,8 @@ enough blocks for ``bytes`` in total, each writer rank owning a contiguous range
 16, 16)`` block per variable per rank). Everything is numpy columns, one row per stored block (2.4 M rows at
 100,000 ranks), never a Python object per block:
 
-* the file is laid out by :func:`native_layout`, the vectorized form of the native backend's
-  :meth:`NativeBackend.layout` (``tests/test_simulate.py`` checks they agree);
+* the file is laid out by :func:`ckptio.backends.mpiio.place_blocks`, the placement the native backend's
+  :meth:`NativeBackend.layout` itself uses;
 * the restart (``readers`` ranks, the writer's or a shifted decomposition) is partitioned among the aggregators
   by the real :func:`ckptio.readplan.partition` of the job's :class:`~ckptio.extent_table.ExtentTable`; each
   aggregator's owned rows that some reader needs are cut into parts of at most the buffer and grouped into
@@ -27,13 +27,12 @@ from typing import Any
 import numpy as np
 
 from . import readplan
+from .backends.mpiio import place_blocks
 from .extent_table import ExtentTable
 from .hints import MAX_STRIPE_COUNT
 
 CELLS = 16 * 16 * 16
 BLOCK_VAR_BYTES = CELLS * 8
-HEADER_BYTES = 4096  # the native format's header (backends/mpiio.py HEADER_SIZE)
-BLOCK_ALIGN = 8      # the native format's block alignment (backends/mpiio.py BLOCK_ALIGN)
 _I64 = np.int64
 def parse_size(text: str | int) -> int:
     """'189G' -> bytes (binary units: K, M, G, T)."""
@@ -96,46 +95,6 @@ def split_shifted(n: int, parts: int) -> list[tuple[int, int]]:
     return _pairs(bounds_shifted(n, parts))
 
 
-
-
-def _align(values: np.ndarray, alignment: int) -> np.ndarray:
-    return (values + alignment - 1) // alignment * alignment
-
-
-def native_layout(rank: np.ndarray, local_index: np.ndarray, stored: np.ndarray,
-                  stripe_unit: int) -> tuple[np.ndarray, int, list[tuple[int, int]]]:
-    """The native format's rank-major placement of blocks given as columns (one row per declared block: writing
-    rank, position among that rank's declarations, stored bytes): each block's file offset, the data end and
-    every rank's ``[start, end)`` region. The same placement as :meth:`NativeBackend.layout` (each rank's
-    blocks in declaration order, 8-byte aligned; a rank's region starts on a stripe boundary when it is at least
-    one stripe long), with one Python step per rank instead of one object per block."""
-    rank, local_index, stored = (np.asarray(a, _I64) for a in (rank, local_index, stored))
-    offsets = np.zeros(len(rank), _I64)
-    if not len(rank):
-        return offsets, HEADER_BYTES, []
-    order = np.lexsort((local_index, rank))
-    size = _align(stored[order], BLOCK_ALIGN)
-    first = np.flatnonzero(np.concatenate(([True], rank[order][1:] != rank[order][:-1])))
-    last = np.append(first[1:], len(order)) - 1
-    region = np.add.reduceat(size, first)
-    tail = size[last] - stored[order][last]  # the last block's alignment padding is not part of the region
-    starts = np.empty(len(first), _I64)
-    regions: list[tuple[int, int]] = []
-    pos = HEADER_BYTES
-    for g, (r, t) in enumerate(zip(region.tolist(), tail.tolist(), strict=True)):
-        if r >= stripe_unit:
-            pos = -(-pos // stripe_unit) * stripe_unit
-        start = pos
-        starts[g] = -(-start // BLOCK_ALIGN) * BLOCK_ALIGN
-        pos = int(starts[g]) + r - t
-        if pos > start:
-            regions.append((start, pos))
-    within = np.cumsum(size) - size
-    group = np.repeat(np.arange(len(first)), np.diff(np.append(first, len(order))))
-    offsets[order] = starts[group] + within - within[first][group]
-    return offsets, pos, regions
-
-
 @dataclass
 class FlashJob:
     """The scenario's checkpoint as columns: ``table`` (one row per stored block, in file order) and the writer
@@ -150,14 +109,15 @@ class FlashJob:
 
 
 def build_job(s: PlanScenario) -> FlashJob:
-    """Lay out the scenario's native-format file (:func:`native_layout`) and describe it as an extent table."""
+    """Lay out the scenario's native-format file (:func:`~ckptio.backends.mpiio.place_blocks`) and describe it
+    as an extent table."""
     nblocks = max(s.ranks, s.nbytes // (s.variables * BLOCK_VAR_BYTES))
     wb = bounds_even(nblocks, s.ranks)
     count = np.diff(wb)
     nv = s.variables
     rank = np.repeat(np.arange(s.ranks, dtype=_I64), nv)
     local = np.tile(np.arange(nv, dtype=_I64), s.ranks)  # a rank declares its block of var00, var01, ...
-    offsets, end, _ = native_layout(rank, local, count[rank] * BLOCK_VAR_BYTES, s.stripe_size)
+    offsets, end, _ = place_blocks(rank, local, count[rank] * BLOCK_VAR_BYTES, s.stripe_size)
     keep = count[rank] > 0
     order = np.flatnonzero(keep)[np.argsort(offsets[keep], kind="stable")]
     n = len(order)

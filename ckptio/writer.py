@@ -21,12 +21,15 @@ every other checkpoint untouched; nothing at the final name ever claims to be co
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import itertools
 import os
 import sys
 import time
 import uuid
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +50,16 @@ from .errors import (
     CollectiveError,
     DeclarationError,
 )
-from .plan import SEGMENT, VariablePlan, declaration, own_plan, plan_headers, plan_write, segment_starts
+from .plan import (
+    SEGMENT,
+    VariablePlan,
+    declaration,
+    own_plan,
+    pack_declarations,
+    plan_headers,
+    plan_packed,
+    segment_starts,
+)
 
 
 @dataclass
@@ -79,6 +91,27 @@ def light_copy(document: Mapping[str, Any]) -> dict[str, Any]:
     light = metamod.without_blocks(document)
     light["stats"] = {"write": {k: v for k, v in document["stats"]["write"].items() if k != "placement"}}
     return light
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Any rank: no cyclic garbage collection inside (restored after). Rank 0 unpickles and builds objects for
+    every rank in the declare and index phases: at 30,000 ranks the collector's passes over them made these
+    phases grow faster than the job (they hold no reference cycles; reference counting frees them)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def written_columns(written: Sequence[Any]) -> dict[str, list[Any]]:
+    """Any rank: what it wrote of its blocks (``WrittenBlock`` s, in its declaration order) as three short lists
+    for rank 0's :meth:`Writer._build_meta`: file offsets (-1: none, as in HDF5/netCDF), stored bytes, codecs."""
+    return {"file_offset": [-1 if w.file_offset is None else int(w.file_offset) for w in written],
+            "stored": [int(w.stored_nbytes) for w in written], "codec": [w.codec for w in written]}
 
 
 def byte_summary(per_rank: Sequence[int]) -> dict[str, int]:
@@ -379,7 +412,7 @@ class Writer:
         final_dir = os.path.dirname(os.path.abspath(self.path))
         problem = None if os.path.isdir(final_dir) else (f"{final_dir} is not a directory seen from "
                                                          f"{MPI.Get_processor_name()} (rank {self.comm.Get_rank()})")
-        return {"decls": [p.decl for p in self._pending], "attrs": self.attrs,
+        return {"decls": pack_declarations([p.decl for p in self._pending]), "attrs": self.attrs,
                 "described": varmeta.pack(self._described), "prepare_seconds": time.perf_counter() - t,
                 "dir_problem": _directory_problem(self.path) if self.comm.Get_rank() == 0 else None,
                 "sees_final": problem}
@@ -405,8 +438,9 @@ class Writer:
         _faults.point("declare", comm)
         # rank 0 plans with every rank's declarations; every rank gets the plan's O(variables) part, then only its
         # own share of the rest (its segments' offsets, its blocks' file offsets): never the whole plan
-        headers, tmp, described = coord.gather_and_plan(comm, f"checkpoint {self.path}: declare",
-                                                        self._prepare_local, self._plan_common)
+        with gc_paused():  # rank 0 unpickles and plans every rank's declarations: no cyclic GC passes meanwhile
+            headers, tmp, described = coord.gather_and_plan(comm, f"checkpoint {self.path}: declare",
+                                                            self._prepare_local, self._plan_common)
         share = coord.scatter_from_root(comm, f"checkpoint {self.path}: declare (each rank's share)",
                                         self._plan_shares)
         if rank == 0:
@@ -438,18 +472,17 @@ class Writer:
             io_mark = placement_stats.io_mark()  # what this rank really moves to the file (stats.write.placement)
             written = coord.run(comm, f"checkpoint {self.path}: write data", lambda: session.write_blocks(mine))
             timings["write"] = time.perf_counter() - t
-            local_report = {"blocks": [(p.decl["name"], bp.local_index, p.decl["checksum"], w.file_offset,
-                                        w.stored_nbytes, w.codec)
-                                       for (bp, _), p, w in zip(mine, self._pending, written, strict=True)],
-                            "bytes": sum(w.stored_nbytes for w in written), "timings": timings,
+            local_report = {"written": written_columns(written), "bytes": sum(w.stored_nbytes for w in written),
+                            "timings": timings,
                             "placement": placement_stats.local_record(io_mark)}
             t = time.perf_counter()
             _faults.point("checksum gather", comm)
             # rank 0's effective hints are asked for inside the phase: an MPI error there is agreed on too. The
             # document stays on rank 0; every rank gets it without the block tables (O(variables + nodes))
-            light = coord.gather_and_plan(comm, f"checkpoint {self.path}: build index", lambda: local_report,
-                                          lambda reports: self._index(variables, reports, session.effective_hints(),
-                                                                      session.storage_info(), described))
+            with gc_paused():
+                light = coord.gather_and_plan(comm, f"checkpoint {self.path}: build index", lambda: local_report,
+                                              lambda reports: self._index(variables, reports, session.effective_hints(),
+                                                                          session.storage_info(), described))
             meta = self._document if rank == 0 else light
             _faults.point("write index", comm)
             coord.run(comm, f"checkpoint {self.path}: commit",
@@ -506,7 +539,7 @@ class Writer:
             else:
                 p.stored = data
         check_dir = _directory_problem(self.path) if self.comm.Get_rank() == 0 else None
-        return {"decls": [p.decl for p in self._pending], "attrs": self.attrs,
+        return {"decls": pack_declarations([p.decl for p in self._pending]), "attrs": self.attrs,
                 "described": varmeta.pack(self._described), "dir_problem": check_dir,
                 "prepare_seconds": time.perf_counter() - t}
 
@@ -522,7 +555,7 @@ class Writer:
                            if not metamod.attrs_identical(a0.get(k, "<unset>"), ar.get(k, "<unset>")))
                 raise DeclarationError(f"attribute {key!r} differs between rank 0 ({a0.get(key, '<unset>')!r}) and "
                                        f"rank {r} ({ar.get(key, '<unset>')!r}); attrs must be identical on every rank")
-        variables = plan_write([g["decls"] for g in gathered])
+        variables = plan_packed([g["decls"] for g in gathered])
         described = varmeta.agree([g["described"] for g in gathered])
         varmeta.check_dimensions({name: var.shape for name, var in variables.items()}, described)
         if not variables and not gathered[0]["attrs"]:
@@ -562,31 +595,32 @@ class Writer:
 
     def _my_blocks(self, variables: Mapping[str, VariablePlan], rank: int):
         """This rank's (BlockPlan, stored bytes) in declaration order."""
-        by_index = {b.local_index: b for v in variables.values() for b in v.blocks if b.rank == rank}
+        by_index = {b.local_index: b for v in variables.values() for b in v.blocks_of(rank)}
         return [(by_index[i], p.stored) for i, p in enumerate(self._pending)]
 
     def _build_meta(self, variables: Mapping[str, VariablePlan], reports: list[dict[str, Any]],
                     effective: Mapping[str, str], storage: Mapping[str, dict[str, Any]],
                     described: Mapping[str, varmeta.Description]) -> dict[str, Any]:
-        """Rank 0: the metadata document (schema in ckptio.meta)."""
-        table: dict[tuple[int, int], tuple] = {}
-        for rank, rep in enumerate(reports):
-            for _name, local_index, checksum, file_offset, stored, codec in rep["blocks"]:
-                table[(rank, local_index)] = (checksum, file_offset, stored, codec)
+        """Rank 0: the metadata document (schema in ckptio.meta). The block tables are the plan's columns (where
+        each block is, its checksum from the declaration) with what every rank reported writing (file offset,
+        stored bytes, codec: :func:`written_columns`, in its declaration order), joined without a Python step
+        per block."""
+        firsts = np.cumsum([0] + [len(rep["written"]["file_offset"]) for rep in reports])
+        file_offset = np.fromiter(itertools.chain.from_iterable(rep["written"]["file_offset"] for rep in reports),
+                                  np.int64, int(firsts[-1]))
+        stored = np.fromiter(itertools.chain.from_iterable(rep["written"]["stored"] for rep in reports), np.int64,
+                             int(firsts[-1]))
+        codec_of = list(itertools.chain.from_iterable(rep["written"]["codec"] for rep in reports))
+        codec_names = sorted(set(codec_of) - {None})
+        ids = {None: -1, **{c: i for i, c in enumerate(codec_names)}}
+        codec = np.fromiter(map(ids.__getitem__, codec_of), np.int64, len(codec_of))
         out_vars: dict[str, Any] = {}
         for name, var in variables.items():
-            rows = [(b, *table[(b.rank, b.local_index)]) for b in var.blocks]
-            codec_names = sorted({r[4] for r in rows if r[4] is not None})
-            codec_id = {None: -1, **{c: i for i, c in enumerate(codec_names)}}
-            n, nd = len(rows), len(var.shape)
-            blocks = BlockTable(
-                np.fromiter((b.rank for b, *_ in rows), np.int64, n),
-                np.array([b.box.offset for b, *_ in rows], np.int64).reshape(n, nd),
-                np.array([b.box.shape for b, *_ in rows], np.int64).reshape(n, nd),
-                np.array([int(r[1], 16) for r in rows], np.uint64),
-                np.fromiter((-1 if r[2] is None else r[2] for r in rows), np.int64, n),
-                np.fromiter((r[3] for r in rows), np.int64, n),
-                np.fromiter((codec_id[r[4]] for r in rows), np.int64, n), codec_names)
+            rows = firsts[var.rank] + var.local_index  # where each block's report is
+            used = np.unique(codec[rows][codec[rows] >= 0])
+            codec_ids = np.where(codec[rows] >= 0, np.searchsorted(used, codec[rows]), -1)
+            blocks = BlockTable(var.rank, var.offset, var.size, var.checksum, file_offset[rows], stored[rows],
+                                codec_ids, [codec_names[u] for u in used.tolist()])
             out_vars[name] = {"dtype": var.dtype, "shape": list(var.shape), "kind": var.kind, "blocks": blocks,
                               **described.get(name, {})}
             if name in storage:

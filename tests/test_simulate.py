@@ -5,47 +5,65 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.mpiio import NativeBackend
+from backends.mpiio import BLOCK_ALIGN, HEADER_SIZE, NativeBackend
 from ckptio import extent_table, readplan, scale
 from ckptio import meta as metamod
 from ckptio.layout import Box
 from ckptio.plan import BlockPlan, VariablePlan, choose_aggregators
-from ckptio.simulate import PlanScenario, aggregator_rounds, build_job, native_layout, needed_rows, ost_load
+from ckptio.simulate import PlanScenario, aggregator_rounds, build_job, needed_rows, ost_load
+
+
+def _reference_layout(variables, stripe_unit: int) -> tuple[dict[int, dict[int, int]], int, list[tuple[int, int]]]:
+    """The native placement written block by block (the backend's layout before it became columnar): each
+    rank's blocks in declaration order, 8-byte aligned, a region of at least one stripe starting on a stripe."""
+    per_rank: dict[int, list[tuple[int, int]]] = {}
+    for var in variables.values():
+        for b in var.blocks:
+            stored = b.stored_nbytes if b.stored_nbytes is not None else b.box.size * np.dtype(var.dtype).itemsize
+            per_rank.setdefault(b.rank, []).append((b.local_index, stored))
+    offsets: dict[int, dict[int, int]] = {}
+    regions, pos = [], HEADER_SIZE
+    align = lambda v, a: (v + a - 1) // a * a  # noqa: E731
+    for rank in sorted(per_rank):
+        blocks = sorted(per_rank[rank])
+        if sum(align(n, BLOCK_ALIGN) for _, n in blocks) >= stripe_unit:
+            pos = align(pos, stripe_unit)
+        start = pos
+        mine = offsets[rank] = {}
+        for local_index, stored in blocks:
+            pos = align(pos, BLOCK_ALIGN)
+            mine[local_index] = pos
+            pos += stored
+        if pos > start:
+            regions.append((start, pos))
+    return offsets, pos, regions
 
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**16), ranks=st.integers(1, 9), nvars=st.integers(1, 4),
        stripe=st.sampled_from([8, 64, 4096, 1 << 20]))
-def test_native_layout_equals_the_backends_layout(seed, ranks, nvars, stripe):
+def test_native_layout_equals_the_block_by_block_placement(seed, ranks, nvars, stripe):
     """Random blocks (some ranks with none, empty blocks, stored sizes not multiples of 8, regions below and
-    above a stripe): the vectorized layout gives NativeBackend.layout's offsets, data end and regions."""
+    above a stripe): NativeBackend.layout (columnar, place_blocks) gives the offsets, data end and regions of
+    the placement computed block by block."""
     rng = np.random.default_rng(seed)
-    variables, rank, local, stored, keys = {}, [], [], [], []
+    variables = {}
     count = np.zeros(ranks, int)
     for v in range(nvars):
         dtype = ["<f8", "|i1", "<i2"][v % 3]
-        var = VariablePlan(f"v{v}", dtype, (1000,), "array")
+        blocks = []
         for r in range(ranks):
             for _ in range(int(rng.integers(0, 3))):
                 n = int(rng.integers(0, 700))
                 packed = int(rng.integers(1, n + 2)) if rng.random() < 0.3 else None  # "compressed"
-                b = BlockPlan(r, int(count[r]), Box((0,), (n,)), packed)
+                blocks.append(BlockPlan(r, int(count[r]), Box((0,), (n,)), packed))
                 count[r] += 1
-                var.blocks.append(b)
-                rank.append(r)
-                local.append(b.local_index)
-                stored.append(packed if packed is not None else n * np.dtype(dtype).itemsize)
-                keys.append((r, b.local_index))
-        variables[var.name] = var
-    want = NativeBackend().layout(variables, stripe, ranks)
-    offsets, end, regions = native_layout(np.array(rank, np.int64), np.array(local, np.int64),
-                                          np.array(stored, np.int64), stripe)
-    got: dict[int, dict[int, int]] = {}  # as the native layout keeps them: rank -> local index -> file offset
-    for (r, i), o in zip(keys, offsets, strict=True):
-        got.setdefault(r, {})[i] = int(o)
-    assert got == want["offsets"]
-    assert end == want["data_end"]
-    assert regions == want["regions"]
+        variables[f"v{v}"] = VariablePlan.from_blocks(f"v{v}", dtype, (1000,), "array", blocks)
+    want_offsets, want_end, want_regions = _reference_layout(variables, stripe)
+    got = NativeBackend().layout(variables, stripe, ranks)
+    assert got["by_rank"] == [[want_offsets[r][i] for i in range(int(count[r]))] for r in range(ranks)]
+    assert got["data_end"] == want_end
+    assert got["regions"] == want_regions
 
 
 @settings(max_examples=25, deadline=None)
