@@ -83,8 +83,12 @@ class ReadStats:
     # plan, io (file reads), verify (checksums), exchange (moving pieces), data (wall time of the rounds: io +
     # verify and exchange overlap when the aggregators read in a helper thread), wait (this rank blocked on that
     # thread). Overlap figure: (io + verify + exchange - data) / exchange, the exchange hidden behind reading.
-    seconds: dict[str, float] = field(default_factory=lambda: {"plan": 0.0, "io": 0.0, "verify": 0.0,
-                                                               "exchange": 0.0, "data": 0.0, "wait": 0.0})
+    # CPU seconds, less sensitive to other load than wall time: cpu_io, cpu_verify (the reading thread's own CPU
+    # time, time.thread_time), cpu_exchange (the calling thread's), cpu_plan and cpu_data (the whole process's,
+    # time.process_time, the reading thread included).
+    seconds: dict[str, float] = field(default_factory=lambda: {
+        "plan": 0.0, "io": 0.0, "verify": 0.0, "exchange": 0.0, "data": 0.0, "wait": 0.0,
+        "cpu_plan": 0.0, "cpu_io": 0.0, "cpu_verify": 0.0, "cpu_exchange": 0.0, "cpu_data": 0.0})
     opened_file: bool = False
     host: str = ""  # where this rank runs (MPI_Get_processor_name)
     aggregator: bool = False  # whether this rank is a restart aggregator (one of reader.aggregators)
@@ -364,7 +368,7 @@ class Reader:
         """Collective: route the requests, let the aggregators plan, then read and exchange round by round,
         reading round k+1 while round k is exchanged where the extent reader allows (:mod:`ckptio.readpipe`)."""
         comm = self.comm
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         mine, given = coord.run(comm, f"read {self.path}: requests", lambda: self._requests(requests, out))
         nd = self._routing.ndim
         records = readplan.request_records([self._padded(q) for q in mine], nd)
@@ -379,8 +383,9 @@ class Reader:
             g if g is not None else np.empty(q.box.shape, dtype=self._variables[q.var].dtype)
             for q, g in zip(mine, given, strict=True)])
         self.stats.seconds["plan"] += time.perf_counter() - t
+        self.stats.seconds["cpu_plan"] += time.process_time() - c
         self._ensure_open(nrounds > 0)
-        t_data = time.perf_counter()
+        t_data, c_data = time.perf_counter(), time.process_time()
         loader = None
         if plan is not None and nrounds > 0:
             direct = self._direct_parts(plan, records, outputs)
@@ -390,15 +395,17 @@ class Reader:
         try:
             for k in range(nrounds):
                 arrays, error = loader.get(k) if loader is not None else ({}, None)
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.thread_time()
                 error = self._exchange(k, plan, incoming[k], arrays, records, outputs, error)
                 self.stats.seconds["exchange"] += time.perf_counter() - t
+                self.stats.seconds["cpu_exchange"] += time.thread_time() - c
                 self.stats.rounds += 1
                 coord.agree(comm, f"read {self.path}: round {k + 1} of {nrounds}", error)
         finally:
             if loader is not None:
                 loader.close()
             self.stats.seconds["data"] += time.perf_counter() - t_data
+            self.stats.seconds["cpu_data"] += time.process_time() - c_data
         return outputs
 
     def _direct_parts(self, plan: readplan.AggregatorPlan, records: np.ndarray,
@@ -440,22 +447,24 @@ class Reader:
         parts = plan.rounds[k] if k < plan.nrounds else []
         if not parts and self._extent_reader.independent:
             return {}
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         extents = [self._part_extent(plan.parts[p]) for p in parts]
         if direct:
             data, calls = self._extent_reader.read(extents, slot=slot, into=[direct.get(p) for p in parts])
         else:
             data, calls = self._extent_reader.read(extents, slot=slot)
         self.stats.seconds["io"] += time.perf_counter() - t
+        self.stats.seconds["cpu_io"] += time.thread_time() - c
         self.stats.file_bytes += sum(e.nbytes for e in extents)
         self.stats.file_calls += calls
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         arrays: dict[int, np.ndarray] = {}
         for p, arr in zip(parts, data, strict=True):
             arrays[p] = arr
             if self.verify:
                 self._verify_part(plan.parts[p], arr)
         self.stats.seconds["verify"] += time.perf_counter() - t
+        self.stats.seconds["cpu_verify"] += time.thread_time() - c
         return arrays
 
     @staticmethod
