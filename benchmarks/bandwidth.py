@@ -51,6 +51,7 @@ def one_round(ctx: Context, case: Case, entry: dict[str, Any], verify: bool) -> 
     if rank == 0:
         evict(paths)
     cold = comm.bcast((residency, resident_fraction(paths)) if rank == 0 else None, root=0)
+    case.prepare(ctx)
     t_cold, (arrays, rinfo) = timed(comm, lambda: case.read(ctx))
     if verify and case.group != "raw":
         collective(comm, lambda got=arrays: _verify(ctx, got))

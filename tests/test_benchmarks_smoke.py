@@ -25,6 +25,7 @@ def test_quick_benchmark_run(tmp_path):
         assert section in doc, f"results.json has no {section!r} section"
     bw = doc["bandwidth"]
     assert bw["raw"]["status"] == "ok" and bw["ckptio-mpiio"]["status"] == "ok"
+    assert bw["raw-fill"]["status"] == "ok"  # the raw read into a whole-size array: a restart's memory traffic
     measured = [e for e in bw.values() if e["status"] == "ok"]
     assert len(measured) >= 3
     for entry in measured:
