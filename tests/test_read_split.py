@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
+from ckptio.backends import rawio
 from mpi_helpers import BACKENDS, run_script
+
+from ckptio.layout import Box
+from ckptio.plan import Extent
 
 SPLIT = r"""
 import json, sys, numpy as np, ckptio
@@ -72,3 +77,46 @@ def test_corruption_in_a_split_part_fails_every_rank(tmp_path, backend, buffer, 
     proc = run_script(2, SPLIT, tmp_path, str(tmp_path / "chk"), backend, buffer, where, timeout=300)
     lines = sorted(line for line in proc.stdout.splitlines() if line.startswith(("CORRUPT", "STATS")))
     assert lines == ["CORRUPT 0 True", "CORRUPT 1 True"], proc.stdout + proc.stderr
+
+
+def test_scattering_read_fills_buffer_and_stretches_in_file_order(tmp_path, monkeypatch):
+    """``PosixExtentReader.read`` with stretches: more arrays than one ``preadv`` takes (batches), short reads
+    continued mid-array, adjacent extents read together; the extent's bytes outside its stretches are in the
+    returned buffer view, the stretches' bytes in the caller's arrays."""
+    data = np.random.default_rng(5).integers(0, 256, 3 * 4096, dtype=np.uint8)
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"\0" * 100 + data.tobytes())
+    meta = {"variables": {"v": {"dtype": "|u1", "shape": [3 * 4096]}}}
+    extents = [Extent("v", Box((i * 4096,), (4096,)), 100 + i * 4096, 4096) for i in range(3)]
+    # extent 0: 700 stretches of 3 bytes every 5 bytes; extent 1: none; extent 2: read whole into one array
+    stretches0 = [(5 * k, np.zeros(3, np.uint8)) for k in range(700)]
+    whole = np.zeros(4096, np.uint8)
+    calls: list[int] = []
+    real = rawio.os.preadv
+
+    def short_preadv(fd, buffers, offset):  # at most 1000 bytes per call: continued mid-array
+        calls.append(len(buffers))
+        room, cut = 1000, []
+        for b in buffers:
+            if room <= 0:
+                break
+            cut.append(b[:room])
+            room -= len(cut[-1])
+        return real(fd, cut, offset)
+
+    monkeypatch.setattr(rawio.os, "preadv", short_preadv)
+    reader = rawio.PosixExtentReader(str(path), meta)
+    try:
+        arrays, ncalls = reader.read(extents, slot=0, into=[stretches0, None, [(0, whole)]])
+    finally:
+        reader.close()
+    assert ncalls == len(calls) and max(calls) <= rawio._MAX_IOV and ncalls >= 3 * 4096 // 1000
+    assert arrays[2] is whole or np.shares_memory(arrays[2], whole)
+    assert np.array_equal(whole, data[2 * 4096:])
+    assert np.array_equal(arrays[1], data[4096:2 * 4096])
+    for off, dst in stretches0:
+        assert np.array_equal(dst, data[off:off + 3]), off
+    gaps = np.ones(4096, bool)
+    for off, _ in stretches0:
+        gaps[off:off + 3] = False
+    assert np.array_equal(arrays[0][gaps], data[:4096][gaps])
