@@ -802,7 +802,8 @@ class Reader:
         ``MPI_BOTTOM``: pieces go from the read buffer straight into the callers' arrays, strided ones included,
         and ckptio packs nothing. The messages are matched nonblocking point-to-point calls on a duplicate of
         the communicator (a user's pending receives can never match them). Pieces an aggregator holds for
-        itself skip MPI: one copy from the part into the output. No message reaches ``MAX_MESSAGE_BYTES``.
+        itself skip MPI: read straight into the output (:meth:`_direct_parts`), else one copy from the part into
+        the output. No message reaches ``MAX_MESSAGE_BYTES``.
         """
         from mpi4py import MPI
 
@@ -853,7 +854,7 @@ class Reader:
     def _send_streams(self, k: int, plan: readplan.AggregatorPlan, arrays: Mapping[int, np.ndarray],
                       records: np.ndarray, outputs: list[np.ndarray]) -> dict[int, memtypes.Stream]:
         """Local, an aggregator: round ``k``'s pieces for other ranks as streams of the read parts' memory, by
-        destination; its own pieces are copied into its outputs here."""
+        destination; its own pieces not read straight into its outputs are copied there here."""
         me = self.comm.Get_rank()
         nd = self._routing.ndim
         lo_end = np.searchsorted(plan.piece_round, [k, k + 1]).tolist()
