@@ -266,6 +266,22 @@ def _bytes_at(addr: int, nbytes: int) -> np.ndarray:
     return np.frombuffer((ctypes.c_char * nbytes).from_address(addr), np.uint8)
 
 
+_MAX_IOV = 512  # arrays per preadv call (well under IOV_MAX, 1024 on Linux)
+
+
+def _joined(memory: list[np.ndarray]) -> list[np.ndarray]:
+    """Consecutive uint8 arrays that follow one another in memory joined into one (fewer iovec entries)."""
+    out: list[np.ndarray] = []
+    for m in memory:
+        if not m.nbytes:
+            continue
+        if out and _address(m) == _address(out[-1]) + out[-1].nbytes:
+            out[-1] = _bytes_at(_address(out[-1]), out[-1].nbytes + m.nbytes)
+        else:
+            out.append(m)
+    return out
+
+
 class PosixExtentReader(ExtentReader):
     """An aggregator's independent reader: large ``preadv`` calls into two reusable aligned buffers.
 
@@ -283,43 +299,76 @@ class PosixExtentReader(ExtentReader):
         self._buffers: dict[int, np.ndarray] = {}
 
     def read(self, extents: Sequence[Extent], slot: int = 0,
-             into: Sequence[np.ndarray | None] | None = None) -> tuple[list[np.ndarray], int]:
-        """As :meth:`ExtentReader.read`; ``into``: per extent, None or a contiguous, writable uint8 array of its
-        size (the caller's final memory) to read it into instead of the slot's buffer."""
+             into: Sequence[Sequence[tuple[int, np.ndarray]] | None] | None = None) -> tuple[list[np.ndarray], int]:
+        """As :meth:`ExtentReader.read`; ``into``: per extent, None or the stretches of it to read straight into
+        the caller's final memory: ``(byte offset in the extent, contiguous writable uint8 array)``, in order, not
+        overlapping. An extent that is one such stretch whole is returned as that memory; any other extent is
+        returned as its place in the slot's buffer, where the bytes read elsewhere are left unwritten (one
+        ``preadv`` scatters the file's bytes into the buffer and the caller's memory)."""
         targets = list(into) if into is not None else [None] * len(extents)
-        total = sum(e.nbytes for e, d in zip(extents, targets, strict=True) if d is None)
+        whole = [t is not None and len(t) == 1 and t[0][0] == 0 and t[0][1].nbytes == e.nbytes
+                 for e, t in zip(extents, targets, strict=True)]
+        total = sum(e.nbytes for e, w in zip(extents, whole, strict=True) if not w)
         buf = aligned_scratch(self._buffers, slot, total)
-        views, pos = [], 0
-        for e, d in zip(extents, targets, strict=True):
-            if d is None:
-                d = buf[pos:pos + e.nbytes]
-                pos += e.nbytes
-            views.append(d)
+        views: list[np.ndarray] = []
+        memory: list[list[np.ndarray]] = []  # per extent, where its bytes go, in file order
+        pos = 0
+        for e, t, w in zip(extents, targets, whole, strict=True):
+            if w:
+                views.append(t[0][1])
+                memory.append([t[0][1]])
+                continue
+            view = buf[pos:pos + e.nbytes]
+            pos += e.nbytes
+            segments, at = [], 0
+            for off, dst in t or ():
+                if off > at:
+                    segments.append(view[at:off])
+                segments.append(dst)
+                at = off + dst.nbytes
+            if at < e.nbytes:
+                segments.append(view[at:])
+            views.append(view)
+            memory.append(segments)
         calls = 0
-        # stretches: consecutive extents adjacent in the file and in memory, read by one call each
+        # stretches: consecutive extents adjacent in the file, read by one scattering call each
         i = 0
         while i < len(extents):
             j, end = i + 1, extents[i].file_offset + extents[i].nbytes
-            while (j < len(extents) and extents[j].file_offset == end
-                   and _address(views[j]) == _address(views[j - 1]) + views[j - 1].nbytes):
+            while j < len(extents) and extents[j].file_offset == end:
                 end += extents[j].nbytes
                 j += 1
-            whole = views[i] if j == i + 1 else _bytes_at(_address(views[i]), end - extents[i].file_offset)
-            calls += self._pread(whole, extents[i].file_offset)
+            calls += self._preadv(_joined([m for k in range(i, j) for m in memory[k]]), extents[i].file_offset)
             i = j
         return [decode_extent(self.meta, e, v) for e, v in zip(extents, views, strict=True)], calls
 
-    def _pread(self, into: np.ndarray, offset: int) -> int:
-        """Fill ``into`` from file ``offset`` (short reads continued); returns the number of calls."""
-        done, calls, n = 0, 0, into.nbytes
-        view = memoryview(into)
-        while done < n:
-            got = os.preadv(self.fd, [view[done:done + min(n - done, _MAX_CHUNK)]], offset + done)
+    def _preadv(self, memory: list[np.ndarray], offset: int) -> int:
+        """Fill the ``memory`` arrays, in order, from file ``offset`` on (short reads continued, at most
+        ``_MAX_IOV`` arrays and ``_MAX_CHUNK`` bytes per call); returns the number of calls."""
+        views = [memoryview(m).cast("B") for m in memory if m.nbytes]
+        calls, done, k, skip = 0, 0, 0, 0  # views[k][skip:] is the next memory to fill
+        while k < len(views):
+            batch, room = [], _MAX_CHUNK
+            for v in views[k:k + _MAX_IOV]:
+                v = v[skip:] if not batch else v
+                batch.append(v[:room])
+                room -= len(batch[-1])
+                if not room:
+                    break
+            got = os.preadv(self.fd, batch, offset + done)
             calls += 1
             if got == 0:
+                missing = sum(len(v) for v in views[k:]) - skip
                 raise IncompleteCheckpointError(f"{self.path}: file ends at byte {offset + done}, inside the data "
-                                                f"({n - done} bytes missing at offset {offset + done})")
+                                                f"({missing} bytes missing at offset {offset + done})")
             done += got
+            while got:
+                left = len(views[k]) - skip
+                if got >= left:
+                    got -= left
+                    k, skip = k + 1, 0
+                else:
+                    skip, got = skip + got, 0
         return calls
 
     def close(self) -> None:

@@ -51,12 +51,13 @@ def one_round(ctx: Context, case: Case, entry: dict[str, Any], verify: bool) -> 
     if rank == 0:
         evict(paths)
     cold = comm.bcast((residency, resident_fraction(paths)) if rank == 0 else None, root=0)
+    case.prepare(ctx)
     t_cold, (arrays, rinfo) = timed(comm, lambda: case.read(ctx))
     if verify and case.group != "raw":
         collective(comm, lambda got=arrays: _verify(ctx, got))
         entry["verified"] = True
     arrays = None  # free the restart arrays before the hot read allocates new ones
-    t_hot, _ = timed(comm, lambda: case.read(ctx)[1])
+    t_hot, hinfo = timed(comm, lambda: case.read(ctx)[1])
     entry["write_seconds"].append(t_write)
     entry["read_cold_seconds"].append(t_cold)
     entry["read_hot_seconds"].append(t_hot)
@@ -65,12 +66,19 @@ def one_round(ctx: Context, case: Case, entry: dict[str, Any], verify: bool) -> 
     if "stats" in winfo:
         entry.setdefault("write_stats", []).append(winfo["stats"])
         entry.setdefault("blocked_seconds", []).append(comm.allreduce(winfo["blocked_seconds"], op=_max()))
-    read_secs = dict((rinfo.get("stats") or {}).get("seconds", {}))
-    if "data" in read_secs:  # the exchange time this rank hid behind its reads (helper thread; 0 without one)
-        busy = read_secs.get("io", 0.0) + read_secs.get("verify", 0.0) + read_secs.get("exchange", 0.0)
-        read_secs["hidden"] = max(0.0, busy - read_secs["data"])
     if case.group == "ckptio":
-        entry.setdefault("read_stats_seconds_max", []).append(_max_over_ranks(comm, read_secs))
+        entry.setdefault("read_stats_seconds_max", []).append(_max_over_ranks(comm, _read_phases(rinfo)))
+        entry.setdefault("read_hot_stats_seconds_max", []).append(_max_over_ranks(comm, _read_phases(hinfo)))
+
+
+def _read_phases(info: dict[str, Any]) -> dict[str, float]:
+    """A reader's ``stats.seconds`` plus ``hidden``: the exchange time it hid behind its reads (helper thread; 0
+    without one)."""
+    secs = dict((info.get("stats") or {}).get("seconds", {}))
+    if "data" in secs:
+        busy = secs.get("io", 0.0) + secs.get("verify", 0.0) + secs.get("exchange", 0.0)
+        secs["hidden"] = max(0.0, busy - secs["data"])
+    return secs
 
 
 def _max():
@@ -92,11 +100,12 @@ def finish(entry: dict[str, Any], nbytes: int) -> None:
         entry["stored_bytes"] = entry["write_stats"][-1]["bytes_total"]
         entry["compression_ratio"] = nbytes / entry["stored_bytes"] if entry["stored_bytes"] else None
         del entry["write_stats"]
-    if entry.get("read_stats_seconds_max"):
-        keys = sorted({k for s in entry["read_stats_seconds_max"] for k in s})
-        entry["read_phases_median"] = {k: summary([s.get(k, 0.0) for s in entry["read_stats_seconds_max"]])["median"]
-                                       for k in keys}
-        del entry["read_stats_seconds_max"]
+    for raw, median in (("read_stats_seconds_max", "read_phases_median"),
+                        ("read_hot_stats_seconds_max", "read_hot_phases_median")):
+        if entry.get(raw):
+            keys = sorted({k for s in entry[raw] for k in s})
+            entry[median] = {k: summary([s.get(k, 0.0) for s in entry[raw]])["median"] for k in keys}
+            del entry[raw]
 
 
 def measure(ctx: Context, cases: list[Case], repeats: int, log) -> dict[str, dict[str, Any]]:

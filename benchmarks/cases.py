@@ -76,6 +76,7 @@ class Case:
     reason: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     cleanup: Callable[[Context], list[str]] = lambda ctx: []  # more files the case leaves (removed, not evicted)
+    prepare: Callable[[Context], None] = lambda ctx: None  # before the timed reads (e.g. allocate out= arrays)
 
 
 def _path(ctx: Context, key: str, suffix: str = "") -> str:
@@ -83,12 +84,18 @@ def _path(ctx: Context, key: str, suffix: str = "") -> str:
 
 
 # ----------------------------------------------------------------------------------------------------- raw
-def raw_case() -> Case:
+def raw_case(fill: bool = False) -> Case:
     """One process, ``os.write`` of RAW_CHUNK pieces of a 4096-aligned buffer, then ``fsync``; read back with
-    ``os.readv`` into a 4096-aligned buffer of the same size (reused, so the read is not slowed by page faults)."""
+    ``os.readv`` into a 4096-aligned buffer of the same size (reused, so the read is not slowed by page faults).
+
+    ``fill``: read back into consecutive stretches of one array of the whole file's size instead (allocated and
+    touched once, outside the timed reads), as a restart must: every byte lands in its own place in memory, so
+    the read writes the whole size to memory, where the reused 16 MiB buffer of the raw reference can stay in the
+    processor's cache. The restart's own floor on this machine (1 process)."""
+    key = "raw-fill" if fill else "raw"
 
     def path(ctx: Context) -> str:
-        return _path(ctx, "raw", ".bin")
+        return _path(ctx, key, ".bin")
 
     def buffer(ctx: Context) -> np.ndarray:
         if "raw_buffer" not in ctx.cache:
@@ -119,7 +126,8 @@ def raw_case() -> Case:
         fd = os.open(path(ctx), os.O_RDONLY)
         try:
             while done < total:
-                n = os.readv(fd, [memoryview(buf)[: min(RAW_CHUNK, total - done)]])
+                dest = memoryview(ctx.cache["raw_fill"])[done:] if fill else memoryview(buf)
+                n = os.readv(fd, [dest[: min(RAW_CHUNK, total - done)]])
                 if n == 0:
                     raise OSError(f"{path(ctx)}: short read at {done} of {total} bytes")
                 done += n
@@ -127,7 +135,16 @@ def raw_case() -> Case:
             os.close(fd)
         return None, {"bytes": done}
 
-    return Case("raw", "raw storage (1 process, os.write/readv 16 MiB aligned)", "raw",
+    def prepare(ctx: Context) -> None:
+        if fill and ctx.rank == 0 and ctx.cache.get("raw_fill") is None:
+            ctx.cache["raw_fill"] = aligned_empty(ctx.data.total_bytes)
+            ctx.cache["raw_fill"][:] = 1  # the pages exist before the timed reads, like a restart's out= arrays
+
+    if fill:
+        return Case(key, "raw storage, read into a whole-size array (1 process, readv 16 MiB pieces)", "raw",
+                    "one process; as raw, but the read fills one preallocated array of the file's size (a restart's "
+                    "memory traffic)", write, read, lambda ctx: [path(ctx)], prepare=prepare)
+    return Case(key, "raw storage (1 process, os.write/readv 16 MiB aligned)", "raw",
                 "one process; buffered os.write + fsync, os.readv into a reused 4096-aligned buffer",
                 write, read, lambda ctx: [path(ctx)])
 
@@ -336,8 +353,13 @@ def async_support() -> dict[str, str]:
             "staged": "available" if "stage_dir" in params else "not available"}
 
 
-def ckptio_case(backend: str, compression: str | None = None, mode: str = "sync") -> Case:
-    """ckptio ``create``/``write``/``close`` and ``open``/``read_many``, one backend and mode."""
+def ckptio_case(backend: str, compression: str | None = None, mode: str = "sync", out: bool = False) -> Case:
+    """ckptio ``create``/``write``/``close`` and ``open``/``read_many``, one backend and mode.
+
+    ``out``: the restart passes ``read_many(out=)`` arrays this rank already has (allocated and filled with -1
+    once, outside the timed reads, then reused like a simulation's own arrays; the raw reference reads into a
+    reused buffer too), so the read pays no page faults of fresh output memory; without it, every read allocates
+    its arrays (the kernel maps and zeroes every page during the read)."""
     import ckptio.backends as cb
 
     reason = ""
@@ -346,7 +368,7 @@ def ckptio_case(backend: str, compression: str | None = None, mode: str = "sync"
     elif mode != "sync" and async_support()[mode] != "available":
         reason = f"ckptio.create has no {mode} mode (not available)"
     key = f"ckptio-{backend}" + (f"-{compression.split(':')[0]}" if compression else "") + \
-          ("" if mode == "sync" else f"-{mode}")
+          ("" if mode == "sync" else f"-{mode}") + ("-out" if out else "")
 
     def path(ctx: Context) -> str:
         return _path(ctx, key, ".ckpt")
@@ -390,13 +412,14 @@ def ckptio_case(backend: str, compression: str | None = None, mode: str = "sync"
             return None, {}
         first, count = ctx.my_read_range()
         shape = (count, NXB, NXB, NXB)
+        given = ctx.cache[f"{key}/out"] if out else None
         with ckptio.open(path(ctx), ctx.readers) as ck:
-            out = ck.read_many([(name, (first, 0, 0, 0), shape) for name in ctx.data.names])
+            arrays = ck.read_many([(name, (first, 0, 0, 0), shape) for name in ctx.data.names], out=given)
             stats = ck.stats.to_json()
-        return out, {"stats": stats}
+        return arrays, {"stats": stats}
 
-    label = f"ckptio {backend}" + (f" + {compression}" if compression else "") + ("" if mode == "sync" else
-                                                                                   f" ({mode})")
+    label = (f"ckptio {backend}" + (f" + {compression}" if compression else "") +
+             ("" if mode == "sync" else f" ({mode})") + (" restart into out=" if out else ""))
     note = {"mpiio": "native format, one Write_all (hindexed view); two-phase aggregated restart",
             "hdf5": "parallel HDF5 file, collective H5Dwrite per variable; restart reads raw extents",
             "pnetcdf": "CDF-5 file, iput_var + wait_all; restart reads raw extents"}[backend]
@@ -404,6 +427,8 @@ def ckptio_case(backend: str, compression: str | None = None, mode: str = "sync"
         note += f"; per-block {compression} (bandwidth counts the uncompressed bytes)"
     if mode == "async":
         note += "; async: close() returns after copying to staging buffers, an I/O thread writes and commits"
+    if out:
+        note += "; the restart fills arrays the readers already have (read_many(out=), allocated once)"
     if mode == "staged":
         note += ("; staged: close() writes to stage_dir (a tmpfs, /dev/shm, as a node-local fast tier), "
                  "the I/O thread drains it to the target (checksums verified)")
@@ -411,15 +436,22 @@ def ckptio_case(backend: str, compression: str | None = None, mode: str = "sync"
     def cleanup(ctx: Context) -> list[str]:
         return [stage_dir(ctx)] if mode == "staged" else []
 
+    def prepare(ctx: Context) -> None:
+        if out and ctx.is_reader and f"{key}/out" not in ctx.cache:  # the simulation's arrays, pages touched
+            shape = (ctx.my_read_range()[1], NXB, NXB, NXB)
+            ctx.cache[f"{key}/out"] = [np.full(shape, -1.0) for _ in ctx.data.names]
+
     return Case(key, label, "ckptio", note, write, read, lambda ctx: [path(ctx)], not reason, reason,
-                {"backend": backend, "compression": compression, "mode": mode}, cleanup)
+                {"backend": backend, "compression": compression, "mode": mode, "out": out}, cleanup, prepare)
 
 
 def all_cases(compression: str) -> list[Case]:
     """The bandwidth table's rows, in display order."""
-    cases = [raw_case(), h5py_case(), pnetcdf_case(), numpy_case(), adios2_case()]
+    cases = [raw_case(), raw_case(fill=True), h5py_case(), pnetcdf_case(), numpy_case(), adios2_case()]
     for backend in ("mpiio", "hdf5", "pnetcdf"):
         cases.append(ckptio_case(backend))
+        if backend == "mpiio":
+            cases.append(ckptio_case(backend, out=True))
     cases.append(ckptio_case("mpiio", compression))
     for mode in ("async", "staged"):
         cases.append(ckptio_case("mpiio", None, mode))

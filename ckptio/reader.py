@@ -80,11 +80,16 @@ class ReadStats:
     bytes_received: int = 0
     rounds: int = 0
     messages: int = 0  # point-to-point messages of the exchange this rank sent or received
+    direct_bytes: int = 0  # bytes an aggregator read straight from the file into its own outputs (no buffer)
     # plan, io (file reads), verify (checksums), exchange (moving pieces), data (wall time of the rounds: io +
     # verify and exchange overlap when the aggregators read in a helper thread), wait (this rank blocked on that
     # thread). Overlap figure: (io + verify + exchange - data) / exchange, the exchange hidden behind reading.
-    seconds: dict[str, float] = field(default_factory=lambda: {"plan": 0.0, "io": 0.0, "verify": 0.0,
-                                                               "exchange": 0.0, "data": 0.0, "wait": 0.0})
+    # CPU seconds, less sensitive to other load than wall time: cpu_io, cpu_verify (the reading thread's own CPU
+    # time, time.thread_time), cpu_exchange (the calling thread's), cpu_plan and cpu_data (the whole process's,
+    # time.process_time, the reading thread included).
+    seconds: dict[str, float] = field(default_factory=lambda: {
+        "plan": 0.0, "io": 0.0, "verify": 0.0, "exchange": 0.0, "data": 0.0, "wait": 0.0,
+        "cpu_plan": 0.0, "cpu_io": 0.0, "cpu_verify": 0.0, "cpu_exchange": 0.0, "cpu_data": 0.0})
     opened_file: bool = False
     host: str = ""  # where this rank runs (MPI_Get_processor_name)
     aggregator: bool = False  # whether this rank is a restart aggregator (one of reader.aggregators)
@@ -93,6 +98,7 @@ class ReadStats:
     def to_json(self) -> dict[str, Any]:
         return {"file_bytes": self.file_bytes, "file_calls": self.file_calls, "bytes_sent": self.bytes_sent,
                 "bytes_received": self.bytes_received, "rounds": self.rounds, "messages": self.messages,
+                "direct_bytes": self.direct_bytes,
                 "seconds": dict(self.seconds), "opened_file": self.opened_file, "host": self.host,
                 "aggregator": self.aggregator, "read_ahead": self.read_ahead}
 
@@ -124,6 +130,19 @@ def _region(lo: np.ndarray, shape: np.ndarray, origin: np.ndarray, ndim: int) ->
     then ``...`` (so that a 0-d array gives a 0-d view, not a copy as a scalar)."""
     return (*(slice(int(a - o), int(a - o + n)) for a, o, n in zip(lo[:ndim], origin[:ndim], shape[:ndim],
                                                                     strict=True)), Ellipsis)
+
+
+def _box_bytes(rel: np.ndarray, shape: np.ndarray, full: np.ndarray, itemsize: int) -> tuple[int, int] | None:
+    """``(byte offset, byte length)`` of the box ``rel``/``shape`` in a C-ordered array of shape ``full``, or
+    None where its elements are not one contiguous byte range (every axis after its first longer than 1 must be
+    whole). Local."""
+    longer = np.flatnonzero(shape > 1)
+    if len(longer) and (shape[longer[0] + 1:] != full[longer[0] + 1:]).any():
+        return None
+    strides = np.ones(len(full), np.int64)
+    if len(full) > 1:
+        strides[:-1] = np.cumprod(full[:0:-1])[::-1]
+    return int((rel * strides).sum()) * itemsize, int(np.prod(shape)) * itemsize
 
 
 def _describe_out(out: object) -> str:
@@ -296,6 +315,7 @@ class Reader:
         self._p2p_comm = None  # the exchange's communicator (a duplicate), made by the first exchange
         self._opened = False
         self._chains: dict[int, Any] = {}
+        self._direct_pieces: set[int] = set()  # this read's pieces read straight into the outputs (_direct_parts)
         self.stats = ReadStats(**placement_stats.rank_placement(self.aggregators, comm.Get_rank()))
         self._last_failed = False
 
@@ -364,7 +384,7 @@ class Reader:
         """Collective: route the requests, let the aggregators plan, then read and exchange round by round,
         reading round k+1 while round k is exchanged where the extent reader allows (:mod:`ckptio.readpipe`)."""
         comm = self.comm
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         mine, given = coord.run(comm, f"read {self.path}: requests", lambda: self._requests(requests, out))
         nd = self._routing.ndim
         records = readplan.request_records([self._padded(q) for q in mine], nd)
@@ -379,83 +399,191 @@ class Reader:
             g if g is not None else np.empty(q.box.shape, dtype=self._variables[q.var].dtype)
             for q, g in zip(mine, given, strict=True)])
         self.stats.seconds["plan"] += time.perf_counter() - t
+        self.stats.seconds["cpu_plan"] += time.process_time() - c
         self._ensure_open(nrounds > 0)
-        t_data = time.perf_counter()
+        t_data, c_data = time.perf_counter(), time.process_time()
         loader = None
+        self._direct_pieces = set()
         if plan is not None and nrounds > 0:
-            direct = self._direct_parts(plan, records, outputs)
+            direct, self._direct_pieces = self._direct_parts(plan, records, outputs)
             loader = readpipe.RoundLoader(lambda k, slot: self._load_round(plan, k, slot, direct), nrounds,
                                           self._extent_reader.independent, self.stats.seconds)
             self.stats.read_ahead = self.stats.read_ahead or loader.threaded
         try:
             for k in range(nrounds):
                 arrays, error = loader.get(k) if loader is not None else ({}, None)
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.thread_time()
                 error = self._exchange(k, plan, incoming[k], arrays, records, outputs, error)
                 self.stats.seconds["exchange"] += time.perf_counter() - t
+                self.stats.seconds["cpu_exchange"] += time.thread_time() - c
                 self.stats.rounds += 1
                 coord.agree(comm, f"read {self.path}: round {k + 1} of {nrounds}", error)
         finally:
             if loader is not None:
                 loader.close()
             self.stats.seconds["data"] += time.perf_counter() - t_data
+            self.stats.seconds["cpu_data"] += time.process_time() - c_data
         return outputs
 
-    def _direct_parts(self, plan: readplan.AggregatorPlan, records: np.ndarray,
-                      outputs: list[np.ndarray]) -> dict[int, np.ndarray]:
-        """Local, an aggregator with an independent extent reader: the parts it can read straight into its own
-        output (part index -> the output's bytes there): a part that is exactly one piece of its own request,
-        stored uncompressed in native byte order, whose place in the output is contiguous. Their bytes then
-        cross memory once (the file read itself); everything else goes through the read buffer."""
+    def _direct_parts(self, plan: readplan.AggregatorPlan, records: np.ndarray, outputs: list[np.ndarray]
+                      ) -> tuple[dict[int, list[tuple[int, np.ndarray]]], set[int]]:
+        """Local, an aggregator with an independent extent reader: what it reads straight into its own outputs.
+
+        Returns, per part index, the stretches ``(byte offset in the part, the output's bytes there)`` in part
+        order, and the indices (into the plan's piece columns) of the pieces so read, which the exchange then
+        leaves alone. A piece of this rank's own request qualifies when its part is stored uncompressed in the
+        declared dtype, native byte order, and the piece is one contiguous byte range of the part landing in a
+        contiguous stretch of the output; in a part that also holds pieces for other ranks (a *split* part, read
+        with one scattering ``preadv`` into the read buffer and the outputs) every block the part's checksum
+        covers must be a contiguous byte range too: its checksum is then streamed across the buffer and the
+        outputs, in file order (:meth:`_verify_split`), so every block is still verified. Those bytes cross
+        memory once (the file read itself); everything else goes through the read buffer."""
         if not self._extent_reader.independent or not len(plan.piece_part):
-            return {}
+            return {}, set()
         me = self.comm.Get_rank()
         nd = self._routing.ndim
         t = self._table
         counts = np.bincount(plan.piece_part, minlength=len(plan.parts))
-        out: dict[int, np.ndarray] = {}
-        for i in np.flatnonzero((plan.piece_dest == me) & (counts[plan.piece_part] == 1)).tolist():
+        direct: dict[int, list[tuple[int, np.ndarray]]] = {}
+        pieces: set[int] = set()
+        splittable: dict[int, bool] = {}
+        by_part = np.argsort(plan.piece_part, kind="stable")
+        part_start = np.searchsorted(plan.piece_part[by_part], np.arange(len(plan.parts) + 1))
+
+        def shared(i: int, p: int, span: tuple[int, int], ndim: int, item: int) -> bool:
+            """Whether another piece of part ``p`` has bytes in ``span`` (piece ``i``'s): pieces' first and
+            last bytes in the part bound them (rank's requests may overlap, a strided piece is not one range)."""
+            others = by_part[part_start[p]:part_start[p + 1]]
+            others = others[others != i]
+            full = plan.parts[p].shape[:ndim]
+            strides = np.ones(ndim, np.int64)
+            if ndim > 1:
+                strides[:-1] = np.cumprod(full[:0:-1])[::-1]
+            rel = plan.piece_lo[others, :ndim] - plan.parts[p].lo[:ndim]
+            first = (rel * strides).sum(axis=1) * item
+            stop = ((rel + plan.piece_shape[others, :ndim] - 1) * strides).sum(axis=1) * item + item
+            return bool(((first < span[0] + span[1]) & (stop > span[0])).any())
+        for i in np.flatnonzero(plan.piece_dest == me).tolist():
             p = int(plan.piece_part[i])
             part = plan.parts[p]
-            if (t.codec[part.row] >= 0 or not (plan.piece_lo[i] == part.lo).all()
-                    or not (plan.piece_shape[i] == part.shape).all()):
+            if t.codec[part.row] >= 0:
                 continue
             name = t.names[t.var[part.row]]
             var = self.meta["variables"][name]
-            if not np.dtype(var.get("storage", {}).get("file_dtype", var["dtype"])).isnative:
+            declared = np.dtype(var["dtype"])
+            if not declared.isnative or np.dtype(var.get("storage", {}).get("file_dtype", declared)) != declared:
                 continue
-            qi = int(plan.piece_qi[i])
             ndim = int(t.var_ndim[t.var[part.row]])
-            view = outputs[qi][_region(part.lo, part.shape, records[qi, 2:2 + nd], ndim)]
-            if view.flags.c_contiguous and view.nbytes == part.nbytes:
-                out[p] = view.reshape(-1).view(np.uint8)
+            span = _box_bytes(plan.piece_lo[i, :ndim] - part.lo[:ndim], plan.piece_shape[i, :ndim],
+                              part.shape[:ndim], declared.itemsize)
+            if span is None or not span[1]:
+                continue
+            if counts[p] > 1 and shared(i, p, span, ndim, declared.itemsize):
+                continue  # another piece (another rank's, or another request's) needs these bytes of the buffer
+            if counts[p] > 1 or span != (0, part.nbytes):  # a split part: checksums stream across its pieces
+                if p not in splittable:
+                    splittable[p] = not self.verify or self._block_spans(part) is not None
+                if not splittable[p]:
+                    continue
+            qi = int(plan.piece_qi[i])
+            view = outputs[qi][_region(plan.piece_lo[i], plan.piece_shape[i], records[qi, 2:2 + nd], ndim)]
+            if view.flags.c_contiguous and view.nbytes == span[1]:
+                direct.setdefault(p, []).append((span[0], view.reshape(-1).view(np.uint8)))
+                pieces.add(i)
+        for stretches in direct.values():
+            stretches.sort(key=lambda s: s[0])
+        return direct, pieces
+
+    def _block_spans(self, part: readplan.Part) -> list[tuple[int, int, int]] | None:
+        """Local: what the part's checksum covers, as byte ranges of the part: ``(block row j, start, stop)`` of
+        each block (``(-1, 0, nbytes)``: the whole part, a piece of a block streamed across parts); None when
+        some block is not one contiguous byte range of the part (its checksum then needs the part in one
+        piece of memory). Empty for a part whose blocks are not checked (a split band)."""
+        if part.chain is not None:
+            return [(-1, 0, part.nbytes)]
+        if not part.verified:
+            return []
+        t = self._table
+        row = part.row
+        nd = int(t.var_ndim[t.var[row]])
+        item = np.dtype(self.meta["variables"][t.names[t.var[row]]]["dtype"]).itemsize
+        out = []
+        for j in range(int(t.vptr[row]), int(t.vptr[row + 1])):
+            span = _box_bytes(t.vlo[j, :nd] - part.lo[:nd], t.vshape[j, :nd], part.shape[:nd], item)
+            if span is None:
+                return None
+            out.append((j, span[0], span[0] + span[1]))
         return out
 
+    def _verify_split(self, part: readplan.Part, staged: np.ndarray, stretches: list[tuple[int, np.ndarray]]) -> None:
+        """Check the part's checksums when some of its bytes went straight into outputs (``stretches``, see
+        :meth:`_direct_parts`) and the rest into ``staged`` (the part's place in the read buffer, uint8): every
+        block's bytes are fed to the checksum in file order from wherever they landed."""
+        memory, at = [], 0  # (start, memory) covering the part, in order
+        for off, dst in stretches:
+            if off > at:
+                memory.append((at, staged[at:off]))
+            memory.append((off, dst))
+            at = off + dst.nbytes
+        if at < part.nbytes:
+            memory.append((at, staged[at:]))
+
+        def feed(h, start: int, stop: int) -> None:
+            for s, m in memory:
+                lo, hi = max(start, s), min(stop, s + m.nbytes)
+                if lo < hi:
+                    h.update(m[lo - s:hi - s])
+
+        spans = self._block_spans(part)
+        if spans is None:  # excluded by _direct_parts
+            raise AssertionError("a split part whose blocks are not contiguous byte ranges")
+        for j, start, stop in spans:
+            if j < 0:  # a piece of a block that spans parts: streamed across them
+                index, nparts = part.chain
+                h = self._chains.setdefault(part.row, metamod.StreamingChecksum())
+                feed(h, start, stop)
+                if index + 1 == nparts:
+                    self._check(part.row, int(self._table.vptr[part.row]), self._chains.pop(part.row).intdigest())
+                continue
+            h = metamod.StreamingChecksum()
+            feed(h, start, stop)
+            self._check(part.row, j, h.intdigest())
+
     def _load_round(self, plan: readplan.AggregatorPlan, k: int, slot: int,
-                    direct: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
+                    direct: Mapping[int, list[tuple[int, np.ndarray]]]) -> dict[int, np.ndarray]:
         """An aggregator (in the reading thread where there is one): read round ``k``'s parts into buffer
-        ``slot`` (or ``direct`` into the output) and verify their checksums; the parts' arrays by part index. A
+        ``slot`` (and the stretches in ``direct`` straight into the outputs, see :meth:`_direct_parts`) and
+        verify their checksums; the parts' arrays by part index (the bytes read straight into an output are
+        missing from a split part's array: the exchange does not copy those pieces). A
         collective extent reader is called in every round, also with nothing to read (the other aggregators'
         reads are collective)."""
         parts = plan.rounds[k] if k < plan.nrounds else []
         if not parts and self._extent_reader.independent:
             return {}
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         extents = [self._part_extent(plan.parts[p]) for p in parts]
         if direct:
             data, calls = self._extent_reader.read(extents, slot=slot, into=[direct.get(p) for p in parts])
         else:
             data, calls = self._extent_reader.read(extents, slot=slot)
         self.stats.seconds["io"] += time.perf_counter() - t
+        self.stats.seconds["cpu_io"] += time.thread_time() - c
         self.stats.file_bytes += sum(e.nbytes for e in extents)
+        self.stats.direct_bytes += sum(d.nbytes for p in parts for _, d in direct.get(p, ()))
         self.stats.file_calls += calls
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         arrays: dict[int, np.ndarray] = {}
         for p, arr in zip(parts, data, strict=True):
             arrays[p] = arr
-            if self.verify:
+            if not self.verify:
+                continue
+            stretches = direct.get(p)
+            if stretches and memtypes.address(arr) != memtypes.address(stretches[0][1]):  # split: arr has holes
+                self._verify_split(plan.parts[p], arr.reshape(-1).view(np.uint8), stretches)
+            else:
                 self._verify_part(plan.parts[p], arr)
         self.stats.seconds["verify"] += time.perf_counter() - t
+        self.stats.seconds["cpu_verify"] += time.thread_time() - c
         return arrays
 
     @staticmethod
@@ -674,7 +802,8 @@ class Reader:
         ``MPI_BOTTOM``: pieces go from the read buffer straight into the callers' arrays, strided ones included,
         and ckptio packs nothing. The messages are matched nonblocking point-to-point calls on a duplicate of
         the communicator (a user's pending receives can never match them). Pieces an aggregator holds for
-        itself skip MPI: one copy from the part into the output. No message reaches ``MAX_MESSAGE_BYTES``.
+        itself skip MPI: read straight into the output (:meth:`_direct_parts`), else one copy from the part into
+        the output. No message reaches ``MAX_MESSAGE_BYTES``.
         """
         from mpi4py import MPI
 
@@ -725,7 +854,7 @@ class Reader:
     def _send_streams(self, k: int, plan: readplan.AggregatorPlan, arrays: Mapping[int, np.ndarray],
                       records: np.ndarray, outputs: list[np.ndarray]) -> dict[int, memtypes.Stream]:
         """Local, an aggregator: round ``k``'s pieces for other ranks as streams of the read parts' memory, by
-        destination; its own pieces are copied into its outputs here."""
+        destination; its own pieces not read straight into its outputs are copied there here."""
         me = self.comm.Get_rank()
         nd = self._routing.ndim
         lo_end = np.searchsorted(plan.piece_round, [k, k + 1]).tolist()
@@ -734,6 +863,8 @@ class Reader:
         plo, pshape = plan.piece_lo[sel], plan.piece_shape[sel]
         t = self._table
         for i in np.flatnonzero(dests == me).tolist():  # my own requests: part -> output directly
+            if lo_end[0] + i in self._direct_pieces:  # read straight into the output already
+                continue
             part = plan.parts[int(pidx[i])]
             ndim = int(t.var_ndim[t.var[part.row]])
             qi = int(qis[i])
