@@ -59,6 +59,19 @@ class BlockTable(Sequence):
 
     # ------------------------------------------------------------------ construction
     @classmethod
+    def of_columns(cls, rank: np.ndarray, offset: np.ndarray, shape: np.ndarray, checksum: np.ndarray,
+                   file_offset: np.ndarray, stored_nbytes: np.ndarray, codec: np.ndarray,
+                   codecs: Sequence[str]) -> BlockTable:
+        """Trusted columns, taken as they are: int64 (``checksum`` uint64), ``offset``/``shape`` of shape
+        ``(n, ndim)``. For the writer's index and the decoder, which build thousands of tables (one per variable)
+        from columns of the right types: the checks of ``__init__`` cost more than the rest of a small one."""
+        table = cls.__new__(cls)
+        table.rank, table.offset, table.shape, table.checksum = rank, offset, shape, checksum
+        table.file_offset, table.stored_nbytes, table.codec = file_offset, stored_nbytes, codec
+        table.codecs = list(codecs)
+        return table
+
+    @classmethod
     def from_dicts(cls, blocks: Sequence[Mapping[str, Any]], ndim: int) -> BlockTable:
         """The columns of a schema-1 block list (validated: every block has rank, offset, shape and checksum)."""
         if isinstance(blocks, BlockTable):
@@ -243,9 +256,10 @@ def decode(entry: Any, variables: Mapping[str, Mapping[str, Any]]) -> dict[str, 
     for name, count, nd in zip(names, counts, ndims, strict=True):
         rows = slice(b, b + count)
         dims = slice(d, d + count * nd)
-        out[name] = BlockTable(col["rank"][rows], col["offset"][dims].reshape(count, nd),
-                               col["shape"][dims].reshape(count, nd), col["checksum"][rows],
-                               col["file_offset"][rows], col["stored_nbytes"][rows], col["codec"][rows], codecs)
+        out[name] = BlockTable.of_columns(col["rank"][rows], col["offset"][dims].reshape(count, nd),
+                                          col["shape"][dims].reshape(count, nd), col["checksum"][rows],
+                                          col["file_offset"][rows], col["stored_nbytes"][rows], col["codec"][rows],
+                                          codecs)
         b, d = b + count, d + count * nd
     return out
 

@@ -122,6 +122,8 @@ def tiles_exactly(rank: np.ndarray, lo: np.ndarray, size: np.ndarray, shape: tup
     along the trailing axes). False means
     "not proven" (the block-by-block checks then name the problem); it never raises on well-typed arrays."""
     n, nd = len(rank), len(shape)
+    if n == 1:  # one block (a small variable: thousands of them per checkpoint): it must be the whole array
+        return 0 <= int(rank[0]) < nprocs and not any(lo[0].tolist()) and size[0].tolist() == list(shape)
     gshape = np.array(shape, np.int64)
     if ((rank < 0) | (rank >= nprocs)).any() or (lo < 0).any() or (size < 0).any():
         return False

@@ -75,6 +75,7 @@ class VariablePlan:
     codecs: list[str] = field(default_factory=list)
     checksum: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
     nblocks: int | None = None  # every rank's blocks, when the columns hold only this rank's (see own_plan)
+    _given: list[BlockPlan] | None = field(default=None, repr=False)  # the BlockPlans of from_blocks, kept
 
     def __post_init__(self) -> None:
         nd = len(self.shape)
@@ -89,12 +90,14 @@ class VariablePlan:
         """A plan of a few blocks given one by one (a rank's own blocks; tests)."""
         n, nd = len(blocks), len(shape)
         codecs = sorted({b.codec for b in blocks if b.codec is not None})
-        return cls(name, dtype, tuple(shape), kind, _i64([b.rank for b in blocks]),
+        plan = cls(name, dtype, tuple(shape), kind, _i64([b.rank for b in blocks]),
                    _i64([b.local_index for b in blocks]), _i64([b.box.offset for b in blocks], (n, nd)),
                    _i64([b.box.shape for b in blocks], (n, nd)),
                    _i64([-1 if b.stored_nbytes is None else b.stored_nbytes for b in blocks]),
                    _i64([-1 if b.codec is None else codecs.index(b.codec) for b in blocks]), codecs,
                    np.array([int(b.checksum, 16) if b.checksum else 0 for b in blocks], np.uint64), nblocks)
+        plan._given = list(blocks)
+        return plan
 
     @property
     def nbytes(self) -> int:
@@ -112,11 +115,15 @@ class VariablePlan:
 
     def blocks_of(self, rank: int) -> list[BlockPlan]:
         """The blocks of ``rank`` as :class:`BlockPlan` objects (a rank's own few; O(blocks of the variable))."""
+        if self._given is not None:
+            return [b for b in self._given if b.rank == rank]
         return self._block_plans(np.flatnonzero(self.rank == rank))
 
     @property
     def blocks(self) -> list[BlockPlan]:
         """Every block of the columns as a :class:`BlockPlan` (small plans and tests only)."""
+        if self._given is not None:
+            return list(self._given)
         return self._block_plans(np.arange(len(self.rank)))
 
     def _block_plans(self, rows: np.ndarray) -> list[BlockPlan]:
@@ -125,7 +132,7 @@ class VariablePlan:
                           Box(tuple(self.offset[i].tolist()), tuple(self.size[i].tolist())),
                           None if self.stored_nbytes[i] < 0 else int(self.stored_nbytes[i]),
                           names[int(self.codec[i]) + 1],
-                          f"{int(self.checksum[i]):016x}" if self.checksum[i] else None) for i in rows.tolist()]
+                          f"{int(self.checksum[i]):016x}") for i in rows.tolist()]
 
 
 def declaration(name: str, array: np.ndarray, offset: Sequence[int] | None, global_shape: Sequence[int] | None,
@@ -271,11 +278,15 @@ def _plan_variable(name: str, chunks: list[_Chunk], nprocs: int) -> VariablePlan
         _same_everywhere(name, chunks, value, what, why)
     first = chunks[0]
     n = sum(len(c.rank) for c in chunks)
-    rank = np.concatenate([c.rank for c in chunks])
-    local = np.concatenate([np.full(len(c.rank), c.local_index, np.int64) for c in chunks])
-    order = np.lexsort((local, rank))  # rank order, each rank's in declaration order
-    rank, local = rank[order], local[order]
-    ints = np.concatenate([c.ints for c in chunks])[order]
+    if len(chunks) == 1:  # one position of one signature: its rows are in rank order already
+        order = None
+        rank, local, ints = first.rank, np.full(n, first.local_index, np.int64), first.ints
+    else:
+        rank = np.concatenate([c.rank for c in chunks])
+        local = np.concatenate([np.full(len(c.rank), c.local_index, np.int64) for c in chunks])
+        order = np.lexsort((local, rank))  # rank order, each rank's in declaration order
+        rank, local = rank[order], local[order]
+        ints = np.concatenate([c.ints for c in chunks])[order]
     if first.kind == ARRAY:
         shape = first.dims
         nd = len(shape)
@@ -296,13 +307,20 @@ def _plan_variable(name: str, chunks: list[_Chunk], nprocs: int) -> VariablePlan
         size[:, 1:] = first.dims
         shape = (int(lengths.sum()), *first.dims)
     codec_of = [c for chunk in chunks for c in chunk.codec]
-    codec_of = [codec_of[i] for i in order.tolist()] if any(c is not None for c in codec_of) else [None] * n
-    codecs = sorted(set(codec_of) - {None})
-    codec_id = {None: -1, **{c: i for i, c in enumerate(codecs)}}
+    if any(c is not None for c in codec_of):
+        codec_of = codec_of if order is None else [codec_of[i] for i in order.tolist()]
+        codecs = sorted(set(codec_of) - {None})
+        codec_id = {None: -1, **{c: i for i, c in enumerate(codecs)}}
+        codec = np.fromiter(map(codec_id.__getitem__, codec_of), np.int64, n)
+    else:
+        codecs, codec = [], np.full(n, -1, np.int64)
+
+    def column(values: list[np.ndarray]) -> np.ndarray:
+        return values[0] if order is None else np.concatenate(values)[order]
+
     return VariablePlan(name, first.dtype, tuple(shape), first.kind, rank, local, np.ascontiguousarray(offset),
-                        np.ascontiguousarray(size), np.concatenate([c.stored for c in chunks])[order],
-                        np.fromiter(map(codec_id.__getitem__, codec_of), np.int64, n), codecs,
-                        np.concatenate([c.checksum for c in chunks])[order])
+                        np.ascontiguousarray(size), column([c.stored for c in chunks]), codec, codecs,
+                        column([c.checksum for c in chunks]))
 
 
 def _same_everywhere(name: str, chunks: list[_Chunk], value, what: str, why: str) -> None:

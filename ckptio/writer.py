@@ -617,10 +617,14 @@ class Writer:
         out_vars: dict[str, Any] = {}
         for name, var in variables.items():
             rows = firsts[var.rank] + var.local_index  # where each block's report is
-            used = np.unique(codec[rows][codec[rows] >= 0])
-            codec_ids = np.where(codec[rows] >= 0, np.searchsorted(used, codec[rows]), -1)
-            blocks = BlockTable(var.rank, var.offset, var.size, var.checksum, file_offset[rows], stored[rows],
-                                codec_ids, [codec_names[u] for u in used.tolist()])
+            if codec_names:
+                used = np.unique(codec[rows][codec[rows] >= 0])
+                codec_ids = np.where(codec[rows] >= 0, np.searchsorted(used, codec[rows]), -1)
+                names = [codec_names[u] for u in used.tolist()]
+            else:
+                codec_ids, names = np.full(len(rows), -1, np.int64), []
+            blocks = BlockTable.of_columns(var.rank, var.offset, var.size, var.checksum, file_offset[rows],
+                                           stored[rows], codec_ids, names)
             out_vars[name] = {"dtype": var.dtype, "shape": list(var.shape), "kind": var.kind, "blocks": blocks,
                               **described.get(name, {})}
             if name in storage:
