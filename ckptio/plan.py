@@ -329,11 +329,13 @@ def _same_everywhere(name: str, chunks: list[_Chunk], value, what: str, why: str
     values = [value(c) for c in chunks]
     if all(v == values[0] for v in values):
         return
-    lowest = [int(c.rank.min()) for c in chunks]
-    ref = values[lowest.index(min(lowest))]
-    other = min(r for r, v in zip(lowest, values, strict=True) if v != ref)
-    raise DeclarationError(f"variable {name!r}: rank {min(lowest)} declared {what} {ref!r} but rank {other} "
-                           f"declared {values[lowest.index(other)]!r}{why}")
+    # chunks in order of (lowest rank, declaration position): the first declaration, then the first that differs
+    order = sorted(range(len(chunks)), key=lambda i: (int(chunks[i].rank.min()), chunks[i].local_index))
+    first = order[0]
+    other = next(i for i in order if values[i] != values[first])
+    r0, r1 = int(chunks[first].rank.min()), int(chunks[other].rank.min())
+    raise DeclarationError(f"variable {name!r}: rank {r0} declared {what} {values[first]!r} but "
+                           f"{'the same rank also' if r1 == r0 else f'rank {r1}'} declared {values[other]!r}{why}")
 
 
 def _checksums(hexes: str) -> np.ndarray:

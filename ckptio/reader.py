@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -162,6 +162,55 @@ def _check_out(path: str, name: str, var: VariableInfo, shape: tuple[int, ...], 
                                "(no conversion on read: pass an array of the variable's dtype)")
     if not out.flags.writeable:
         raise ReadRequestError(f"{where} is read-only")
+
+
+def checked_requests(path: str, requests: object, out: object, variables: Mapping[str, VariableInfo],
+                     own_segment: Callable[[str], Box], skipped: Mapping[str, str] | None = None
+                     ) -> tuple[list[Request], list[np.ndarray | None]]:
+    """Local, any reader (file or stage): a ``read_many`` call's requests and ``out`` arrays checked against the
+    variables (ReadRequestError naming the problem otherwise): each request is ``(name, offset, shape)``; no
+    offset/shape on a per-rank segment variable is ``own_segment(name)``; ``skipped``: variables of a plain file
+    ckptio cannot read, with why."""
+    if isinstance(requests, str | bytes) or not isinstance(requests, Sequence):
+        raise ReadRequestError(f"read_many of {path}: expected a list of (name, offset, shape), "
+                               f"got {type(requests).__name__}")
+    if out is None:
+        given: list[Any] = [None] * len(requests)
+    elif isinstance(out, np.ndarray) or not isinstance(out, Sequence) or len(out) != len(requests):
+        raise ReadRequestError(f"read_many of {path}: out= must be a list of one array (or None) per "
+                               f"request ({len(requests)}), got {_describe_out(out)}")
+    else:
+        given = list(out)
+    found = []
+    for r, o in zip(requests, given, strict=True):
+        if isinstance(r, str | bytes) or not isinstance(r, Sequence) or len(r) != 3:
+            raise ReadRequestError(f"read_many of {path}: each request must be (name, offset, shape), got {r!r}")
+        found.append(_checked_request(path, *r, o, variables, own_segment, skipped or {}))
+    return found, given
+
+
+def _checked_request(path: str, name: object, offset: object, shape: object, out: object,
+                     variables: Mapping[str, VariableInfo], own_segment: Callable[[str], Box],
+                     skipped: Mapping[str, str]) -> Request:
+    if not isinstance(name, str) or name not in variables:
+        why = skipped.get(name) if isinstance(name, str) else None
+        if why is not None:  # a plain HDF5/netCDF file's variable ckptio cannot read as raw bytes
+            raise ReadRequestError(f"variable {name!r} of {path} cannot be read by ckptio: it is {why}")
+        raise ReadRequestError(f"variable {name!r} is not in checkpoint {path} (it has: {some_names(variables)})")
+    var = variables[name]
+    if out is not None and not isinstance(out, np.ndarray):
+        raise ReadRequestError(f"variable {name!r} of {path}: out= must be a numpy array, got {type(out).__name__}")
+    off = _coordinates(name, "offset", offset, len(var.shape))
+    shp = _coordinates(name, "shape", shape, len(var.shape))
+    if var.kind == SEGMENT and off is None and shp is None:
+        request = Request(name, own_segment(name))
+    else:
+        if shp is None and out is not None:
+            shp = _coordinates(name, "out.shape", out.shape, len(var.shape))
+        request = Request(name, normalize_request(name, var.shape, off, shp))
+    if out is not None:
+        _check_out(path, name, var, request.box.shape, out)
+    return request
 
 
 def _show(values: object) -> str:
@@ -704,46 +753,8 @@ class Reader:
         checked (ReadRequestError otherwise)."""
         if self._closed:
             raise ClosedCheckpointError(f"checkpoint {self.path}: read after Reader.close()")
-        if isinstance(requests, str | bytes) or not isinstance(requests, Sequence):
-            raise ReadRequestError(f"read_many of {self.path}: expected a list of (name, offset, shape), "
-                                   f"got {type(requests).__name__}")
-        if out is None:
-            given: list[Any] = [None] * len(requests)
-        elif isinstance(out, np.ndarray) or not isinstance(out, Sequence) or len(out) != len(requests):
-            raise ReadRequestError(f"read_many of {self.path}: out= must be a list of one array (or None) per "
-                                   f"request ({len(requests)}), got {_describe_out(out)}")
-        else:
-            given = list(out)
-        found = []
-        for r, o in zip(requests, given, strict=True):
-            if isinstance(r, str | bytes) or not isinstance(r, Sequence) or len(r) != 3:
-                raise ReadRequestError(f"read_many of {self.path}: each request must be (name, offset, shape), "
-                                       f"got {r!r}")
-            found.append(self._request(*r, out=o))
-        return found, given
-
-    def _request(self, name: str, offset, shape, out: np.ndarray | None = None) -> Request:
-        if not isinstance(name, str) or name not in self._variables:
-            why = self.meta.get("plain_skipped", {}).get(name) if isinstance(name, str) else None
-            if why is not None:  # a plain HDF5/netCDF file's variable ckptio cannot read as raw bytes
-                raise ReadRequestError(f"variable {name!r} of {self.path} cannot be read by ckptio: it is {why}")
-            raise ReadRequestError(f"variable {name!r} is not in checkpoint {self.path} "
-                                   f"(it has: {some_names(self._variables)})")
-        var = self._variables[name]
-        if out is not None and not isinstance(out, np.ndarray):
-            raise ReadRequestError(f"variable {name!r} of {self.path}: out= must be a numpy array, got "
-                                   f"{type(out).__name__}")
-        off = _coordinates(name, "offset", offset, len(var.shape))
-        shp = _coordinates(name, "shape", shape, len(var.shape))
-        if var.kind == SEGMENT and off is None and shp is None:
-            request = Request(name, self._own_segment(name))
-        else:
-            if shp is None and out is not None:
-                shp = _coordinates(name, "out.shape", out.shape, len(var.shape))
-            request = Request(name, normalize_request(name, var.shape, off, shp))
-        if out is not None:
-            _check_out(self.path, name, var, request.box.shape, out)
-        return request
+        return checked_requests(self.path, requests, out, self._variables, self._own_segment,
+                                self.meta.get("plain_skipped", {}))
 
     def _own_segment(self, name: str) -> Box:
         start, length = self._segments[name]

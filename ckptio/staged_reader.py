@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from . import coord, staging
-from .errors import CheckpointError, ReadRequestError
-from .layout import Box, normalize_request
+from .errors import CheckpointError, ClosedCheckpointError, ReadRequestError
+from .layout import Box
 from .meta import default_dims
 from .plan import segment_box
 
@@ -153,43 +153,81 @@ class StagedReader:
         for name in seg_end:
             self._own_segment.setdefault(name, segment_box(seg_end[name], 0, shapes[name][1:]))
         self._closed = False
+        self._last_failed = False
 
     def __enter__(self) -> StagedReader:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        self.close()
+        # as Reader.__exit__: an exception here may be this rank's alone; close() tells the others
+        try:
+            self._close(exc)
+        except BaseException as close_exc:
+            if exc is None or (close_exc is not exc and not isinstance(close_exc, CheckpointError)):
+                raise
         return False
 
     def close(self) -> None:
-        """Local: drop the mapped pieces."""
+        """Collective: agree with the other ranks (as :meth:`ckptio.Reader.close`), then drop the mapped pieces."""
+        self._close(None)
+
+    def _close(self, error: BaseException | None) -> None:
+        """Collective: as ``Reader._close``: the agreement has the shape of every read's first phase, so a rank
+        that leaves the ``with`` block (with an exception or not) meets the others in their next read or close,
+        which raises a CollectiveError naming it. Skipped when the last read failed (agreed on every rank)."""
+        if self._closed:
+            return
         self._closed = True
-        self._arrays = []
+        with coord.collective_section():
+            try:
+                if not self._last_failed:
+                    coord.agree(self.comm, f"close {self.path}", error, closing=True)
+            finally:
+                self._arrays = []
 
-    def read(self, name: str, offset: Sequence[int] | None = None, shape: Sequence[int] | None = None) -> np.ndarray:
-        """Collective: as :meth:`ckptio.Reader.read`."""
-        return self.read_many([(name, offset, shape)])[0]
+    def __getitem__(self, name: str) -> Any:
+        """Local: ``ck["dens"]``, a lazy view of one variable (indexing it is a collective read)."""
+        from .lazy import LazyVariable
 
-    def _request(self, name: str, offset, shape) -> tuple[str, Box]:
-        from .reader import some_names
+        return LazyVariable(self, name)
 
-        if name not in self.variables:
-            raise ReadRequestError(f"variable {name!r} is not in checkpoint {self.path} "
-                                   f"(it has: {some_names(self.variables)})")
-        var = self.variables[name]
-        if var.kind != "array" and offset is None and shape is None:
-            return name, self._own_segment[name]
-        return name, normalize_request(name, var.shape, offset, shape)
+    def __repr__(self) -> str:
+        from .lazy import describe_reader
 
-    def read_many(self, requests: Sequence[tuple[str, Sequence[int] | None, Sequence[int] | None]]
-                  ) -> list[np.ndarray]:
-        """Collective: several hyperslabs in one exchange (the count may differ between ranks)."""
+        return describe_reader(self)
+
+    def read(self, name: str, offset: Sequence[int] | None = None, shape: Sequence[int] | None = None,
+             out: np.ndarray | None = None) -> np.ndarray:
+        """Collective: as :meth:`ckptio.Reader.read` (``out=`` included)."""
+        return self.read_many([(name, offset, shape)], out=None if out is None else [out])[0]
+
+    def _own(self, name: str) -> Box:
+        return self._own_segment[name]
+
+    def read_many(self, requests: Sequence[tuple[str, Sequence[int] | None, Sequence[int] | None]],
+                  out: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
+        """Collective: several hyperslabs in one exchange (the count may differ between ranks); ``out`` as for
+        :meth:`ckptio.Reader.read_many`. Bad requests are a ReadRequestError on every rank."""
+        if self._closed:  # local: after close() this rank's collectives with the others are over
+            raise ClosedCheckpointError(f"checkpoint {self.path}: read after close()")
+        with coord.collective_section():
+            self._last_failed = True  # until every rank got through: an agreed failure leaves it set everywhere
+            outputs = self._read_many(requests, out)
+            self._last_failed = False
+            return outputs
+
+    def _read_many(self, requests, out) -> list[np.ndarray]:
         from mpi4py import MPI
 
+        from .reader import checked_requests
+
         comm, me, size = self.comm, self.comm.Get_rank(), self.comm.Get_size()
-        mine = coord.run(comm, f"read {self.path} (staged): requests", lambda: [self._request(*r) for r in requests])
+        found, given = coord.run(comm, f"read {self.path} (staged): requests",
+                                 lambda: checked_requests(self.path, requests, out, self.variables, self._own))
+        mine = [(q.var, q.box) for q in found]
         wanted = comm.allgather([(n, b.offset, b.shape) for n, b in mine])
-        outputs = [np.empty(b.shape, self.variables[n].dtype) for n, b in mine]
+        outputs = [g if g is not None else np.empty(b.shape, self.variables[n].dtype)
+                   for (n, b), g in zip(mine, given, strict=True)]
 
         def pieces(src: int, dest: int):
             """(request index of dest, block index of src, intersection), in one canonical order."""

@@ -120,3 +120,11 @@ def test_nd_segments_with_different_trailing_shapes_name_both_ranks():
     one_d = [[declaration("ids", np.zeros(2), None, None, 0)], [declaration("ids", np.zeros((2, 1)), None, None, 1)]]
     with pytest.raises(DeclarationError, match="rows of shape"):
         plan_write(one_d)
+
+
+def test_one_rank_declaring_a_name_as_segment_and_array_is_named_once():
+    """Outside trial o1: the message said 'rank 0 declared ... 'segment' but rank 0 declared 'segment''."""
+    decls = [[declaration("t", np.zeros(2), None, None, 0), declaration("t", np.zeros(2), (0,), (2,), 0)]]
+    with pytest.raises(DeclarationError, match=r"rank 0 declared kind .* 'segment' but the same rank also declared "
+                                               r"'array'"):
+        plan_write(decls)
