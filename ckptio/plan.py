@@ -147,8 +147,8 @@ def declaration(name: str, array: np.ndarray, offset: Sequence[int] | None, glob
         if array.ndim == 0:
             raise DeclarationError(
                 f"variable {name!r} on rank {rank}: a per-rank segment (no offset/global_shape) needs at least "
-                f"one dimension (its rows, laid end to end in rank order), got a 0-d array; give offset=() and "
-                f"global_shape=() to write a scalar"
+                f"one dimension (its rows, laid end to end in rank order), got a 0-d array (write a scalar as an "
+                f"array block with an empty offset and global shape)"
             )
         return {"name": name, "dtype": array.dtype.str, "kind": SEGMENT, "length": int(array.shape[0]),
                 "trailing": [int(n) for n in array.shape[1:]]}
@@ -274,7 +274,7 @@ def _plan_variable(name: str, chunks: list[_Chunk], nprocs: int) -> VariablePlan
                              (lambda c: c.dtype, "dtype", ""),
                              (lambda c: list(c.dims), "global shape" if chunks[0].kind == ARRAY else
                               "per-rank segments of rows of shape", "" if chunks[0].kind == ARRAY else
-                              " (all dimensions but the first must agree)")):
+                              " (every dimension but the rows' must agree)")):
         _same_everywhere(name, chunks, value, what, why)
     first = chunks[0]
     n = sum(len(c.rank) for c in chunks)

@@ -88,12 +88,17 @@ def check_dimensions(shapes: Mapping[str, Sequence[int]], described: Mapping[str
     entries = {name: {"shape": list(shape), **({"dims": described[name]["dims"]} if "dims" in described.get(
         name, {}) else {})} for name, shape in shapes.items()}
     lengths = metamod.shared_dim_lengths(entries)
-    for name, d in described.items():
-        for dim in d.get("dims", ()):
+    for name, entry in entries.items():
+        declared = "dims" in entry
+        for dim in metamod.variable_dims(name, entry):  # declared, or the default <name>_d0, ...
             if dim in entries and dim != name and metamod.variable_dims(dim, entries[dim]) != (dim,):
+                what, fix = (("dimension", "rename the dimension or the variable") if declared else
+                             ("default dimension", f"give {name!r} dims=, or rename variable {dim!r}"))
                 raise DeclarationError(
-                    f"variable {name!r}: dimension {dim!r} is also the name of variable {dim!r}, which is not its "
-                    f"coordinate (a 1-D variable declared with dims=({dim!r},)); rename the dimension or the variable")
+                    f"variable {name!r}: {what} {dim!r} is also the name of variable {dim!r}, which is not its "
+                    f"coordinate (a 1-D variable declared with dims=({dim!r},)); {fix}")
+        d = described.get(name, {})
+        for dim in d.get("dims", ()):
             if dim == name and d["dims"] != [name]:
                 raise DeclarationError(f"variable {name!r}: a dimension named like its variable must be its only "
                                        f"dimension (a coordinate variable), got dims {d['dims']}")

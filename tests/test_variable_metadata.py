@@ -87,6 +87,8 @@ ERROR_CASES = {
     "dims only on one rank": "no dims and no attrs",
     "one dimension two lengths": "dimension 'y' has length 3 in variable 'dens' but 4 in variable 'pres'",
     "dimension named like a variable": "dimension 'y' is also the name of variable 'y', which is not its coordinate",
+    # outside trial o1: a variable named like another's DEFAULT dimension showed in xarray as its coordinate
+    "default dimension named like a variable": "default dimension 'dens_d1' is also the name of variable 'dens_d1'",
 }
 
 
@@ -111,11 +113,15 @@ def errors_job(directory: str) -> None:
             attrs = {"units": "C"}
         if case == "dims only on one rank" and rank == 1:
             dims, attrs = None, {}
+        if case == "default dimension named like a variable":
+            dims, attrs = None, {}
         ck.write("dens", block, offset=(rank, 0, 0), global_shape=(2, 3, 5), dims=dims, attrs=attrs)
         if case == "one dimension two lengths":
             ck.write("pres", np.zeros((1, 4)), offset=(rank, 0), global_shape=(2, 4), dims=("block", "y"))
         if case == "dimension named like a variable":
             ck.write("y", np.zeros((1, 4)), offset=(rank, 0), global_shape=(2, 4))
+        if case == "default dimension named like a variable":  # dens got dens_d0, dens_d1, dens_d2
+            ck.write("dens_d1", np.zeros((1, 4)), offset=(rank, 0), global_shape=(2, 4))
         tag = case.replace(" ", "_")
         try:
             ck.close()

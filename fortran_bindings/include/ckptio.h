@@ -246,7 +246,8 @@ int ckptio_get_attr_double(ckptio_file file, const char *key, double *value);
 int ckptio_get_attr_string(ckptio_file file, const char *key, char *buf, size_t buflen);
 
 /* Local. dtype, ndim and global shape (CKPTIO_MAX_NDIM elements of room) of variable `name`. Any of the
- * output pointers may be NULL. A per-rank segment variable reports its total length, ndim 1. */
+ * output pointers may be NULL. A per-rank segment variable reports every rank's rows (its total length) and
+ * its trailing shape: ndim 1 for ckptio_write_segment, the array's ndim for ckptio_write_segment_nd. */
 int ckptio_inquire_var(ckptio_file file, const char *name, int *dtype, int *ndim, int64_t *shape);
 int ckptio_inquire_var_order(ckptio_file file, const char *name, int order, int *dtype, int *ndim,
                              int64_t *shape);
