@@ -292,15 +292,9 @@ def read_many(reader, names: list[str], outs: list, offsets: list, problem: str 
 
 
 def _read_into(reader, requests: list, outs: list) -> None:
-    """Collective: the requests, received straight into the caller's (possibly strided) arrays: the restart
-    reader's ``out=`` (no copy); a staged checkpoint's reader returns arrays, copied in."""
-    from ckptio.reader import Reader
-
-    if isinstance(reader, Reader):
-        reader.read_many(requests, out=outs)
-        return
-    for out, data in zip(outs, reader.read_many(requests), strict=True):
-        np.copyto(out, data, casting="no")
+    """Collective: the requests, received straight into the caller's (possibly strided) arrays with the
+    reader's ``out=`` (a file's Reader and a staged checkpoint's StagedReader alike): no copy."""
+    reader.read_many(requests, out=outs)
 
 
 def _lookup_attr(reader, key: str):
