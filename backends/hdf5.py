@@ -159,15 +159,15 @@ def _write_calls(var: VariablePlan) -> int:
     """Coordinator: the collective ``H5Dwrite`` calls of one variable, the most any rank needs (every rank makes
     that many): 1 when no rank has more than one non-empty block (no Python step per block), else the groups of
     :func:`_write_groups` of the ranks that have several."""
-    nonempty = var.size.prod(axis=1) > 0
-    ranks = var.rank[nonempty]
-    if not len(ranks):
+    rows = np.flatnonzero(var.size.prod(axis=1) > 0)
+    if not len(rows):
         return 0
-    counts = np.bincount(ranks)
+    rows = rows[np.argsort(var.rank[rows], kind="stable")]  # grouped by rank, in declaration order
+    _, starts, counts = np.unique(var.rank[rows], return_index=True, return_counts=True)
     calls = 1
-    for r in np.flatnonzero(counts > 1).tolist():
-        rows = np.flatnonzero(nonempty & (var.rank == r)).tolist()
-        boxes = [Box(tuple(var.offset[i].tolist()), tuple(var.size[i].tolist())) for i in rows]
+    for start, count in zip(starts[counts > 1].tolist(), counts[counts > 1].tolist(), strict=True):
+        boxes = [Box(tuple(var.offset[i].tolist()), tuple(var.size[i].tolist()))
+                 for i in rows[start:start + count].tolist()]
         calls = max(calls, len(_write_groups(boxes)))
     return calls
 

@@ -204,15 +204,6 @@ def first_uncovered_point(shape: Sequence[int], boxes: Iterable[Box]) -> tuple[i
     return None
 
 
-def exclusive_prefix_sum(lengths: Sequence[int]) -> list[int]:
-    """Offsets of per-rank segments laid end to end (what MPI_Exscan computes)."""
-    out, acc = [], 0
-    for n in lengths:
-        out.append(acc)
-        acc += n
-    return out
-
-
 def normalize_request(
     name: str, global_shape: Sequence[int], offset: Sequence[int] | None, shape: Sequence[int] | None
 ) -> Box:
