@@ -237,12 +237,15 @@ def plan_packed(packs: Sequence[PackedDeclarations]) -> dict[str, VariablePlan]:
         ints = np.frombuffer(b"".join(packs[r][1] for r in ranks), np.int64).reshape(len(ranks), -1)
         sums = _checksums("".join(packs[r][2] for r in ranks)).reshape(len(ranks), len(decls))
         stored = np.full((len(ranks), len(decls)), -1, np.int64)
-        codecs: list[list[str | None]] = [[None] * len(ranks) for _ in decls]
-        for i, r in enumerate(ranks):
-            if packs[r][3] is not None:
-                stored[i] = [-1 if n is None else n for n in packs[r][3]]
-                for j, c in enumerate(packs[r][4]):
-                    codecs[j][i] = c
+        compressed = [i for i, r in enumerate(ranks) if packs[r][3] is not None]
+        # per declaration, each rank's codec; None for the whole signature when no rank of it compressed anything
+        codecs: list[list[str | None] | None] = [None] * len(decls)
+        if compressed:
+            codecs = [[None] * len(ranks) for _ in decls]
+        for i in compressed:
+            stored[i] = [-1 if n is None else n for n in packs[ranks[i]][3]]
+            for j, c in enumerate(packs[ranks[i]][4]):
+                codecs[j][i] = c
         col = 0
         for j, (name, dtype, kind, dims) in enumerate(decls):
             width = 2 * len(dims) if kind == ARRAY else 1
@@ -265,7 +268,7 @@ class _Chunk:
     ints: np.ndarray  # per rank: offset and shape (array), or the row count (segment)
     checksum: np.ndarray
     stored: np.ndarray
-    codec: list[str | None]
+    codec: list[str | None] | None  # per rank; None: no rank of this chunk compressed anything
 
 
 def _plan_variable(name: str, chunks: list[_Chunk], nprocs: int) -> VariablePlan:
@@ -306,8 +309,8 @@ def _plan_variable(name: str, chunks: list[_Chunk], nprocs: int) -> VariablePlan
         size[:, 0] = lengths
         size[:, 1:] = first.dims
         shape = (int(lengths.sum()), *first.dims)
-    codec_of = [c for chunk in chunks for c in chunk.codec]
-    if any(c is not None for c in codec_of):
+    if any(chunk.codec is not None for chunk in chunks):
+        codec_of = [c for chunk in chunks for c in (chunk.codec or [None] * len(chunk.rank))]
         codec_of = codec_of if order is None else [codec_of[i] for i in order.tolist()]
         codecs = sorted(set(codec_of) - {None})
         codec_id = {None: -1, **{c: i for i, c in enumerate(codecs)}}
