@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ckptio import codec as codecs
-from ckptio import coord, memsel
+from ckptio import coord, memsel, pagealign
 from ckptio.errors import CheckpointIOError, IncompleteCheckpointError
 from ckptio.hints import uses_romio
 from ckptio.layout import Box
@@ -282,6 +282,25 @@ def _joined(memory: list[np.ndarray]) -> list[np.ndarray]:
     return out
 
 
+def _staging_positions(extents: Sequence[Extent], whole: Sequence[bool]) -> list[int | None]:
+    """Where each extent not read whole into the caller's memory goes in the page-aligned read buffer: one after
+    the other, except that a large extent not continuing the previous one in the file starts where its bytes
+    sit STAGING_SHIFT bytes off their page offset in the file, so that neither the copy from the page cache nor
+    the one on to the destination (the exchange's, or a local one) runs at a slow page shift (see
+    :mod:`ckptio.pagealign`; at most 4 KiB of slack per extent of at least 64 KiB)."""
+    positions: list[int | None] = []
+    pos, follows = 0, None  # follows: the file offset that continues the previous buffered extent
+    for e, w in zip(extents, whole, strict=True):
+        if w:
+            positions.append(None)
+            continue
+        if e.file_offset != follows and e.nbytes >= pagealign.MIN_ALIGNED_BYTES:
+            pos = pagealign.staging_position(pos, e.file_offset)
+        positions.append(pos)
+        pos, follows = pos + e.nbytes, e.file_offset + e.nbytes
+    return positions
+
+
 class PosixExtentReader(ExtentReader):
     """An aggregator's independent reader: large ``preadv`` calls into two reusable aligned buffers.
 
@@ -308,18 +327,17 @@ class PosixExtentReader(ExtentReader):
         targets = list(into) if into is not None else [None] * len(extents)
         whole = [t is not None and len(t) == 1 and t[0][0] == 0 and t[0][1].nbytes == e.nbytes
                  for e, t in zip(extents, targets, strict=True)]
-        total = sum(e.nbytes for e, w in zip(extents, whole, strict=True) if not w)
-        buf = aligned_scratch(self._buffers, slot, total)
+        positions = _staging_positions(extents, whole)
+        buf = aligned_scratch(self._buffers, slot, max((p + e.nbytes for p, e in zip(positions, extents, strict=True)
+                                                        if p is not None), default=0))
         views: list[np.ndarray] = []
         memory: list[list[np.ndarray]] = []  # per extent, where its bytes go, in file order
-        pos = 0
-        for e, t, w in zip(extents, targets, whole, strict=True):
+        for e, t, w, pos in zip(extents, targets, whole, positions, strict=True):
             if w:
                 views.append(t[0][1])
                 memory.append([t[0][1]])
                 continue
             view = buf[pos:pos + e.nbytes]
-            pos += e.nbytes
             segments, at = [], 0
             for off, dst in t or ():
                 if off > at:

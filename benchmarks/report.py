@@ -9,6 +9,7 @@ from typing import Any
 RAW = "raw"
 NATIVE = "ckptio-mpiio"
 NATIVE_OUT = "ckptio-mpiio-out"  # the same restart into arrays the readers already have (read_many(out=))
+NATIVE_OUT_ALIGNED = "ckptio-mpiio-out-aligned"  # ... page-aligned ones (ckptio.empty)
 
 
 def _med(entry: dict[str, Any] | None, what: str) -> float | None:
@@ -78,7 +79,8 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
         out.append(_target("native MPI-IO write vs every peer", mine / peers[best], ">= 1.0 x best peer",
                            mine >= peers[best], f"best peer: {best} {peers[best]:.3f} GiB/s"))
     where = f"({doc['config']['nprocs']} -> {doc['config']['readers']} ranks)"
-    for key, how in ((NATIVE, ""), (NATIVE_OUT, ", into out= arrays")):
+    for key, how in ((NATIVE, ""), (NATIVE_OUT, ", into out= arrays"),
+                     (NATIVE_OUT_ALIGNED, ", into page-aligned out= arrays")):
         entry = bw.get(key, {})
         for what, goal in (("read_cold", 0.8), ("read_hot", 0.5)):
             r = (entry.get("ratio_to_raw") or {}).get(what)

@@ -22,6 +22,7 @@ from .errors import (
     UnknownFormatError,
 )
 from .meta import __version__
+from .pagealign import empty
 from .reader import Reader, VariableInfo
 from .series import Series
 from .writer import Writer
@@ -44,6 +45,7 @@ __all__ = [
     "Writer",
     "__version__",
     "create",
+    "empty",
     "latest",
     "open",
     "wait_all",

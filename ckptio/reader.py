@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from . import coord, memtypes, placement_stats, plain, readpipe, readplan, units
+from . import coord, memsel, memtypes, pagealign, placement_stats, plain, readpipe, readplan, units
 from . import hints as hintsmod
 from . import meta as metamod
 from .backends import detect_backend, get_backend
@@ -445,7 +445,7 @@ class Reader:
         nrounds = comm.allreduce(plan.nrounds if plan is not None else 0, op=self._max_op())
         incoming = readplan.parse_descriptors(descriptors, nd, nrounds)
         outputs = coord.run(comm, f"read {self.path}: allocate", lambda: [
-            g if g is not None else np.empty(q.box.shape, dtype=self._variables[q.var].dtype)
+            g if g is not None else pagealign.empty(q.box.shape, self._variables[q.var].dtype)
             for q, g in zip(mine, given, strict=True)])
         self.stats.seconds["plan"] += time.perf_counter() - t
         self.stats.seconds["cpu_plan"] += time.process_time() - c
@@ -536,7 +536,8 @@ class Reader:
                     continue
             qi = int(plan.piece_qi[i])
             view = outputs[qi][_region(plan.piece_lo[i], plan.piece_shape[i], records[qi, 2:2 + nd], ndim)]
-            if view.flags.c_contiguous and view.nbytes == span[1]:
+            if view.flags.c_contiguous and view.nbytes == span[1] and not pagealign.slow_copy(
+                    memsel.address(view), part.file_offset + span[0]):  # else: via the buffer, at fast shifts
                 direct.setdefault(p, []).append((span[0], view.reshape(-1).view(np.uint8)))
                 pieces.add(i)
         for stretches in direct.values():

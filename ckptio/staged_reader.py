@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from . import coord, staging
+from . import coord, pagealign, staging
 from .errors import CheckpointError, ClosedCheckpointError, ReadRequestError
 from .layout import Box
 from .meta import default_dims
@@ -226,7 +226,7 @@ class StagedReader:
                                  lambda: checked_requests(self.path, requests, out, self.variables, self._own))
         mine = [(q.var, q.box) for q in found]
         wanted = comm.allgather([(n, b.offset, b.shape) for n, b in mine])
-        outputs = [g if g is not None else np.empty(b.shape, self.variables[n].dtype)
+        outputs = [g if g is not None else pagealign.empty(b.shape, self.variables[n].dtype)
                    for (n, b), g in zip(mine, given, strict=True)]
 
         def pieces(src: int, dest: int):

@@ -50,12 +50,13 @@ def test_quick_benchmark_run(tmp_path):
     assert doc["checksum"]["seconds_all_ranks"]["median"] > 0
     assert doc["targets"] and all("measured" in t for t in doc["targets"])
     # the restart is reported with and without out= arrays, with cold and hot phases in wall and CPU time
-    assert bw["ckptio-mpiio-out"]["status"] == "ok" and bw["ckptio-mpiio-out"]["verified"]
-    for key in ("ckptio-mpiio", "ckptio-mpiio-out"):
+    for key in ("ckptio-mpiio-out", "ckptio-mpiio-out-aligned"):
+        assert bw[key]["status"] == "ok" and bw[key]["verified"], key
+    for key in ("ckptio-mpiio", "ckptio-mpiio-out", "ckptio-mpiio-out-aligned"):
         for phases in ("read_phases_median", "read_hot_phases_median"):
             assert {"data", "io", "exchange", "hidden", "cpu_data", "cpu_io"} <= set(bw[key][phases]), (key, phases)
     restart = [t["target"] for t in doc["targets"] if t["target"].startswith("restart read")]
-    assert len(restart) == 4 and sum("out=" in t for t in restart) == 2 and sum("(hot)" in t for t in restart) == 2
+    assert len(restart) == 6 and sum("out=" in t for t in restart) == 4 and sum("(hot)" in t for t in restart) == 3
     table = (results / "results.md").read_text()
     assert "| case | write GiB/s" in table and "ckptio mpiio" in table
     assert "## Time blocked per checkpoint" in table and "## Compression break-even" in table
