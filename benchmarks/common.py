@@ -121,13 +121,30 @@ def collective(comm, fn: Callable[[], Any]) -> Any:
     return result
 
 
+def sleeping_barrier(comm, poll: float = 2e-4) -> None:
+    """A barrier whose early ranks sleep instead of spinning: Open MPI's blocking collectives poll a core at
+    100%, so a rank with nothing to do in a case (the idle writer rank of an N -> N-1 restart, rank 1 during the
+    one-process raw read) would take a core from the ranks that work (2 cores here). Collective."""
+    request = comm.Ibarrier()
+    while not request.Test():
+        time.sleep(poll)
+
+
 def timed(comm, fn: Callable[[], Any]) -> tuple[float, Any]:
-    """Barrier, ``fn`` on every rank, barrier: (wall seconds as every rank agrees, this rank's result)."""
+    """Barrier, ``fn`` on every rank, a sleeping barrier (:func:`sleeping_barrier`): (wall seconds as every rank
+    agrees, this rank's result). If ``fn`` raised anywhere, :class:`BenchError` everywhere (no hang)."""
     comm.Barrier()
     t0 = time.perf_counter()
-    result = collective(comm, fn)
-    comm.Barrier()
+    result, error = None, None
+    try:
+        result = fn()
+    except Exception as exc:  # reported on every rank below
+        error = f"rank {comm.Get_rank()}: {type(exc).__name__}: {exc}"
+    sleeping_barrier(comm)
     elapsed = time.perf_counter() - t0
+    errors = [e for e in comm.allgather(error) if e]
+    if errors:
+        raise BenchError("; ".join(errors))
     return comm.allreduce(elapsed, op=_max_op()), result
 
 

@@ -451,7 +451,7 @@ class Reader:
         self.stats.seconds["cpu_plan"] += time.process_time() - c
         self._ensure_open(nrounds > 0)
         t_data, c_data = time.perf_counter(), time.process_time()
-        loader = None
+        loader, direct = None, {}
         self._direct_pieces = set()
         if plan is not None and nrounds > 0:
             direct, self._direct_pieces = self._direct_parts(plan, records, outputs)
@@ -461,6 +461,8 @@ class Reader:
         try:
             for k in range(nrounds):
                 arrays, error = loader.get(k) if loader is not None else ({}, None)
+                if error is None and arrays:
+                    error = self._verify_round(plan, arrays, direct)
                 t, c = time.perf_counter(), time.thread_time()
                 error = self._exchange(k, plan, incoming[k], arrays, records, outputs, error)
                 self.stats.seconds["exchange"] += time.perf_counter() - t
@@ -602,11 +604,11 @@ class Reader:
     def _load_round(self, plan: readplan.AggregatorPlan, k: int, slot: int,
                     direct: Mapping[int, list[tuple[int, np.ndarray]]]) -> dict[int, np.ndarray]:
         """An aggregator (in the reading thread where there is one): read round ``k``'s parts into buffer
-        ``slot`` (and the stretches in ``direct`` straight into the outputs, see :meth:`_direct_parts`) and
-        verify their checksums; the parts' arrays by part index (the bytes read straight into an output are
-        missing from a split part's array: the exchange does not copy those pieces). A
-        collective extent reader is called in every round, also with nothing to read (the other aggregators'
-        reads are collective)."""
+        ``slot`` (and the stretches in ``direct`` straight into the outputs, see :meth:`_direct_parts`); the
+        parts' arrays by part index (the bytes read straight into an output are missing from a split part's
+        array: the exchange does not copy those pieces). The calling thread verifies them
+        (:meth:`_verify_round`) while this thread reads the next round. A collective extent reader is called in
+        every round, also with nothing to read (the other aggregators' reads are collective)."""
         parts = plan.rounds[k] if k < plan.nrounds else []
         if not parts and self._extent_reader.independent:
             return {}
@@ -621,20 +623,29 @@ class Reader:
         self.stats.file_bytes += sum(e.nbytes for e in extents)
         self.stats.direct_bytes += sum(d.nbytes for p in parts for _, d in direct.get(p, ()))
         self.stats.file_calls += calls
+        return dict(zip(parts, data, strict=True))
+
+    def _verify_round(self, plan: readplan.AggregatorPlan, arrays: Mapping[int, np.ndarray],
+                      direct: Mapping[int, list[tuple[int, np.ndarray]]]) -> BaseException | None:
+        """An aggregator, in the calling thread: check the checksums of a round's parts as read (``arrays``, by
+        part index, in the plan's order: a block streamed across rounds is hashed in round order), before any
+        of their bytes is sent; this rank's failure (agreed on after the round's exchange) or None. Local."""
+        if not self.verify:
+            return None
         t, c = time.perf_counter(), time.thread_time()
-        arrays: dict[int, np.ndarray] = {}
-        for p, arr in zip(parts, data, strict=True):
-            arrays[p] = arr
-            if not self.verify:
-                continue
-            stretches = direct.get(p)
-            if stretches and memtypes.address(arr) != memtypes.address(stretches[0][1]):  # split: arr has holes
-                self._verify_split(plan.parts[p], arr.reshape(-1).view(np.uint8), stretches)
-            else:
-                self._verify_part(plan.parts[p], arr)
-        self.stats.seconds["verify"] += time.perf_counter() - t
-        self.stats.seconds["cpu_verify"] += time.thread_time() - c
-        return arrays
+        try:
+            for p, arr in arrays.items():
+                stretches = direct.get(p)
+                if stretches and memtypes.address(arr) != memtypes.address(stretches[0][1]):  # split: arr has holes
+                    self._verify_split(plan.parts[p], arr.reshape(-1).view(np.uint8), stretches)
+                else:
+                    self._verify_part(plan.parts[p], arr)
+        except BaseException as exc:  # agreed on by the caller after the exchange
+            return exc
+        finally:
+            self.stats.seconds["verify"] += time.perf_counter() - t
+            self.stats.seconds["cpu_verify"] += time.thread_time() - c
+        return None
 
     @staticmethod
     def _max_op():

@@ -1,5 +1,6 @@
-"""The restart's read pipeline on an aggregator: round k+1 is read (and its checksums verified) in a helper
-thread while the calling thread exchanges round k over MPI.
+"""The restart's read pipeline on an aggregator: round k+1 is read in a helper thread while the calling thread
+verifies round k's checksums and exchanges it over MPI (so even a lone reader hashes one round while the next
+is read).
 
 Two buffer slots alternate: round k lands in slot ``k % 2``; round k+1 is started only when :meth:`get` hands
 round k over, i.e. after the exchange of round k-1 (the previous user of round k+1's slot) finished. The
