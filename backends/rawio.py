@@ -417,7 +417,8 @@ class SerialRawReader(ExtentReader):
 
 
 def decode_extent(meta: Mapping[str, Any], extent: Extent, raw: np.ndarray) -> np.ndarray:
-    """Stored bytes of an extent -> array of its box shape in native byte order."""
+    """Stored bytes of an extent -> array of its box shape in native byte order (a foreign byte order is
+    swapped in place when ``raw`` is writable, as the read buffer is: no second array). Local."""
     var = meta["variables"][extent.var]
     dtype = np.dtype(var.get("storage", {}).get("file_dtype", var["dtype"]))  # e.g. big-endian in CDF files
     if extent.codec is not None:
@@ -426,8 +427,9 @@ def decode_extent(meta: Mapping[str, Any], extent: Extent, raw: np.ndarray) -> n
     else:
         arr = raw.view(dtype)
     arr = arr.reshape(extent.box.shape)
-    if not arr.dtype.isnative:
-        arr = arr.astype(arr.dtype.newbyteorder("="))
+    if not arr.dtype.isnative:  # e.g. CDF's big-endian: swapped where it lies (the read buffer) when it may be
+        native = arr.dtype.newbyteorder("=")
+        arr = arr.byteswap(inplace=True).view(native) if arr.flags.writeable else arr.astype(native)
     return arr
 
 
