@@ -2,8 +2,9 @@
 
 Why: on x86 the kernel's copies (``preadv`` from the page cache, Open MPI's single-copy CMA transfers between
 ranks) run several times slower when the destination sits a few bytes past the source modulo the 4 KiB page
-("4K aliasing"). ``numpy.empty`` of a large array returns memory 16 bytes past a page boundary (glibc's chunk
-header), which is exactly that case against page-aligned file data: measured on the development machine, a
+("4K aliasing"). ``numpy.empty`` of a large array (above glibc's mmap threshold, 128 KiB growing up to 32 MiB;
+smaller ones land wherever the heap has room) returns memory 16 bytes past a page boundary (glibc's chunk header),
+which is exactly that case against page-aligned file data: measured on the development machine, a
 ``preadv`` from the page cache reached 2.6 GiB/s into such an array and 14-15 GiB/s into a page-aligned one.
 Every array ckptio allocates for a restart's data therefore starts on a page boundary. Local, no MPI.
 """

@@ -36,8 +36,10 @@ def test_empty_leaves_small_and_object_arrays_to_numpy():
 
 def test_numpy_empty_of_a_large_array_is_in_the_slow_window_against_page_aligned_data():
     """The premise of the module on this platform: if numpy or glibc ever stop putting large arrays 16 bytes past
-    a page, this test says so (the reader's policy is still correct, just no longer needed)."""
-    a = np.empty(1 << 22, np.uint8)
+    a page, this test says so (the reader's policy is still correct, just no longer needed). 64 MiB: above glibc's
+    largest mmap threshold (32 MiB), so the array gets its own mapping whatever the heap looks like; smaller ones
+    land wherever the heap has room, aligned or not. Untouched, so it costs no memory."""
+    a = np.empty(64 << 20, np.uint8)
     assert pagealign.slow_copy(a.ctypes.data, 0), a.ctypes.data % pagealign.PAGE
 
 
