@@ -234,9 +234,7 @@ def aligned_scratch(buffers: dict[int, np.ndarray], slot: int, nbytes: int) -> n
     buffer are already mapped, so reading into it costs no page faults). Local."""
     buf = buffers.get(slot)
     if buf is None or buf.nbytes < nbytes:
-        raw = np.empty(nbytes + 4096, np.uint8)
-        start = (-raw.ctypes.data) % 4096
-        buf = buffers[slot] = raw[start:start + nbytes]
+        buf = buffers[slot] = pagealign.page_aligned_bytes(nbytes)
     return buf[:nbytes]
 
 

@@ -30,9 +30,15 @@ def empty(shape: tuple[int, ...] | int, dtype: np.dtype | str | type = np.float6
     nbytes = math.prod(shape) * dt.itemsize
     if nbytes < MIN_ALIGNED_BYTES or dt.hasobject:
         return np.empty(shape, dt)
+    return page_aligned_bytes(nbytes).view(dt).reshape(shape)
+
+
+def page_aligned_bytes(nbytes: int) -> np.ndarray:
+    """``nbytes`` uninitialised uint8 starting on a page boundary, whatever the size (a view of ``nbytes + PAGE``
+    bytes, which it keeps alive). Local."""
     raw = np.empty(nbytes + PAGE, np.uint8)
     start = (-raw.ctypes.data) % PAGE
-    return raw[start:start + nbytes].view(dt).reshape(shape)
+    return raw[start:start + nbytes]
 
 
 # A kernel copy is slow when its destination lies 1-31 bytes past its source modulo the page (measured on the
