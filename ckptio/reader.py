@@ -186,7 +186,28 @@ def checked_requests(path: str, requests: object, out: object, variables: Mappin
         if isinstance(r, str | bytes) or not isinstance(r, Sequence) or len(r) != 3:
             raise ReadRequestError(f"read_many of {path}: each request must be (name, offset, shape), got {r!r}")
         found.append(_checked_request(path, *r, o, variables, own_segment, skipped or {}))
+    _check_disjoint(path, requests, given)
     return found, given
+
+
+def _check_disjoint(path: str, requests: Sequence[Any], given: Sequence[np.ndarray | None]) -> None:
+    """ReadRequestError when two ``out`` arrays of one call share memory: the read fills them concurrently (an
+    aggregator's checksums are streamed across its outputs), so the result would be undefined. Candidates by
+    byte bounds (sorted: O(n log n)), then numpy's exact test (interleaved strided views that share no element
+    are fine; a pair too hard to decide counts as overlapping). Local."""
+    spans = sorted((*np.lib.array_utils.byte_bounds(o), i) for i, o in enumerate(given) if o is not None and o.size)
+    active: list[tuple[int, int]] = []  # (end, index) of earlier arrays whose bounds reach past this start
+    for lo, hi, i in spans:
+        active = [(end, j) for end, j in active if end > lo]
+        for _, j in active:
+            try:
+                shared = np.shares_memory(given[j], given[i], max_work=10**6)
+            except np.exceptions.TooHardError:
+                shared = True
+            if shared:
+                raise ReadRequestError(f"read_many of {path}: out= arrays {j} ({requests[j][0]!r}) and {i} "
+                                       f"({requests[i][0]!r}) share memory; give each request its own array")
+        active.append((hi, i))
 
 
 def _checked_request(path: str, name: object, offset: object, shape: object, out: object,

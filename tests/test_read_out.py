@@ -128,6 +128,15 @@ with ckptio.open(sys.argv[1], comm) as ck:
         print("ACCEPTED", "count", r, flush=True)
     except ckptio.ReadRequestError as exc:
         print("RAISED", "count", r, "rank 0" in str(exc), flush=True)
+    # out= arrays of one call sharing memory (once reported a good checkpoint as corrupt): rejected
+    big = np.zeros((6, 3))
+    halves = [("u", (0, 0), (4, 3)), ("u", (4 * (n - 1), 0), (4, 3))]
+    for case, outs in (("aliased", [good, good]), ("overlapping", [big[:4], big[2:]])):
+        try:
+            ck.read_many(halves, out=outs if r == n - 1 else [good, np.zeros((4, 3))])
+            print("ACCEPTED", case, r, flush=True)
+        except ckptio.ReadRequestError as exc:
+            print("RAISED", case, r, "share memory" in str(exc) and f"rank {n - 1}" in str(exc), flush=True)
     # the Reader is still usable: nothing was read, nobody is stuck
     assert np.array_equal(ck.read("u", offset=(4 * r, 0), shape=(4, 3), out=good), np.full((4, 3), float(r)))
 print("AFTER", r, flush=True)
@@ -140,10 +149,21 @@ def test_a_wrong_out_on_one_rank_is_an_error_on_every_rank(tmp_path, nprocs):
     proc = run_script(nprocs, BAD_OUT, tmp_path, str(tmp_path / "chk"), timeout=240)
     lines = proc.stdout.splitlines()
     assert not [line for line in lines if line.startswith("ACCEPTED")], proc.stdout
-    for case in ("shape", "dtype", "byteorder", "readonly", "notarray", "count"):
+    for case in ("shape", "dtype", "byteorder", "readonly", "notarray", "count", "aliased", "overlapping"):
         raised = [line for line in lines if line.startswith(f"RAISED {case} ")]
         assert sorted(raised) == [f"RAISED {case} {r} True" for r in range(nprocs)], (case, proc.stdout)
     assert sorted(line for line in lines if line.startswith("AFTER")) == [f"AFTER {r}" for r in range(nprocs)]
+
+
+def test_out_arrays_that_interleave_without_sharing_an_element_are_accepted():
+    from ckptio.errors import ReadRequestError
+    from ckptio.reader import _check_disjoint
+
+    a = np.zeros((4, 6))
+    _check_disjoint("p", [("u",)] * 3, [a[:, ::2], a[:, 1::2], None])  # same bounds, no common element
+    _check_disjoint("p", [("u",)] * 2, [a[:2], a[2:]])
+    with pytest.raises(ReadRequestError, match=r"out= arrays 0 .* and 2 .* share memory"):
+        _check_disjoint("p", [("u",), ("v",), ("w",)], [a[:, ::2], a[:, 1::2], a[1]])
 
 
 # ------------------------------------------------------------------------------- byte runs (pure, no MPI)
