@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from . import coord, memsel, memtypes, pagealign, placement_stats, plain, readpipe, readplan, units
+from . import coord, memtypes, pagealign, placement_stats, plain, readpipe, readplan, units
 from . import hints as hintsmod
 from . import meta as metamod
 from .backends import detect_backend, get_backend
@@ -560,7 +560,7 @@ class Reader:
             qi = int(plan.piece_qi[i])
             view = outputs[qi][_region(plan.piece_lo[i], plan.piece_shape[i], records[qi, 2:2 + nd], ndim)]
             if view.flags.c_contiguous and view.nbytes == span[1] and not pagealign.slow_copy(
-                    memsel.address(view), part.file_offset + span[0]):  # else: via the buffer, at fast shifts
+                    memtypes.address(view), part.file_offset + span[0]):  # else: via the buffer, at fast shifts
                 direct.setdefault(p, []).append((span[0], view.reshape(-1).view(np.uint8)))
                 pieces.add(i)
         for stretches in direct.values():
