@@ -12,6 +12,7 @@ Every array ckptio allocates for a restart's data therefore starts on a page bou
 from __future__ import annotations
 
 import math
+import operator
 
 import numpy as np
 
@@ -26,10 +27,14 @@ def empty(shape: tuple[int, ...] | int, dtype: np.dtype | str | type = np.float6
     with it too, so that an aggregator's own data is read straight into them. The result is a view of a
     slightly larger uint8 buffer, which it keeps alive."""
     dt = np.dtype(dtype)
-    shape = (shape,) if isinstance(shape, int) else tuple(int(s) for s in shape)
-    nbytes = math.prod(shape) * dt.itemsize
-    if nbytes < MIN_ALIGNED_BYTES or dt.hasobject:
-        return np.empty(shape, dt)
+    try:  # sizes as numpy takes them: Python or numpy integers, never a float or a negative
+        dims = (operator.index(shape),)
+    except TypeError:
+        dims = tuple(operator.index(s) for s in shape)
+    nbytes = math.prod(dims) * dt.itemsize
+    if nbytes < MIN_ALIGNED_BYTES or dt.hasobject or dt.subdtype is not None or min(dims, default=0) < 0:
+        return np.empty(dims, dt)  # numpy's own result (or error: negative dimensions)
+    shape = dims
     return page_aligned_bytes(nbytes).view(dt).reshape(shape)
 
 

@@ -34,6 +34,18 @@ def test_empty_leaves_small_and_object_arrays_to_numpy():
     assert ckptio.empty((0, 5)).shape == (0, 5)
 
 
+def test_empty_takes_sizes_as_numpy_does():
+    assert ckptio.empty(np.int64(100000)).shape == (100000,)
+    assert ckptio.empty((np.int32(300), 300)).ctypes.data % pagealign.PAGE == 0
+    assert ckptio.empty((1000,), ("f8", (10,))).shape == (1000, 10)  # a subarray dtype adds its axes, as numpy
+    for bad, error in (((1000.5, 1000), TypeError), ((-1000, -1000), ValueError), (-5, ValueError),
+                       ("12", TypeError)):
+        with pytest.raises(error):
+            ckptio.empty(bad)
+        with pytest.raises(error):
+            np.empty(bad)
+
+
 def test_numpy_empty_of_a_large_array_is_in_the_slow_window_against_page_aligned_data():
     """The premise of the module on this platform: if numpy or glibc ever stop putting large arrays 16 bytes past
     a page, this test says so (the reader's policy is still correct, just no longer needed). 64 MiB: above glibc's
