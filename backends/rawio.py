@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ckptio import codec as codecs
-from ckptio import coord, memsel, pagealign
+from ckptio import coord, memsel, pagealign, settings
 from ckptio.errors import CheckpointIOError, IncompleteCheckpointError
 from ckptio.hints import uses_romio
 from ckptio.layout import Box
@@ -247,12 +247,9 @@ def open_extent_reader(path: str, comm, info, meta: Mapping[str, Any]) -> Extent
     (each aggregator owns contiguous, stripe-aligned file domains), so a second two-phase layer inside MPI-IO
     would only add copies; ``CKPTIO_READ_IO=mpiio`` selects :class:`RawExtentReader` (file systems that need
     MPI-IO's own driver, e.g. without a POSIX mount)."""
-    choice = os.environ.get(READ_IO_ENV, "posix").strip().lower() or "posix"
-    if choice == "posix":
+    if settings.get(READ_IO_ENV) == "posix":  # checked (and agreed between ranks) when the reader was opened
         return PosixExtentReader(path, meta)
-    if choice == "mpiio":
-        return RawExtentReader(path, comm, info, meta)
-    raise CheckpointIOError(f"{READ_IO_ENV}={choice!r}: expected 'posix' or 'mpiio'")
+    return RawExtentReader(path, comm, info, meta)
 
 
 def _address(arr: np.ndarray) -> int:

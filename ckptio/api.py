@@ -25,10 +25,12 @@ def create(path: str | os.PathLike, comm, backend: str = "mpiio", attrs: Mapping
     rank sees or one per node at the same path; created if missing) is written first, each rank its own piece,
     and drained to ``path`` in the background, checksums verified (see :mod:`ckptio.staging`).
 
-    Local (no communication). It raises at once only for arguments that are wrong in themselves (an unknown
-    ``backend`` or ``mode``, bad ``hints`` or ``compression``); a bad ``attrs`` value, one the backend cannot
-    store, and a ``path``, ``backend``, ``mode``, ``stage_dir`` or ``compression`` that differs between ranks
-    are raised by ``close()`` on every rank, in its first phase, before anything is written.
+    Local (no communication) and it never raises for its arguments: an argument may be bad on one rank only,
+    and a rank that raised here would leave the others waiting in ``close()``. An argument wrong in itself (an
+    unknown ``backend`` or ``mode``, bad ``hints`` or ``compression``, an ``attrs`` value the backend cannot
+    store) and a ``path``, ``backend``, ``mode``, ``stage_dir`` or ``compression`` that differs between ranks
+    are raised by ``close()`` on every rank, in its first phase, before anything is written. A
+    :class:`ckptio.Series` checks its options once, collectively, when it is constructed.
     """
     return Writer(path, comm, backend=backend, attrs=attrs, hints=hints, compression=compression, mode=mode,
                   stage_dir=stage_dir)

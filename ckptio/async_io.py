@@ -152,8 +152,11 @@ class IOEngine:
         self._thread.start()
 
     def submit(self, handle: AsyncCheckpoint, job: Callable[[Any], None], on_done: Callable[[], None]) -> None:
+        """Local: queue ``job`` for the I/O thread. The caller has loaded the backend's library in this thread
+        first (see :func:`finish_before_later_exit_handlers`)."""
         self._handles.append(handle)
         self._queue.put((handle, job, on_done))
+        finish_before_later_exit_handlers()
 
     def settle_before_new(self) -> list[AsyncCheckpoint]:
         """Before checkpoint k: wait for checkpoints up to k - SLOTS (their buffers are needed anyway); returns
@@ -212,6 +215,17 @@ def wait_all() -> None:
         engine.drain()
 
 
+def finish_before_later_exit_handlers() -> None:
+    """Local: make :func:`wait_all` the first exit handler to run (``atexit`` runs the newest first).
+
+    A library imported after ckptio registers exit handlers that run before ckptio's :func:`report_at_exit`:
+    h5py's tears down its type conversions, after which the I/O thread's HDF5 writes fail ("Operation not defined
+    for data type class") and MPI_Finalize may crash (issue 23). Re-registered at every submit, after the backend's
+    library is loaded, so the background checkpoints still in flight finish while every library still works."""
+    atexit.unregister(wait_all)
+    atexit.register(wait_all)
+
+
 def warn_no_threads() -> None:
     warnings.warn("ckptio: MPI was not initialized with MPI_THREAD_MULTIPLE; mode='async' falls back to "
                   "synchronous checkpoints", RuntimeWarning, stacklevel=4)
@@ -251,7 +265,9 @@ _KNOWN_AT_IMPORT = sum(1 for m in _KNOWN_EARLIER_HANDLERS if m in sys.modules)
 
 def _safe_to_force_exit() -> bool:
     """Whether ``os._exit`` skips nothing but what :func:`_force_exit` does itself or need not be done."""
-    if os.environ.get("CKPTIO_EXIT_STATUS_ON_LOST_FAILURE", "1") == "0":
+    from . import settings
+
+    if settings.get("CKPTIO_EXIT_STATUS_ON_LOST_FAILURE") == "0":
         return False
     if _EARLIER_AT_IMPORT != _KNOWN_AT_IMPORT:
         return False  # an unknown exit handler registered before ckptio's would be skipped

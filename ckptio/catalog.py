@@ -7,21 +7,25 @@ that spelling), ``suffix`` is fixed (``""`` or e.g. ``".h5"``). Anything else in
 -- is not a checkpoint of the series: it is never opened, chosen nor deleted. The temporaries of checkpoints
 being written are ``.{name}.ckptio-tmp-{12 hex digits}`` (see ckptio.writer) and are never checkpoints either.
 
-Timeline. A checkpoint written through a Series carries the attribute :data:`SEQ_ATTR`, the series' commit
-sequence number: one more than the largest one in the directory when the run started, then +1 per checkpoint
-(assigned in program order, and background checkpoints commit in that order). A run that restarts from an older
-step (say 20 while 21..30 exist) writes 21, 22, ... with numbers above 30's. A committed checkpoint ``X`` is
-*superseded* when another committed checkpoint ``Y`` of the series has ``seq(Y) > seq(X)`` and
-``step(Y) <= step(X)``: a later run went back to before ``X`` and wrote on, so ``X`` belongs to an abandoned
-trajectory. The *timeline* is every committed, not superseded checkpoint; in it step order and commit order
-agree. :func:`latest` chooses only from the timeline (newest step first); retention (ckptio.series) deletes
-superseded checkpoints first. The record lives in each checkpoint's own metadata, so it is committed atomically
-with the checkpoint, survives copying the directory, and needs no separate journal that could disagree with the
-files. Checkpoints without the attribute (written by ``ckptio.create``, the C/Fortran API or an older ckptio;
-sequence 0) carry no timeline: they are never superseded and supersede nothing, and are ordered by step like
-every other one (so a Fortran run continuing a Python Series' directory keeps the step order). A file whose
-metadata cannot be read (truncated, damaged index) cannot say where it belongs: it supersedes nothing, is never
-chosen, never deleted.
+Timeline (issue 23). A checkpoint written through a Series records its series identity
+(:class:`ckptio.model.series_record.SeriesRecord`, document key ``series``): the series id, inherited by every run
+that continues the series, a commit sequence number ``seq`` that is comparable only between checkpoints of the same
+series id, the checkpoint the run restarted from, and the checkpoints the run *abandoned*. A committed checkpoint
+``X`` is *superseded* by a checkpoint ``Y`` when
+
+* ``X`` and ``Y`` belong to the same series, ``seq(Y) > seq(X)`` and ``step(Y) <= step(X)``: a later run of the
+  series went back to before ``X`` and wrote on; or
+* ``Y``'s run abandoned ``X`` (same name, same commit time): ``X`` has no series record (``ckptio.create``, the
+  C/Fortran API, an older ckptio) or another series id, and its step was at or above the run's first step when the
+  run started.
+
+Checkpoints of older ckptio versions that carry the per-directory counter attribute :data:`SEQ_ATTR` form one
+series among themselves. Checkpoints of different series (a copy from another run's directory) never supersede
+each other by ``seq``: they are placed by step. The *timeline* is every committed, not superseded checkpoint,
+newest step first; :func:`latest` chooses only from it; retention (ckptio.series) deletes superseded checkpoints
+first and never deletes a checkpoint of another series that no run of this one abandoned. A file whose metadata
+cannot be read (truncated, damaged index), and an HDF5/netCDF file ckptio did not write (no checksums), cannot say
+where it belongs: it supersedes nothing, is never chosen, never deleted.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .backends import detect_backend
-from .errors import CapabilityError, CheckpointError, CheckpointIOError
+from .errors import CapabilityError, CheckpointError, CheckpointIOError, DeclarationError
+from .model.series_record import Abandoned, SeriesRecord
 
 SEQ_ATTR = "ckptio_series_seq"
 _TEMP = re.compile(r"\.(?P<name>.+)\.ckptio-tmp-[0-9a-f]{12}")
@@ -84,19 +89,33 @@ class NamePattern:
         return f"{self.stem}<step, {width}>{self.suffix}"
 
 
+LEGACY_SERIES = ""  # the series id given to checkpoints of older ckptio versions (attribute SEQ_ATTR)
+
+
 @dataclass
 class Entry:
-    """One file of a series: its step, and (when its metadata could be read) its sequence number."""
+    """One file of a series: its step and, when its metadata could be read, its series identity."""
 
     path: str
     step: int
-    seq: int | None  # None: the metadata could not be read (``problem`` says why)
+    seq: int | None  # None: the metadata could not be read (``problem`` says why); 0: no series record
     mtime_ns: int
     problem: str | None = None
+    series_id: str | None = None  # None: no series record; LEGACY_SERIES: an older ckptio's directory counter
+    created: str | None = None  # the commit time its metadata records
+    record: SeriesRecord | None = None
 
     @property
     def committed(self) -> bool:
         return self.seq is not None
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    def identity(self) -> Abandoned:
+        """How a run's record names this checkpoint when it abandons it."""
+        return Abandoned(self.name, self.created)
 
 
 def list_directory(directory: str | os.PathLike) -> list[str]:
@@ -132,7 +151,7 @@ def scan(directory: str | os.PathLike, pattern: NamePattern, read: bool = True) 
         entry = Entry(path, step, None, st.st_mtime_ns)
         if read:
             try:
-                entry.seq = _seq_of(read_metadata(path))
+                describe(entry, read_metadata(path))
             except CapabilityError:
                 raise  # a library this process lacks: never a reason to skip (or delete) a good checkpoint
             except (CheckpointError, OSError, ValueError) as exc:
@@ -145,19 +164,37 @@ def read_metadata(path: str) -> dict:
     return detect_backend(path).read_metadata(path)
 
 
-def _seq_of(meta: dict) -> int:
+def describe(entry: Entry, meta: dict) -> Entry:
+    """Fill ``entry``'s identity from its metadata document ``meta`` (see the module docstring). A file ckptio did
+    not write (a plain HDF5/netCDF document, no checksums) stays uncommitted: never chosen, never deleted."""
+    if meta.get("plain"):
+        entry.problem = "not a ckptio checkpoint (an HDF5/netCDF file ckptio did not write)"
+        return entry
+    entry.created = meta.get("created") if isinstance(meta.get("created"), str) else None
+    if "series" in meta:
+        entry.record = SeriesRecord.from_json(meta["series"])  # a damaged record: the file is unreadable
+        entry.series_id, entry.seq = entry.record.series_id, entry.record.seq
+        return entry
     value = (meta.get("attrs") or {}).get(SEQ_ATTR, 0)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+    legacy = value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    entry.seq, entry.series_id = legacy, (LEGACY_SERIES if legacy else None)
+    return entry
 
 
 def superseded(entries: list[Entry]) -> dict[str, Entry]:
     """{path of a superseded checkpoint: the checkpoint that superseded it} (see the module docstring)."""
-    committed = [e for e in entries if e.seq]  # 0: written without a Series, no timeline; None: unreadable
+    committed = [e for e in entries if e.committed]
+    abandoned_by: dict[Abandoned, list[Entry]] = {}
+    for y in committed:
+        for gone in (y.record.abandons if y.record else ()):
+            abandoned_by.setdefault(gone, []).append(y)
     out: dict[str, Entry] = {}
     for x in committed:
-        later = [y for y in committed if y.seq > x.seq and y.step <= x.step]  # type: ignore[operator]
+        later = [y for y in committed if x.seq and y.series_id == x.series_id and y.seq > x.seq  # type: ignore[operator]
+                 and y.step <= x.step]
+        later += abandoned_by.get(x.identity(), [])
         if later:
-            out[x.path] = max(later, key=lambda y: y.seq)  # type: ignore[arg-type, return-value]
+            out[x.path] = max(later, key=lambda y: (y.seq or 0, y.step))
     return out
 
 
@@ -167,8 +204,9 @@ def timeline(entries: list[Entry]) -> list[Entry]:
     return sorted((e for e in entries if e.committed and e.path not in gone), key=lambda e: e.step, reverse=True)
 
 
-def max_seq(entries: list[Entry]) -> int:
-    return max((e.seq for e in entries if e.seq is not None), default=0)
+def max_seq(entries: list[Entry], series_id: str) -> int:
+    """The largest sequence number of series ``series_id`` among ``entries`` (0 if it has none)."""
+    return max((e.seq for e in entries if e.series_id == series_id and e.seq is not None), default=0)
 
 
 def check(path: str, verify: bool = False) -> None:
@@ -238,17 +276,42 @@ def latest(directory: str | os.PathLike, prefix: str = "chk", verify: bool = Fal
     present and verified on its own node (see :func:`ckptio.staging.recover`); without ``comm``, ``stage_dir`` is
     ignored (one process cannot see every node's stage).
     """
-    pattern = NamePattern.for_prefix(prefix, suffix)
-    if comm is not None:
-        from . import coord
+    if comm is None:
+        return find_latest(directory, NamePattern.for_prefix(prefix, suffix), verify)
+    from . import coord
 
-        if stage_dir is not None:  # a staged checkpoint whose drain did not finish: drain it now, if possible
-            from . import staging
+    # the arguments are checked (and compared) inside the first agreed phase: one rank's bad prefix is the same
+    # error on every rank, not a hang of the others in the broadcast below
+    pattern = coord.gather_and_plan(
+        comm, f"latest checkpoint in {os.fspath(directory)}: arguments",
+        lambda: (os.path.abspath(os.fspath(directory)), prefix, suffix, bool(verify),
+                 None if stage_dir is None else os.path.abspath(os.fspath(stage_dir)), _checked_prefix(prefix, suffix)),
+        _same_latest_arguments)
+    if stage_dir is not None:  # a staged checkpoint whose drain did not finish: drain it now, if possible
+        from . import staging
 
-            staging.recover(comm, os.fspath(directory), pattern, os.fspath(stage_dir))
-        return coord.bcast_from_root(comm, f"latest checkpoint in {os.fspath(directory)}",
-                                     lambda: find_latest(directory, pattern, verify))
-    return find_latest(directory, pattern, verify)
+        staging.recover(comm, os.fspath(directory), pattern, os.fspath(stage_dir))
+    return coord.bcast_from_root(comm, f"latest checkpoint in {os.fspath(directory)}",
+                                 lambda: find_latest(directory, pattern, verify))
+
+
+def _checked_prefix(prefix: str, suffix: str) -> None:
+    """Local: a DeclarationError when ``prefix``/``suffix`` cannot name checkpoints."""
+    try:
+        NamePattern.for_prefix(prefix, suffix)
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise DeclarationError(f"ckptio.latest: prefix={prefix!r}, suffix={suffix!r}: {exc}") from None
+
+
+def _same_latest_arguments(gathered: list[tuple]) -> NamePattern:
+    """Rank 0: the pattern of :func:`latest`'s arguments, which every rank must pass alike."""
+    for rank, args in enumerate(gathered):
+        if args != gathered[0]:
+            raise DeclarationError(f"ckptio.latest: the arguments differ between rank 0 {gathered[0][:5]!r} and rank "
+                             f"{rank} {args[:5]!r}; pass the same directory, prefix, suffix, verify and stage_dir "
+                             "on every rank")
+    _, prefix, suffix, *_ = gathered[0]
+    return NamePattern.for_prefix(prefix, suffix)
 
 
 def find_latest(directory: str | os.PathLike, pattern: NamePattern, verify: bool = False) -> str | None:

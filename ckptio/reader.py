@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from . import coord, memtypes, pagealign, placement_stats, plain, readpipe, readplan, units
+from . import coord, memtypes, pagealign, placement_stats, plain, readpipe, readplan, settings, units
 from . import hints as hintsmod
 from . import meta as metamod
 from .backends import detect_backend, get_backend
@@ -240,7 +240,9 @@ def _show(values: object) -> str:
 
 def _check_same_options(gathered: list[dict[str, Any]]) -> None:
     """Rank 0: rank 0 partitions the checkpoint for every rank with these options (and every aggregator plans
-    its rounds with the buffer size), so they must be the same on every rank."""
+    its rounds with the buffer size), so they must be the same on every rank, and so must the collective
+    CKPTIO_* settings (ckptio.settings)."""
+    settings.check_same([g.pop("settings") for g in gathered], "ckptio.open")
     for key in gathered[0]:
         differ = [r for r, g in enumerate(gathered) if g[key] != gathered[0][key]]
         if differ and key == "path":
@@ -319,8 +321,8 @@ class Reader:
             chosen["hints"] = hintsmod.resolve_hints(size, hints)
             if buffer_bytes is not None:
                 chosen["buffer_bytes"] = units.parse_size(buffer_bytes, "buffer_bytes")
-            elif os.environ.get(ENV_BUFFER_BYTES):
-                chosen["buffer_bytes"] = units.parse_size(os.environ[ENV_BUFFER_BYTES], ENV_BUFFER_BYTES)
+            elif settings.raw(ENV_BUFFER_BYTES):
+                chosen["buffer_bytes"] = units.parse_size(settings.raw(ENV_BUFFER_BYTES), ENV_BUFFER_BYTES)
             else:
                 chosen["buffer_bytes"] = DEFAULT_BUFFER_BYTES
             chosen["aggregators"] = (units.parse_count(aggregators, "aggregators") if aggregators is not None
@@ -329,7 +331,7 @@ class Reader:
             # file: all three must be the same everywhere (a different path on one rank made an aggregator
             # read another checkpoint's bytes against rank 0's checksums: "corrupt", falsely)
             return {"path": os.path.abspath(self.path), "buffer_bytes": chosen["buffer_bytes"],
-                    "aggregators": chosen["aggregators"]}, node
+                    "aggregators": chosen["aggregators"], "settings": settings.collective_snapshot()}, node
 
         per_rank: list[Any] = []
 

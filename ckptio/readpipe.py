@@ -12,11 +12,12 @@ the other, with the same results. Local: used by one aggregator, between the cal
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
+
+from . import settings
 
 THREAD_ENV = "CKPTIO_READ_THREAD"  # "0": read in the calling thread (no overlap)
 
@@ -24,7 +25,7 @@ THREAD_ENV = "CKPTIO_READ_THREAD"  # "0": read in the calling thread (no overlap
 def threads_allowed() -> bool:
     """Whether a helper thread may run beside MPI here: the MPI thread level is above MPI_THREAD_SINGLE (an
     MPI library may assume a single-threaded process there) and CKPTIO_READ_THREAD is not 0."""
-    if os.environ.get(THREAD_ENV, "1").strip() == "0":
+    if settings.get(THREAD_ENV) == "0":  # checked, and agreed between ranks, when the reader was opened
         return False
     from mpi4py import MPI
 

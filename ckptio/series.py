@@ -14,17 +14,24 @@ Retention semantics (what a user can rely on):
   (:class:`ckptio.catalog.NamePattern`). No other file is opened, chosen or deleted: not ``chk_notes.txt``,
   ``chk_000001.bak``, another series' ``chk_fine_000300``, Open MPI's ``NAME-<n>-<pid>.lock``/``.locktest.*``.
   Only checkpoints whose metadata can be read are ever deleted; a damaged file stays for the user to look at.
-* **Timeline.** Each checkpoint records its commit sequence number (attribute ``ckptio_series_seq``, see
-  :mod:`ckptio.catalog`). After a restart from an older step (the newest is corrupt, or the user reruns from step
-  20 while 30 exists), the abandoned newer checkpoints are *superseded* as soon as the first new one commits:
-  ``latest()`` never chooses them again, and retention deletes them first.
+* **Identity and timeline.** Each checkpoint records its series identity (document key ``series``, see
+  :mod:`ckptio.model.series_record` and :mod:`ckptio.catalog`): the series id (a run continues the id of the
+  checkpoint it restarted from, else of the newest checkpoint of the directory that has one, else a new one),
+  this run's id, a commit sequence number within the series, the restart point, and the checkpoints the run
+  abandoned. After a restart from an older step (the newest is corrupt, or the user reruns from step 20 while 30
+  exists), every checkpoint at or above the run's first step is *superseded* as soon as the first new one
+  commits, whoever wrote it (this series, ``ckptio.create``, C/Fortran, an older ckptio): ``latest()`` never
+  chooses it again, and retention deletes it first. A checkpoint copied in from another series is placed by its
+  step and never supersedes this series' checkpoints; retention never deletes it unless a run abandoned it.
 * **keep=K, applied as each checkpoint commits** (synchronous: at the end of ``close()``; ``mode="async"``: in the
   I/O thread right after the background commit, on the duplicated communicator, in the same FIFO order on every
   rank): the newest K checkpoints of the timeline stay, then superseded ones if K allows; every other checkpoint
-  of the series is deleted. Never deleted: the checkpoint just committed (the newest verified one) and the
-  checkpoint this run restarted from (the one ``latest()`` returned, or else the newest of the timeline below
-  the first step this Series object writes), for the lifetime of the Series object (so ``keep=1`` after a
-  restart holds 2 checkpoints). Nothing is deleted before a newer checkpoint committed.
+  of the series is deleted. Never deleted: the checkpoint just committed, the checkpoint this run restarted
+  from (the one ``latest()`` returned, or else the newest of the timeline below the first step this Series
+  object writes), for the lifetime of the Series object (so ``keep=1`` after a restart holds 2 checkpoints),
+  and a checkpoint of another series that no run of this one abandoned. Nothing is deleted before a newer
+  checkpoint committed. ``create(step)`` of the step this run restarted from is refused (it would replace the
+  restart source).
 * **Leftover temporaries** ``.{name}.ckptio-tmp-{12 hex}`` of killed writes of this series are deleted by
   retention once they are older (mtime) than the newest committed checkpoint: no writer of the series can still
   be using them (ckptio writes one checkpoint of a series at a time, and the I/O thread runs retention only
@@ -42,17 +49,25 @@ from __future__ import annotations
 import operator
 import os
 import threading
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
 from . import async_io, catalog, coord, staging
 from .errors import CheckpointIOError, DeclarationError
-from .writer import Writer
+from .model.series_record import SeriesRecord
+from .writer import Writer, check_write_options
 
 
 class Series:
     """Checkpoints ``{directory}/{prefix}_{step:0{digits}d}{suffix}``. Construct on every rank of ``comm``
-    (collective: rank 0 creates ``directory`` unless ``must_exist``; its failure is raised on every rank).
+    (collective: every argument is checked, and compared between ranks, inside its first agreed phase, so a bad
+    value on any rank is the same error on every rank; then rank 0 creates ``directory`` unless ``must_exist``;
+    its failure is raised on every rank).
+
+    ``backend``, ``mode``, ``hints``, ``compression`` and ``stage_dir`` are those of :func:`ckptio.create` and
+    apply to every checkpoint of the series; they are checked here (an unknown backend, a backend this process
+    cannot write, a misspelt mode, compression with a backend that has none), not one checkpoint interval later.
 
     ``must_exist=True`` is for restart jobs: a directory that does not exist (a misspelt restart directory) is
     then a :class:`~ckptio.CheckpointIOError` on every rank instead of a new, empty series whose ``latest()`` is
@@ -62,31 +77,45 @@ class Series:
     def __init__(self, directory: str | os.PathLike, comm, prefix: str = "chk", keep: int = 3,
                  backend: str = "mpiio", digits: int = 6, verify_on_restart: bool = True,
                  stage_dir: str | os.PathLike | None = None, suffix: str = "", must_exist: bool = False,
-                 **create_options: Any):
-        if not isinstance(keep, int) or keep < 1:
-            raise ValueError(f"keep={keep!r}: must be an int of at least 1")
-        if not prefix:
-            raise ValueError("prefix must not be empty: a series owns exactly the names {prefix}_{step}{suffix}")
+                 mode: str = "sync", hints: Mapping[str, Any] | None = None, compression: object = None):
         self.directory = os.fspath(directory)
         self.comm = comm
         self.prefix, self.keep, self.backend, self.digits, self.suffix = prefix, keep, backend, digits, suffix
-        self.pattern = catalog.NamePattern(prefix + "_", suffix, digits)
         self.verify_on_restart = verify_on_restart
         self.stage_dir = os.fspath(stage_dir) if stage_dir is not None else None
-        self.create_options = create_options
+        self.create_options: dict[str, Any] = {"mode": mode, "hints": hints, "compression": compression}
         self._previous: Writer | None = None
         self._background: list[async_io.AsyncCheckpoint] = []  # not yet waited for by Series.wait()
         self._restart_from: str | None = None  # protected from retention while this object lives
-        self._next_seq: int | None = None
+        self._record: SeriesRecord | None = None  # the next checkpoint's series identity, once the run started
         self._lock = threading.Lock()  # rank 0: the main thread and the I/O thread's retention share the directory
 
-        # what decides which files the series owns and deletes must be the same on every rank (rank 0 acts on it)
-        settings = {"directory": os.path.abspath(self.directory), "prefix": prefix, "suffix": suffix,
-                    "digits": digits, "keep": keep, "backend": backend,
+        def checked_settings() -> dict[str, Any]:
+            """Local: every argument checked by itself; what must be the same on every rank."""
+            if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
+                raise DeclarationError(f"keep={keep!r}: must be an int of at least 1")
+            if not isinstance(prefix, str) or not prefix:
+                raise DeclarationError(f"prefix={prefix!r}: must be a non-empty string (a series owns exactly "
+                                       "the names {prefix}_{step}{suffix})")
+            if not isinstance(must_exist, bool):
+                raise DeclarationError(f"must_exist={must_exist!r}: must be True or False")
+            if not isinstance(verify_on_restart, bool):
+                raise DeclarationError(f"verify_on_restart={verify_on_restart!r}: must be True or False")
+            if not isinstance(suffix, str):
+                raise DeclarationError(f"suffix={suffix!r}: must be a string")
+            try:
+                self.pattern = catalog.NamePattern.for_prefix(prefix, suffix, digits)
+            except ValueError as exc:
+                raise DeclarationError(str(exc)) from None
+            chosen = check_write_options(comm.Get_size(), backend, hints, compression, mode)
+            chosen.backend.require_writable()
+            return {"directory": os.path.abspath(self.directory), "prefix": prefix, "suffix": suffix,
+                    "digits": digits, "keep": keep, "backend": backend, "mode": mode,
+                    "compression": chosen.compression_text, "must_exist": must_exist,
                     "stage_dir": os.path.abspath(self.stage_dir) if self.stage_dir else None}
 
-        def check_and_make(gathered: list[dict[str, Any]]) -> None:
-            for key in settings:
+        def check_and_make(gathered: list[dict[str, Any]]) -> bool:
+            for key in gathered[0]:
                 differ = [r for r, g in enumerate(gathered) if g[key] != gathered[0][key]]
                 if differ:
                     raise DeclarationError(f"Series: {key} differs between ranks (rank 0: {gathered[0][key]!r}, "
@@ -101,11 +130,8 @@ class Series:
             os.makedirs(self.directory, exist_ok=True)
             return True
 
-        if not isinstance(must_exist, bool):
-            raise ValueError(f"must_exist={must_exist!r}: must be True or False")
-        settings["must_exist"] = must_exist
         self.created: bool = coord.gather_and_plan(comm, f"series {self.directory}: arguments and directory",
-                                                   lambda: settings, check_and_make)
+                                                   checked_settings, check_and_make)
 
     def path(self, step: int) -> str:
         return os.path.join(self.directory, self.pattern.name(step))
@@ -114,23 +140,19 @@ class Series:
     def create(self, step: int, attrs: Mapping[str, Any] | None = None, **options: Any) -> Writer:
         """Start the checkpoint of ``step`` (collective at close, like :func:`ckptio.create`).
 
-        Collective the first time (rank 0 reads the series' sequence numbers, every rank gets them). Retention
-        runs when the checkpoint commits (see the module docstring)."""
-        given = step
-        try:
-            if isinstance(step, bool):
-                raise TypeError
-            step = operator.index(step)  # numpy integers too
-        except TypeError:
-            step = -1
-        if step < 0:
-            raise DeclarationError(f"series {self.directory}: step={given!r} must be a non-negative integer")
-        series = self
-        if self._next_seq is None:
+        Collective the first time (rank 0 reads the directory's series identities, every rank gets this run's).
+        A ``step`` that is not a non-negative integer, or is the step this run restarted from, is raised by the
+        checkpoint's ``close()`` on every rank, in its first phase (a rank that raised here would leave the
+        others waiting in ``close()``). Retention runs when the checkpoint commits (see the module docstring)."""
+        if self._record is None:  # collective, on every rank whatever its step: one rank's bad step is agreed
             self._start_timeline(step)
-        seq = self._next_seq
-        self._next_seq += 1  # type: ignore[operator]
-        attrs = {**(attrs or {}), catalog.SEQ_ATTR: seq}
+        problem = _step_problem(step)
+        if problem is None:
+            step = operator.index(step)  # numpy integers too
+        if problem is None and self.path(step) == self._restart_from:
+            problem = (f"step {step} is the checkpoint this run restarted from ({self._restart_from}); writing it "
+                       "would replace the restart source before anything newer exists: checkpoint a later step")
+        series = self
 
         class _SeriesWriter(Writer):
             def close(self) -> None:
@@ -148,43 +170,67 @@ class Series:
 
         if self._previous is not None and self.create_options.get("mode") != "async":
             self._previous.wait()
-        writer = _SeriesWriter(self.path(step), self.comm, backend=self.backend, attrs=attrs,
-                               stage_dir=self.stage_dir, **{**self.create_options, **options})
+        path = self.path(step) if problem is None else os.path.join(self.directory, f"{self.prefix}_<bad step>")
+        writer = _SeriesWriter(path, self.comm, backend=self.backend, attrs=attrs, stage_dir=self.stage_dir,
+                               **{**self.create_options, **options})
+        if problem is not None:
+            writer._error = writer._error or DeclarationError(f"series {self.directory}: {problem}")
+        else:
+            writer.series_record = self._record
+            self._record = self._record.next()  # type: ignore[union-attr]
         self._previous = writer
         return writer
 
-    def _start_timeline(self, step: int) -> None:
-        """Collective: the first sequence number of this run, and the checkpoint it restarted from."""
+    def _start_timeline(self, step: object) -> None:
+        """Collective: this run's series identity (see :mod:`ckptio.catalog`), and the checkpoint it restarted
+        from (the one ``latest()`` returned, else the newest of the timeline below ``step``). A ``step`` that is
+        bad on any rank, or differs between ranks, is the same DeclarationError on every rank."""
+        chosen = self._restart_from
 
-        def look() -> tuple[int, str | None]:
+        def checked_step() -> int:
+            problem = _step_problem(step)
+            if problem is not None:
+                raise DeclarationError(f"series {self.directory}: {problem}")
+            return operator.index(step)  # type: ignore[arg-type]
+
+        def look(steps: list[int]) -> tuple[dict[str, Any], str | None]:
+            differ = [r for r, s in enumerate(steps) if s != steps[0]]
+            if differ:
+                raise DeclarationError(f"series {self.directory}: create() of step {steps[0]} on rank 0 but of "
+                                       f"step {steps[differ[0]]} on rank {differ[0]}; every rank must create the "
+                                       "same step")
             with self._lock:
                 entries = catalog.scan(self.directory, self.pattern)
-            below = [e for e in catalog.timeline(entries) if e.step < step]
-            return catalog.max_seq(entries) + 1, (below[0].path if below else None)
+            record, parent = start_record(entries, steps[0], chosen, uuid.uuid4().hex)
+            return record.to_json(), parent
 
-        first, parent = coord.bcast_from_root(self.comm, f"series {self.directory}: read the timeline", look)
-        self._next_seq = first
+        record, parent = coord.gather_and_plan(self.comm, f"series {self.directory}: read the timeline",
+                                               checked_step, look)
+        self._record = SeriesRecord.from_json(record)
         if self._restart_from is None:
             self._restart_from = parent
 
     def _retention_after(self, committed: str, comm) -> None:
-        """Collective over ``comm``: retention right after ``committed`` was committed."""
-        self._prune(comm, f"series {self.directory}: retention after {os.path.basename(committed)} committed")
+        """Collective over ``comm``: retention right after ``committed`` was committed (which it never deletes)."""
+        self._prune(comm, f"series {self.directory}: retention after {os.path.basename(committed)} committed",
+                    committed)
 
     # ------------------------------------------------------------------------------------------ retention
     def prune(self) -> list[str]:
         """Collective: apply retention now (rank 0 deletes, every rank gets the removed paths or the error)."""
         return self._prune(self.comm, f"series {self.directory}: retention")
 
-    def _prune(self, comm, phase: str) -> list[str]:
-        return coord.bcast_from_root(comm, phase, self._prune_local)
+    def _prune(self, comm, phase: str, committed: str | None = None) -> list[str]:
+        return coord.bcast_from_root(comm, phase, lambda: self._prune_local(committed))
 
-    def _prune_local(self) -> list[str]:
-        """Rank 0: delete what retention does not keep; returns the removed paths."""
+    def _prune_local(self, committed: str | None) -> list[str]:
+        """Rank 0: delete what retention does not keep; returns the removed paths. Before this run's first
+        checkpoint its series is not known yet: nothing that carries a series identity is deleted then."""
         with self._lock:
             entries = catalog.scan(self.directory, self.pattern)
-            protected = {self._restart_from} if self._restart_from else set()
-            doomed, newest = plan_retention(entries, self.keep, protected)
+            protected = {p for p in (self._restart_from, committed) if p}
+            series_id = self._record.series_id if self._record is not None else None
+            doomed, newest = plan_retention(entries, self.keep, protected, series_id)
             removed = []
             for e in doomed:
                 _unlink(e.path)
@@ -208,7 +254,7 @@ class Series:
                 return catalog.find_latest(self.directory, self.pattern, verify=self.verify_on_restart)
 
         found = coord.bcast_from_root(self.comm, f"series {self.directory}: latest checkpoint", look)
-        if found is not None and self._next_seq is None:  # before this object wrote anything: the restart point
+        if found is not None and self._record is None:  # before this object wrote anything: the restart point
             self._restart_from = os.path.join(self.directory, os.path.basename(found))
         return found
 
@@ -223,19 +269,56 @@ class Series:
         self.prune()
 
 
-def plan_retention(entries: list[catalog.Entry], keep: int,
-                   protected: set[str]) -> tuple[list[catalog.Entry], catalog.Entry | None]:
+def start_record(entries: list[catalog.Entry], step: int, chosen: str | None,
+                 run_id: str) -> tuple[SeriesRecord, str | None]:
+    """The series identity of a run whose first checkpoint is ``step`` (pure: ``entries`` is the directory as
+    rank 0 scanned it), and the path of the checkpoint it restarts from.
+
+    The restart point is ``chosen`` (what ``latest()`` returned) or else the newest checkpoint of the timeline below
+    ``step``. The run continues the series of its restart point, else of the newest timeline checkpoint that has a
+    series identity (a cold start over an existing series, or a Series after C/Fortran checkpoints of it), else
+    starts a new one. It abandons every committed checkpoint at or above ``step`` that the ``seq`` rule cannot
+    order (no series identity, an older ckptio's counter, another series)."""
+    line = catalog.timeline(entries)
+    by_path = {e.path: e for e in entries}
+    parent = by_path.get(chosen) if chosen else next((e for e in line if e.step < step), None)
+    continued = parent if parent is not None and parent.record is not None else \
+        next((e for e in line if e.record is not None), None)
+    series_id = continued.series_id if continued is not None else uuid.uuid4().hex
+    abandons = tuple(e.identity() for e in entries
+                     if e.committed and e.series_id != series_id and e.step >= step)
+    record = SeriesRecord(series_id, run_id, catalog.max_seq(entries, series_id) + 1,  # type: ignore[arg-type]
+                          parent.name if parent is not None else None, abandons)
+    return record, (parent.path if parent is not None else chosen)
+
+
+def plan_retention(entries: list[catalog.Entry], keep: int, protected: set[str],
+                   series_id: str | None = None) -> tuple[list[catalog.Entry], catalog.Entry | None]:
     """Which checkpoints retention deletes, and the newest checkpoint of the timeline (None if it is empty).
 
     Order of preference: the timeline newest first, then superseded checkpoints newest first; the first ``keep``
-    and every ``protected`` path stay. Unreadable files are never deleted."""
+    and every ``protected`` path stay. Deletable are the checkpoints of series ``series_id``, those without a
+    series identity or with an older ckptio's counter, and superseded ones; never a checkpoint of another series
+    that no run abandoned (a copy from elsewhere), never an unreadable file (not in the timeline)."""
     gone = catalog.superseded(entries)
     line = catalog.timeline(entries)
-    abandoned = sorted((e for e in entries if e.path in gone), key=lambda e: (e.seq, e.step), reverse=True)
+    abandoned = sorted((e for e in entries if e.path in gone), key=lambda e: e.step, reverse=True)
     order = line + abandoned
     stay = {e.path for e in order[:keep]} | protected
+    ours = {None, catalog.LEGACY_SERIES, series_id}
     newest = line[0] if line else None
-    return [e for e in order if e.path not in stay], newest
+    return [e for e in order if e.path not in stay and (e.series_id in ours or e.path in gone)], newest
+
+
+def _step_problem(step: object) -> str | None:
+    """Why ``step`` cannot name a checkpoint (None when it can). Local."""
+    if not isinstance(step, bool):
+        try:
+            if operator.index(step) >= 0:  # type: ignore[arg-type]
+                return None
+        except TypeError:
+            pass
+    return f"step={step!r} must be a non-negative integer"
 
 
 def _remove_stale_temporaries(directory: str, pattern: catalog.NamePattern, newest_mtime_ns: int) -> list[str]:

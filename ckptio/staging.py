@@ -457,4 +457,9 @@ def _restaging_writer(path: str, comm, manifest: dict[str, Any] | None):
     from .writer import Writer
 
     manifest = manifest or {}
-    return Writer(path, comm, backend=manifest.get("backend", "mpiio"), attrs=manifest.get("attrs"))
+    writer = Writer(path, comm, backend=manifest.get("backend", "mpiio"), attrs=manifest.get("attrs"))
+    if manifest.get("series") is not None:  # the series identity the staged checkpoint was written with
+        from .model.series_record import SeriesRecord
+
+        writer.series_record = SeriesRecord.from_json(manifest["series"])
+    return writer

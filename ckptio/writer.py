@@ -22,6 +22,7 @@ every other checkpoint untouched; nothing at the final name ever claims to be co
 from __future__ import annotations
 
 import contextlib
+import datetime
 import gc
 import itertools
 import os
@@ -35,11 +36,11 @@ from typing import Any
 
 import numpy as np
 
-from . import _faults, async_io, coord, memsel, placement_stats, varmeta
+from . import _faults, async_io, coord, memsel, placement_stats, settings, varmeta
 from . import codec as codecs
 from . import hints as hintsmod
 from . import meta as metamod
-from .backends import get_backend
+from .backends import Backend, get_backend, known_backends
 from .backends.rawio import reserve_space
 from .block_table import BlockTable
 from .errors import (
@@ -50,6 +51,7 @@ from .errors import (
     CollectiveError,
     DeclarationError,
 )
+from .model.series_record import SeriesRecord
 from .plan import (
     SEGMENT,
     VariablePlan,
@@ -119,6 +121,48 @@ def byte_summary(per_rank: Sequence[int]) -> dict[str, int]:
     return {"total": int(sum(per_rank)), "min": int(min(per_rank, default=0)), "max": int(max(per_rank, default=0))}
 
 
+@dataclass(frozen=True)
+class WriteOptions:
+    """The checked options of one checkpoint (:func:`check_write_options`)."""
+
+    backend: Backend
+    hints: dict[str, str]
+    compression: tuple[str, int] | None
+
+    @property
+    def compression_text(self) -> str | None:
+        return None if self.compression is None else ":".join(map(str, self.compression))
+
+
+def check_write_options(nprocs: int, backend: str, hints: Mapping[str, Any] | None, compression: object,
+                        mode: str) -> WriteOptions:
+    """Local: the options of :func:`ckptio.create` (and of every checkpoint of a :class:`ckptio.Series`), each
+    checked by itself; raises a CheckpointError subclass naming the bad one."""
+    if mode not in ("sync", "async"):
+        raise DeclarationError(f"mode={mode!r}: expected 'sync' or 'async'")
+    if not isinstance(backend, str):
+        raise DeclarationError(f"backend={backend!r}: expected a backend name ({', '.join(known_backends())})")
+    chosen = get_backend(backend)
+    if hints is not None and not isinstance(hints, Mapping):
+        raise DeclarationError(f"hints={hints!r}: expected a mapping of MPI-IO hint names to values")
+    try:
+        resolved = hintsmod.resolve_hints(nprocs, hints)
+        codec = codecs.parse_compression(compression)
+    except (TypeError, ValueError) as exc:
+        raise DeclarationError(str(exc)) from None
+    for key, value in chosen.extra_hints.items():
+        resolved.setdefault(key, value)
+    if codec is not None and not chosen.capabilities.compression:
+        raise CapabilityError(f"backend {chosen.name!r} does not support compression "
+                              f"(compression={compression!r}); use backend='mpiio'")
+    return WriteOptions(chosen, resolved, codec)
+
+
+def created_now() -> str:
+    """The commit time a document records (UTC, microseconds)."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 class Writer:
     """A checkpoint being declared. Create with :func:`ckptio.create` on every rank of ``comm``.
 
@@ -128,36 +172,31 @@ class Writer:
     def __init__(self, path: str | os.PathLike, comm, backend: str = "mpiio", attrs: Mapping[str, Any] | None = None,
                  hints: Mapping[str, Any] | None = None, compression: object = None, mode: str = "sync",
                  stage_dir: str | os.PathLike | None = None):
-        if mode not in ("sync", "async"):
-            raise DeclarationError(f"mode={mode!r}: expected 'sync' or 'async'")
         self.mode = mode
         self.stage_dir = os.fspath(stage_dir) if stage_dir is not None else None
         self.handle: async_io.AsyncCheckpoint | None = None
-        self._user_hints = dict(hints or {})
+        self._user_hints = hints
         self._compression_spec = compression
         self.path = os.fspath(path)
         self.comm = comm
-        self.backend = get_backend(backend)
-        self.hints = hintsmod.resolve_hints(comm.Get_size(), hints)
-        for key, value in self.backend.extra_hints.items():
-            self.hints.setdefault(key, value)
         self.attrs: dict[str, Any] = {}
         self._pending: list[_Pending] = []
         self._described: dict[str, varmeta.Description] = {}  # dims/attrs per variable this rank declared
         self._error: BaseException | None = None
         self._closed = False
         self.stats = WriteStats()
-        self.compression = codecs.parse_compression(compression)
-        if self.compression is not None and not self.backend.capabilities.compression:
-            raise CapabilityError(f"backend {self.backend.name!r} does not support compression "
-                                  f"(compression={compression!r}); use backend='mpiio'")
+        self.series_record: SeriesRecord | None = None  # set by ckptio.Series: stored as the document's "series"
+        # Argument errors are deferred, never raised here: an argument may be bad on one rank only, and a rank that
+        # leaves here has no Writer to take part in close(), where the others would wait forever. close() raises
+        # the first one on every rank, in its first phase (naming this rank), before anything is written.
         try:
+            chosen = check_write_options(comm.Get_size(), backend, hints, compression, mode)
+            self.backend, self.hints, self.compression = chosen.backend, chosen.hints, chosen.compression
             self.attrs = self._checked_attrs(attrs)
         except CheckpointError as exc:
-            # Deferred, not raised: attrs may be bad on one rank only, and a rank that leaves here has no
-            # Writer to take part in close(), where the others would wait forever. close() raises it on
-            # every rank (its declare phase), naming this rank.
             self._error = _naming_rank(exc, comm.Get_rank())
+        if self._error is not None and not hasattr(self, "backend"):
+            self.backend, self.hints, self.compression = None, {}, None  # type: ignore[assignment]
 
     # ------------------------------------------------------------------------------------------- local API
     def write(self, name: str, array: np.ndarray, offset: Sequence[int] | None = None,
@@ -181,6 +220,8 @@ class Writer:
         ``a[:, ::2]``) are gathered into a C-order copy at :meth:`close`.
         """
         self._check_open("write", name)
+        if self.backend is None:
+            return  # the arguments of ckptio.create were wrong: close() raises that on every rank
         rank = self.comm.Get_rank()
         if isinstance(array, np.generic):  # a numpy scalar (np.float32(3.5)) is the 0-d array it stands for
             array = np.array(array)
@@ -281,9 +322,13 @@ class Writer:
             self._close_chosen()
 
     def _arguments(self) -> dict[str, Any]:
-        """Local part of close()'s first phase: the arguments of ckptio.create that every rank must pass alike
-        (they select the code path and the file: a difference would hang or write somewhere unexpected)."""
-        return {"backend": self.backend.name, "mode": self.mode, "path": os.path.abspath(self.path),
+        """Local part of close()'s first phase: an argument of ckptio.create that was wrong in itself on this rank
+        is raised here (so on every rank); then the arguments that every rank must pass alike (they select the
+        code path and the file: a difference would hang or write somewhere unexpected)."""
+        if self._error is not None and self.backend is None:
+            raise self._error
+        return {"settings": settings.collective_snapshot(), "backend": self.backend.name, "mode": self.mode,
+                "path": os.path.abspath(self.path),
                 "stage_dir": None if self.stage_dir is None else os.path.abspath(self.stage_dir),
                 "compression": None if self.compression is None else ":".join(map(str, self.compression))}
 
@@ -311,6 +356,7 @@ class Writer:
         twin = Writer(path, comm, backend=self.backend.name, attrs=self.attrs, hints=self._user_hints,
                       compression=self._compression_spec)
         twin._error = self._error
+        twin.series_record = self.series_record
         return twin
 
     def _close_async(self) -> None:
@@ -321,6 +367,7 @@ class Writer:
         self._closed = True
         engine = async_io.engine_for(self.comm)
         finished = engine.settle_before_new()
+        self.backend.write_problem()  # loads the backend's library here, before the exit handler order is set
         slot, copies = async_io.stage_arrays(engine.pool, [p.data for p in self._pending])
         twin = self._clone(self.path, engine.comm)
         twin._pending = [_Pending(dict(p.decl), c) for p, c in zip(self._pending, copies, strict=True)]
@@ -354,7 +401,8 @@ class Writer:
             info = staging.locate(comm, self.stage_dir)
             directory = staging.checkpoint_dir(self.stage_dir, self.path, token)
             header = {"final": os.path.abspath(self.path), "token": token, "host": info.hosts[rank],
-                      "backend": self.backend.name, "attrs": self.attrs}
+                      "backend": self.backend.name, "attrs": self.attrs,
+                      "series": None if self.series_record is None else self.series_record.to_json()}
             blocks = [({**p.decl, **self._described.get(p.decl["name"], {})}, p.data) for p in self._pending]
 
             def write_piece() -> int:
@@ -394,6 +442,7 @@ class Writer:
             return
         engine = async_io.engine_for(comm)
         finished = engine.settle_before_new()
+        self.backend.write_problem()  # loads the backend's library here (see async_io.IOEngine.submit)
         self.handle = async_io.AsyncCheckpoint(self.path)
         engine.submit(self.handle, drain, lambda: None)
         async_io.raise_failures(finished, f"close() of {self.path} (which was submitted normally)")
@@ -638,7 +687,7 @@ class Writer:
             "ckptio_version": metamod.__version__,
             "backend": self.backend.name,
             "backend_format_version": self.backend.format_version,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "created": created_now(),
             "nprocs": len(reports),
             "byteorder": sys.byteorder,
             "checksum": metamod.CHECKSUM_ALGORITHM,
@@ -650,11 +699,14 @@ class Writer:
                                 "placement": placement_stats.summarize([rep["placement"] for rep in reports],
                                                                        [rep["bytes"] for rep in reports])}},
             "variables": out_vars,
+            **({"series": self.series_record.to_json()} if self.series_record is not None else {}),
         }
 
 
 def _same_arguments(gathered: list[dict[str, Any]]) -> None:
-    """Rank 0: DeclarationError naming the ranks when the ranks passed different ckptio.create arguments."""
+    """Rank 0: DeclarationError naming the ranks when the ranks passed different ckptio.create arguments, or
+    see different collective CKPTIO_* settings."""
+    settings.check_same([g.pop("settings") for g in gathered], "ckptio.create")
     for key in gathered[0]:
         groups: dict[Any, list[int]] = {}
         for rank, g in enumerate(gathered):

@@ -379,7 +379,7 @@ for kw in ({"keep": 1 + (r == n - 1)}, {"prefix": "chk" if r else "ckp"}, {"suff
 try:
     ckptio.Series(d, comm, prefix="")
 except ValueError as exc:
-    assert "prefix must not be empty" in str(exc)
+    assert "prefix=''" in str(exc) and "non-empty" in str(exc), exc
     print("EMPTY", r, flush=True)
 print("OK", r, flush=True)
 """

@@ -107,8 +107,8 @@ class WriteHandle:
 def create(path: str, comm, backend: str, mode: str | None = None, stage_dir: str | None = None,
            compression: str | None = None) -> WriteHandle:
     """Local: ckptio.create (None: its default for mode, stage_dir, compression); the writer is wrapped for the
-    zero-copy bookkeeping. A mode or compression that is wrong in itself raises here; one that differs
-    between ranks is raised by the close on every rank (as in Python)."""
+    zero-copy bookkeeping. A mode or compression that is wrong in itself, or differs between ranks, is raised by
+    the close on every rank (as in Python)."""
     return WriteHandle(ckptio.create(path, comm, backend=backend, mode=mode or "sync", stage_dir=stage_dir,
                                      compression=compression))
 

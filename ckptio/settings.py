@@ -1,0 +1,96 @@
+"""The one table of ckptio's ``CKPTIO_*`` environment variables: read and checked here, nowhere else.
+
+Each setting has a default, a check and a scope. A *collective* setting changes what a collective operation
+does (which MPI calls the restart makes, how the file is split between aggregators, the hints every rank passes
+to ``MPI_File_open``): the collective entry points compare :func:`collective_snapshot` between ranks in their
+first agreed phase, so a job whose ranks see different values fails on every rank with an error naming the
+variable and the ranks, instead of hanging (issue 23: ``CKPTIO_READ_IO=posix`` on one rank and ``mpiio`` on
+another hung the restart). A bad value is a :class:`~ckptio.DeclarationError` naming the variable, raised by
+whatever reads it (inside an agreed phase for the collective ones). Local, no MPI.
+
+Test-only switches (``CKPTIO_FAULT``, ``CKPTIO_TEST_*``) stay with the code they drive (``ckptio._faults``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import DeclarationError
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One ``CKPTIO_*`` variable: ``parse`` turns its text (the default when unset or blank) into its value or
+    raises ValueError; ``collective``: every rank must see the same value."""
+
+    name: str
+    default: str
+    parse: Callable[[str], Any]
+    collective: bool
+    doc: str
+
+
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip().lower()
+        if value not in allowed:
+            raise ValueError(f"expected one of {', '.join(repr(a) for a in allowed)}")
+        return value
+
+    return parse
+
+
+def _verbatim(text: str) -> str:
+    return text
+
+
+TABLE: dict[str, Setting] = {s.name: s for s in (
+    Setting("CKPTIO_READ_IO", "posix", _choice("posix", "mpiio"), True,
+            "restart aggregators read with independent preads (posix) or one collective MPI Read_all per round"),
+    Setting("CKPTIO_READ_THREAD", "1", _choice("0", "1"), True,
+            "1: the restart reads round k+1 in a helper thread while round k is verified and sent; 0: no thread"),
+    Setting("CKPTIO_BUFFER_BYTES", "", _verbatim, True,
+            "restart buffer per aggregator and round (a size: 64M, 1G, ...; parsed by ckptio.units)"),
+    Setting("CKPTIO_AGGREGATORS", "", _verbatim, True, "restart aggregator count (overrides the automatic choice)"),
+    Setting("CKPTIO_HINTS", "", _verbatim, True, "MPI-IO hints 'key=value;key=value' (see ckptio.hints)"),
+    Setting("CKPTIO_EXIT_STATUS_ON_LOST_FAILURE", "1", _choice("0", "1"), False,
+            "1: a background failure nobody asked about makes the exit status 1 where that is safe"),
+)}
+
+
+def raw(name: str, environ: Mapping[str, str] | None = None) -> str:
+    """The text of setting ``name`` (its default when unset or blank). Local."""
+    text = (os.environ if environ is None else environ).get(name, "")
+    return text if text.strip() else TABLE[name].default
+
+
+def get(name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """The checked value of setting ``name``; DeclarationError naming the variable and its value. Local."""
+    setting = TABLE[name]
+    text = raw(name, environ)
+    try:
+        return setting.parse(text)
+    except ValueError as exc:
+        raise DeclarationError(f"{name}={text!r}: {exc} ({setting.doc})") from None
+
+
+def collective_snapshot(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Local: the collective settings as this rank sees them, each checked (raises DeclarationError). Compared
+    between ranks by the collective entry points (:func:`check_same`)."""
+    for name, setting in TABLE.items():
+        if setting.collective:
+            get(name, environ)
+    return {name: raw(name, environ) for name, setting in TABLE.items() if setting.collective}
+
+
+def check_same(snapshots: list[Mapping[str, str]], where: str) -> None:
+    """Rank 0: DeclarationError naming the first variable whose value differs between ranks."""
+    for name in snapshots[0]:
+        differ = [r for r, s in enumerate(snapshots) if s[name] != snapshots[0][name]]
+        if differ:
+            raise DeclarationError(f"{where}: {name} differs between ranks (rank 0: {snapshots[0][name]!r}, rank "
+                                   f"{differ[0]}: {snapshots[differ[0]][name]!r}); it changes what the collective "
+                                   "I/O does, so every rank must see the same value (export it to the whole job)")
