@@ -315,5 +315,28 @@ def _same_latest_arguments(gathered: list[tuple]) -> NamePattern:
 
 
 def find_latest(directory: str | os.PathLike, pattern: NamePattern, verify: bool = False) -> str | None:
-    """Local: :func:`latest` for an explicit pattern (Series uses this)."""
-    return next(_iter_valid(scan(directory, pattern), verify), None)
+    """Local: :func:`latest` for an explicit pattern (Series uses this). When nothing is named by ``pattern``
+    but files are named like checkpoints of a near pattern (another case, padding or suffix), warns naming them:
+    a restart with a misspelt pattern must not look like a first run."""
+    entries = scan(directory, pattern)
+    found = next(_iter_valid(entries, verify), None)
+    if not entries:
+        misses = near_misses(directory, pattern)
+        if misses:
+            warnings.warn(near_miss_message(directory, pattern, misses), stacklevel=3)
+    return found
+
+
+def near_misses(directory: str | os.PathLike, pattern: NamePattern, shown: int = 3) -> list[str]:
+    """Local: up to ``shown`` names in ``directory`` that look like checkpoints of ``pattern`` but are not named
+    by it: the stem in another case, another number of digits, another suffix (never ckptio temporaries)."""
+    loose = re.compile(re.escape(pattern.stem.rstrip("_")) + r"_?([0-9]+)(.*)", re.IGNORECASE)
+    names = sorted(n for n in list_directory(directory)
+                   if loose.fullmatch(n) and pattern.step(n) is None and _TEMP.fullmatch(n) is None)
+    return names[:shown]
+
+
+def near_miss_message(directory: str | os.PathLike, pattern: NamePattern, misses: list[str]) -> str:
+    return (f"ckptio: no checkpoint named {pattern!r} in {os.fspath(directory)}, but it holds files named like "
+            f"checkpoints of another pattern ({', '.join(misses)}): check prefix=, suffix= and digits= (this is "
+            "not taken as a first run's empty directory)")

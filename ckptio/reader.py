@@ -36,6 +36,7 @@ from .backends import detect_backend, get_backend
 from .block_table import as_table
 from .errors import (
     CheckpointError,
+    CheckpointIOError,
     ClosedCheckpointError,
     CorruptCheckpointError,
     DeclarationError,
@@ -238,6 +239,13 @@ def _show(values: object) -> str:
     return repr(list(values)) if isinstance(values, np.ndarray) else repr(values)
 
 
+def file_identity(path: str) -> tuple[int, int, int]:
+    """Local: (inode, size, modification time in ns) of ``path``: which file, in which state. Not the device
+    number: each node's mount of a parallel file system has its own (and rank 0 may be on another node)."""
+    st = os.stat(path)
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def _check_same_options(gathered: list[dict[str, Any]]) -> None:
     """Rank 0: rank 0 partitions the checkpoint for every rank with these options (and every aggregator plans
     its rounds with the buffer size), so they must be the same on every rank, and so must the collective
@@ -337,11 +345,15 @@ class Reader:
 
         def load(gathered: list[tuple[dict[str, Any], int]]) -> dict[str, Any]:
             _check_same_options([g[0] for g in gathered])
+            before = file_identity(self.path)
             backend = detect_backend(self.path, thorough=True)  # one file, opened on purpose: diagnose damage
             try:
                 meta = backend.read_metadata(self.path)
             except UnknownFormatError:  # an HDF5 or netCDF file some other program wrote: read it unchecked
                 meta = plain.plain_document(self.path, backend.name)
+            if file_identity(self.path) != before:
+                raise CheckpointIOError(f"checkpoint {self.path} was replaced or changed while its metadata was "
+                                        "read (another job writing the same name?); open it again")
             table = backend.extent_table(meta)
             chosen_aggregators = choose_aggregators(size, [g[1] for g in gathered],
                                                     int(meta.get("layout", {}).get("stripe_count", 1)),
@@ -352,11 +364,13 @@ class Reader:
             per_rank.extend({"segments": seg, "table": None} for seg in segments)
             for a, rank in enumerate(chosen_aggregators):
                 per_rank[rank]["table"] = table.take(rows[a]).to_arrays()
-            return {"backend": backend.name, "meta": metamod.without_blocks(meta), "routing": routing}
+            return {"backend": backend.name, "meta": metamod.without_blocks(meta), "routing": routing,
+                    "identity": before}
 
         common = coord.gather_and_plan(comm, f"open {self.path}", options, load)
         own = coord.scatter_from_root(comm, f"open {self.path}: restart plan", lambda: per_rank)
         self.meta = common["meta"]
+        self._identity: tuple[int, int, int] = common["identity"]
         if self.meta["checksum"] == plain.NO_CHECKSUM:  # a plain HDF5/netCDF file: nothing to verify against
             self.verify = False
         self.backend = get_backend(common["backend"])
@@ -774,14 +788,29 @@ class Reader:
             try:
                 info = hintsmod.to_info(self.hints)
                 try:
+                    self._check_identity()
                     self._extent_reader = self.backend.open_extent_reader(self.path, self._agg_comm, info, self.meta)
                     self.stats.opened_file = True
+                    self._check_identity()  # what was opened is what rank 0 described (the file is held from now on)
                 finally:
                     info.Free()
             except BaseException as exc:  # agreed on by every rank just below
                 error = exc
         coord.agree(self.comm, f"read {self.path}: open file on aggregators", error)
         self._opened = True
+
+    def _check_identity(self) -> None:
+        """Local, on an aggregator: the file at the path is still the one whose metadata rank 0 read at open
+        (same inode, size and modification time). A checkpoint replaced by a rename in between (a rerun
+        rewriting the same step, a simulation rewriting while analysis reads) would be read with the old metadata:
+        its bytes called corrupt, or with ``verify=False`` returned as the old checkpoint's values."""
+        try:
+            now = file_identity(self.path)
+        except OSError as exc:
+            raise CheckpointIOError(f"checkpoint {self.path} is gone since it was opened: {exc.strerror}") from None
+        if now != self._identity:
+            raise CheckpointIOError(f"checkpoint {self.path} was replaced since it was opened (another file now has "
+                                    "its name): its data no longer matches the metadata read at open; open it again")
 
     def _requests(self, requests, out=None) -> tuple[list[Request], list[np.ndarray | None]]:
         """Local part of a read's first phase: this rank's requests and the arrays to fill (None: allocate),

@@ -46,14 +46,16 @@ whose drain was interrupted, on the same nodes (see :func:`ckptio.staging.recove
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import os
 import threading
+import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from . import async_io, catalog, coord, staging
+from . import async_io, catalog, coord, lease, staging
 from .errors import CheckpointIOError, DeclarationError
 from .model.series_record import SeriesRecord
 from .writer import Writer, check_write_options
@@ -82,12 +84,15 @@ class Series:
         self.comm = comm
         self.prefix, self.keep, self.backend, self.digits, self.suffix = prefix, keep, backend, digits, suffix
         self.verify_on_restart = verify_on_restart
+        self.must_exist = must_exist
         self.stage_dir = os.fspath(stage_dir) if stage_dir is not None else None
         self.create_options: dict[str, Any] = {"mode": mode, "hints": hints, "compression": compression}
         self._previous: Writer | None = None
         self._background: list[async_io.AsyncCheckpoint] = []  # not yet waited for by Series.wait()
         self._restart_from: str | None = None  # protected from retention while this object lives
         self._record: SeriesRecord | None = None  # the next checkpoint's series identity, once the run started
+        self._lease: lease.Lease | None = None  # rank 0: this run's lease on the series (ckptio.lease)
+        self._last_commit: float | None = None  # rank 0: when this run's last checkpoint committed (monotonic)
         self._lock = threading.Lock()  # rank 0: the main thread and the I/O thread's retention share the directory
 
         def checked_settings() -> dict[str, Any]:
@@ -168,7 +173,11 @@ class Series:
             def _on_commit(self, comm) -> None:  # async: run by the I/O thread after the background commit
                 series._retention_after(self.path, comm)
 
-        if self._previous is not None and self.create_options.get("mode") != "async":
+        if self._previous is not None and self.create_options.get("mode") != "async" and not self.stage_dir:
+            # a synchronous series: the previous checkpoint is committed already (this returns at once). Never
+            # for async or staged ones: the next checkpoint must not wait for the previous one's background
+            # write or drain, nor be lost because that failed (its close() reports the failure once it is
+            # submitted itself, as ckptio.async_io describes)
             self._previous.wait()
         path = self.path(step) if problem is None else os.path.join(self.directory, f"{self.prefix}_<bad step>")
         writer = _SeriesWriter(path, self.comm, backend=self.backend, attrs=attrs, stage_dir=self.stage_dir,
@@ -177,6 +186,7 @@ class Series:
             writer._error = writer._error or DeclarationError(f"series {self.directory}: {problem}")
         else:
             writer.series_record = self._record
+            writer.before_rename = self._check_lease
             self._record = self._record.next()  # type: ignore[union-attr]
         self._previous = writer
         return writer
@@ -199,9 +209,12 @@ class Series:
                 raise DeclarationError(f"series {self.directory}: create() of step {steps[0]} on rank 0 but of "
                                        f"step {steps[differ[0]]} on rank {differ[0]}; every rank must create the "
                                        "same step")
+            run_id = uuid.uuid4().hex
             with self._lock:
+                self._lease = lease.Lease.mine(run_id)  # one writer per series (ckptio.lease); rank 0 holds it
+                lease.acquire(self._lease_path(), self._lease)
                 entries = catalog.scan(self.directory, self.pattern)
-            record, parent = start_record(entries, steps[0], chosen, uuid.uuid4().hex)
+            record, parent = start_record(entries, steps[0], chosen, run_id)
             return record.to_json(), parent
 
         record, parent = coord.gather_and_plan(self.comm, f"series {self.directory}: read the timeline",
@@ -209,6 +222,15 @@ class Series:
         self._record = SeriesRecord.from_json(record)
         if self._restart_from is None:
             self._restart_from = parent
+
+    def _lease_path(self) -> str:
+        return lease.lease_path(self.directory, self.pattern.stem, self.pattern.suffix)
+
+    def _check_lease(self) -> None:
+        """Rank 0, right before one of this series' checkpoints is renamed onto its name (ckptio.lease)."""
+        if self._lease is not None:
+            with self._lock:
+                lease.check(self._lease_path(), self._lease)
 
     def _retention_after(self, committed: str, comm) -> None:
         """Collective over ``comm``: retention right after ``committed`` was committed (which it never deletes)."""
@@ -225,11 +247,19 @@ class Series:
 
     def _prune_local(self, committed: str | None) -> list[str]:
         """Rank 0: delete what retention does not keep; returns the removed paths. Before this run's first
-        checkpoint its series is not known yet: nothing that carries a series identity is deleted then."""
+        checkpoint (``prune()`` alone, as the C/Fortran retention after ``ckptio_create`` calls it), the series is
+        the one a first checkpoint would continue (:func:`continued_series`)."""
         with self._lock:
+            if committed is not None and self._lease is not None:  # the lease's heartbeat and commit interval
+                now = time.monotonic()
+                interval = None if self._last_commit is None else now - self._last_commit
+                self._last_commit = now
+                self._lease = dataclasses.replace(self._lease, interval=interval)
+                lease.refresh(self._lease_path(), self._lease)
             entries = catalog.scan(self.directory, self.pattern)
             protected = {p for p in (self._restart_from, committed) if p}
-            series_id = self._record.series_id if self._record is not None else None
+            series_id = self._record.series_id if self._record is not None else \
+                continued_series(catalog.timeline(entries), None)
             doomed, newest = plan_retention(entries, self.keep, protected, series_id)
             removed = []
             for e in doomed:
@@ -251,6 +281,10 @@ class Series:
 
         def look() -> str | None:
             with self._lock:
+                if self.must_exist and not catalog.scan(self.directory, self.pattern, read=False):
+                    misses = catalog.near_misses(self.directory, self.pattern)
+                    if misses:  # a restart job whose pattern is misspelt: an error, not a silent cold start
+                        raise CheckpointIOError(catalog.near_miss_message(self.directory, self.pattern, misses))
                 return catalog.find_latest(self.directory, self.pattern, verify=self.verify_on_restart)
 
         found = coord.bcast_from_root(self.comm, f"series {self.directory}: latest checkpoint", look)
@@ -282,14 +316,20 @@ def start_record(entries: list[catalog.Entry], step: int, chosen: str | None,
     line = catalog.timeline(entries)
     by_path = {e.path: e for e in entries}
     parent = by_path.get(chosen) if chosen else next((e for e in line if e.step < step), None)
-    continued = parent if parent is not None and parent.record is not None else \
-        next((e for e in line if e.record is not None), None)
-    series_id = continued.series_id if continued is not None else uuid.uuid4().hex
+    series_id = continued_series(line, parent) or uuid.uuid4().hex
     abandons = tuple(e.identity() for e in entries
                      if e.committed and e.series_id != series_id and e.step >= step)
     record = SeriesRecord(series_id, run_id, catalog.max_seq(entries, series_id) + 1,  # type: ignore[arg-type]
                           parent.name if parent is not None else None, abandons)
     return record, (parent.path if parent is not None else chosen)
+
+
+def continued_series(line: list[catalog.Entry], parent: catalog.Entry | None) -> str | None:
+    """The series id a run continues: its restart point's, else that of the newest checkpoint of the timeline
+    ``line`` that has one; None when no checkpoint has a series identity (a new series starts)."""
+    if parent is not None and parent.record is not None:
+        return parent.series_id
+    return next((e.series_id for e in line if e.record is not None), None)
 
 
 def plan_retention(entries: list[catalog.Entry], keep: int, protected: set[str],

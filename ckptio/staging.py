@@ -441,7 +441,13 @@ def recover(comm, directory: str, pattern: catalog.NamePattern, stage_dir: str) 
                               f"rank(s), e.g. rank {first}: {problems[first]}); not restarting from it",
                               RuntimeWarning, stacklevel=3)
             continue
-        drain(comm, _restaging_writer, piece, final)
+        try:
+            drain(comm, _restaging_writer, piece, final)
+        except CheckpointError as exc:  # agreed: every rank is here (a full destination, a lost file system...)
+            if comm.Get_rank() == 0:
+                warnings.warn(f"ckptio: could not drain the staged copy of {final} ({exc}); not restarting from "
+                              "it, falling back to an older checkpoint", RuntimeWarning, stacklevel=3)
+            continue
         try:
             coord.run(comm, f"stage {stage_dir}: mark {name} drained", lambda piece=piece, final=final:
                       mark_drained(piece, final))

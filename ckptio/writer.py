@@ -30,7 +30,7 @@ import sys
 import time
 import uuid
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,6 +186,7 @@ class Writer:
         self._closed = False
         self.stats = WriteStats()
         self.series_record: SeriesRecord | None = None  # set by ckptio.Series: stored as the document's "series"
+        self.before_rename: Callable[[], None] | None = None  # rank 0, just before the rename (Series: its lease)
         # Argument errors are deferred, never raised here: an argument may be bad on one rank only, and a rank that
         # leaves here has no Writer to take part in close(), where the others would wait forever. close() raises
         # the first one on every rank, in its first phase (naming this rank), before anything is written.
@@ -357,6 +358,7 @@ class Writer:
                       compression=self._compression_spec)
         twin._error = self._error
         twin.series_record = self.series_record
+        twin.before_rename = self.before_rename
         return twin
 
     def _close_async(self) -> None:
@@ -541,7 +543,8 @@ class Writer:
             timings["commit"] = time.perf_counter() - t
             _faults.point("rename", comm)
             coord.bcast_from_root(comm, f"checkpoint {self.path}: check and rename",
-                                  lambda: (self._check_written(tmp), _rename_durably(tmp, self.path)))
+                                  lambda: (self._check_written(tmp), self.before_rename and self.before_rename(),
+                                           _rename_durably(tmp, self.path)))
             written_bytes = meta["stats"]["write"]["bytes"]
             self.stats = WriteStats(dict(meta["stats"]["write"]["seconds"]), written_bytes["total"],
                                     written_bytes["min"], written_bytes["max"])

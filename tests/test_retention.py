@@ -134,6 +134,7 @@ assert other.latest() == os.path.join(d, "chk_fine_000400")
 assert ckptio.latest(d, comm=comm) == os.path.join(d, "chk_000008")
 series.wait()
 assert sorted(os.listdir(d)) == left
+comm.Barrier()   # no rank exits (releasing the series' lease, ckptio.lease) before every rank has looked
 print("OK", r, flush=True)
 """
 

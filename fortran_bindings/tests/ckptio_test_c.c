@@ -251,7 +251,9 @@ static int errors(const char *dir) {
 
   report("bad_path", ckptio_open(missing, MPI_COMM_WORLD, &f));
   EXPECT(f == NULL);
-  report("bad_backend", ckptio_create(path, MPI_COMM_WORLD, "no_such_backend", &f));
+  /* an unknown backend: create is local and accepts it; the close fails on every rank before anything is written */
+  CHECK(ckptio_create(path, MPI_COMM_WORLD, "no_such_backend", &f));
+  report("bad_backend", ckptio_close(f));
   /* inconsistent declaration: overlapping blocks -> fails at close on every rank */
   CHECK(ckptio_create(path, MPI_COMM_WORLD, "mpiio", &f));
   int64_t o0 = 0;
@@ -545,10 +547,13 @@ static int background(const char *dir) {
   write_x(f, 4, 0, x);
   CHECK(ckptio_close(f));
 
-  /* options wrong in themselves: local errors at create */
+  /* options wrong in themselves: create is local and never fails for them (one rank's bad option must not leave
+     the others waiting); the close reports them on every rank, in its first phase, before anything is written */
   snprintf(path, sizeof path, "%s/bad_000005", dir);
-  report("bad_mode", ckptio_create_ex(path, MPI_COMM_WORLD, "mpiio", "later", NULL, NULL, &f));
-  report("compression_hdf5", ckptio_create_ex(path, MPI_COMM_WORLD, "hdf5", NULL, NULL, "zstd", &f));
+  CHECK(ckptio_create_ex(path, MPI_COMM_WORLD, "mpiio", "later", NULL, NULL, &f));
+  report("bad_mode", ckptio_close(f));
+  CHECK(ckptio_create_ex(path, MPI_COMM_WORLD, "hdf5", NULL, NULL, "zstd", &f));
+  report("compression_hdf5", ckptio_close(f));
 
   /* a background write that fails (an element nobody wrote): close succeeds, wait reports it on every rank */
   snprintf(path, sizeof path, "%s/fail_000006", dir);

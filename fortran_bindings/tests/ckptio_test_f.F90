@@ -862,6 +862,7 @@ contains
     call ckptio_wait(f)
     call check_x(trim(dir) // '/zstd_000003', 3)
     call ckptio_create(trim(dir) // '/bad', MPI_COMM_WORLD, f, 'hdf5', compression='zstd', ierr=ierr)
+    call ckptio_close(f, ierr=ierr)  ! a bad option is reported by the close, on every rank
     call report('compression_hdf5', ierr)
     ! background failures (an element nobody wrote): reported by ckptio_wait, ckptio_wait_all, ckptio_finalize
     call ckptio_create(trim(dir) // '/fail_000006', MPI_COMM_WORLD, f, mode='async')

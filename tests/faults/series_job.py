@@ -11,6 +11,18 @@ Every rank prints ``OK <rank>`` when its checks passed; a failed check raises (t
     restart_step DIR             create(step) of the step the run restarted from: refused on every rank
     settings DIR                 collective CKPTIO_* settings that differ between ranks, or are misspelt on one
                                  rank: the same DeclarationError on every rank (restart and write), no hang
+    replaced DIR VERIFY          a checkpoint replaced by rename after open(): the next read is a clear error on
+                                 every rank, never "corrupt" nor the new file's values; after a first read the
+                                 file is held and the old values keep coming
+    near_miss DIR                one name rule for Series and ckptio.latest ("chk_" is the stem "chk_"); a
+                                 directory holding only near-miss names warns, and is an error with must_exist
+    staged_full DIR STAGE        (DIR is a small file system) a staged Series whose drain fails: the next
+                                 checkpoint is still written, the failure reported once; a new job's latest()
+                                 falls back instead of raising on the failed re-drain
+    lease_a DIR CTL EXPECT       job A: writes step 1, signals CTL/a, waits for CTL/b, writes step 2 (EXPECT: ok,
+                                 or taken: refused on every rank because job B took the lease over)
+    lease_b DIR CTL EXPECT       job B on the same series: EXPECT refused (A is live) or took (A's lease stale)
+    lease_dead DIR               writes step 1 and leaves without any exit handler (as a killed job does)
     exit_in_flight DIR BACKEND N write N background checkpoints (mode="async") and leave the program without any
                                  wait(): every one must be committed (the checker runs afterwards)
     bad_arguments DIR            every collective entry point with a bad value on the LAST rank only: the same
@@ -137,13 +149,15 @@ def restart_step(d: str) -> None:
     assert run.latest() == os.path.join(d, "chk_000021")
 
 
-def expect_everywhere(label: str, error: type[BaseException], call) -> None:
-    """``call()`` with a bad value on the last rank must raise ``error`` on every rank (agreed, not hung)."""
+def expect_everywhere(label: str, error: type[BaseException], call, culprit: int | None = -1) -> None:
+    """``call()`` must raise ``error`` on every rank (agreed, not hung), naming rank ``culprit`` (default: the
+    last, where the tests put their bad value; None: the failure is rank 0's own, no rank named)."""
     try:
         call()
     except error as exc:
         text = str(exc)
-        assert f"rank {nprocs - 1}" in text or nprocs == 1, (label, text)
+        culprit = nprocs - 1 if culprit == -1 else culprit
+        assert culprit is None or f"rank {culprit}" in text or nprocs == 1, (label, text)
         return
     raise AssertionError(f"{label}: nothing raised on rank {rank}")
 
@@ -208,6 +222,124 @@ def settings(d: str) -> None:
     assert step_of(path) == 1 and names(d) == ["chk_000001"], names(d)
 
 
+def replaced(d: str, verify: str) -> None:
+    path, other = os.path.join(d, "chk_000020"), os.path.join(d, "chk_000099")
+    write(path, 20)
+    write(other, 99)
+    with ckptio.open(path, comm, verify=verify == "true") as ck:
+        on_root(lambda: os.replace(other, path))  # a rerun renamed a new chk_000020 onto the name
+        expect_everywhere("read after replace", ckptio.CheckpointIOError, lambda: ck.read("x"), culprit=None)
+    write(other, 99)
+    with ckptio.open(path, comm, verify=verify == "true") as ck:
+        first = ck.read("x")
+        on_root(lambda: os.replace(other, path))
+        again = ck.read("x")  # the aggregators hold the file they opened: still the checkpoint that was opened
+    assert (first == 99).all() and (again == 99).all(), (first, again)  # (chk_000020 now holds step 99's data)
+
+
+def near_miss(d: str) -> None:
+    for name, step in (("chk_10.h5", 10), ("CHK_000020", 20)):
+        write(os.path.join(d, name), step)
+    try:
+        ckptio.Series(d, comm, must_exist=True).latest()
+        raise AssertionError("must_exist=True: a directory of near-miss names was taken for an empty series")
+    except ckptio.CheckpointIOError as exc:
+        assert "chk_10.h5" in str(exc) and "CHK_000020" in str(exc), exc
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert ckptio.Series(d, comm).latest() is None
+        assert ckptio.latest(d, comm=comm) is None
+    if rank == 0:
+        assert sum("another pattern" in str(w.message) for w in caught) == 2, [str(w.message) for w in caught]
+    series = ckptio.Series(d, comm, prefix="chk_")
+    write(series, 30)
+    assert "chk_000030" in os.listdir(d), os.listdir(d)  # not chk__000030
+    for latest in (series.latest(), ckptio.latest(d, prefix="chk_", comm=comm), ckptio.latest(d, comm=comm)):
+        assert latest == os.path.join(d, "chk_000030"), latest
+
+
+def staged_full(d: str, stage: str) -> None:
+    series = ckptio.Series(d, comm, keep=5, stage_dir=stage)
+
+    def staged(step: int, count: int) -> ckptio.Writer:
+        with series.create(step, attrs={"step": step}) as ck:
+            ck.write("x", np.full(count, step, np.int64), offset=(count * rank,), global_shape=(count * nprocs,))
+        return ck
+
+    staged(1, 1000)
+    series.wait()
+    staged(2, (4 << 20) // 8 // nprocs)  # 4 MiB: its drain cannot fit
+    reported = 0
+    try:
+        staged(3, 1000)  # written whatever happened to step 2 (the failure may be reported here, once)
+    except ckptio.CheckpointError as exc:
+        assert "chk_000002" in str(exc) + "".join(getattr(exc, "__notes__", [])), exc
+        reported += 1
+    try:
+        series.wait()
+    except ckptio.CheckpointError as exc:
+        assert "chk_000002" in str(exc) + "".join(getattr(exc, "__notes__", [])), exc
+        reported += 1
+    assert reported == 1, reported
+    assert names(d) == ["chk_000001", "chk_000003"], names(d)
+    assert step_of(os.path.join(d, "chk_000003")) == 3
+    # a job whose newest staged checkpoint is the one that never drained: its re-drain fails again
+    on_root(lambda: os.unlink(os.path.join(d, "chk_000003")))
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        found = ckptio.Series(d, comm, stage_dir=stage).latest()
+    assert found in (os.path.join(d, "chk_000001"), os.path.join(d, "chk_000003")), found  # 3 may re-drain
+
+
+def _wait_for(path: str, seconds: float = 90.0) -> None:
+    import time
+
+    end = time.monotonic() + seconds
+    while not os.path.exists(path):
+        assert time.monotonic() < end, f"{path} never appeared"
+        time.sleep(0.1)
+
+
+def lease_a(d: str, ctl: str, expect: str) -> None:
+    series = ckptio.Series(d, comm, keep=10)
+    write(series, 1)
+    on_root(lambda: open(os.path.join(ctl, "a"), "w").close())
+    _wait_for(os.path.join(ctl, "b"))
+    if expect == "ok":
+        write(series, 2)
+        assert series.latest() == os.path.join(d, "chk_000002")
+        return
+    expect_everywhere("A after B took over", ckptio.CheckpointIOError, lambda: write(series, 2), culprit=None)
+    assert "chk_000002" not in names(d), names(d)
+    on_root(lambda: open(os.path.join(ctl, "a2"), "w").close())  # B may leave now
+
+
+def lease_b(d: str, ctl: str, expect: str) -> None:
+    series = ckptio.Series(d, comm, keep=10)
+    try:
+        if expect == "refused":
+            try:
+                write(series, 10)
+                raise AssertionError("a second job wrote a series another live job holds")
+            except ckptio.CheckpointIOError as exc:
+                assert "being written by another job" in str(exc) and "pid" in str(exc), exc
+            assert "chk_000010" not in names(d), names(d)
+        else:
+            write(series, 10)
+            assert step_of(os.path.join(d, "chk_000010")) == 10
+    finally:
+        on_root(lambda: open(os.path.join(ctl, "b"), "w").close())
+    if expect == "took" and os.path.exists(os.path.join(ctl, "wait-a2")):
+        _wait_for(os.path.join(ctl, "a2"))  # stay live (holding the lease) until A tried its next checkpoint
+
+
+def lease_dead(d: str) -> None:
+    write(ckptio.Series(d, comm, keep=10), 1)
+    comm.Barrier()
+    MPI.Finalize()
+    os._exit(0)  # no exit handler runs: the lease stays, as when the job is killed
+
+
 def exit_in_flight(d: str, backend: str, count: str) -> None:
     series = ckptio.Series(d, comm, keep=100, backend=backend, mode="async")
     for step in range(1, int(count) + 1):
@@ -217,7 +349,8 @@ def exit_in_flight(d: str, backend: str, count: str) -> None:
 
 CASES = {"identityless": identityless, "copied": copied, "legacy": legacy, "restart_step": restart_step,
          "bad_arguments": bad_arguments, "exit_in_flight": exit_in_flight,
-         "settings": settings}
+         "settings": settings, "replaced": replaced, "near_miss": near_miss, "staged_full": staged_full,
+         "lease_a": lease_a, "lease_b": lease_b, "lease_dead": lease_dead}
 
 if __name__ == "__main__":
     case, directory, *rest = sys.argv[1:]

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import needs_root, tmpfs
 from mpi_helpers import mpi_env, run_mpi
 
 JOB = str(Path(__file__).with_name("series_job.py"))
@@ -89,3 +90,91 @@ def test_collective_settings_that_differ_or_are_misspelt_fail_on_every_rank(npro
     """Major 5: CKPTIO_READ_IO=posix on one rank and mpiio on another hung the restart; CKPTIO_READ_THREAD=maybe
     was taken silently. One settings table (ckptio.settings), compared in the first agreed phase."""
     run_case(nprocs, "settings", tmp_path)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("verify", ["true", "false"])
+@pytest.mark.parametrize("nprocs", [1, 3])
+def test_a_checkpoint_replaced_after_open_is_a_clear_error_not_corruption(nprocs, verify, tmp_path):
+    """Major 10: read what was opened (the file's identity is checked when the aggregators open it)."""
+    run_case(nprocs, "replaced", tmp_path, verify)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("nprocs", [1, 2])
+def test_one_name_rule_and_near_miss_names_are_reported(nprocs, tmp_path):
+    """Major 8: Series(prefix="chk_") and ckptio.latest(prefix="chk_") agree; a restart that finds only names of
+    another case, padding or suffix warns (error with must_exist=True) instead of cold-starting silently."""
+    run_case(nprocs, "near_miss", tmp_path)
+
+
+@needs_root
+@pytest.mark.mpi
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("nprocs", [1, 2])
+def test_a_failed_drain_neither_drops_the_next_checkpoint_nor_blocks_the_restart(nprocs, tmp_path):
+    """Majors 6 and 7: staged mode in a Series behaves as async does when a drain fails (destination full)."""
+    with tmpfs(tmp_path / "fs", "2m") as fs:
+        d = fs / "run"
+        d.mkdir()
+        proc = run_mpi(nprocs, [JOB, "staged_full", str(d), str(tmp_path / "stage")], timeout=200)
+        assert proc.stdout.count("OK") == nprocs, proc.stdout + proc.stderr
+
+
+def _lease(d: Path) -> Path:
+    return d / ".chk_.ckptio-lease"
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("stale", [False, True], ids=["live", "stale"])
+def test_two_jobs_writing_one_series(stale, tmp_path):
+    """Major 9: a second job on a series whose writer is live is refused on every rank, naming the first; one
+    that takes over a stale lease makes the old writer's next checkpoint fail before its rename."""
+    import os
+    import time
+
+    from mpi_helpers import mpiexec
+
+    d, ctl = tmp_path / "run", tmp_path / "ctl"
+    d.mkdir()
+    ctl.mkdir()
+    env = mpi_env()
+    a = subprocess.Popen([*mpiexec(env), "-n", "2", sys.executable, JOB, "lease_a", str(d), str(ctl),
+                          "taken" if stale else "ok"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, stdin=subprocess.DEVNULL)
+    try:
+        end = time.monotonic() + 120
+        while not (ctl / "a").exists():
+            assert a.poll() is None and time.monotonic() < end, a.communicate()
+            time.sleep(0.1)
+        if stale:  # the first job's last heartbeat an hour ago (as if it had died then)
+            os.utime(_lease(d), (time.time() - 3600, time.time() - 3600))
+            (ctl / "wait-a2").touch()
+        proc = run_mpi(2, [JOB, "lease_b", str(d), str(ctl), "took" if stale else "refused"], timeout=150)
+        assert proc.stdout.count("OK") == 2, proc.stdout + proc.stderr
+        out, err = a.communicate(timeout=150)
+        assert a.returncode == 0 and out.count("OK") == 2, out + err
+    finally:
+        if a.poll() is None:
+            a.kill()
+    assert not _lease(d).exists()  # released at the holder's normal exit
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(240)
+def test_a_killed_jobs_lease_blocks_another_job_but_not_its_requeue(tmp_path):
+    """A job that died without its exit handlers leaves its lease: another job is refused; the same batch job,
+    requeued (same SLURM_JOB_ID), takes it over at once."""
+    d, ctl = tmp_path / "run", tmp_path / "ctl"
+    d.mkdir()
+    ctl.mkdir()
+    (ctl / "a").touch()
+    run_mpi(2, [JOB, "lease_dead", str(d)], env={"SLURM_JOB_ID": "4242"}, timeout=120, check=False)
+    assert _lease(d).exists()
+    proc = run_mpi(2, [JOB, "lease_b", str(d), str(ctl), "refused"], env={"SLURM_JOB_ID": "4243"}, timeout=120)
+    assert proc.stdout.count("OK") == 2, proc.stdout + proc.stderr
+    proc = run_mpi(2, [JOB, "lease_b", str(d), str(ctl), "took"], env={"SLURM_JOB_ID": "4242"}, timeout=120)
+    assert proc.stdout.count("OK") == 2, proc.stdout + proc.stderr
