@@ -29,14 +29,13 @@ import os
 import sys
 import time
 import uuid
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from . import _faults, async_io, coord, memsel, placement_stats, settings, varmeta
+from . import _faults, _warn, async_io, coord, memsel, placement_stats, settings, varmeta
 from . import codec as codecs
 from . import hints as hintsmod
 from . import meta as metamod
@@ -608,7 +607,7 @@ class Writer:
         described = varmeta.agree([g["described"] for g in gathered])
         varmeta.check_dimensions({name: var.shape for name, var in variables.items()}, described)
         if not variables and not gathered[0]["attrs"]:
-            warnings.warn(f"checkpoint {self.path} holds no variables and no attributes", stacklevel=4)
+            _warn.warn(f"checkpoint {self.path} holds no variables and no attributes")
         _stripe_count, stripe_unit = hintsmod.stripe_layout(self.hints)
         layout = self.backend.layout(variables, stripe_unit, len(gathered))
         directory, base = os.path.split(os.path.abspath(self.path))
