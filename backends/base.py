@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar
 import numpy as np
 
 from ckptio.errors import CapabilityError, CheckpointError, CorruptCheckpointError, UnknownFormatError
+from ckptio.pathcheck import unfollowable
 from ckptio.plan import BlockPlan, Extent, VariablePlan
 
 if TYPE_CHECKING:
@@ -327,7 +328,10 @@ def _open_regular(path: str) -> BinaryIO:
     """Open ``path`` for reading if it is a regular file: O_NONBLOCK, so that a FIFO cannot block the open, and
     the type checked on the open descriptor (no race with a rename). UnknownFormatError for a FIFO, socket or
     device; IsADirectoryError for a directory; OSError when it cannot be opened."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:  # a dangling symlink or a symlink loop: say so (pathcheck)
+        raise unfollowable(path, exc) from None
     try:
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):

@@ -77,6 +77,7 @@ from ckptio.errors import (
     CorruptCheckpointError,
     FormatVersionError,
     IncompleteCheckpointError,
+    RewrittenCheckpointError,
 )
 from ckptio.hints import DEFAULT_STRIPING_UNIT, data_transfer_mode, info_to_dict
 from ckptio.layout import Box
@@ -602,11 +603,12 @@ def _read_metadata_lite(path: str) -> dict[str, Any]:
             meta = _parse_document(path, f.read(ds)[()], attrs.get("metadata_checksum"))
             if meta.get("backend") != HDF5Backend.name:
                 raise CorruptCheckpointError(f"{path}: metadata says backend {meta.get('backend')!r}, file is HDF5")
-            for name, var in meta["variables"].items():
+            found = {}
+            for name in meta["variables"]:
                 addr = f.lookup(f"/{name}")
                 dset = f.dataset(addr) if addr is not None else None
-                _check_dataset(path, name, var, None if dset is None else list(dset.shape),
-                               None if dset is None else dset.address, size)
+                found[name] = (None, None) if dset is None else (list(dset.shape), dset.address)
+            _check_found_datasets(path, meta, found, size)
     except CheckpointError:
         raise
     except OSError as exc:
@@ -635,11 +637,53 @@ def _check_datasets(path: str, f: h5py.File, meta: Mapping[str, Any], size: int)
     """Every variable of the document is a dataset of its shape at its recorded offset, inside the file."""
     if meta.get("backend") != HDF5Backend.name:
         raise CorruptCheckpointError(f"{path}: metadata says backend {meta.get('backend')!r}, file is HDF5")
-    for name, var in meta["variables"].items():
+    found = {}
+    for name in meta["variables"]:
         dset = f.get(name)
         is_dataset = isinstance(dset, h5py.Dataset)
-        _check_dataset(path, name, var, list(dset.shape) if is_dataset else None,
-                       dset.id.get_offset() if is_dataset else None, size)
+        found[name] = (list(dset.shape), dset.id.get_offset()) if is_dataset else (None, None)
+    _check_found_datasets(path, meta, found, size)
+
+
+def _check_found_datasets(path: str, meta: Mapping[str, Any], found: Mapping[str, tuple[list[int] | None, int | None]],
+                          size: int) -> None:
+    """Every variable of the document against ``found`` (name -> the dataset's shape and offset, or Nones: no
+    such dataset): first whether another tool rewrote the file (:func:`rewritten_by_another_tool`), then each
+    variable (:func:`_check_dataset`)."""
+    why = rewritten_by_another_tool(meta, found, size)
+    if why is not None:
+        raise RewrittenCheckpointError(f"{path}: rewritten by another tool after ckptio committed it (h5repack, "
+                                       f"h5copy or a program that copied every object into a new file?): {why}; "
+                                       "ckptio cannot read or verify the values there (they are probably intact: "
+                                       "h5dump shows them); restart from the file as ckptio wrote it")
+    for name, var in meta["variables"].items():
+        _check_dataset(path, name, var, found[name][0], found[name][1], size)
+
+
+def rewritten_by_another_tool(meta: Mapping[str, Any], found: Mapping[str, tuple[list[int] | None, int | None]],
+                              size: int) -> str | None:
+    """Local: why the file looks rewritten by another tool, or None. The evidence: the metadata document is intact
+    (checked before), every variable holding data is a dataset of its shape, and EVERY one of them is somewhere
+    else than where ckptio wrote it (another offset, or no longer contiguous: ``offset`` None). A damaged
+    address (a flipped bit) moves one dataset, not all of them, and stays "corrupt"; so does a single-variable
+    file whose one dataset now points outside the file."""
+    moved = []
+    for name, var in meta["variables"].items():
+        nbytes = math.prod(var["shape"]) * np.dtype(var["dtype"]).itemsize
+        if not nbytes:
+            continue
+        shape, offset = found.get(name, (None, None))
+        recorded = var.get("storage", {}).get("file_offset")
+        if shape != list(var["shape"]) or offset == recorded:
+            return None
+        if offset is not None and offset + nbytes > size:
+            return None
+        moved.append(f"{name!r} at {'no single offset (no longer contiguous)' if offset is None else offset}, "
+                     f"written at {recorded}")
+    if not moved:
+        return None
+    shown = "; ".join(moved[:3]) + (f"; ... ({len(moved)} variables)" if len(moved) > 3 else "")
+    return f"every dataset moved ({shown})"
 
 
 def _parse_document(path: str, text: bytes, stored_checksum: Any) -> dict[str, Any]:

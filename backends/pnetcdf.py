@@ -77,6 +77,7 @@ from ckptio.errors import (
     CorruptCheckpointError,
     FormatVersionError,
     IncompleteCheckpointError,
+    RewrittenCheckpointError,
 )
 from ckptio.hints import DEFAULT_STRIPING_UNIT, data_transfer_mode, info_to_dict
 from ckptio.plan import BlockPlan, Extent, VariablePlan
@@ -455,7 +456,15 @@ class PnetCDFBackend(Backend):
 
 
 def _check_variables(path: str, header: CDFHeader, meta: Mapping[str, Any]) -> None:
-    """Every stored variable of the document is in the header, at its recorded offset, of its size."""
+    """Every stored variable of the document is in the header, at its recorded offset, of its size; when every one
+    is there but elsewhere, the file was rewritten by another tool (:func:`_moved_by_another_tool`)."""
+    why = _moved_by_another_tool(header, meta)
+    if why is not None:
+        raise RewrittenCheckpointError(f"{path}: rewritten by another tool after ckptio committed it (a global or "
+                                       f"variable attribute added, e.g. by ncatted, grows the header and moves the "
+                                       f"data; nccopy writes a new layout): {why}; ckptio cannot read or verify "
+                                       "the values there (they are probably intact: ncdump shows them); restart from "
+                                       "the file as ckptio wrote it")
     try:
         if meta["backend"] != PnetCDFBackend.name:
             raise ValueError(f"metadata says backend {meta['backend']!r}, file is CDF")
@@ -475,6 +484,35 @@ def _check_variables(path: str, header: CDFHeader, meta: Mapping[str, Any]) -> N
                                  f"{list(var['shape'])} in the metadata document")
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptCheckpointError(f"{path}: metadata and CDF header disagree: {exc}") from None
+
+
+def _moved_by_another_tool(header: CDFHeader, meta: Mapping[str, Any]) -> str | None:
+    """Local: why the file looks rewritten by another tool, or None. The evidence: the metadata document is intact
+    (checked before), every variable holding data is a fixed-size variable of its shape and type in the header,
+    inside the file, and EVERY one of them begins somewhere else than where ckptio wrote it. A damaged ``begin``
+    field (a flipped bit) moves one variable, not all of them, and stays "corrupt"."""
+    try:
+        shifts = []
+        for name, var in meta["variables"].items():
+            nbytes = math.prod(var["shape"]) * np.dtype(var["dtype"]).itemsize
+            if not nbytes:
+                continue
+            cdf = header.vars.get(name)
+            recorded = var.get("storage", {}).get("file_offset")
+            if (cdf is None or cdf.is_record or recorded is None or cdf.begin == recorded
+                    or [header.dims[d][1] for d in cdf.dimids] != list(var["shape"])
+                    or np.dtype(_NC_TYPES[cdf.nc_type]).itemsize != np.dtype(var["dtype"]).itemsize
+                    or cdf.begin + nbytes > header.size):
+                return None
+            shifts.append((name, cdf.begin, recorded))
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not shifts:
+        return None
+    deltas = {begin - recorded for _, begin, recorded in shifts}
+    how = (f"every variable moved by {deltas.pop():+d} bytes" if len(deltas) == 1 else "every variable moved")
+    shown = "; ".join(f"{n!r} at {b}, written at {r}" for n, b, r in shifts[:3])
+    return f"{how} ({shown}{f'; ... ({len(shifts)} variables)' if len(shifts) > 3 else ''})"
 
 
 # ------------------------------------------------------------------------------- CDF header reader

@@ -12,6 +12,7 @@ from .errors import (
     CapabilityError,
     CheckpointError,
     CheckpointIOError,
+    CheckpointNotFoundError,
     ClosedCheckpointError,
     CollectiveError,
     CorruptCheckpointError,
@@ -19,6 +20,7 @@ from .errors import (
     FormatVersionError,
     IncompleteCheckpointError,
     ReadRequestError,
+    RewrittenCheckpointError,
     UnknownFormatError,
 )
 from .meta import __version__
@@ -31,6 +33,7 @@ __all__ = [
     "CapabilityError",
     "CheckpointError",
     "CheckpointIOError",
+    "CheckpointNotFoundError",
     "ClosedCheckpointError",
     "CollectiveError",
     "CorruptCheckpointError",
@@ -39,6 +42,7 @@ __all__ = [
     "IncompleteCheckpointError",
     "ReadRequestError",
     "Reader",
+    "RewrittenCheckpointError",
     "Series",
     "UnknownFormatError",
     "VariableInfo",

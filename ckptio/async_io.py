@@ -36,11 +36,12 @@ import os
 import queue
 import sys
 import threading
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from . import _warn
 
 ALIGN = 4096
 SLOTS = 2
@@ -227,8 +228,8 @@ def finish_before_later_exit_handlers() -> None:
 
 
 def warn_no_threads() -> None:
-    warnings.warn("ckptio: MPI was not initialized with MPI_THREAD_MULTIPLE; mode='async' falls back to "
-                  "synchronous checkpoints", RuntimeWarning, stacklevel=4)
+    _warn.warn("ckptio: MPI was not initialized with MPI_THREAD_MULTIPLE; mode='async' falls back to "
+               "synchronous checkpoints", RuntimeWarning)
 
 
 def unreported_failures() -> list[AsyncCheckpoint]:

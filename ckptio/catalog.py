@@ -33,10 +33,10 @@ from __future__ import annotations
 import os
 import re
 import stat
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from . import _warn
 from .backends import detect_backend
 from .errors import CapabilityError, CheckpointError, CheckpointIOError, DeclarationError
 from .model.series_record import Abandoned, SeriesRecord
@@ -258,7 +258,7 @@ def _iter_valid(entries: list[Entry], verify: bool) -> Iterator[str]:
 
 
 def _skip(path: str, why: str) -> None:
-    warnings.warn(f"ckptio: skipping {path}: {why}", stacklevel=4)
+    _warn.warn(f"ckptio: skipping {path}: {why}")
 
 
 def latest(directory: str | os.PathLike, prefix: str = "chk", verify: bool = False, comm=None,
@@ -323,7 +323,7 @@ def find_latest(directory: str | os.PathLike, pattern: NamePattern, verify: bool
     if not entries:
         misses = near_misses(directory, pattern)
         if misses:
-            warnings.warn(near_miss_message(directory, pattern, misses), stacklevel=3)
+            _warn.warn(near_miss_message(directory, pattern, misses))
     return found
 
 

@@ -22,8 +22,8 @@ EXIT_OK, EXIT_BAD, EXIT_USAGE = 0, 1, 2
 EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a command its pipe reader left
 EXIT_CODES = """exit status (every command, like h5diff):
   0  success: valid / identical (within --rtol/--atol) / printed / converted and checked
-  1  differences (diff), or a checkpoint is corrupt, incomplete or of a newer format version (inspect, ls,
-     dump, the SRC of convert)
+  1  differences (diff), or a checkpoint is corrupt, incomplete, of a newer format version or rewritten by
+     another tool (h5repack, a netCDF header grown; inspect, ls, dump, the SRC of convert)
   2  error: usage, missing file, not a checkpoint, unknown variable, bad slice, DST exists, a damaged
      checkpoint given to diff (it cannot be compared)
   141  the reader of standard output left (`| head`): output stopped quietly, as on SIGPIPE"""
@@ -46,6 +46,7 @@ def inspect_report(path: str, verify: bool) -> tuple[int, dict[str, Any]]:
         CorruptCheckpointError,
         FormatVersionError,
         IncompleteCheckpointError,
+        RewrittenCheckpointError,
         UnknownFormatError,
     )
     from .verify import verify_blocks
@@ -77,6 +78,9 @@ def inspect_report(path: str, verify: bool) -> tuple[int, dict[str, Any]]:
         return EXIT_BAD, report
     except FormatVersionError as exc:
         report.update(status="unsupported version", error=str(exc))
+        return EXIT_BAD, report
+    except RewrittenCheckpointError as exc:  # h5repack'd, a netCDF header grown by an added attribute: not damage
+        report.update(status="rewritten", error=str(exc))
         return EXIT_BAD, report
     except CheckpointError as exc:
         report.update(status="corrupt", error=str(exc))

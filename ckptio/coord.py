@@ -23,7 +23,9 @@ delivered then, after the last collective.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -46,10 +48,111 @@ class _Held:
     handlers: dict[int, Any] = {}
     pending: list[int] = []
     inner = 0  # > 0 while the work of a phase runs: its own (backend-internal) agreements deliver nothing
+    serial = 0  # outermost sections entered so far
+    progress = 0  # agreement points the main thread reached so far (deliver_held_signals calls)
 
 
 def _record(signum: int, frame) -> None:
     _Held.pending.append(signum)
+
+
+class _Watchdog:
+    """Bounds the wait of a rank that holds a signal inside a collective operation (issue 23: SIGTERM to every
+    rank of an async job hung 1 of 65 trials; reproduced here, 2 of 9 under load).
+
+    The hang: a rank whose signal arrives outside any ckptio call runs its handler at once and leaves (its
+    ``sys.exit`` ends the program); a rank whose signal arrives inside ``Writer.close()`` holds it until the next
+    agreement, which is a collective with the rank that left: it waits inside MPI forever, and Python runs no
+    signal handler while the main thread is inside a C call. So the held signal is watched from another thread:
+    during a collective section the interpreter's wakeup fd (``signal.set_wakeup_fd``) is a pipe this thread
+    reads, which receives the signal's number even while the main thread is blocked in MPI. From then until
+    the section ends, the main thread must reach an agreement point at least every ``CKPTIO_SIGNAL_GRACE``
+    seconds (default 60; 0: wait forever, the old behaviour); a stall that long (also inside the agreement that
+    reports the signal's exception to ranks that left) makes the process say why on stderr and end with status
+    128 + signal, as the signal's default action would; mpirun or the batch system then ends the job. The price:
+    a single phase longer than the grace (a write of many GiB) after a signal ends the job without its
+    checkpoint, which the signal (usually the batch system's SIGTERM before its SIGKILL) was ending anyway. Bytes meant
+    for a wakeup fd someone else had set (asyncio) are passed on to it."""
+
+    lock = threading.Lock()
+    pipe: tuple[int, int] | None = None
+    previous_fd = -1  # the wakeup fd set before the section (forwarded to)
+    timer: threading.Timer | None = None
+
+    @classmethod
+    def start_section(cls) -> None:
+        """Main thread, entering the outermost section."""
+        if cls.pipe is None:
+            r, w = os.pipe()
+            os.set_blocking(w, False)
+            cls.pipe = (r, w)
+            threading.Thread(target=cls._watch, name="ckptio-signal-watchdog", daemon=True).start()
+        try:
+            cls.previous_fd = signal.set_wakeup_fd(cls.pipe[1], warn_on_full_buffer=False)
+        except ValueError:  # pragma: no cover - not the main thread (checked by the caller)
+            cls.previous_fd = -1
+
+    @classmethod
+    def end_section(cls) -> None:
+        """Main thread, leaving the outermost section (every held signal is delivered right after)."""
+        with contextlib.suppress(ValueError):
+            signal.set_wakeup_fd(cls.previous_fd)
+        cls.previous_fd = -1
+        with cls.lock:
+            if cls.timer is not None:
+                cls.timer.cancel()
+                cls.timer = None
+
+    @classmethod
+    def _watch(cls) -> None:
+        assert cls.pipe is not None
+        while True:
+            try:
+                data = os.read(cls.pipe[0], 64)
+            except OSError:  # pragma: no cover
+                return
+            for signum in data:
+                if cls.previous_fd >= 0:
+                    with contextlib.suppress(OSError):
+                        os.write(cls.previous_fd, bytes([signum]))
+                if signum in _Held.handlers:
+                    cls._arm(signum)
+
+    @classmethod
+    def _arm(cls, signum: int) -> None:
+        from . import settings
+
+        try:
+            grace = float(settings.get("CKPTIO_SIGNAL_GRACE"))
+        except Exception:  # a bad value: the default (raised where it is read collectively)
+            grace = float(settings.TABLE["CKPTIO_SIGNAL_GRACE"].default)
+        with cls.lock:
+            if grace > 0 and cls.timer is None and _Held.depth > 0:
+                cls._start_timer(signum, grace, _Held.serial, _Held.progress)
+
+    @classmethod
+    def _start_timer(cls, signum: int, grace: float, serial: int, progress: int) -> None:
+        cls.timer = threading.Timer(grace, cls._overdue, args=(signum, grace, serial, progress))
+        cls.timer.daemon = True
+        cls.timer.start()
+
+    @classmethod
+    def _overdue(cls, signum: int, grace: float, serial: int, progress: int) -> None:
+        with cls.lock:
+            if cls.timer is None or _Held.depth == 0 or _Held.serial != serial:
+                return  # the section ended (its signals were delivered)
+            if _Held.progress != progress:  # the main thread reached an agreement point since: watch on
+                cls._start_timer(signum, grace, serial, _Held.progress)
+                return
+        name = signal.Signals(signum).name if signum in {s.value for s in signal.Signals} else str(signum)
+        try:
+            sys.stderr.write(f"ckptio: {name} arrived {grace:g} s ago during a collective operation, which has not "
+                             "reached its next agreement point since (other ranks probably left); ending this "
+                             f"process (exit status {128 + signum}) instead of waiting forever. "
+                             "CKPTIO_SIGNAL_GRACE sets the seconds (0: wait)\n")
+            sys.stderr.flush()
+        finally:
+            os._exit(128 + signum)
 
 
 @contextlib.contextmanager
@@ -73,10 +176,15 @@ def collective_section() -> Iterator[None]:
             handlers[signum] = current
             signal.signal(signum, _record)
     _Held.depth, _Held.handlers, _Held.pending = 1, handlers, []
+    _Held.serial += 1
+    if handlers:
+        _Watchdog.start_section()
     try:
         yield
     finally:
         _Held.depth = 0
+        if handlers:
+            _Watchdog.end_section()
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
         pending, _Held.pending, _Held.handlers = _Held.pending, [], {}
@@ -89,7 +197,10 @@ def collective_section() -> Iterator[None]:
 def deliver_held_signals() -> BaseException | None:
     """Local: run the handlers of the signals held so far; the first exception one raised (this rank's
     failure for the current phase), or None. Called at every agreement point."""
-    if not _Held.pending or _Held.inner or threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    _Held.progress += 1  # the main thread is alive at an agreement point (see _Watchdog)
+    if not _Held.pending or _Held.inner:
         return None
     pending, _Held.pending = _Held.pending, []
     for signum in pending:

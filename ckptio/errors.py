@@ -26,6 +26,14 @@ class IncompleteCheckpointError(CheckpointError, OSError):
     """The checkpoint was never committed (no completion mark) or is truncated."""
 
 
+class RewrittenCheckpointError(CheckpointError, ValueError):
+    """The file was a complete ckptio checkpoint, but another tool rewrote it since (``h5repack``, ``nccopy``,
+    a netCDF attribute added with ``ncatted`` that grew the header): its metadata document is intact, but the
+    variables are no longer where the document says, so ckptio cannot read or verify them. Not damage: the
+    values are probably intact (``h5dump``/``ncdump`` show them); the original file, or ``ckptio convert`` of
+    it, is the checkpoint."""
+
+
 class FormatVersionError(CheckpointError, ValueError):
     """The file was written in a format version this ckptio does not understand."""
 
@@ -51,6 +59,13 @@ class ClosedCheckpointError(CheckpointError, ValueError):
 
 class CheckpointIOError(CheckpointError, OSError):
     """The file system refused an operation (full disk, permissions, missing directory)."""
+
+
+class CheckpointNotFoundError(CheckpointIOError, FileNotFoundError):
+    """The checkpoint (or a file it needs) does not exist: also a :class:`FileNotFoundError`, so
+    ``except FileNotFoundError`` works for ``ckptio.open("missing")`` on one rank as on many. Raised on every
+    rank (as ``CollectiveCheckpointNotFoundError``) when the ranks that failed all failed because a file was
+    missing."""
 
 
 class CollectiveError(CheckpointError):
@@ -81,12 +96,14 @@ class CollectiveError(CheckpointError):
 _SPECIFIC: tuple[type[CheckpointError], ...] = (
     CorruptCheckpointError,
     IncompleteCheckpointError,
+    RewrittenCheckpointError,
     FormatVersionError,
     UnknownFormatError,
     ReadRequestError,
     DeclarationError,
     CapabilityError,
     ClosedCheckpointError,
+    CheckpointNotFoundError,
     CheckpointIOError,
 )
 _OS_ERROR_NAMES = {"OSError", "PermissionError", "FileNotFoundError", "IsADirectoryError",
@@ -97,14 +114,18 @@ _SUBCLASS_CACHE: dict[type, type[CollectiveError]] = {}
 def collective_error_class(class_names: list[str]) -> type[CollectiveError]:
     """The CollectiveError subclass to raise for failures whose exception classes are ``class_names``.
 
-    Picks the most specific ckptio error among them (corruption first, then incompleteness, ...); OS errors
-    (full disk, permissions) map to :class:`CheckpointIOError`, and MPI errors (``mpi4py.MPI.Exception``, whose
-    class is named ``Exception``) too, because MPI-IO reports file-system failures that way.
+    Picks the most specific ckptio error among them (corruption first, then incompleteness, ...); a missing file
+    (only ``FileNotFoundError`` among the OS errors) maps to :class:`CheckpointNotFoundError` (also a
+    ``FileNotFoundError``), other OS errors (full disk, permissions) to :class:`CheckpointIOError`, and MPI
+    errors (``mpi4py.MPI.Exception``, whose class is named ``Exception``) too, because MPI-IO reports
+    file-system failures that way.
     """
     names = set(class_names)
     for cls in _SPECIFIC:
         if cls.__name__ in names or f"Collective{cls.__name__}" in names:
             return _subclass(cls)
+    if names & _OS_ERROR_NAMES == {"FileNotFoundError"}:  # only missing files: still a FileNotFoundError
+        return _subclass(CheckpointNotFoundError)
     if names & _OS_ERROR_NAMES:
         return _subclass(CheckpointIOError)
     return CollectiveError

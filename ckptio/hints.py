@@ -181,9 +181,9 @@ def data_transfer_mode(backend: str, rank: int) -> str:
     if hazard is None:
         return "collective"
     if rank == 0:
-        import warnings
+        from . import _warn
 
-        warnings.warn(f"ckptio {backend} backend: independent data transfers instead of collective ones ({hazard}); "
-                      "initialise MPI with MPI_THREAD_MULTIPLE or set OMPI_MCA_io=romio321 to keep collective "
-                      "buffering", RuntimeWarning, stacklevel=3)
+        _warn.warn(f"ckptio {backend} backend: independent data transfers instead of collective ones ({hazard}); "
+                   "initialise MPI with MPI_THREAD_MULTIPLE or set OMPI_MCA_io=romio321 to keep collective "
+                   "buffering", RuntimeWarning)
     return "independent"

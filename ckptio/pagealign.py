@@ -22,20 +22,32 @@ MIN_ALIGNED_BYTES = 64 << 10  # below this the copies are short and the 4 KiB of
 
 def empty(shape: tuple[int, ...] | int, dtype: np.dtype | str | type = np.float64) -> np.ndarray:
     """Local (``ckptio.empty``): an uninitialised C-ordered array like ``numpy.empty(shape, dtype)`` whose data
-    starts on a page boundary (arrays of at least ``MIN_ALIGNED_BYTES``; smaller ones come straight from
-    ``numpy.empty``). The arrays a restart allocates are made this way; allocate a restart's ``out=`` arrays
-    with it too, so that an aggregator's own data is read straight into them. The result is a view of a
-    slightly larger uint8 buffer, which it keeps alive."""
+    starts on a page boundary, whatever its size (issue 23: arrays below 64 KiB used to come straight from
+    ``numpy.empty``, although documented as page-aligned). Allocate a restart's ``out=`` arrays with it, so that
+    an aggregator's own data is read straight into them. The result is a view of a uint8 buffer one page larger,
+    which it keeps alive. Object and subarray dtypes, and negative sizes, are ``numpy.empty``'s own result or
+    error (not aligned)."""
+    return aligned_empty(shape, dtype, 0)
+
+
+def restart_empty(shape: tuple[int, ...] | int, dtype: np.dtype | str | type = np.float64) -> np.ndarray:
+    """Local: the arrays a restart allocates itself (reads without ``out=``): page-aligned from
+    ``MIN_ALIGNED_BYTES`` on, smaller ones straight from ``numpy.empty`` (their copies are short, and a
+    checkpoint of many small variables would otherwise cost a page of slack each)."""
+    return aligned_empty(shape, dtype, MIN_ALIGNED_BYTES)
+
+
+def aligned_empty(shape: tuple[int, ...] | int, dtype: np.dtype | str | type, min_bytes: int) -> np.ndarray:
+    """Local: :func:`empty`, page-aligned only when the array has at least ``min_bytes`` bytes."""
     dt = np.dtype(dtype)
     try:  # sizes as numpy takes them: Python or numpy integers, never a float or a negative
         dims = (operator.index(shape),)
     except TypeError:
         dims = tuple(operator.index(s) for s in shape)
     nbytes = math.prod(dims) * dt.itemsize
-    if nbytes < MIN_ALIGNED_BYTES or dt.hasobject or dt.subdtype is not None or min(dims, default=0) < 0:
+    if nbytes < min_bytes or dt.hasobject or dt.subdtype is not None or min(dims, default=0) < 0:
         return np.empty(dims, dt)  # numpy's own result (or error: negative dimensions)
-    shape = dims
-    return page_aligned_bytes(nbytes).view(dt).reshape(shape)
+    return page_aligned_bytes(nbytes).view(dt).reshape(dims)
 
 
 def page_aligned_bytes(nbytes: int) -> np.ndarray:

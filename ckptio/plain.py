@@ -8,8 +8,11 @@ filters, at the root of the file; a fixed-size netCDF variable) of a numeric typ
 block (the whole array) at its file offset, so the aggregators read it as raw byte ranges like a checkpoint's.
 Such a file carries **no checksums**: the document says ``"checksum": "none"``, :attr:`ckptio.Reader.checksummed`
 is False and nothing is verified. Variables that cannot be read that way (chunked or compressed HDF5 datasets,
-netCDF record variables, strings, compound types, datasets in subgroups, HDF5 datasets never written) are listed
-in ``plain_skipped`` with the reason; reading one is a :class:`~ckptio.ReadRequestError` naming it.
+HDF5 datasets with external, compact or virtual storage, netCDF record variables, strings, compound types,
+datasets in subgroups, HDF5 datasets never written) are listed in ``plain_skipped`` with the reason; reading one
+is a :class:`~ckptio.ReadRequestError` naming it. So are **packed** variables (a CF ``scale_factor`` or
+``add_offset`` attribute): ckptio does not unpack, and refuses them rather than return the stored values as if
+they were the physical ones (:func:`packed_problem`).
 
 Reading an HDF5 file's structure needs h5py (any build, serial wheels too); netCDF headers are parsed by ckptio.
 """
@@ -84,15 +87,56 @@ def hdf5_document(path: str) -> dict[str, Any]:
             dcpl = obj.id.get_create_plist()
             if obj.dtype.kind not in _NUMERIC or obj.dtype.fields is not None:
                 skipped[name] = f"type {obj.dtype} is not numeric"
-            elif dcpl.get_layout() != h5py.h5d.CONTIGUOUS or dcpl.get_nfilters():
-                skipped[name] = "chunked or filtered (compressed): not one contiguous run of bytes"
+            elif (why := _hdf5_storage_problem(h5py, dcpl)) is not None:
+                skipped[name] = why
             elif obj.id.get_offset() is None and obj.size:
                 skipped[name] = "never written (no storage allocated)"
+            elif (why := packed_problem(obj.attrs)) is not None:
+                skipped[name] = why
             else:
                 variables[name] = _variable(tuple(obj.shape), obj.dtype, obj.id.get_offset() or 0,
                                             _attrs(dict(obj.attrs)))
         attrs = _attrs(dict(f.attrs))
     return _document("hdf5", variables, skipped, attrs)
+
+
+def _hdf5_storage_problem(h5py: Any, dcpl: Any) -> str | None:
+    """Why an HDF5 dataset's storage is not one contiguous run of bytes in this file (its layout, as HDF5 names
+    it), or None. Issue 23: external, compact and virtual datasets were all called "chunked or filtered"."""
+    layout = dcpl.get_layout()
+    if layout == h5py.h5d.CONTIGUOUS:
+        if dcpl.get_external_count():
+            return "external storage: its data is in another file (H5Pset_external), not in this one"
+        if dcpl.get_nfilters():
+            return "filtered (compressed): not one contiguous run of bytes"
+        return None
+    if layout == h5py.h5d.COMPACT:
+        return "compact layout: its data is stored inside the object header, not as a run of bytes ckptio can read"
+    if layout == getattr(h5py.h5d, "VIRTUAL", -1):
+        return "a virtual dataset (VDS): its data is mapped from other datasets or files"
+    if layout == h5py.h5d.CHUNKED:
+        return "chunked or filtered (compressed): not one contiguous run of bytes"
+    return f"HDF5 layout {layout}: not one contiguous run of bytes"
+
+
+# CF packing attributes: the stored values are not the physical ones (netCDF's "packed data")
+PACKING_ATTRS = ("scale_factor", "add_offset")
+
+
+def packed_problem(attrs: Any) -> str | None:
+    """Why a variable of a foreign file is refused because it is packed, or None.
+
+    Decision (issue 23): a variable with a CF ``scale_factor`` or ``add_offset`` attribute (netCDF, or HDF5 as
+    netCDF-4 writes it) is **refused**, listed in ``plain_skipped``; reading it raises ReadRequestError naming
+    the reason. ckptio reads raw bytes and never applies the unpacking, so returning the stored integers would
+    hand a restart silently wrong physical values (they were ignored before). Unpack with netCDF4/xarray, or
+    write the unpacked values with ckptio."""
+    present = [a for a in PACKING_ATTRS if a in attrs]
+    if not present:
+        return None
+    return (f"packed ({' and '.join(present)} set): ckptio reads the stored values and would not apply the "
+            f"unpacking (value * scale_factor + add_offset), so it refuses the variable; read it with netCDF4 or "
+            f"xarray, which unpack")
 
 
 def netcdf_document(path: str) -> dict[str, Any]:
@@ -109,6 +153,9 @@ def netcdf_document(path: str) -> dict[str, Any]:
         dtype = np.dtype(_NC_TYPES[var.nc_type])
         if dtype.kind not in _NUMERIC:
             skipped[name] = "a char variable (text), not numeric"
+            continue
+        if (why := packed_problem(var.attrs)) is not None:
+            skipped[name] = why
             continue
         shape = tuple(header.dims[d][1] for d in var.dimids)
         variables[name] = _variable(shape, dtype, var.begin, _attrs(var.attrs))

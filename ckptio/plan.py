@@ -154,8 +154,8 @@ def declaration(name: str, array: np.ndarray, offset: Sequence[int] | None, glob
                 "trailing": [int(n) for n in array.shape[1:]]}
     if offset is None or global_shape is None:
         raise DeclarationError(f"variable {name!r} on rank {rank}: give both offset and global_shape, or neither")
-    offset = tuple(int(o) for o in offset)
-    gshape = tuple(int(g) for g in global_shape)
+    offset = _declared_ints(name, rank, "offset", offset)
+    gshape = _declared_ints(name, rank, "global_shape", global_shape)
     if len(offset) != array.ndim or len(gshape) != array.ndim:
         raise DeclarationError(
             f"variable {name!r} on rank {rank}: array has {array.ndim} dimensions but offset has {len(offset)} "
@@ -165,6 +165,34 @@ def declaration(name: str, array: np.ndarray, offset: Sequence[int] | None, glob
         raise DeclarationError(f"variable {name!r} on rank {rank}: negative global shape {list(gshape)}")
     return {"name": name, "dtype": array.dtype.str, "kind": ARRAY, "global_shape": list(gshape),
             "offset": list(offset), "shape": list(array.shape)}
+
+
+_INT64_MAX = 2**63 - 1
+
+
+def _declared_ints(name: str, rank: int, what: str, values: object) -> tuple[int, ...]:
+    """Local: a write's ``offset`` or ``global_shape`` as Python ints, or a DeclarationError naming the variable,
+    the rank and the problem: a value that is not an integer (``8.0``, ``True``, ``"8"``: never truncated) or
+    that the file formats cannot hold (above 2**63 - 1; sizes and offsets are int64 in every backend)."""
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
+        raise DeclarationError(f"variable {name!r} on rank {rank}: {what}={values!r} must be a sequence of integers")
+    out = []
+    for v in values:
+        if isinstance(v, bool | np.bool_) or not isinstance(v, int | np.integer):
+            raise DeclarationError(f"variable {name!r} on rank {rank}: {what}={_shown(values)} holds {v!r} "
+                                   f"({type(v).__name__}), not an integer")
+        if abs(int(v)) > _INT64_MAX:
+            raise DeclarationError(f"variable {name!r} on rank {rank}: {what}={_shown(values)} holds {int(v)}, "
+                                   f"more than the largest size or offset a checkpoint can hold (2**63 - 1)")
+        out.append(int(v))
+    if what == "global_shape" and math.prod(out) > _INT64_MAX:
+        raise DeclarationError(f"variable {name!r} on rank {rank}: global_shape={_shown(values)} has "
+                               f"{math.prod(out)} elements, more than a checkpoint can hold (2**63 - 1)")
+    return tuple(out)
+
+
+def _shown(values: object) -> str:
+    return repr(list(values)) if isinstance(values, np.ndarray) else repr(values)
 
 
 # What a rank sends rank 0 of its declarations (the declare gather): a few strings and bytes instead of a dict per

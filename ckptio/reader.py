@@ -163,6 +163,26 @@ def _check_out(path: str, name: str, var: VariableInfo, shape: tuple[int, ...], 
                                "(no conversion on read: pass an array of the variable's dtype)")
     if not out.flags.writeable:
         raise ReadRequestError(f"{where} is read-only")
+    if _overlaps_itself(out):
+        raise ReadRequestError(f"{where} is a view whose elements overlap in memory (strides "
+                               f"{list(out.strides)} for shape {list(out.shape)}: a stride-0 view from "
+                               "np.broadcast_to or as_strided?); every element must have its own memory: pass "
+                               "a fresh array (ckptio.empty) or a view of distinct elements")
+
+
+def _overlaps_itself(a: np.ndarray) -> bool:
+    """Local: True unless ``a``'s elements provably occupy distinct memory (issue 23: a stride-0 ``out`` was
+    accepted and filled with whichever value landed last). Axes of length 1 do not count; the others, sorted by
+    absolute stride, must each step past everything the smaller ones span. Views that interleave without
+    sharing (exotic ``as_strided`` layouts) are refused too: ckptio cannot cheaply prove them disjoint."""
+    if a.size <= 1:
+        return False
+    span = a.itemsize
+    for stride, n in sorted((abs(st), n) for st, n in zip(a.strides, a.shape, strict=True) if n > 1):
+        if stride < span:
+            return True
+        span = stride * (n - 1) + span
+    return False
 
 
 def checked_requests(path: str, requests: object, out: object, variables: Mapping[str, VariableInfo],
@@ -482,7 +502,7 @@ class Reader:
         nrounds = comm.allreduce(plan.nrounds if plan is not None else 0, op=self._max_op())
         incoming = readplan.parse_descriptors(descriptors, nd, nrounds)
         outputs = coord.run(comm, f"read {self.path}: allocate", lambda: [
-            g if g is not None else pagealign.empty(q.box.shape, self._variables[q.var].dtype)
+            g if g is not None else pagealign.restart_empty(q.box.shape, self._variables[q.var].dtype)
             for q, g in zip(mine, given, strict=True)])
         self.stats.seconds["plan"] += time.perf_counter() - t
         self.stats.seconds["cpu_plan"] += time.process_time() - c

@@ -43,6 +43,13 @@ def _choice(*allowed: str) -> Callable[[str], str]:
     return parse
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0 or value == float("inf"):
+        raise ValueError("expected a finite number of seconds >= 0")
+    return value
+
+
 def _verbatim(text: str) -> str:
     return text
 
@@ -56,6 +63,9 @@ TABLE: dict[str, Setting] = {s.name: s for s in (
             "restart buffer per aggregator and round (a size: 64M, 1G, ...; parsed by ckptio.units)"),
     Setting("CKPTIO_AGGREGATORS", "", _verbatim, True, "restart aggregator count (overrides the automatic choice)"),
     Setting("CKPTIO_HINTS", "", _verbatim, True, "MPI-IO hints 'key=value;key=value' (see ckptio.hints)"),
+    Setting("CKPTIO_SIGNAL_GRACE", "60", _seconds, False,
+            "seconds a signal may stay held inside a collective operation (Writer.close, a read) before the "
+            "process ends itself with status 128 + signal, because other ranks left (see ckptio.coord); 0: wait"),
     Setting("CKPTIO_EXIT_STATUS_ON_LOST_FAILURE", "1", _choice("0", "1"), False,
             "1: a background failure nobody asked about makes the exit status 1 where that is safe"),
 )}

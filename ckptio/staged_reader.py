@@ -13,13 +13,12 @@ segments): every rank holds its own blocks (memory-mapped from its stage) and on
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from . import coord, pagealign, staging
+from . import _warn, coord, pagealign, staging
 from .errors import CheckpointError, ClosedCheckpointError, ReadRequestError
 from .layout import Box
 from .meta import default_dims
@@ -76,8 +75,8 @@ def open_staged(path: str, comm, stage_dir: str, verify: bool = True) -> StagedR
         first = min(problems)
         problem = f"rank {first}: {problems[first]}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
     if rank == 0 and problem:
-        warnings.warn(f"ckptio: not restarting {path} from the stage: {problem}; reading the parallel file "
-                      f"system copy", RuntimeWarning, stacklevel=3)
+        _warn.warn(f"ckptio: not restarting {path} from the stage: {problem}; reading the parallel file "
+                   f"system copy", RuntimeWarning)
     return None
 
 
@@ -226,7 +225,7 @@ class StagedReader:
                                  lambda: checked_requests(self.path, requests, out, self.variables, self._own))
         mine = [(q.var, q.box) for q in found]
         wanted = comm.allgather([(n, b.offset, b.shape) for n, b in mine])
-        outputs = [g if g is not None else pagealign.empty(b.shape, self.variables[n].dtype)
+        outputs = [g if g is not None else pagealign.restart_empty(b.shape, self.variables[n].dtype)
                    for (n, b), g in zip(mine, given, strict=True)]
 
         def pieces(src: int, dest: int):

@@ -29,14 +29,13 @@ import os
 import sys
 import time
 import uuid
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from . import _faults, async_io, coord, memsel, placement_stats, settings, varmeta
+from . import _faults, _warn, async_io, coord, memsel, placement_stats, settings, varmeta
 from . import codec as codecs
 from . import hints as hintsmod
 from . import meta as metamod
@@ -52,6 +51,7 @@ from .errors import (
     DeclarationError,
 )
 from .model.series_record import SeriesRecord
+from .pathcheck import symlink_problem
 from .plan import (
     SEGMENT,
     VariablePlan,
@@ -328,6 +328,7 @@ class Writer:
         code path and the file: a difference would hang or write somewhere unexpected)."""
         if self._error is not None and self.backend is None:
             raise self._error
+        _check_checkpoint_name(self.path, self.comm.Get_size(), check_length=self.comm.Get_rank() == 0)
         return {"settings": settings.collective_snapshot(), "backend": self.backend.name, "mode": self.mode,
                 "path": os.path.abspath(self.path),
                 "stage_dir": None if self.stage_dir is None else os.path.abspath(self.stage_dir),
@@ -455,6 +456,7 @@ class Writer:
         opens a file there)."""
         if self._error is not None:
             raise self._error
+        _check_stage_dir(self.stage_dir)
         t = time.perf_counter()
         for p in self._pending:
             p.data = np.ascontiguousarray(p.data).reshape(p.data.shape)  # (ascontiguousarray makes 0-d 1-d)
@@ -611,7 +613,7 @@ class Writer:
         described = varmeta.agree([g["described"] for g in gathered])
         varmeta.check_dimensions({name: var.shape for name, var in variables.items()}, described)
         if not variables and not gathered[0]["attrs"]:
-            warnings.warn(f"checkpoint {self.path} holds no variables and no attributes", stacklevel=4)
+            _warn.warn(f"checkpoint {self.path} holds no variables and no attributes")
         _stripe_count, stripe_unit = hintsmod.stripe_layout(self.hints)
         layout = self.backend.layout(variables, stripe_unit, len(gathered))
         directory, base = os.path.split(os.path.abspath(self.path))
@@ -722,6 +724,83 @@ def _same_arguments(gathered: list[dict[str, Any]]) -> None:
                                    "compression=")
 
 
+_TMP_MARK = ".ckptio-tmp-"  # the temporary name is f".{base}{_TMP_MARK}{12 hex digits}" (Writer._plan_global)
+
+
+def _check_checkpoint_name(path: str, nprocs: int, check_length: bool) -> None:
+    """Local, in close()'s first agreed phase (so an error reaches every rank before anything is written):
+
+    * every rank: ``path`` must name a file. A trailing ``/`` (or a last component ``.``/``..``) names a
+      directory; the data would be written to a temporary file beside it and only the final rename would fail;
+    * ``check_length`` (rank 0, which creates the temporary file; one file-system call, not one per rank): the
+      temporary name (``.NAME.ckptio-tmp-`` + 12 characters: 25 bytes more than the name) must fit in the
+      directory's NAME_MAX (``os.pathconf(dir, "PC_NAME_MAX")``, 255 bytes on most Linux file systems), and, under
+      Open MPI's OMPIO, the temporary file's whole path must fit in :func:`ompio_path_limit` bytes. OMPIO aborts
+      every rank (SIGABRT in its ``sharedfp/lockedfile`` component) on a longer path instead of raising."""
+    text = os.fspath(path)
+    base = os.path.basename(text)
+    if text.endswith(os.sep) or (os.altsep and text.endswith(os.altsep)) or base in ("", ".", ".."):
+        raise DeclarationError(f"checkpoint path {text!r} names a directory (it ends with "
+                               f"{'/' if base == '' else repr(base)}); give a file name for the checkpoint, "
+                               f"e.g. {os.path.join(text.rstrip(os.sep) or '.', 'chk_000010')!r}")
+    if not check_length:
+        return
+    directory = os.path.dirname(os.path.abspath(text))
+    extra = len(os.fsencode(f".{_TMP_MARK}")) + 12  # the temporary name's bytes besides the checkpoint's name
+    try:
+        name_max = os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError):  # a missing directory is reported by the declare phase, which names it
+        name_max = -1
+    if 0 < name_max < len(os.fsencode(base)) + extra:
+        raise CheckpointIOError(
+            f"checkpoint {text}: file name too long: {len(os.fsencode(base))} bytes, and its temporary file's name "
+            f"('.' + name + '{_TMP_MARK}' + 12 characters) would exceed the limit of {name_max} bytes (NAME_MAX) of "
+            f"the file system of {directory}; use a name of at most {name_max - extra} bytes")
+    limit = ompio_path_limit(nprocs)
+    tmp_path = len(os.fsencode(os.path.join(directory, base))) + extra
+    if limit is not None and tmp_path > limit:
+        raise CheckpointIOError(
+            f"checkpoint {text}: path too long for Open MPI's OMPIO: its temporary file's path would have "
+            f"{tmp_path} bytes, and OMPIO aborts every rank on paths of more than {limit} bytes at {nprocs} "
+            f"rank(s) (a fixed 256-byte buffer in its sharedfp/lockedfile component); use a shorter directory or "
+            f"name (at most {limit - (tmp_path - len(os.fsencode(base)))} bytes here), or ROMIO "
+            "(OMPI_MCA_io=romio321)")
+
+
+def ompio_path_limit(nprocs: int) -> int | None:
+    """Local: the longest file path Open MPI's OMPIO opens without aborting the job, or None (another MPI-IO).
+    Measured on Open MPI 4.1 (tests/faults/test_edges.py): its ``sharedfp/lockedfile`` component formats
+    ``path + ".locktest." + rank`` into a 256-byte buffer (``__sprintf_chk`` aborts beyond it), so the limit is
+    256 - 1 - 10 - the digits of the highest rank: 244 bytes at up to 10 ranks."""
+    from mpi4py import MPI
+
+    if not MPI.Get_library_version().startswith("Open MPI") or "romio" in os.environ.get("OMPI_MCA_io", ""):
+        return None
+    return 256 - 1 - len(".locktest.") - len(str(max(nprocs - 1, 0)))
+
+
+def _check_stage_dir(stage_dir: str | None) -> None:
+    """Local, every rank, in a staged close()'s declare phase (agreed, before the stage is probed by
+    :func:`ckptio.staging.locate`): ``stage_dir``, or the nearest part of its path that exists, must be a
+    directory. A regular file there made the probe fail and then its cleanup, which reported "remove the probe
+    failed: NotADirectoryError" instead of the cause (issue 23)."""
+    if stage_dir is None:
+        return
+    path = os.path.abspath(stage_dir)
+    while not os.path.lexists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    if os.path.isdir(path):
+        return
+    from mpi4py import MPI
+
+    why = symlink_problem(path)
+    if why is None:
+        what = "it" if path == os.path.abspath(stage_dir) else f"its parent {path}"
+        why = f"{what} is {'a regular file' if os.path.isfile(path) else 'not a directory'}"
+    raise CheckpointIOError(f"stage_dir {stage_dir} cannot be used on {MPI.Get_processor_name()}: {why}, "
+                            "not a directory; give a directory (created if missing) for the staged copies")
+
+
 def _ranks_text(ranks: list[int], shown: int = 8) -> str:
     """``rank 3`` / ``ranks 0, 1, 2 ... (40 ranks)``."""
     if len(ranks) == 1:
@@ -736,7 +815,8 @@ def _directory_problem(path: str) -> str | None:
     if os.path.isdir(path):
         return f"{path}: is a directory; give a file name for the checkpoint"
     if not os.path.exists(directory):
-        return f"{path}: directory {directory} does not exist"
+        why = symlink_problem(directory)  # a loop or a dangling link is not "does not exist"
+        return f"{path}: {why}" if why else f"{path}: directory {directory} does not exist"
     if not os.path.isdir(directory):
         return f"{path}: {directory} is not a directory"
     if not os.access(directory, os.W_OK | os.X_OK):

@@ -391,3 +391,23 @@ print(ckptio.latest(sys.argv[1]))
     assert rows["chk_000090"]["status"] == "valid" and "series.py" not in rows
     text = ckptio("ls", str(tmp_path)).stdout
     assert "superseded (by chk_000095)" in text and "* chk_000095" in text
+
+
+def test_diff_compares_dimension_names(tmp_path):
+    """Issue 23: ``diff`` ignored ``dims``: two checkpoints with the same values under other dimension names (what
+    HDF5 and netCDF tools show, and what xarray aligns on) were "identical"."""
+    from mpi4py import MPI
+
+    import ckptio as lib
+
+    values = np.arange(12.0).reshape(3, 4)
+    for name, dims in (("yx.ck", ("y", "x")), ("yx2.ck", ("y", "x")), ("default.ck", None), ("xy.ck", ("x", "y"))):
+        with lib.create(tmp_path / name, MPI.COMM_SELF) as ck:
+            ck.write("v", values, offset=(0, 0), global_shape=(3, 4), dims=dims)
+    assert ckptio("diff", str(tmp_path / "yx.ck"), str(tmp_path / "yx2.ck")).returncode == 0
+    proc = ckptio("diff", str(tmp_path / "yx.ck"), str(tmp_path / "default.ck"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "v: dims ['y', 'x'] in A, ['v_d0', 'v_d1'] in B" in proc.stdout, proc.stdout
+    doc = json.loads(ckptio("diff", str(tmp_path / "yx.ck"), str(tmp_path / "xy.ck"), "--json").stdout)
+    (d,) = doc["differences"]
+    assert not doc["identical"] and d["count"] == 0 and "dims ['y', 'x'] in A, ['x', 'y'] in B" in d["message"]

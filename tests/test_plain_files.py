@@ -120,3 +120,62 @@ def test_plain_files_are_still_not_checkpoints_to_inspect_and_latest(plain_files
     run.mkdir()
     (run / "chk_000001").write_bytes(plain_files["hdf5"].read_bytes())
     assert ckptio.latest(str(run)) is None
+
+
+def _write_hdf5_storage_kinds(path: Path) -> None:
+    """Datasets whose bytes are not one contiguous run in the file: external, compact, virtual (and a packed one,
+    as netCDF-4 or a CF-minded HDF5 code writes it)."""
+    import h5py
+
+    external = path.with_suffix(".raw")
+    with h5py.File(path, "w") as f:
+        f["dens"] = DENS
+        f.create_dataset("ext", shape=(4,), dtype="f8", external=[(str(external), 0, 32)])[...] = np.arange(4.0)
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_layout(h5py.h5d.COMPACT)
+        space = h5py.h5s.create_simple((4,))
+        h5py.h5d.create(f.id, b"compact", h5py.h5t.NATIVE_DOUBLE, space, dcpl=dcpl)
+        f["compact"][...] = np.arange(4.0)
+        layout = h5py.VirtualLayout(shape=(7, 10), dtype="f8")
+        layout[...] = h5py.VirtualSource(f["dens"])
+        f.create_virtual_dataset("virtual", layout)
+        f["packed"] = (DENS * 10).astype("i2")
+        f["packed"].attrs["scale_factor"] = 0.1
+
+
+@pytest.mark.parametrize("name, why", [("ext", "external storage: its data is in another file"),
+                                       ("compact", "compact layout"), ("virtual", "a virtual dataset"),
+                                       ("packed", "packed \\(scale_factor set\\)")])
+def test_foreign_hdf5_storage_is_refused_for_its_real_reason(tmp_path: Path, name: str, why: str) -> None:
+    """Issue 23: external, compact and virtual datasets were all refused as "chunked or filtered"."""
+    path = tmp_path / "kinds.h5"
+    _write_hdf5_storage_kinds(path)
+    with ckptio.open(path) as ck:
+        np.testing.assert_array_equal(ck.read("dens"), DENS)
+        assert "chunked" not in ck.meta["plain_skipped"][name], ck.meta["plain_skipped"]
+        with pytest.raises(ckptio.ReadRequestError, match=f"'{name}' .*cannot be read by ckptio: it is {why}"):
+            ck.read(name)
+
+
+@pytest.mark.parametrize("fmt", ["NETCDF3_CLASSIC", "NETCDF3_64BIT_DATA", "NETCDF4"])
+@pytest.mark.parametrize("attrs", [{"scale_factor": 0.5}, {"add_offset": 100.0},
+                                   {"scale_factor": 0.5, "add_offset": 100.0}])
+def test_packed_netcdf_variables_are_refused_not_read_unscaled(tmp_path: Path, fmt: str, attrs: dict) -> None:
+    """Issue 23: ``scale_factor``/``add_offset`` were ignored, so ckptio returned the stored integers as if they
+    were the physical values. Decision: refuse (``plain_skipped``, ReadRequestError naming both the variable and
+    the attribute); the unpacked variables of the same file still read."""
+    import netCDF4
+
+    path = tmp_path / f"packed_{fmt}.nc"
+    with netCDF4.Dataset(path, "w", format=fmt) as ds:
+        ds.createDimension("y", 7)
+        ds.createDimension("x", 10)
+        kw = {"contiguous": True} if fmt == "NETCDF4" else {}
+        ds.createVariable("dens", "f8", ("y", "x"), **kw)[:] = DENS
+        temp = ds.createVariable("temp", "i2", ("y", "x"), **kw)
+        temp.setncatts(attrs)
+        temp[:] = DENS * 2 + 100  # netCDF4 packs on write: stored = (value - add_offset) / scale_factor
+    with ckptio.open(path) as ck:
+        np.testing.assert_array_equal(ck.read("dens"), DENS)
+        with pytest.raises(ckptio.ReadRequestError, match=f"'temp' .*packed \\(.*{next(iter(attrs))}"):
+            ck.read("temp")

@@ -5,8 +5,9 @@ Streams variable by variable, each in pieces of at most :data:`~ckptio.commands.
 any checkpoint size; when the two store a variable differently (other format or decomposition) and it exceeds
 CHUNK_BYTES, B's copy is gathered in a temporary file under TMPDIR first (disk, not memory). Elements ``a`` and
 ``b`` are equal when ``|a - b| <= atol + rtol * |b|`` (numpy.isclose; NaN equals NaN; with both tolerances 0:
-exactly equal). Attributes (checkpoint and per-variable) are compared as stored, except the series bookkeeping attribute
-``ckptio_series_seq`` (a commit counter, different between runs by design). Exit: 0 identical (or within the
+exactly equal). Dimension names (``dims``, declared or the defaults) and attributes (checkpoint and per-variable)
+are compared as stored, except the series bookkeeping attribute ``ckptio_series_seq`` (a commit counter,
+different between runs by design). Exit: 0 identical (or within the
 tolerances), 1 different, 2 error (also a damaged checkpoint: it cannot be compared). One process, no MPI.
 """
 
@@ -26,7 +27,7 @@ import numpy as np
 from ..catalog import SEQ_ATTR
 from ..errors import CheckpointError
 from ..layout import Box
-from ..meta import attrs_identical
+from ..meta import attrs_identical, variable_dims
 from .common import CHUNK_BYTES, EXIT_DIFFERENT, EXIT_OK, error_exit, guarded, progress
 from .stream import Source, nbytes_of
 
@@ -97,6 +98,8 @@ def diff_variable(sa: Source, sb: Source, name: str, rtol: float, atol: float,
     problems = []
     if sa.dtype(name) != sb.dtype(name):
         problems.append(f"dtype {sa.dtype(name)} in A, {sb.dtype(name)} in B")
+    if (dims := _dims_difference(name, va, vb)) is not None:
+        problems.append(dims)
     wa, wb = va.get("attrs", {}), vb.get("attrs", {})
     if not attrs_identical(wa, wb):
         problems.append(f"attributes differ ({_attr_diff(wa, wb)})")
@@ -135,6 +138,13 @@ def diff_variable(sa: Source, sb: Source, name: str, rtol: float, atol: float,
         out.message = "; ".join(problems)
         return out
     return None
+
+
+def _dims_difference(name: str, va: dict[str, Any], vb: dict[str, Any]) -> str | None:
+    """Pure: how the dimension names of ``name`` differ between A and B (declared ``dims=`` or the defaults
+    ``<name>_d0``, ...; the names HDF5 and netCDF files show), or None. Issue 23: they were not compared."""
+    da, db = variable_dims(name, va), variable_dims(name, vb)
+    return None if da == db else f"dims {list(da)} in A, {list(db)} in B"
 
 
 def _attr_diff(a: dict[str, Any], b: dict[str, Any]) -> str:

@@ -85,8 +85,9 @@ class JobResult:
 
 
 def run_job(args: list[str], workdir: Path, nprocs: int = NPROCS, timeout: float = 120,
-            env: dict[str, str] | None = None) -> JobResult:
-    """``mpirun -n nprocs python fault_job.py ARGS`` in its own session, killed as a whole on timeout.
+            env: dict[str, str] | None = None, job: Path = JOB) -> JobResult:
+    """``mpirun -n nprocs python fault_job.py ARGS`` (or another program of this directory: ``job``) in its own
+    session, killed as a whole on timeout.
 
     Fails the test if the job outlives ``timeout`` (a hang) or leaves any process behind. Outcomes that the
     ranks record in ``workdir/results`` are returned (and the directory emptied for the next job).
@@ -96,7 +97,7 @@ def run_job(args: list[str], workdir: Path, nprocs: int = NPROCS, timeout: float
     for old in results.glob("rank*.jsonl"):
         old.unlink()
     full_env = mpi_env({"FAULT_RESULTS": str(results), **(env or {})})
-    cmd = [*mpiexec(full_env), "-n", str(nprocs), sys.executable, str(JOB), *args]
+    cmd = [*mpiexec(full_env), "-n", str(nprocs), sys.executable, str(job), *args]
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL, start_new_session=True)

@@ -233,6 +233,13 @@ def declaration_cases(comm, directory: str, backend: str) -> dict[str, Callable[
         "negative_offset": lambda: checkpoint(lambda ck: rows(ck, "negoff", start=2 * rank - (rank == last) * 99)),
         "negative_global_shape": lambda: checkpoint(lambda ck: rows(ck, "neggs", gshape=(-1,) if rank == last
                                                                     else None)),
+        # issue 23: a global shape or offset the formats cannot hold (a zero-size variable of shape (0, 2**64) was
+        # written and then failed the read-back, an offset of 2**64 a raw OverflowError) or a float (was accepted)
+        "global_shape_huge": lambda: checkpoint(lambda ck: ck.write("huge", np.zeros((0, 2)), offset=(0, 0),
+                                                                    global_shape=(0, 2**64))),  # before: committed
+        "offset_huge": lambda: checkpoint(lambda ck: rows(ck, "hugeoff", start=2**64 if rank == last else None)),
+        "global_shape_float": lambda: checkpoint(lambda ck: rows(ck, "flt", gshape=(2.0 * size,) if rank == last
+                                                                 else None)),
         "offset_rank_mismatch": lambda: checkpoint(lambda ck: ck.write(
             "offr", np.zeros(2), offset=(2 * rank, 0) if rank == last else (2 * rank,), global_shape=(2 * size,))),
         "two_segments_one_rank": lambda: checkpoint(lambda ck: [ck.write("seg2", np.zeros(1))

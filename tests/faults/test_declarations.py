@@ -23,7 +23,9 @@ from conftest import NPROCS, assert_every_rank_failed, run_job
 DECLARATION_CASES = {
     "shape_mismatch": "'shp'", "dtype_mismatch": "'dtp'", "ndim_mismatch": "'ndm'", "kind_mismatch": "'knd'",
     "overlap": "'ovl'", "uncovered": "'hole'", "outside": "'outs'", "negative_offset": "'negoff'",
-    "negative_global_shape": "'neggs'", "offset_rank_mismatch": "'offr'", "two_segments_one_rank": "'seg2'",
+    "negative_global_shape": "'neggs'", "global_shape_huge": "'huge'", "offset_huge": "'hugeoff'",
+    "global_shape_float": "'flt'",
+    "offset_rank_mismatch": "'offr'", "two_segments_one_rank": "'seg2'",
     "object_dtype": "'objs'",
     "string_dtype": "'strs'", "structured_dtype": "'recs'", "not_an_array": "'lst'", "name_empty": "''",
     "name_too_long": "'xxxxxxxx", "name_with_slash": "'a/b'", "name_reserved": "'ckptio_blocks'",
