@@ -36,14 +36,13 @@ import re
 import shutil
 import time
 import uuid
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from . import catalog, coord
+from . import _warn, catalog, coord
 from . import meta as metamod
 from .errors import CheckpointError, CheckpointIOError, CorruptCheckpointError
 
@@ -346,7 +345,7 @@ def retain(comm, info: StageInfo, final_path: str, token: str) -> None:
     try:
         coord.run(comm, f"stage {info.directory}: retention", remove)
     except CheckpointError as exc:
-        warnings.warn(f"ckptio: could not remove old staged copies: {exc}", RuntimeWarning, stacklevel=2)
+        _warn.warn(f"ckptio: could not remove old staged copies: {exc}", RuntimeWarning)
 
 
 def mark_drained(directory: str, final_path: str) -> None:
@@ -437,23 +436,21 @@ def recover(comm, directory: str, pattern: catalog.NamePattern, stage_dir: str) 
         if problems:
             if comm.Get_rank() == 0:
                 first = min(problems)
-                warnings.warn(f"ckptio: staged copy of {final} is not usable on every rank ({len(problems)} "
-                              f"rank(s), e.g. rank {first}: {problems[first]}); not restarting from it",
-                              RuntimeWarning, stacklevel=3)
+                _warn.warn(f"ckptio: staged copy of {final} is not usable on every rank ({len(problems)} "
+                           f"rank(s), e.g. rank {first}: {problems[first]}); not restarting from it", RuntimeWarning)
             continue
         try:
             drain(comm, _restaging_writer, piece, final)
         except CheckpointError as exc:  # agreed: every rank is here (a full destination, a lost file system...)
             if comm.Get_rank() == 0:
-                warnings.warn(f"ckptio: could not drain the staged copy of {final} ({exc}); not restarting from "
-                              "it, falling back to an older checkpoint", RuntimeWarning, stacklevel=3)
+                _warn.warn(f"ckptio: could not drain the staged copy of {final} ({exc}); not restarting from it, "
+                           "falling back to an older checkpoint", RuntimeWarning)
             continue
         try:
             coord.run(comm, f"stage {stage_dir}: mark {name} drained", lambda piece=piece, final=final:
                       mark_drained(piece, final))
         except CheckpointError as exc:
-            warnings.warn(f"ckptio: could not mark the staged copy of {final} drained: {exc}", RuntimeWarning,
-                          stacklevel=2)
+            _warn.warn(f"ckptio: could not mark the staged copy of {final} drained: {exc}", RuntimeWarning)
         return final
     return None
 
