@@ -10,7 +10,7 @@
 # Use it:   bash ci/slurm.sh up && export SLURM_CONF=/var/tmp/ckptio-slurm/etc/slurm.conf && sinfo
 #
 # Environment: CKPTIO_SLURM_DIR (default /var/tmp/ckptio-slurm; every file of this Slurm lives there),
-# CKPTIO_SLURM_NODES (default 2), CKPTIO_SLURM_CPUS (CPUs each node claims, default 4), CKPTIO_SLURM_PORT
+# CKPTIO_SLURM_NODES (default 2), CKPTIO_SLURM_CPUS (CPUs each node claims, default 8), CKPTIO_SLURM_PORT
 # (slurmctld's port, default 7410; node i listens on PORT+i. Outside 6800-7300, where Ceph daemons listen).
 #
 # The emulation: Debian's Slurm is built with MULTIPLE_SLURMD, so several `slurmd -N nX` (each with its own Port=)
@@ -25,7 +25,7 @@ set -euo pipefail
 
 DIR="${CKPTIO_SLURM_DIR:-/var/tmp/ckptio-slurm}"
 NODES="${CKPTIO_SLURM_NODES:-2}"
-CPUS="${CKPTIO_SLURM_CPUS:-4}"
+CPUS="${CKPTIO_SLURM_CPUS:-8}"
 PORT="${CKPTIO_SLURM_PORT:-7410}"
 CONF="$DIR/etc/slurm.conf"
 export SLURM_CONF="$CONF"
@@ -157,7 +157,7 @@ wait_idle() {
     states="$(sinfo -h -N -o '%N %t' 2>/dev/null | sort -u)"
     if [[ $(grep -c ' idle$' <<<"$states") -eq $NODES ]]; then return 0; fi
     # a node left down/drained by an earlier run (e.g. its slurmd was killed): take it back
-    grep -E ' (down|drain|drng|drained|fail)\*?$' <<<"$states" | while read -r n _; do
+    { grep -E ' (down|drain|drng|drained|fail)\*?$' <<<"$states" || true; } | while read -r n _; do
       scontrol update NodeName="$n" State=RESUME >/dev/null 2>&1 || true
     done
     sleep 0.1

@@ -9,11 +9,12 @@ should start and does not is a failure.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -60,35 +61,48 @@ def slurm() -> dict[str, str]:
     return env
 
 
-@pytest.fixture
-def submit(slurm, tmp_path):
-    """submit(script, *args, options=[...], env={...}) -> Job; every job of the test is cancelled at its end."""
-    jobs: list[Job] = []
+@pytest.fixture(scope="session")
+def jobs(slurm):
+    """jobs(folder, script, *args, options=[...], env={...}) -> Job: sbatch, the output in folder/job-N.out. Jobs
+    still running at the end of the session are cancelled."""
+    made: list[Job] = []
 
-    def run(script: str | os.PathLike, *args: str | os.PathLike, options: Sequence[str] = (),
+    def run(folder: Path, script: str | os.PathLike, *args: str | os.PathLike, options: Sequence[str] = (),
             env: dict[str, str] | None = None) -> Job:
-        output = tmp_path / f"job-{len(jobs)}.out"
+        output = Path(folder) / f"job-{len(made)}.out"
         out = command(["sbatch", "--parsable", f"--output={output}", *options, str(script), *map(str, args)],
                       env=job_env(env))
         job = Job(out.stdout.strip().split(";")[0], output)
-        jobs.append(job)
+        made.append(job)
         return job
 
     yield run
-    for job in jobs:
+    for job in made:
         if job.info().get("JobState") not in FINISHED:
             job.cancel()
 
 
+@pytest.fixture
+def submit(jobs, tmp_path):
+    """submit(script, *args, options=[...], env={...}) -> Job, its output in the test's tmp_path."""
+    return functools.partial(jobs, tmp_path)
+
+
 @pytest.fixture(scope="session")
-def reference(tmp_path_factory) -> Path:
-    """The final state (.npz) and checkpoints of an uninterrupted run (2 ranks, plain mpirun outside Slurm) of the
-    configuration the tests run: what every interrupted, requeued and restarted job must end in, bit for bit."""
+def reference(tmp_path_factory) -> Callable[[int], Path]:
+    """reference(steps) -> a folder with the final state (final.npz) and checkpoints (run/) of an uninterrupted run
+    (2 ranks, plain mpirun outside Slurm) of the tests' configuration: what every interrupted, requeued and
+    restarted job must end in, bit for bit. Made once per step count."""
     from mpi_helpers import run_mpi
 
-    folder = tmp_path_factory.mktemp("reference")
-    run_mpi(2, [str(FLASH_PY), "--outdir", str(folder / "run"), "--steps", str(STEPS), *SMALL, "--quiet",
-                "--final-state", str(folder / "final.npz")])
-    return folder
+    made: dict[int, Path] = {}
 
+    def get(steps: int = STEPS) -> Path:
+        if steps not in made:
+            folder = tmp_path_factory.mktemp(f"reference{steps}")
+            run_mpi(2, [str(FLASH_PY), "--outdir", str(folder / "run"), "--steps", str(steps), *SMALL, "--quiet",
+                        "--final-state", str(folder / "final.npz")])
+            made[steps] = folder
+        return made[steps]
 
+    return get

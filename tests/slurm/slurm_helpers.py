@@ -22,7 +22,7 @@ FLASH_PY = REPO / "examples" / "flash_like" / "flash_like.py"
 FINISHED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
             "PREEMPTED")
 SMALL = ("--nblocks", "8", "--nxb", "8", "--checkpoint-every", "5")
-STEPS = 40
+STEPS = 20
 
 
 def skip_reason() -> str | None:

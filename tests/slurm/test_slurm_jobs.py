@@ -34,7 +34,8 @@ def stopped_at(text: str) -> int:
     return int(found[0])
 
 
-def check_requeued_run(job, info: dict[str, str], outdir: Path, reference: Path, final: Path) -> str:
+def check_requeued_run(job, info: dict[str, str], outdir: Path, reference: Path, final: Path,
+                       steps: int = STEPS) -> str:
     """The job ended COMPLETED after >= 1 requeue; its first run stopped on the warning with a committed final
     checkpoint, the rerun restarted from exactly that checkpoint and ended in the reference's state."""
     text = job.text()
@@ -44,20 +45,51 @@ def check_requeued_run(job, info: dict[str, str], outdir: Path, reference: Path,
     assert re.search(rf"restarted from {re.escape(str(outdir))}/chk_{step:06d}: step {step}\b", text), text[-4000:]
     assert text.count("fresh start") == 1, text[-4000:]
     assert_same_state(final, reference / "final.npz")
-    assert latest_step(outdir) == STEPS
+    assert latest_step(outdir) == steps
     return text
+
+
+# --time=1 (the shortest limit) with --signal=USR1@20: slurmctld checks limits every 30 s and sends the warning at
+# the first check where elapsed >= limit - 20 - 30 s, i.e. 10..40 s into the run, after the ranks installed
+# their handlers (with @40 it could come at the very first check, 0..30 s in, while Python is still starting:
+# SIGUSR1 before the handler is installed ends the process). 40 steps of 1.2 s outlast the warning.
+LIMITED_STEPS = 40
+
+
+@pytest.fixture(scope="module")
+def time_limit_jobs(jobs, tmp_path_factory):
+    """Two jobs with --time=1, submitted at the start of the module so that they run beside the other tests:
+    (1) --signal=USR1@20, the warning as Slurm itself sends it (pnetcdf, 4 ranks on 2 nodes); (2) no --signal,
+    CKPTIO_EXIT_MARGIN=45: should_exit from the remaining wall time alone (squeue, once per run), well before the
+    limit (mpiio, 1 rank)."""
+    folder = tmp_path_factory.mktemp("time_limit")
+    warned = jobs(folder, SRUN, "--steps", LIMITED_STEPS, *SMALL, "--backend", "pnetcdf", "--step-seconds", "1.2",
+                  "--final-state", folder / "warned.npz", options=["--time=1", "--signal=USR1@20"],
+                  env={"OUTDIR": str(folder / "warned")})
+    timed = jobs(folder, SRUN, "--steps", STEPS, *SMALL, "--step-seconds", "1", "--final-state", folder / "timed.npz",
+                 options=["--time=1", "--nodes=1", "--ntasks-per-node=1"],
+                 env={"OUTDIR": str(folder / "timed"), "CKPTIO_EXIT_MARGIN": "45"})
+    return folder, warned, timed, time.monotonic()
+
+
+def test_time_limit_jobs_submitted(time_limit_jobs):
+    """(Starts the two --time=1 jobs; test_real_time_limit_and_time_rule, the last test, checks them.)"""
+    _, warned, timed, _ = time_limit_jobs
+    for job in (warned, timed):
+        info = job.info()
+        assert info["TimeLimit"] == "00:01:00" and info["Requeue"] == "1", info
 
 
 def test_srun_warning_requeue_restart(submit, reference, tmp_path):
     """srun, 4 ranks on 2 nodes, mpiio: SIGUSR1 to the tasks (what --signal=USR1@T sends) after the first checkpoint;
     the app requeues its own job (ckptio.batch.requeue)."""
     outdir, final = tmp_path / "run", tmp_path / "final.npz"
-    job = submit(SRUN, "--steps", STEPS, *SMALL, "--step-seconds", "0.25", "--final-state", final,
+    job = submit(SRUN, "--steps", STEPS, *SMALL, "--step-seconds", "0.2", "--final-state", final,
                  env={"OUTDIR": str(outdir)})
     job.wait_output(r"wrote \S+/chk_000005", timeout=120)
     job.signal("USR1")
     info = job.wait_finished(timeout=240, restarts=1)
-    text = check_requeued_run(job, info, outdir, reference, final)
+    text = check_requeued_run(job, info, outdir, reference(), final)
     assert "a signal arrived on 4 rank(s)" in text, text[-4000:]  # srun: every task got it
     assert "job requeued" in text
 
@@ -66,12 +98,12 @@ def test_mpirun_in_sbatch_warning_requeue_restart(submit, reference, tmp_path):
     """mpirun inside sbatch, 4 ranks on 2 nodes, hdf5: SIGUSR1 to the batch shell only (what --signal=B:USR1@T
     sends); the trap forwards it to mpirun, mpirun to every rank; the app exits 3 and the script requeues."""
     outdir, final = tmp_path / "run", tmp_path / "final.npz"
-    job = submit(MPIRUN, "--steps", STEPS, *SMALL, "--step-seconds", "0.25", "--backend", "hdf5",
+    job = submit(MPIRUN, "--steps", STEPS, *SMALL, "--step-seconds", "0.2", "--backend", "hdf5",
                  "--final-state", final, env={"OUTDIR": str(outdir)})
     job.wait_output(r"wrote \S+/chk_000005", timeout=120)
     job.signal("USR1", batch=True)
     info = job.wait_finished(timeout=240, restarts=1)
-    text = check_requeued_run(job, info, outdir, reference, final)
+    text = check_requeued_run(job, info, outdir, reference(), final)
     assert "batch shell: SIGUSR1, forwarded to mpirun" in text
     assert "a signal arrived on 4 rank(s)" in text, text[-4000:]  # B: + trap: every rank
     assert "mpirun exited with status 3" in text and "requeueing job" in text
@@ -88,13 +120,11 @@ def test_warning_during_background_checkpoint(submit, reference, tmp_path, how):
     extra = ["--mode", "async"] if mode == "async" else ["--stage-dir", f"/dev/shm/ckptio-stage-{tmp_path.name}"]
     args = ["--steps", STEPS, "--nblocks", "8", "--nxb", "8", "--checkpoint-every", "1", "--backend", backend,
             "--step-seconds", "0.05", *extra, "--final-state", final]
-    # the reference's grid (8 blocks of 8^3) with big tracer-free padding would change the state; instead the
-    # checkpoint's cost comes from writing every step on 2 nodes through 2 cores
     job = submit(SRUN, *args, options=["--ntasks-per-node=1"], env={"OUTDIR": str(outdir)})
-    job.wait_output(r"wrote \S+/chk_000010", timeout=120)
+    job.wait_output(r"wrote \S+/chk_000004", timeout=120)
     job.signal("USR1")
     info = job.wait_finished(timeout=240, restarts=1)
-    text = check_requeued_run(job, info, outdir, reference, final)
+    text = check_requeued_run(job, info, outdir, reference(), final)
     assert "a signal arrived on 2 rank(s)" in text, text[-4000:]
     print(f"{how}: {'in flight' if 'still being written' in text else 'NOT in flight'} at the decision")
 
@@ -147,30 +177,7 @@ def test_sigterm_at_the_hard_limit(submit, reference, tmp_path):
     job = submit(script, *common, "--checkpoint-every", "5")
     info = job.wait_finished(timeout=120)
     assert info["JobState"] == "COMPLETED" and f"chk_{step:06d}: step {step}" in job.text(), job.text()[-4000:]
-    assert_same_state(final, reference / "final.npz")
-
-
-def test_real_time_limit_and_time_rule(submit, reference, tmp_path):
-    """Two jobs side by side with --time=1 (the shortest limit Slurm has): (1) --signal=USR1@40, the warning as
-    Slurm itself sends it (pnetcdf, 4 ranks); (2) no --signal, CKPTIO_EXIT_MARGIN=45: should_exit from the
-    remaining time alone (squeue once per run), before the limit (mpiio, 1 rank). Each is requeued until done and
-    ends in the reference's state."""
-    t0 = time.monotonic()
-    warned_dir, timed_dir = tmp_path / "warned", tmp_path / "timed"
-    warned = submit(SRUN, "--steps", STEPS, *SMALL, "--backend", "pnetcdf", "--step-seconds", "1",
-                    "--final-state", tmp_path / "warned.npz", options=["--time=1", "--signal=USR1@40"],
-                    env={"OUTDIR": str(warned_dir)})
-    timed = submit(SRUN, "--steps", STEPS, *SMALL, "--step-seconds", "0.5", "--final-state", tmp_path / "timed.npz",
-                   options=["--time=1", "--nodes=1", "--ntasks-per-node=1", "--no-kill"],
-                   env={"OUTDIR": str(timed_dir), "CKPTIO_EXIT_MARGIN": "45"})
-    info = warned.wait_finished(timeout=420, restarts=1)
-    check_requeued_run(warned, info, warned_dir, reference, tmp_path / "warned.npz")
-    assert "a signal arrived on 4 rank(s)" in warned.text()
-    info = timed.wait_finished(timeout=420, restarts=1)
-    text = check_requeued_run(timed, info, timed_dir, reference, tmp_path / "timed.npz")
-    assert re.search(r"the remaining wall time is shorter than \S+ s .* on 1 rank", text), text[-4000:]
-    assert "signal arrived" not in text, text[-4000:]
-    print(f"time-limit jobs: {time.monotonic() - t0:.0f} s")
+    assert_same_state(final, reference() / "final.npz")
 
 
 def test_fortran_warning_requeue_restart(submit, reference, tmp_path):
@@ -191,7 +198,7 @@ def test_fortran_warning_requeue_restart(submit, reference, tmp_path):
     step = stopped_at(text)
     assert "srun exited with status 3" in text and "requeueing job" in text, text[-4000:]
     assert f"restarted from {outdir}/chk_{step:06d}" in text, text[-4000:]
-    assert_identical(tmp_path, reference / "run" / f"chk_{STEPS:06d}", outdir / f"chk_{STEPS:06d}")
+    assert_identical(tmp_path, reference() / "run" / f"chk_{STEPS:06d}", outdir / f"chk_{STEPS:06d}")
 
 
 def test_job_scripts_are_the_documented_ones():
@@ -201,3 +208,19 @@ def test_job_scripts_are_the_documented_ones():
         for line in script.read_text().splitlines():
             if line.startswith("#SBATCH --signal"):
                 assert line in guide, (script.name, line)
+
+
+def test_real_time_limit_and_time_rule(time_limit_jobs, reference):
+    """The two --time=1 jobs of time_limit_jobs: each is stopped (by Slurm's own warning; by the time rule), requeued
+    until done, and ends in the reference's state."""
+    folder, warned, timed, t0 = time_limit_jobs
+    info = warned.wait_finished(timeout=480, restarts=1)
+    text = check_requeued_run(warned, info, folder / "warned", reference(LIMITED_STEPS), folder / "warned.npz",
+                              LIMITED_STEPS)
+    assert "a signal arrived on 4 rank(s)" in text, text[-4000:]
+    info = timed.wait_finished(timeout=480, restarts=1)
+    text = check_requeued_run(timed, info, folder / "timed", reference(), folder / "timed.npz")
+    assert re.search(r"the remaining wall time is shorter than \S+ s \(last checkpoint \+ margin\) on 1 rank", text), \
+        text[-4000:]
+    assert "signal arrived" not in text, text[-4000:]
+    print(f"time-limit jobs: {time.monotonic() - t0:.0f} s from submission")
