@@ -91,6 +91,8 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/filetxt
 JobCompLoc=$DIR/log/jobcomp.txt
 SchedulerType=sched/builtin
+# the main scheduling pass every 2 s instead of 60: a requeued job starts as soon as its BeginTime has passed
+SchedulerParameters=sched_interval=2
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 MpiDefault=pmix

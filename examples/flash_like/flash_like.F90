@@ -85,6 +85,7 @@ program flash_like
   status = run()
   call ckptio_finalize()
   call MPI_Finalize()
+  if (status == EXIT_STOPPED) stop EXIT_STOPPED   ! stopped early on purpose: no error, no backtrace
   if (status /= 0) error stop status
 
 contains
