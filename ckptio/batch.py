@@ -36,9 +36,9 @@ SIGUSR1/SIGTERM is to die, which is what the handler is there to prevent). While
 checkpoint, :func:`ckptio.coord.collective_section` holds the signals back and runs the handler at its next
 agreement point: the checkpoint in progress is not disturbed.
 
-Ranks: :func:`install`, :func:`uninstall`, :func:`received`, :func:`last_decision` are local; :func:`should_exit`,
-:func:`job_end_time` and :func:`requeue` are collective over ``comm`` (every rank calls them, in the same order;
-an error on any rank is raised on every rank, through :mod:`ckptio.coord`).
+Ranks: :func:`install`, :func:`uninstall`, :func:`forget_job`, :func:`received`, :func:`last_decision` are local;
+:func:`should_exit`, :func:`job_end_time` and :func:`requeue` are collective over ``comm`` (every rank calls them,
+in the same order; an error on any rank is raised on every rank, through :mod:`ckptio.coord`).
 """
 
 from __future__ import annotations
@@ -153,6 +153,13 @@ def uninstall() -> None:
     for signum, previous in _State.previous.items():
         signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
     _State.previous, _State.received = {}, []
+    _State.decided = _State.last = None
+
+
+def forget_job() -> None:
+    """Local: forget the job's end time and the decision, as if this process had just started (the next
+    :func:`should_exit` asks Slurm again); the handlers stay. For a process that outlives one job (tests)."""
+    _State.end_time = _UNSET
     _State.decided = _State.last = None
 
 

@@ -54,8 +54,8 @@ say("SIGNAL OK")
 # 2. the remaining wall time: SLURM_JOB_END_TIME (Slurm >= 23.02 sets it) against the last checkpoint + margin
 batch.uninstall()
 assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
-assert signal.getsignal(signal.SIGUSR2) is not batch._handler
-batch._State.end_time = batch._UNSET                                  # a new job, as far as this process knows
+assert signal.getsignal(signal.SIGUSR2) is not batch._handler and callable(signal.getsignal(signal.SIGUSR2))
+batch.forget_job()                                                    # a new job, as far as this process knows
 os.environ["SLURM_JOB_END_TIME"] = str(int(time.time()) + 100)
 with series.create(1) as ck:
     ck.write("x", np.full(4, rank, dtype=np.float64), offset=(4 * rank,), global_shape=(4 * size,))
