@@ -23,7 +23,7 @@ def latest_step(outdir: Path) -> int | None:
     """The step of the newest checkpoint that verifies (every checksum read), asked in a separate process."""
     code = ("import sys, ckptio; p = ckptio.latest(sys.argv[1], 'chk_', verify=True); "
             "print(ckptio.open(p).attrs['step'] if p else 'none')")
-    out = subprocess.run([sys.executable, "-c", code, str(outdir)], capture_output=True, text=True, timeout=120,
+    out = subprocess.run([sys.executable, "-c", code, str(outdir)], capture_output=True, text=True, timeout=600,
                          check=True).stdout.strip()
     return None if out == "none" else int(out)
 
@@ -52,20 +52,21 @@ def check_requeued_run(job, info: dict[str, str], outdir: Path, reference: Path,
 # --time=1 (the shortest limit) with --signal=USR1@20: slurmctld checks limits every 30 s and sends the warning at
 # the first check where elapsed >= limit - 20 - 30 s, i.e. 10..40 s into the run, after the ranks installed
 # their handlers (with @40 it could come at the very first check, 0..30 s in, while Python is still starting:
-# SIGUSR1 before the handler is installed ends the process). 40 steps of 1.2 s outlast the warning.
+# SIGUSR1 before the handler is installed ends the process). 40 steps of 1 s (and 8 checkpoints) outlast the
+# warning. CKPTIO_EXIT_MARGIN=0: only the warning stops these runs (the 30 s default would stop them too).
 LIMITED_STEPS = 40
 
 
 @pytest.fixture(scope="module")
 def time_limit_jobs(jobs, tmp_path_factory):
     """Two jobs with --time=1, submitted at the start of the module so that they run beside the other tests:
-    (1) --signal=USR1@20, the warning as Slurm itself sends it (pnetcdf, 4 ranks on 2 nodes); (2) no --signal,
+    (1) --signal=USR1@20, the warning as Slurm itself sends it, margin 0 (pnetcdf, 4 ranks on 2 nodes); (2) no --signal,
     CKPTIO_EXIT_MARGIN=45: should_exit from the remaining wall time alone (squeue, once per run), well before the
     limit (mpiio, 1 rank)."""
     folder = tmp_path_factory.mktemp("time_limit")
-    warned = jobs(folder, SRUN, "--steps", LIMITED_STEPS, *SMALL, "--backend", "pnetcdf", "--step-seconds", "1.2",
+    warned = jobs(folder, SRUN, "--steps", LIMITED_STEPS, *SMALL, "--backend", "pnetcdf", "--step-seconds", "1",
                   "--final-state", folder / "warned.npz", options=["--time=1", "--signal=USR1@20"],
-                  env={"OUTDIR": str(folder / "warned")})
+                  env={"OUTDIR": str(folder / "warned"), "CKPTIO_EXIT_MARGIN": "0"})
     timed = jobs(folder, SRUN, "--steps", STEPS, *SMALL, "--step-seconds", "1", "--final-state", folder / "timed.npz",
                  options=["--time=1", "--nodes=1", "--ntasks-per-node=1"],
                  env={"OUTDIR": str(folder / "timed"), "CKPTIO_EXIT_MARGIN": "45"})
@@ -90,7 +91,9 @@ def test_srun_warning_requeue_restart(submit, reference, tmp_path):
     job.signal("USR1")
     info = job.wait_finished(timeout=240, restarts=1)
     text = check_requeued_run(job, info, outdir, reference(), final)
-    assert "a signal arrived on 4 rank(s)" in text, text[-4000:]  # srun: every task got it
+    # srun signals every task, but a rank may take its decision before the signal reached the others: any rank
+    # suffices (should_exit agrees on it)
+    assert re.search(r"a signal arrived on [1-4] rank\(s\)", text), text[-4000:]
     assert "job requeued" in text
 
 
@@ -105,7 +108,7 @@ def test_mpirun_in_sbatch_warning_requeue_restart(submit, reference, tmp_path):
     info = job.wait_finished(timeout=240, restarts=1)
     text = check_requeued_run(job, info, outdir, reference(), final)
     assert "batch shell: SIGUSR1, forwarded to mpirun" in text
-    assert "a signal arrived on 4 rank(s)" in text, text[-4000:]  # B: + trap: every rank
+    assert re.search(r"a signal arrived on [1-4] rank\(s\)", text), text[-4000:]  # B: + trap: forwarded by mpirun
     assert "mpirun exited with status 3" in text and "requeueing job" in text
 
 
@@ -125,7 +128,7 @@ def test_warning_during_background_checkpoint(submit, reference, tmp_path, how):
     job.signal("USR1")
     info = job.wait_finished(timeout=240, restarts=1)
     text = check_requeued_run(job, info, outdir, reference(), final)
-    assert "a signal arrived on 2 rank(s)" in text, text[-4000:]
+    assert re.search(r"a signal arrived on [12] rank\(s\)", text), text[-4000:]
     print(f"{how}: {'in flight' if 'still being written' in text else 'NOT in flight'} at the decision")
 
 
@@ -217,7 +220,7 @@ def test_real_time_limit_and_time_rule(time_limit_jobs, reference):
     info = warned.wait_finished(timeout=480, restarts=1)
     text = check_requeued_run(warned, info, folder / "warned", reference(LIMITED_STEPS), folder / "warned.npz",
                               LIMITED_STEPS)
-    assert "a signal arrived on 4 rank(s)" in text, text[-4000:]
+    assert re.search(r"a signal arrived on [1-4] rank\(s\)", text), text[-4000:]
     info = timed.wait_finished(timeout=480, restarts=1)
     text = check_requeued_run(timed, info, folder / "timed", reference(), folder / "timed.npz")
     assert re.search(r"the remaining wall time is shorter than \S+ s \(last checkpoint \+ margin\) on 1 rank", text), \
