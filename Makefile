@@ -72,10 +72,11 @@ test-matrix: install
 	CKPTIO_TEST_OVERSUBSCRIBED=8 $(PY) -m pytest $(MATRIX_TESTS) -m "not slow" $(PYTEST_FLAGS)
 
 # `make test-slurm`: tests/slurm under the Slurm of ci/slurm.sh (left running afterwards: `bash ci/slurm.sh down`).
-# Not in `make test` (tests/slurm/conftest.py collects them only when asked for).
+# Not in `make test` (tests/slurm/conftest.py collects them only when asked for). Its own --basetemp: the jobs'
+# outputs stay for a look afterwards, and other pytest sessions of the same user cannot rotate them away mid-run.
 test-slurm: install
 	bash ci/slurm.sh up
-	$(PY) -m pytest tests/slurm -m slurm $(PYTEST_FLAGS)
+	$(PY) -m pytest tests/slurm -m slurm --basetemp=/var/tmp/ckptio-slurm-tests $(PYTEST_FLAGS)
 
 lint: install
 	$(PY) -m ruff check .

@@ -26,11 +26,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-from mpi4py import MPI
-
 import ckptio
 from ckptio import batch
+
+if "--batch" in sys.argv:
+    # The batch system's warning may come while the job starts: until a handler is installed, SIGUSR1 ends the
+    # process. `import ckptio` does not start MPI, so install the handlers before MPI_Init (the import below),
+    # which takes seconds on a busy node; series.should_exit() then finds them installed.
+    batch.install()
+
+import numpy as np
+from mpi4py import MPI
 
 GRID_VARS: tuple[str, ...] = ("dens", "pres", "temp", "velx", "vely", "velz", "ener")
 TRACER_WIDTH = 4  # values per particle: x, y, z, pid (the particle's index within its block, as a float)

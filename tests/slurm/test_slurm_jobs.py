@@ -49,23 +49,24 @@ def check_requeued_run(job, info: dict[str, str], outdir: Path, reference: Path,
     return text
 
 
-# --time=1 (the shortest limit) with --signal=USR1@20: slurmctld checks limits every 30 s and sends the warning at
-# the first check where elapsed >= limit - 20 - 30 s, i.e. 10..40 s into the run, after the ranks installed
-# their handlers (with @40 it could come at the very first check, 0..30 s in, while Python is still starting:
-# SIGUSR1 before the handler is installed ends the process). 40 steps of 1 s (and 8 checkpoints) outlast the
-# warning. CKPTIO_EXIT_MARGIN=0: only the warning stops these runs (the 30 s default would stop them too).
-LIMITED_STEPS = 40
+# --time=1 (the shortest limit) with --signal=USR1@15: slurmctld checks limits every 30 s and sends the warning at
+# the first check where elapsed >= limit - 15 - 30 s, i.e. 15..45 s into each run, after the ranks installed
+# their handlers (flash_like installs them before MPI_Init). With @40 it could come at the very first check, 0..30
+# s in, while Python is still starting, and SIGUSR1 before the handler is installed ends the process: seen with
+# @20 (10..40 s) on a rerun that started while the machine's load was ~100. 50 steps of 1 s (and 10 checkpoints)
+# outlast the first warning. CKPTIO_EXIT_MARGIN=0: only the warning stops these runs (the 30 s default would too).
+LIMITED_STEPS = 50
 
 
 @pytest.fixture(scope="module")
 def time_limit_jobs(jobs, tmp_path_factory):
     """Two jobs with --time=1, submitted at the start of the module so that they run beside the other tests:
-    (1) --signal=USR1@20, the warning as Slurm itself sends it, margin 0 (pnetcdf, 4 ranks on 2 nodes); (2) no --signal,
+    (1) --signal=USR1@15, the warning as Slurm itself sends it, margin 0 (pnetcdf, 4 ranks on 2 nodes); (2) no --signal,
     CKPTIO_EXIT_MARGIN=45: should_exit from the remaining wall time alone (squeue, once per run), well before the
     limit (mpiio, 1 rank)."""
     folder = tmp_path_factory.mktemp("time_limit")
     warned = jobs(folder, SRUN, "--steps", LIMITED_STEPS, *SMALL, "--backend", "pnetcdf", "--step-seconds", "1",
-                  "--final-state", folder / "warned.npz", options=["--time=1", "--signal=USR1@20"],
+                  "--final-state", folder / "warned.npz", options=["--time=1", "--signal=USR1@15"],
                   env={"OUTDIR": str(folder / "warned"), "CKPTIO_EXIT_MARGIN": "0"})
     timed = jobs(folder, SRUN, "--steps", STEPS, *SMALL, "--step-seconds", "1", "--final-state", folder / "timed.npz",
                  options=["--time=1", "--nodes=1", "--ntasks-per-node=1"],
