@@ -58,6 +58,17 @@ def check_requeued_run(job, info: dict[str, str], outdir: Path, reference: Path,
 LIMITED_STEPS = 50
 
 
+TIMED_JOB = """#!/bin/bash
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --time=1
+#SBATCH --requeue
+#SBATCH --open-mode=append
+echo "== $(date -u +%FT%TZ) job $SLURM_JOB_ID run ${{SLURM_RESTART_COUNT:-0}}: start"
+srun --mpi=pmix python {app} "$@"
+"""
+
+
 @pytest.fixture(scope="module")
 def time_limit_jobs(jobs, tmp_path_factory):
     """Two jobs with --time=1, submitted at the start of the module so that they run beside the other tests:
@@ -68,9 +79,11 @@ def time_limit_jobs(jobs, tmp_path_factory):
     warned = jobs(folder, SRUN, "--steps", LIMITED_STEPS, *SMALL, "--backend", "pnetcdf", "--step-seconds", "1",
                   "--final-state", folder / "warned.npz", options=["--time=1", "--signal=USR1@15"],
                   env={"OUTDIR": str(folder / "warned"), "CKPTIO_EXIT_MARGIN": "0"})
-    timed = jobs(folder, SRUN, "--steps", STEPS, *SMALL, "--step-seconds", "1", "--final-state", folder / "timed.npz",
-                 options=["--time=1", "--nodes=1", "--ntasks-per-node=1"],
-                 env={"OUTDIR": str(folder / "timed"), "CKPTIO_EXIT_MARGIN": "45"})
+    script = folder / "timed.sbatch"  # flash_like_srun.sbatch without its --signal (sbatch cannot drop it)
+    script.write_text(TIMED_JOB.format(app=FLASH_PY))
+    timed = jobs(folder, script, "--outdir", folder / "timed", "--resume", "--batch", "--requeue", "--steps", STEPS,
+                 *SMALL, "--step-seconds", "1", "--final-state", folder / "timed.npz",
+                 env={"CKPTIO_EXIT_MARGIN": "45"})
     return folder, warned, timed, time.monotonic()
 
 
