@@ -7,6 +7,8 @@
 #   make test-matrix  the per-MPI-IO matrix (conformance sync/async/staged at 1, 2, 4 and oversubscribed rank
 #                     counts, N-to-M, strace aggregators, bindings, bounded faults, cross-MPI restart); .ci/run runs
 #                     it on MPICH (MPI=mpich) and on Open MPI's ROMIO (OMPI_MCA_io=romio321)
+#   make test-slurm   the tests under a real Slurm (tests/slurm, issue 25): ci/slurm.sh brings up slurmctld and
+#                     2 emulated nodes on this machine (apt-installs Slurm and munge if missing; root)
 #   make lint         ruff
 #   make bench        benchmarks on 4 ranks (results and plots under bench_results/; see benchmarks/README.md)
 #   make clean        build products and caches; `make distclean` also removes the venv and bench_results/
@@ -39,7 +41,7 @@ export VENV MPI
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := test
-.PHONY: install demo test test-faults test-slow test-matrix lint bench clean distclean
+.PHONY: install demo test test-faults test-slow test-matrix test-slurm lint bench clean distclean
 
 install:
 	bash ci/install.sh
@@ -68,6 +70,13 @@ MATRIX_TESTS := tests/test_conformance.py tests/test_async_series.py::test_confo
                 tests/test_mpi_stacks.py tests/test_aggregators_strace.py tests/test_bindings.py tests/faults
 test-matrix: install
 	CKPTIO_TEST_OVERSUBSCRIBED=8 $(PY) -m pytest $(MATRIX_TESTS) -m "not slow" $(PYTEST_FLAGS)
+
+# `make test-slurm`: tests/slurm under the Slurm of ci/slurm.sh (left running afterwards: `bash ci/slurm.sh down`).
+# Not in `make test` (tests/slurm/conftest.py collects them only when asked for). Its own --basetemp: the jobs'
+# outputs stay for a look afterwards, and other pytest sessions of the same user cannot rotate them away mid-run.
+test-slurm: install
+	bash ci/slurm.sh up
+	$(PY) -m pytest tests/slurm -m slurm --basetemp=/var/tmp/ckptio-slurm-tests $(PYTEST_FLAGS)
 
 lint: install
 	$(PY) -m ruff check .

@@ -27,7 +27,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from .errors import CollectiveError, collective_error_class
@@ -286,6 +286,29 @@ def agree(comm, phase: str, error: BaseException | None, closing: bool = False) 
     failures = {rank: d for rank, d in enumerate(described) if d is not None}
     cls = collective_error_class([name for name, _ in failures.values()])
     raise cls(phase, failures) from error
+
+
+def count_ranks(comm, phase: str, local: Callable[[], Sequence[bool]]) -> tuple[int, ...]:
+    """Collective: ``local()`` runs on every rank and returns a few flags (the same number on every rank); for
+    each flag, the number of ranks where it was true, the same on every rank (so ``if count_ranks(...)[0]`` takes
+    the same branch everywhere). One allreduce of one integer when no rank failed: cheap enough for every time
+    step. A failure of ``local`` (or of a held signal's handler) on any rank raises the same error on every rank,
+    as :func:`agree` does."""
+    from mpi4py import MPI
+
+    error = deliver_held_signals()
+    flags: Sequence[bool] = ()
+    if error is None:
+        try:
+            with _phase_work():
+                flags = tuple(bool(f) for f in local())
+        except BaseException as exc:  # see run()
+            error = exc
+    packed = (1 if error is not None else 0) + sum(_CLOSING << (20 * i) for i, f in enumerate(flags) if f)
+    total = comm.allreduce(packed, op=MPI.SUM)
+    if total % _CLOSING:  # some rank failed: every rank knows, and agree() names the failures everywhere
+        agree(comm, phase, error)
+    return tuple((total >> (20 * (i + 1))) % _CLOSING for i in range(len(flags)))
 
 
 def run(comm, phase: str, fn: Callable[[], T]) -> T:

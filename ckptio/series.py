@@ -302,6 +302,14 @@ class Series:
         async_io.raise_failures(pending, "Series.wait()")
         self.prune()
 
+    def should_exit(self, margin: float | None = None) -> bool:
+        """Collective: True on every rank when the batch job should write its final checkpoint and leave (a
+        warning signal on any rank, or less wall time left than this series' last checkpoint took plus
+        ``margin``); see :func:`ckptio.batch.should_exit`. One small allreduce per call."""
+        from . import batch
+
+        return batch.should_exit(self.comm, last_checkpoint=self._previous, margin=margin)
+
 
 def start_record(entries: list[catalog.Entry], step: int, chosen: str | None,
                  run_id: str) -> tuple[SeriesRecord, str | None]:

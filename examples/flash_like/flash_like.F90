@@ -17,7 +17,11 @@
 !>
 !> Usage (under mpirun): flash_like --outdir DIR [--backend mpiio|hdf5|pnetcdf] [--steps N]
 !>                       [--checkpoint-every K] [--nblocks NB] [--nxb NXB] [--keep K] [--restart] [--quiet]
-!> (--keep: retention, the newest K checkpoints stay, default 3, like ckptio.Series in flash_like.py. The Python
+!>                       [--resume] [--batch] [--step-ms MS]
+!> (--resume: restart if OUTDIR holds a checkpoint, else start afresh; --batch: ckptio_should_exit every step, on
+!> the batch system's warning a final checkpoint and exit status 3 (EXIT_STOPPED), for the job script to requeue,
+!> see examples/slurm/; --step-ms: sleep MS milliseconds per step, a stand-in for costlier physics.
+!> --keep: retention, the newest K checkpoints stay, default 3, like ckptio.Series in flash_like.py. The Python
 !> driver's --mode async, --stage-dir and --final-state have no Fortran counterpart.)
 program flash_like
   use, intrinsic :: iso_c_binding, only: c_char, c_int, c_double, c_null_char
@@ -34,12 +38,17 @@ program flash_like
   character(len=*), parameter :: CHECKPOINT_PREFIX = 'chk', SIMULATION_NAME = 'flash_like'
   integer, parameter :: DEFAULT_NBLOCKS = 64, DEFAULT_NXB = 16
   real(dp), parameter :: DT_DEFAULT = 0.01_dp, GAMMA_M1 = 0.4_dp
+  integer, parameter :: EXIT_STOPPED = 3           ! --batch: stopped early, final checkpoint committed
 
   interface
      pure real(c_double) function c_fmod(x, y) bind(C, name='fmod')
        import :: c_double
        real(c_double), value :: x, y
      end function c_fmod
+     integer(c_int) function c_usleep(usec) bind(C, name='usleep')
+       import :: c_int
+       integer(c_int), value :: usec
+     end function c_usleep
      integer(c_int) function c_mkdir(path, mode) bind(C, name='mkdir')
        import :: c_int, c_char
        character(kind=c_char), intent(in) :: path(*)
@@ -59,8 +68,8 @@ program flash_like
 
   ! ---- options
   character(len=1024) :: outdir = ' ', backend = 'mpiio'
-  integer :: steps = 20, checkpoint_every = 5, opt_nblocks = -1, opt_nxb = -1, keep = 3
-  logical :: restart = .false., quiet = .false.
+  integer :: steps = 20, checkpoint_every = 5, opt_nblocks = -1, opt_nxb = -1, keep = 3, step_ms = 0
+  logical :: restart = .false., quiet = .false., resume = .false., batch = .false.
 
   integer :: rank, nranks, status, provided
   logical :: verbose
@@ -76,6 +85,7 @@ program flash_like
   status = run()
   call ckptio_finalize()
   call MPI_Finalize()
+  if (status == EXIT_STOPPED) stop EXIT_STOPPED   ! stopped early on purpose: no error, no backtrace
   if (status /= 0) error stop status
 
 contains
@@ -442,19 +452,25 @@ contains
 
   integer function run() result(rc)
     character(len=1024) :: path
-    real(dp) :: t0, elapsed, dmin, dmax, lmin, lmax
-    integer(int64) :: size_bytes
+    real(dp) :: t0
+    integer(c_int) :: ignored
+    logical :: written, leave
     rc = 0
     if (rank == 0) call make_dirs(trim(outdir))
     call MPI_Barrier(MPI_COMM_WORLD)
-    if (restart) then
+    ! collective; the first call installs the signal handlers (SIGUSR1, SIGTERM), before the first step
+    if (batch) call ckptio_should_exit(MPI_COMM_WORLD, leave)
+    path = ' '
+    if (restart .or. resume) then
        call ckptio_latest(MPI_COMM_WORLD, trim(outdir), path, prefix=CHECKPOINT_PREFIX // '_')
-       if (len_trim(path) == 0) then
+       if (len_trim(path) == 0 .and. restart) then
           if (rank == 0) write (error_unit, '(a)') 'flash_like: --restart given but ' // trim(outdir) // &
                ' holds no complete checkpoint'
           rc = 1
           return
        end if
+    end if
+    if (len_trim(path) > 0) then
        t0 = MPI_Wtime()
        call read_checkpoint(trim(path))
        if ((opt_nblocks > 0 .and. opt_nblocks /= nblocks) .or. (opt_nxb > 0 .and. opt_nxb /= nxb)) then
@@ -477,31 +493,51 @@ contains
 
     do while (step < steps)
        call advance()
-       if (mod(step, int(checkpoint_every, int64)) == 0) then
-          path = checkpoint_path(step)
-          t0 = MPI_Wtime()
-          call write_checkpoint(trim(path))
-          elapsed = MPI_Wtime() - t0
-          call ckptio_prune(MPI_COMM_WORLD, trim(outdir), keep, prefix=CHECKPOINT_PREFIX)  ! retention
-          if (.not. quiet) then   ! collective: every rank takes part
-             lmin = huge(1.0_dp)
-             lmax = -huge(1.0_dp)
-             if (nlocal > 0) then
-                lmin = minval(fld(1:nxb, 1:nxb, 1:nxb, :, DENS))
-                lmax = maxval(fld(1:nxb, 1:nxb, 1:nxb, :, DENS))
-             end if
-             call MPI_Allreduce(lmin, dmin, 1, MPI_DOUBLE_PRECISION, MPI_MIN, MPI_COMM_WORLD)
-             call MPI_Allreduce(lmax, dmax, 1, MPI_DOUBLE_PRECISION, MPI_MAX, MPI_COMM_WORLD)
-          end if
-          if (verbose) then
-             inquire (file=trim(path), size=size_bytes)
-             write (output_unit, '(a,i6,a,f8.4,*(g0))') 'step ', step, '  t=', real(step, dp) * dt, &
-                  '  dens [', num(dmin, 6), ', ', num(dmax, 6), ']  wrote ', trim(path), ' (', trim(backend), &
-                  ', ', num(real(size_bytes, dp) / 2.0_dp**20, 2), ' MiB, ', num(elapsed, 3), ' s)'
+       if (step_ms > 0) ignored = c_usleep(int(step_ms * 1000, c_int))
+       written = mod(step, int(checkpoint_every, int64)) == 0
+       if (written) call checkpoint()
+       if (batch .and. step < steps) then
+          ! the batch system wants the job gone soon: the same answer on every rank (one small allreduce)
+          call ckptio_should_exit(MPI_COMM_WORLD, leave)
+          if (leave) then
+             if (verbose) write (output_unit, '(*(g0))') 'stopping at step ', step, ' (ckptio_should_exit)'
+             if (.not. written) call checkpoint()          ! the final checkpoint
+             if (verbose) write (output_unit, '(*(g0))') 'final checkpoint ', trim(checkpoint_path(step)), &
+                  ' committed'
+             rc = EXIT_STOPPED                             ! the job script requeues
+             return
           end if
        end if
     end do
   end function run
+
+  !> The checkpoint of the current step, retention, and (unless --quiet) a line of diagnostics. Collective.
+  subroutine checkpoint()
+    character(len=1024) :: path
+    real(dp) :: t0, elapsed, dmin, dmax, lmin, lmax
+    integer(int64) :: size_bytes
+    path = checkpoint_path(step)
+    t0 = MPI_Wtime()
+    call write_checkpoint(trim(path))
+    elapsed = MPI_Wtime() - t0
+    call ckptio_prune(MPI_COMM_WORLD, trim(outdir), keep, prefix=CHECKPOINT_PREFIX)  ! retention
+    if (.not. quiet) then   ! collective: every rank takes part
+       lmin = huge(1.0_dp)
+       lmax = -huge(1.0_dp)
+       if (nlocal > 0) then
+          lmin = minval(fld(1:nxb, 1:nxb, 1:nxb, :, DENS))
+          lmax = maxval(fld(1:nxb, 1:nxb, 1:nxb, :, DENS))
+       end if
+       call MPI_Allreduce(lmin, dmin, 1, MPI_DOUBLE_PRECISION, MPI_MIN, MPI_COMM_WORLD)
+       call MPI_Allreduce(lmax, dmax, 1, MPI_DOUBLE_PRECISION, MPI_MAX, MPI_COMM_WORLD)
+    end if
+    if (verbose) then
+       inquire (file=trim(path), size=size_bytes)
+       write (output_unit, '(a,i6,a,f8.4,*(g0))') 'step ', step, '  t=', real(step, dp) * dt, &
+            '  dens [', num(dmin, 6), ', ', num(dmax, 6), ']  wrote ', trim(path), ' (', trim(backend), &
+            ', ', num(real(size_bytes, dp) / 2.0_dp**20, 2), ' MiB, ', num(elapsed, 3), ' s)'
+    end if
+  end subroutine checkpoint
 
   !> x with d decimals, no blanks (Python's f"{x:.{d}f}")
   function num(x, d) result(text)
@@ -539,12 +575,17 @@ contains
           restart = .true.
        case ('--quiet')
           quiet = .true.
+       case ('--resume')
+          resume = .true.
+       case ('--batch')
+          batch = .true.
        case ('-h', '--help')
           if (rank == 0) write (output_unit, '(a)') 'usage: flash_like --outdir DIR [--backend mpiio|hdf5|pnetcdf]'// &
-               ' [--steps N] [--checkpoint-every K] [--nblocks NB] [--nxb NXB] [--keep K] [--restart] [--quiet]'
+               ' [--steps N] [--checkpoint-every K] [--nblocks NB] [--nxb NXB] [--keep K] [--restart] [--quiet]'// &
+               ' [--resume] [--batch] [--step-ms MS]'
           call MPI_Finalize()
           stop
-       case ('--outdir', '--backend', '--steps', '--checkpoint-every', '--nblocks', '--nxb', '--keep')
+       case ('--outdir', '--backend', '--steps', '--checkpoint-every', '--nblocks', '--nxb', '--keep', '--step-ms')
           if (i == n) call usage_error('option ' // trim(arg) // ' needs a value')
           i = i + 1
           call get_command_argument(i, val)
@@ -563,6 +604,8 @@ contains
              opt_nxb = int_arg(arg, val, 1)
           case ('--keep')
              keep = int_arg(arg, val, 1)
+          case ('--step-ms')
+             step_ms = int_arg(arg, val, 0)
           end select
        case default
           call usage_error('unknown argument ' // trim(arg))

@@ -22,13 +22,21 @@ import argparse
 import glob
 import os
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import ckptio
+from ckptio import batch
+
+if "--batch" in sys.argv:
+    # The batch system's warning may come while the job starts: until a handler is installed, SIGUSR1 ends the
+    # process. `import ckptio` does not start MPI, so install the handlers before MPI_Init (the import below),
+    # which takes seconds on a busy node; series.should_exit() then finds them installed.
+    batch.install()
+
 import numpy as np
 from mpi4py import MPI
-
-import ckptio
 
 GRID_VARS: tuple[str, ...] = ("dens", "pres", "temp", "velx", "vely", "velz", "ener")
 TRACER_WIDTH = 4  # values per particle: x, y, z, pid (the particle's index within its block, as a float)
@@ -37,6 +45,7 @@ SIMULATION_NAME = "flash_like"
 DEFAULT_NBLOCKS = 64
 DEFAULT_NXB = 16
 DT = 0.01
+EXIT_STOPPED = 3  # --batch without --requeue: stopped early at the batch system's request, final checkpoint done
 GAMMA_M1 = 0.4  # gamma - 1 of an ideal gas with gamma = 1.4
 
 
@@ -499,6 +508,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--stage-dir", default=None,
                         help="fast tier (e.g. /dev/shm/x) written first, then drained to OUTDIR in the background")
     parser.add_argument("--keep", type=positive_int, default=3, help="checkpoints to keep (default 3)")
+    parser.add_argument("--resume", action="store_true",
+                        help="restart from the newest complete checkpoint in OUTDIR if there is one, else start "
+                        "afresh (what a requeued batch job runs)")
+    parser.add_argument("--batch", action="store_true",
+                        help="ask series.should_exit() every step: on the batch system's warning signal (or too "
+                        "little wall time left) write a final checkpoint and stop (docs/guide/batch.md)")
+    parser.add_argument("--requeue", action="store_true",
+                        help="with --batch: after the final checkpoint, requeue the Slurm job (scontrol requeue) "
+                        f"and exit 0; without it a stopped run exits with status {EXIT_STOPPED}")
+    parser.add_argument("--step-seconds", type=float, default=0.0, metavar="S",
+                        help="sleep S seconds per step (stands in for costlier physics; for demos and tests)")
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
     return parser.parse_args(argv)
 
@@ -527,9 +547,12 @@ def run(args: argparse.Namespace, comm: MPI.Comm) -> int:
             print(message, flush=True)
 
     series = open_series(args, comm)
-    if args.restart:
+    if args.batch:
+        series.should_exit()  # collective; installs the signal handlers now, before the first step
+    path = None
+    if args.restart or args.resume:
         path = series.latest()  # newest complete and verified one (an undrained staged one is drained first)
-        if path is None:
+        if path is None and args.restart:
             if rank == 0:
                 print(
                     f"flash_like: --restart given but {args.outdir} holds no complete checkpoint",
@@ -537,6 +560,7 @@ def run(args: argparse.Namespace, comm: MPI.Comm) -> int:
                     flush=True,
                 )
             return 1
+    if path is not None:
         t0 = MPI.Wtime()
         state = read_checkpoint(path, comm)
         for name, given in (("nblocks", args.nblocks), ("nxb", args.nxb)):
@@ -561,24 +585,49 @@ def run(args: argparse.Namespace, comm: MPI.Comm) -> int:
             say(f"note: {args.outdir} already holds checkpoints; those with the same step get overwritten")
         say(f"fresh start: {nblocks} blocks of {nxb}^3 cells on {nranks} ranks, backend {args.backend}")
 
+    last: list[ckptio.Writer] = []  # the last checkpoint's writer: still being written in the background?
+
+    def checkpoint() -> None:
+        path = checkpoint_path(args.outdir, state.step)
+        t0 = MPI.Wtime()
+        writer = write_checkpoint(series, state)
+        last[:] = [writer]
+        elapsed = MPI.Wtime() - t0
+        done = writer.done() and os.path.exists(path)
+        size = f"{path_size(path) / 2**20:.2f} MiB, " if done else "in background, "
+        if not args.quiet:
+            dmin, dmax = dens_range(state, comm)  # collective: every rank takes part
+        if verbose:
+            say(
+                f"step {state.step:6d}  t={state.time:8.4f}  dens [{dmin:.6f}, {dmax:.6f}]  wrote {path} "
+                f"({args.backend}, {size}{elapsed:.3f} s blocked)"
+            )
+
+    stopped = False
     while state.step < args.steps:
         state = advance(state)
-        if state.step % args.checkpoint_every == 0:
-            path = checkpoint_path(args.outdir, state.step)
-            t0 = MPI.Wtime()
-            writer = write_checkpoint(series, state)
-            elapsed = MPI.Wtime() - t0
-            done = writer.done() and os.path.exists(path)
-            size = f"{path_size(path) / 2**20:.2f} MiB, " if done else "in background, "
-            if not args.quiet:
-                dmin, dmax = dens_range(state, comm)  # collective: every rank takes part
-            if verbose:
-                say(
-                    f"step {state.step:6d}  t={state.time:8.4f}  dens [{dmin:.6f}, {dmax:.6f}]  wrote {path} "
-                    f"({args.backend}, {size}{elapsed:.3f} s blocked)"
-                )
+        if args.step_seconds:
+            time.sleep(args.step_seconds)
+        written = state.step % args.checkpoint_every == 0
+        if written:
+            checkpoint()
+        # the batch system wants the job gone soon: the same answer on every rank (one small allreduce)
+        if args.batch and state.step < args.steps and series.should_exit():
+            busy = "; a background checkpoint is still being written" if last and not last[0].done() else ""
+            say(f"stopping at step {state.step}: {batch.last_decision()}{busy}")
+            if not written:
+                checkpoint()  # the final checkpoint
+            stopped = True
+            break
 
     series.wait()  # background checkpoints committed (errors raised here on every rank), retention applied
+    if stopped:
+        say(f"final checkpoint {checkpoint_path(args.outdir, state.step)} committed")
+        if not args.requeue:
+            return EXIT_STOPPED  # the job script requeues (examples/slurm/)
+        batch.requeue(comm)  # collective; Slurm ends this run now and starts the job script again
+        say("job requeued")
+        return 0
     if args.final_state:
         gathered = gather_state(state, comm)
         if gathered is not None:

@@ -289,6 +289,19 @@ int ckptio_series_create_ex(MPI_Comm comm, const char *dir, const char *prefix, 
  * nremoved may be NULL. */
 int ckptio_prune(MPI_Comm comm, const char *dir, const char *prefix, int keep, int *nremoved);
 
+/* ---- batch jobs (docs/guide/batch.md) ------------------------------------------------------------------ */
+
+/* Collective, cheap (one small allreduce): *should_exit = 1 on every rank when the batch job should write its
+ * final checkpoint and leave, 0 otherwise -- the same on every rank, and 1 for good once it was 1. It becomes 1
+ * when one of the signals in CKPTIO_EXIT_SIGNALS (default "USR1,TERM") arrived on ANY rank, or when the job's
+ * remaining wall time (asked from Slurm once, by rank 0 at the first call) is shorter than the last checkpoint
+ * closed on this process took plus CKPTIO_EXIT_MARGIN seconds (default 30). Outside a batch job only the
+ * signals count. The first call installs the signal handlers: make it early (it returns 0), from the thread
+ * that made the first ckptio call (the handlers chain to Python handlers only: a C handler of your program for
+ * those signals is replaced). Then: the final checkpoint, ckptio_wait of background ones, MPI_Finalize; the
+ * job script requeues (or see ckptio.batch.requeue). */
+int ckptio_should_exit(MPI_Comm comm, int *should_exit);
+
 /* ---- errors and life cycle ---------------------------------------------------------------------------- */
 
 /* Short constant description of a status code. */
@@ -336,6 +349,7 @@ int ckptio_read_many_f(ckptio_file file, int nrequests, const ckptio_read_reques
                        const ckptio_memsel *selections, const char *problem);
 /* ckptio_set_dims for module ckptio: ndim NUL-terminated names one after the other in `joined`, Fortran order */
 int ckptio_set_dims_f(ckptio_file file, const char *name, int ndim, const char *joined);
+int ckptio_should_exit_f(MPI_Fint comm, int *should_exit);
 int ckptio_set_error_f(int status, const char *message);
 
 #ifdef __cplusplus

@@ -221,6 +221,7 @@ def close(obj) -> None:
                 "mode copies at write); nothing was committed"))
         obj.watched.clear()
         obj = obj.writer
+        _Last.writer = obj  # ckptio_should_exit: how long the last checkpoint took
     _argument_errors_specialized(obj.close)
 
 
@@ -359,6 +360,20 @@ def prune(directory: str, prefix: str, keep: int, comm, problem: str | None) -> 
     named ``{prefix}...`` (rank 0 deletes). Returns how many were removed."""
     _agree(comm, f"prune {directory}", problem)
     return len(ckptio.Series(directory, comm, prefix=prefix, keep=keep).prune())
+
+
+# ------------------------------------------------------------------------------------------------ batch jobs
+class _Last:
+    writer = None  # the Writer of the last ckptio_close of a checkpoint on this process
+
+
+def should_exit(comm, problem: str | None) -> int:
+    """Collective: ckptio.batch.should_exit (1 on every rank when the job should write its final checkpoint and
+    leave), with the duration of this process' last checkpoint closed through the bindings."""
+    from ckptio import batch
+
+    _agree(comm, "ckptio_should_exit", problem)
+    return int(batch.should_exit(comm, last_checkpoint=_Last.writer))
 
 
 # ------------------------------------------------------------------------------------------------- errors

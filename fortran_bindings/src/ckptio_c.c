@@ -1183,6 +1183,25 @@ int ckptio_prune(MPI_Comm comm, const char *dir, const char *prefix, int keep, i
   return prune_impl(comm, dir, prefix, keep, nremoved);
 }
 
+static int should_exit_impl(MPI_Comm comm, int *should_exit) {
+  const char *where = "ckptio_should_exit";
+  if (comm == MPI_COMM_NULL) return recordf(CKPTIO_ERR_ARGUMENT, "%s: communicator is MPI_COMM_NULL", where);
+  ENTER(where);
+  int st = CKPTIO_OK;
+  PyObject *r = bridge_call("should_exit", Py_BuildValue("(Nz)", PyMPIComm_New(comm),
+                                                         should_exit ? NULL : "should_exit is NULL"));
+  if (r == NULL) st = fail_python(where);
+  else *should_exit = (int)PyLong_AsLong(r);
+  Py_XDECREF(r);
+  LEAVE();
+  return st;
+}
+
+int ckptio_should_exit(MPI_Comm comm, int *should_exit) {
+  t_fortran = 0;
+  return should_exit_impl(comm, should_exit);
+}
+
 /* ---------------------------------------------------------------------------------------------------------
  * Errors and life cycle
  * ------------------------------------------------------------------------------------------------------- */
@@ -1337,6 +1356,11 @@ int ckptio_read_f(ckptio_file file, const char *name, int dtype, int ndim, const
 int ckptio_read_many_f(ckptio_file file, int nrequests, const ckptio_read_request *requests,
                        const ckptio_memsel *selections, const char *problem) {
   return read_many_impl(file, CKPTIO_ORDER_FORTRAN, nrequests, requests, selections, problem);
+}
+
+int ckptio_should_exit_f(MPI_Fint comm, int *should_exit) {
+  FORTRAN_COMM("ckptio_should_exit", comm, c);
+  return should_exit_impl(c, should_exit);
 }
 
 int ckptio_set_error_f(int status, const char *message) { return record(status, message); }

@@ -80,7 +80,7 @@ module ckptio
        ckptio_set_attr, ckptio_get_attr, ckptio_inquire_var, ckptio_latest, ckptio_prune, ckptio_finalize, &
        ckptio_strerror, ckptio_error_message, ckptio_set_zero_copy, ckptio_initialize, &
        ckptio_batch_add, ckptio_read_many, ckptio_latest_verified, ckptio_series_create, ckptio_wait, &
-       ckptio_done, ckptio_wait_all, ckptio_set_dims, ckptio_set_var_attr
+       ckptio_done, ckptio_wait_all, ckptio_set_dims, ckptio_set_var_attr, ckptio_should_exit
 
   !> ckptio_create(path, comm, file [, backend] [, mode=] [, stage_dir=] [, compression=] [, ierr=]) -- local;
   !> nothing is written before ckptio_close. mode="async" or a stage_dir: a background checkpoint (ckptio_wait).
@@ -152,6 +152,14 @@ module ckptio
   interface ckptio_prune
      module procedure prune_f08, prune_int
   end interface ckptio_prune
+
+  !> ckptio_should_exit(comm, flag [, ierr]) -- collective, one small allreduce: flag is .true. on every rank when
+  !> the batch job should write its final checkpoint and leave (a warning signal on any rank, or too little wall
+  !> time left); see ckptio_should_exit in ckptio.h and docs/guide/batch.md. Call it once early (installs the
+  !> signal handlers), then every step.
+  interface ckptio_should_exit
+     module procedure should_exit_f08, should_exit_int
+  end interface ckptio_should_exit
 
   ! ---- the C API (ckptio.h)
   interface
@@ -327,6 +335,11 @@ module ckptio
        character(kind=c_char), intent(in) :: dir(*), prefix(*)
        integer(c_int), intent(out) :: nremoved
      end function c_prune
+     integer(c_int) function c_should_exit(comm, flag) bind(C, name="ckptio_should_exit_f")
+       import :: c_int
+       integer(c_int), value :: comm
+       integer(c_int), intent(out) :: flag
+     end function c_should_exit
      integer(c_int) function c_last_error(buf, buflen) bind(C, name="ckptio_last_error")
        import :: c_int, c_char, c_size_t
        character(kind=c_char), intent(out) :: buf(*)
@@ -1523,6 +1536,24 @@ contains
     integer, intent(out), optional :: ierr
     call prune_int(comm%MPI_VAL, dir, keep, prefix, nremoved, ierr)
   end subroutine prune_f08
+
+  subroutine should_exit_int(comm, flag, ierr)
+    integer, intent(in) :: comm
+    logical, intent(out) :: flag
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st, f
+    f = 0
+    st = c_should_exit(int(comm, c_int), f)
+    flag = (st == 0 .and. f /= 0)
+    call finish(st, comm, ierr)
+  end subroutine should_exit_int
+
+  subroutine should_exit_f08(comm, flag, ierr)
+    type(MPI_Comm), intent(in) :: comm
+    logical, intent(out) :: flag
+    integer, intent(out), optional :: ierr
+    call should_exit_int(comm%MPI_VAL, flag, ierr)
+  end subroutine should_exit_f08
 
   ! ======================================================================================= errors, finalize
 

@@ -37,6 +37,9 @@
  *   ckptio_test_c stage_restart DIR         restart from DIR/chk_000004: ckptio_open (ERR lines: the caller
  *                                           damaged the file's data) and ckptio_open_ex with DIR/stage, which
  *                                           reads the intact stages. "STAGE_RESTART OK"
+ *   ckptio_test_c should_exit DIR           ckptio_should_exit: 0 outside a batch job; after SIGUSR1 raised on
+ *                                           the last rank only, 1 on every rank (and it stays 1); a NULL flag on
+ *                                           rank 0 fails every rank (ERR lines). "SHOULD_EXIT OK"
  *   ckptio_test_c varmeta DIR BACKEND       per-variable dims and attributes (ckptio_set_dims in C and Fortran
  *                                           order, ckptio_set_var_attr_*), Python checks them; declaring them
  *                                           after the variable's write fails (ERR lines). "VARMETA OK"
@@ -44,6 +47,7 @@
  * Values are functions of the global indices so Python can check the file too (see test_bindings.py).
  */
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -822,6 +826,22 @@ static void varmeta(const char *dir, const char *backend) {
   if (rank == 0) printf("VARMETA OK\n");
 }
 
+static void should_exit(void) {
+  int flag = -1;
+  CHECK(ckptio_should_exit(MPI_COMM_WORLD, &flag)); /* the first call installs the handlers */
+  EXPECT(flag == 0);
+  CHECK(ckptio_should_exit(MPI_COMM_WORLD, &flag));
+  EXPECT(flag == 0);
+  if (rank == nprocs - 1) raise(SIGUSR1); /* would kill the process without ckptio's handler */
+  CHECK(ckptio_should_exit(MPI_COMM_WORLD, &flag));
+  EXPECT(flag == 1);
+  flag = -1;
+  CHECK(ckptio_should_exit(MPI_COMM_WORLD, &flag));
+  EXPECT(flag == 1);
+  report("should_exit_null", ckptio_should_exit(MPI_COMM_WORLD, rank == 0 ? NULL : &flag));
+  if (rank == 0) printf("SHOULD_EXIT OK\n");
+}
+
 int main(int argc, char **argv) {
   if (argc >= 3 && strcmp(argv[1], "lifecycle") == 0) return lifecycle(argc, argv);
   int provided = 0, unwaited = 0;
@@ -860,6 +880,7 @@ int main(int argc, char **argv) {
   else if (strcmp(argv[1], "series_bg") == 0) series_bg(argv[2]);
   else if (strcmp(argv[1], "stage_restart") == 0) stage_restart(argv[2]);
   else if (strcmp(argv[1], "varmeta") == 0) varmeta(argv[2], argc > 3 ? argv[3] : "mpiio");
+  else if (strcmp(argv[1], "should_exit") == 0) should_exit();
   else EXPECT(!"unknown mode");
 
   if (unwaited) report("finalize_unwaited", ckptio_finalize());

@@ -32,6 +32,9 @@
 !>   ckptio_test_f varmeta DIR BACKEND   per-variable dims (Fortran order) and attributes (ckptio_set_dims,
 !>                               ckptio_set_var_attr), Python checks them; a late declaration fails (ERR lines).
 !>                               "VARMETA OK"
+!>   ckptio_test_f should_exit DIR   ckptio_should_exit (type(MPI_Comm) and integer communicator): .false.
+!>                               outside a batch job; after SIGUSR1 sent to itself by the last rank only, .true.
+!>                               on every rank and it stays so. "SHOULD_EXIT OK"
 !>   ckptio_test_f lifecycle DIR calls with a communicator before MPI_Init and after MPI_Finalize (ERR lines),
 !>                               "LIFECYCLE OK"
 program ckptio_test_f
@@ -84,6 +87,8 @@ program ckptio_test_f
      call varmeta()
   case ('series_bg')
      call series_bg()
+  case ('should_exit')
+     call should_exit()
   case default
      call MPI_Abort(MPI_COMM_WORLD, 2)
   end select
@@ -758,6 +763,32 @@ contains
   end subroutine many
 
   ! ---- a series with retention, restart from the newest verified checkpoint
+  subroutine should_exit()
+    use, intrinsic :: iso_c_binding, only: c_int
+    interface
+       integer(c_int) function c_kill(pid, sig) bind(C, name="kill")
+         import :: c_int
+         integer(c_int), value :: pid, sig
+       end function c_kill
+       integer(c_int) function c_getpid() bind(C, name="getpid")
+         import :: c_int
+       end function c_getpid
+    end interface
+    integer(c_int), parameter :: SIGUSR1 = 10   ! Linux
+    logical :: flag
+    integer :: ierr
+    call ckptio_should_exit(MPI_COMM_WORLD, flag, ierr=ierr)      ! the first call installs the handlers
+    call expect(ierr == CKPTIO_OK .and. .not. flag, 'no reason to exit at the start')
+    call ckptio_should_exit(MPI_COMM_WORLD%MPI_VAL, flag)
+    call expect(.not. flag, 'still no reason to exit')
+    if (rank == nprocs - 1) call expect(c_kill(c_getpid(), SIGUSR1) == 0, 'kill(getpid(), SIGUSR1)')
+    call ckptio_should_exit(MPI_COMM_WORLD, flag)
+    call expect(flag, 'SIGUSR1 on the last rank: exit on every rank')
+    call ckptio_should_exit(MPI_COMM_WORLD%MPI_VAL, flag, ierr=ierr)
+    call expect(ierr == CKPTIO_OK .and. flag, 'the decision stays')
+    if (rank == 0) print '(a)', 'SHOULD_EXIT OK'
+  end subroutine should_exit
+
   subroutine series()
     type(ckptio_file) :: f
     integer(int64) :: step, got
