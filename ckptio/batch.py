@@ -56,8 +56,6 @@ from typing import Any
 
 from . import coord
 
-DEFAULT_SIGNALS: tuple[int, ...] = (signal.SIGUSR1, signal.SIGTERM)
-DEFAULT_MARGIN = 30.0
 SQUEUE_TIMEOUT = 20.0  # seconds: a slurmctld that does not answer makes the time unknown, not the run hang
 
 _UNSET: Any = object()
@@ -107,12 +105,11 @@ def _handler(signum: int, frame) -> None:
 
 
 def signals_from_env() -> tuple[int, ...]:
-    """``CKPTIO_EXIT_SIGNALS`` (e.g. ``USR1,TERM``, ``SIGUSR2``, ``none``), else :data:`DEFAULT_SIGNALS`.
-    Raises ValueError for an unknown or uncatchable name."""
-    text = os.environ.get("CKPTIO_EXIT_SIGNALS")
-    if text is None:
-        return DEFAULT_SIGNALS
-    return parse_signals(text)
+    """``CKPTIO_EXIT_SIGNALS`` (e.g. ``USR1,TERM``, ``SIGUSR2``, ``none``; default USR1,TERM, see the table in
+    :mod:`ckptio.settings`). Raises DeclarationError (a ValueError) for an unknown or uncatchable name."""
+    from . import settings
+
+    return settings.get("CKPTIO_EXIT_SIGNALS")
 
 
 def parse_signals(text: str) -> tuple[int, ...]:
@@ -246,17 +243,10 @@ def checkpoint_seconds(writer: Any) -> float:
 
 
 def margin_from_env() -> float:
-    """``CKPTIO_EXIT_MARGIN`` (seconds, >= 0), else :data:`DEFAULT_MARGIN`."""
-    text = os.environ.get("CKPTIO_EXIT_MARGIN")
-    if text is None:
-        return DEFAULT_MARGIN
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise ValueError(f"CKPTIO_EXIT_MARGIN={text!r}: expected a number of seconds >= 0")
-    return value
+    """``CKPTIO_EXIT_MARGIN`` (seconds, >= 0) (default 30: :mod:`ckptio.settings`)."""
+    from . import settings
+
+    return settings.get("CKPTIO_EXIT_MARGIN")
 
 
 # ------------------------------------------------------------------------------------------------ the check

@@ -54,6 +54,12 @@ def _verbatim(text: str) -> str:
     return text
 
 
+def _signal_list(text: str) -> tuple[int, ...]:
+    from .batch import parse_signals  # the signal names are the batch tier's knowledge
+
+    return parse_signals(text)
+
+
 TABLE: dict[str, Setting] = {s.name: s for s in (
     Setting("CKPTIO_READ_IO", "posix", _choice("posix", "mpiio"), True,
             "restart aggregators read with independent preads (posix) or one collective MPI Read_all per round"),
@@ -66,6 +72,10 @@ TABLE: dict[str, Setting] = {s.name: s for s in (
     Setting("CKPTIO_SIGNAL_GRACE", "60", _seconds, False,
             "seconds a signal may stay held inside a collective operation (Writer.close, a read) before the "
             "process ends itself with status 128 + signal, because other ranks left (see ckptio.coord); 0: wait"),
+    Setting("CKPTIO_EXIT_SIGNALS", "USR1,TERM", _signal_list, False,
+            "the signals after which Series.should_exit() becomes true (e.g. USR1,TERM; 'none': none)"),
+    Setting("CKPTIO_EXIT_MARGIN", "30", _seconds, False,
+            "seconds kept free before the batch job's end, beyond the last checkpoint's duration (ckptio.batch)"),
     Setting("CKPTIO_EXIT_STATUS_ON_LOST_FAILURE", "1", _choice("0", "1"), False,
             "1: a background failure nobody asked about makes the exit status 1 where that is safe"),
 )}
