@@ -265,6 +265,10 @@ def validate(meta: Mapping[str, Any]) -> None:
         for key in ("stripe_count", "stripe_unit"):
             if key in layout:
                 _nonneg_int(layout[key], f"layout {key!r}", minimum=1)
+        if "fs" in layout:  # what the file system gave (ckptio.fslayout); absent in older files
+            from .fslayout import check_record
+
+            check_record(layout["fs"])
     for name, var in _dict(meta["variables"], "field 'variables'").items():
         try:
             _validate_variable(name, var, nprocs)

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from . import coord, memtypes, pagealign, placement_stats, plain, readpipe, readplan, units
+from . import coord, fslayout, memtypes, pagealign, placement_stats, plain, readpipe, readplan, units
 from . import hints as hintsmod
 from . import meta as metamod
 from .backends import detect_backend, get_backend
@@ -341,10 +341,11 @@ class Reader:
             except UnknownFormatError:  # an HDF5 or netCDF file some other program wrote: read it unchecked
                 meta = plain.plain_document(self.path, backend.name)
             table = backend.extent_table(meta)
-            chosen_aggregators = choose_aggregators(size, [g[1] for g in gathered],
-                                                    int(meta.get("layout", {}).get("stripe_count", 1)),
+            # the real layout where the file system reported one (domains of whole objects), else the hints'
+            stripe_count, alignment = fslayout.restart_layout(meta)
+            chosen_aggregators = choose_aggregators(size, [g[1] for g in gathered], stripe_count,
                                                     chosen["aggregators"])
-            owner, routing = readplan.partition(table, chosen_aggregators, _stripe_unit(meta))
+            owner, routing = readplan.partition(table, chosen_aggregators, alignment)
             rows = readplan.rows_of_aggregators(owner, len(chosen_aggregators))
             segments = own_segments(meta, size)
             per_rank.extend({"segments": seg, "table": None} for seg in segments)
