@@ -236,9 +236,17 @@ def apply(path: str, count: int, unit: int, environ: Mapping[str, str] | None = 
         fs = None
         record["reason"] = f"statfs failed: {exc}"
     record["type"] = fs
+    notes = []  # a note that comes before the outcome (an unknown mode) stays in front of it
     if chosen not in MODES:
-        record["reason"] = f"{ENV_LAYOUT}={chosen!r} is not one of {', '.join(MODES)}: treated as 'set'"
+        notes.append(f"{ENV_LAYOUT}={chosen!r} is not one of {', '.join(MODES)}: treated as 'set'")
         chosen = "set"
+    record = _apply(path, fs, chosen, count, unit, record)
+    record["reason"] = "; ".join(notes + ([record["reason"]] if record["reason"] else [])) or None
+    return record
+
+
+def _apply(path: str, fs: str | None, chosen: str, count: int, unit: int, record: dict[str, Any]) -> dict[str, Any]:
+    """:func:`apply` once the file system and the mode are known."""
     if fs == "lustre" and chosen == "set" and not os.path.exists(path):
         record["asked"] = asked_layout(fs, count, unit)
         why = _lfs_setstripe(path, count, unit)
@@ -246,6 +254,8 @@ def apply(path: str, count: int, unit: int, environ: Mapping[str, str] | None = 
         record["reason"] = why or record["reason"]
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o666)
     os.close(fd)
+    if fs == "lustre" and chosen == "inherit":
+        record.update(method="inherited from the directory", reason=f"{ENV_LAYOUT}=inherit")
     if fs is None or fs == "lustre":
         return record
     if fs == "cephfs":
