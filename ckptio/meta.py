@@ -9,7 +9,8 @@ Schema (``schema`` = :data:`SCHEMA_VERSION` = 2)::
     {"schema": 2, "ckptio_version": "...", "backend": "mpiio", "backend_format_version": 1,
      "created": "2026-11-23T10:00:00Z", "nprocs": 4, "byteorder": "little",
      "checksum": "xxh3_64", "attrs": {...},
-     "layout": {"stripe_count": 4, "stripe_unit": 1048576},
+     "layout": {"stripe_count": 4, "stripe_unit": 1048576,     # what ckptio chose (the hints)
+                "fs": {...the layout the file system gave, see ckptio.fslayout; absent in older files}},
      "hints": {"requested": {...}, "effective": {...}, "io_component": "..."},
      "stats": {"write": {...}},
      "variables": {"dens": {"dtype": "<f8", "shape": [64, 16, 16, 16], "kind": "array",
