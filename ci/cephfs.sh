@@ -4,7 +4,9 @@
 # ceph-fuse. Idempotent:
 #
 #   ci/cephfs.sh up       install the packages if missing, create the cluster if it does not exist (cold), start
-#                         whatever daemon is not running (warm), mount, wait for HEALTH_OK; prints the mount point
+#                         whatever daemon is not running (warm), wait for HEALTH_OK, mount; prints the mount point.
+#                         Other ceph-fuse clients of the same file system (one per emulated node, tests/cephfs)
+#                         can mount it with: ceph-fuse -c $CEPH_CONF -n client.admin -k $KEYRING --client_fs cephfs DIR
 #   ci/cephfs.sh status   health, daemons, mount; exit 0 only when up, healthy and mounted
 #   ci/cephfs.sh down     unmount and stop the daemons (the cluster's data stays: the next `up` is warm)
 #   ci/cephfs.sh purge    down, then remove the cluster's data (the next `up` is cold)
@@ -106,6 +108,7 @@ mds_cache_memory_limit = 134217728
 [client]
 client_mount_timeout = 30
 admin_socket =
+pid_file =
 EOF
 }
 
@@ -194,6 +197,7 @@ cmd_up() {
     rm -rf "$D"
     create_cluster
   else
+    write_conf "$(awk '$1 == "fsid" {print $3}' "$CONF")"  # this version's settings, the cluster's identity
     start ceph-mon a
     start ceph-mgr x
     for i in $(seq 0 $((NOSD - 1))); do start ceph-osd "$i"; done

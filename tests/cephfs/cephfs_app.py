@@ -40,13 +40,15 @@ def write(path: str, backend: str, mode: str, mib: int, stage_dir: str | None) -
     w.write("small", np.full((1, 3), rank, np.int32), offset=(rank, 0), global_shape=(size, 3))
     w.close()
     w.wait()
+    # which file system client each rank went through: every ceph-fuse mount is its own device
+    clients = comm.gather([MPI.Get_processor_name(), os.stat(os.path.dirname(os.path.abspath(path))).st_dev])
     if rank == 0:
         try:
             xattr = os.getxattr(path, "ceph.file.layout").decode()
         except OSError as exc:
             xattr = f"ERROR {exc}"
         print("JSON " + json.dumps({"layout": w.meta["layout"], "xattr": xattr, "inode": os.stat(path).st_ino,
-                                    "size": os.path.getsize(path)}), flush=True)
+                                    "size": os.path.getsize(path), "clients": clients}), flush=True)
 
 
 def read(path: str) -> None:
@@ -64,8 +66,10 @@ def read(path: str) -> None:
         domains = _domains(ck, path) if rank == 0 else None
         aggregators = list(ck.aggregators)
     ok = comm.allreduce(1, op=MPI.SUM)
+    clients = comm.gather([MPI.Get_processor_name(), os.stat(os.path.dirname(os.path.abspath(path))).st_dev])
     if rank == 0:
-        print("JSON " + json.dumps({"aggregators": aggregators, "domains": domains, "readers": ok}), flush=True)
+        print("JSON " + json.dumps({"aggregators": aggregators, "domains": domains, "readers": ok,
+                                    "clients": clients}), flush=True)
 
 
 def _domains(ck, path: str) -> list[list[int]] | None:
