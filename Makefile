@@ -3,6 +3,7 @@
 #   make demo         FLASH-like checkpoint/restart demo on 4 ranks
 #   make test         the test suite without the slow fault matrices (tests start mpirun themselves)
 #   make test-faults  every fault-injection test, the slow matrices included
+#   make test-cephfs  the stripe-layout tests on a real single-host CephFS (ci/cephfs.sh; root, /dev/fuse)
 #   make test-slow    only the slow tests (make test + make test-slow = everything on this MPI; what .ci/run does)
 #   make test-matrix  the per-MPI-IO matrix (conformance sync/async/staged at 1, 2, 4 and oversubscribed rank
 #                     counts, N-to-M, strace aggregators, bindings, bounded faults, cross-MPI restart); .ci/run runs
@@ -41,7 +42,7 @@ export VENV MPI
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := test
-.PHONY: install demo test test-faults test-slow test-matrix test-slurm lint bench clean distclean
+.PHONY: install demo test test-cephfs test-faults test-slow test-matrix test-slurm lint bench clean distclean
 
 install:
 	bash ci/install.sh
@@ -53,7 +54,13 @@ demo: install
 # counts run per MPI-IO implementation by `make test-matrix`); `make test-faults`:
 # every fault test, slow ones included.
 test: install
-	$(PY) -m pytest tests -m "not slow and not matrix" $(PYTEST_FLAGS)
+	$(PY) -m pytest tests -m "not slow and not matrix and not cephfs" $(PYTEST_FLAGS)
+
+# `make test-cephfs`: ckptio's stripe layouts on a real single-host CephFS (tests/cephfs/conftest.py runs
+# `ci/cephfs.sh up`: installs Ceph if missing, starts or reuses the cluster, mounts it with ceph-fuse; the tests
+# skip, saying why, without root or /dev/fuse).
+test-cephfs: install
+	$(PY) -m pytest tests/cephfs $(PYTEST_FLAGS)
 
 test-faults: install
 	$(PY) -m pytest tests/faults $(PYTEST_FLAGS)

@@ -150,6 +150,10 @@ def _print_inspect(report: dict[str, Any], show_stats: bool) -> None:
               f"{_human(v['nbytes']):>12}  {stored}", file=out)
     layout = report.get("layout", {})
     print(f"layout      stripe count {layout.get('stripe_count')}, stripe unit {layout.get('stripe_unit')}", file=out)
+    if "fs" in layout:  # older files: no record (ckptio.fslayout)
+        from .fslayout import show
+
+        print(f"layout got  {show(layout['fs'])}", file=out)
     hints = report.get("hints", {})
     print(f"io          {hints.get('io_component', '?')}", file=out)
     print("hints asked " + " ".join(f"{k}={v}" for k, v in sorted(hints.get("requested", {}).items())), file=out)
@@ -185,8 +189,17 @@ MAX_MODEL_PIECES = 1 << 27  # ~134 million stripe-size pieces: 128 TiB at 1 MiB 
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from .simulate import PlanScenario, format_comparison, simulate
+    from .simulate import PlanScenario, format_comparison, parse_size, simulate
 
+    if args.directory:  # the real layout of the directory where ckptio would not set its own (ckptio.fslayout)
+        from .fslayout import planned_layout
+
+        count, unit, source = planned_layout(args.directory, args.stripe_count or min(args.ranks, 80),
+                                             parse_size(args.stripe_size or "1M"))
+        args.stripe_count, args.stripe_size = args.stripe_count or count, args.stripe_size or unit
+        print(f"ckptio plan: stripe count {args.stripe_count}, stripe size {args.stripe_size}: {source}",
+              file=sys.stderr)
+    args.stripe_size = args.stripe_size or "1M"
     scenario = PlanScenario.from_args(args)
     pieces = scenario.nbytes // scenario.stripe_size
     if pieces > MAX_MODEL_PIECES:  # the OST model handles every stripe-size piece of the file (1P: 10^9 of them)
@@ -243,8 +256,11 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--bytes", type=argparse_size("--bytes"), required=True, help="checkpoint size, e.g. 189G, 500M")
     q.add_argument("--stripe-count", type=argparse_count("--stripe-count"), default=None,
                    help="Lustre stripe count (default min(ranks, 80))")
-    q.add_argument("--stripe-size", default="1M", type=argparse_size("--stripe-size"),
+    q.add_argument("--stripe-size", default=None, type=argparse_size("--stripe-size"),
                    help="Lustre stripe size (default 1M)")
+    q.add_argument("--directory", metavar="DIR", default=None,
+                   help="model the layout a checkpoint written in DIR gets: the directory's own (CephFS, Lustre) "
+                        "where ckptio does not set one itself; --stripe-count/--stripe-size still win")
     q.add_argument("--variables", type=argparse_count("--variables"), default=24,
                    help="variables per block (FLASH: ~24 unknowns)")
     q.add_argument("--readers", type=argparse_count("--readers"), default=None,

@@ -9,7 +9,8 @@ Schema (``schema`` = :data:`SCHEMA_VERSION` = 2)::
     {"schema": 2, "ckptio_version": "...", "backend": "mpiio", "backend_format_version": 1,
      "created": "2026-11-23T10:00:00Z", "nprocs": 4, "byteorder": "little",
      "checksum": "xxh3_64", "attrs": {...},
-     "layout": {"stripe_count": 4, "stripe_unit": 1048576},
+     "layout": {"stripe_count": 4, "stripe_unit": 1048576,     # what ckptio chose (the hints)
+                "fs": {...the layout the file system gave, see ckptio.fslayout; absent in older files}},
      "hints": {"requested": {...}, "effective": {...}, "io_component": "..."},
      "stats": {"write": {...}},
      "variables": {"dens": {"dtype": "<f8", "shape": [64, 16, 16, 16], "kind": "array",
@@ -265,6 +266,10 @@ def validate(meta: Mapping[str, Any]) -> None:
         for key in ("stripe_count", "stripe_unit"):
             if key in layout:
                 _nonneg_int(layout[key], f"layout {key!r}", minimum=1)
+        if "fs" in layout:  # what the file system gave (ckptio.fslayout); absent in older files
+            from .fslayout import check_record
+
+            check_record(layout["fs"])
     for name, var in _dict(meta["variables"], "field 'variables'").items():
         try:
             _validate_variable(name, var, nprocs)

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from . import coord, memtypes, pagealign, placement_stats, plain, readpipe, readplan, settings, units
+from . import coord, fslayout, memtypes, pagealign, placement_stats, plain, readpipe, readplan, settings, units
 from . import hints as hintsmod
 from . import meta as metamod
 from .backends import detect_backend, get_backend
@@ -375,10 +375,11 @@ class Reader:
                 raise CheckpointIOError(f"checkpoint {self.path} was replaced or changed while its metadata was "
                                         "read (another job writing the same name?); open it again")
             table = backend.extent_table(meta)
-            chosen_aggregators = choose_aggregators(size, [g[1] for g in gathered],
-                                                    int(meta.get("layout", {}).get("stripe_count", 1)),
+            # the real layout where the file system reported one (domains of whole objects), else the hints'
+            stripe_count, alignment = fslayout.restart_layout(meta)
+            chosen_aggregators = choose_aggregators(size, [g[1] for g in gathered], stripe_count,
                                                     chosen["aggregators"])
-            owner, routing = readplan.partition(table, chosen_aggregators, _stripe_unit(meta))
+            owner, routing = readplan.partition(table, chosen_aggregators, alignment)
             rows = readplan.rows_of_aggregators(owner, len(chosen_aggregators))
             segments = own_segments(meta, size)
             per_rank.extend({"segments": seg, "table": None} for seg in segments)

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _faults, _warn, async_io, coord, memsel, placement_stats, settings, varmeta
+from . import _faults, _warn, async_io, coord, fslayout, memsel, placement_stats, settings, varmeta
 from . import codec as codecs
 from . import hints as hintsmod
 from . import meta as metamod
@@ -507,6 +507,9 @@ class Writer:
         info = hintsmod.to_info(self.hints)
         try:
             t = time.perf_counter()
+            # rank 0 creates the empty file with ckptio's stripe layout where the file system allows (ckptio.fslayout)
+            self._fs_layout = (tmp, coord.bcast_from_root(comm, f"checkpoint {self.path}: set layout",
+                                                          lambda: fslayout.prepare(tmp, self.hints)))
             _faults.point("create file", comm)
             session = coord.run(comm, f"checkpoint {self.path}: create file",
                                 lambda: created.append(self.backend.create(tmp, comm, info, variables, layout,
@@ -614,7 +617,7 @@ class Writer:
         varmeta.check_dimensions({name: var.shape for name, var in variables.items()}, described)
         if not variables and not gathered[0]["attrs"]:
             _warn.warn(f"checkpoint {self.path} holds no variables and no attributes")
-        _stripe_count, stripe_unit = hintsmod.stripe_layout(self.hints)
+        stripe_unit = fslayout.write_alignment(self.path, self.hints)  # whole storage objects where known
         layout = self.backend.layout(variables, stripe_unit, len(gathered))
         directory, base = os.path.split(os.path.abspath(self.path))
         tmp = os.path.join(directory, f".{base}.ckptio-tmp-{uuid.uuid4().hex[:12]}")
@@ -697,7 +700,8 @@ class Writer:
             "byteorder": sys.byteorder,
             "checksum": metamod.CHECKSUM_ALGORITHM,
             "attrs": self.attrs,
-            "layout": {"stripe_count": stripe_count, "stripe_unit": stripe_unit},
+            "layout": {"stripe_count": stripe_count, "stripe_unit": stripe_unit,
+                       **fslayout.recorded(getattr(self, "_fs_layout", None))},
             "hints": {"requested": dict(self.hints), "effective": dict(effective),
                       "io_component": hintsmod.io_component()},
             "stats": {"write": {"seconds": seconds, "bytes": byte_summary([rep["bytes"] for rep in reports]),

@@ -90,11 +90,12 @@ def node_of_rank(layout: Sequence[int]) -> list[str]:
 
 
 def mpirun_command(layout: Sequence[int], argv: Sequence[str | os.PathLike], root: Path,
-                   forward: Sequence[str] = ()) -> list[str]:
-    """The mpirun command line for ``argv`` on emulated nodes whose files live under ``root``."""
+                   forward: Sequence[str] = (), agent_script: str = AGENT) -> list[str]:
+    """The mpirun command line for ``argv`` on emulated nodes whose files live under ``root`` (``agent_script``:
+    the ssh stand-in, :data:`AGENT` or one that does more per node, e.g. tests/cephfs's own ceph-fuse mount)."""
     root.mkdir(parents=True, exist_ok=True)
     agent = root / "agent.sh"
-    agent.write_text(AGENT)
+    agent.write_text(agent_script)
     agent.chmod(0o755)
     cmd = ["mpirun", "--host", hosts_arg(layout), "-n", str(sum(layout)),
            "--mca", "plm", "rsh", "--mca", "plm_rsh_agent", str(agent), "--mca", "plm_rsh_no_tree_spawn", "1",
@@ -108,14 +109,14 @@ def mpirun_command(layout: Sequence[int], argv: Sequence[str | os.PathLike], roo
 
 def run_nodes(layout: Sequence[int], argv: Sequence[str | os.PathLike], root: str | os.PathLike,
               timeout: float = 240, env: dict[str, str] | None = None, check: bool = True,
-              forward: Sequence[str] = ()) -> subprocess.CompletedProcess:
+              forward: Sequence[str] = (), agent_script: str = AGENT) -> subprocess.CompletedProcess:
     """Run ``argv`` on emulated nodes (``layout``: ranks per node), with a hard timeout (the whole job is killed
     and the test fails: a deadlock never hangs the suite). ``root``: a fresh directory holding the agent and the
     nodes' node-local directories; ranks see their own node's one at ``node_local(root)``. ``env`` entries
     reach the ranks (they are forwarded with ``-x``); with ``check``, a non-zero exit fails the test."""
     root = Path(root)
     extra = dict(env or {})
-    cmd = mpirun_command(layout, argv, root, forward=(*forward, *extra))
+    cmd = mpirun_command(layout, argv, root, forward=(*forward, *extra), agent_script=agent_script)
     run_env = {**os.environ, **extra}
     run_env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
                     "OMPI_MCA_rmaps_base_oversubscribe": "1",
