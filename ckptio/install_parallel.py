@@ -14,8 +14,8 @@ Environment: ``MPICC`` (default ``mpicc``; Cray: ``cc``), ``HDF5_DIR`` (a parall
 ``PNETCDF_DIR`` (a PnetCDF >= 1.12.3 prefix; default: ``pnetcdf-config`` on ``PATH``) for pnetcdf. Build
 prerequisites (Cython, setuptools, wheel, pkgconfig, numpy, mpi4py) are installed first: both builds need
 ``--no-build-isolation`` (h5py's isolated build compiles its own mpi4py and needs ~18 GB of memory). mpi4py itself
-is not rebuilt: on a cluster install it first with ``MPICC=mpicc pip install --no-binary=mpi4py mpi4py`` (docs/installation.md,
-"Installing on a cluster").
+is not rebuilt: on a cluster install it first with ``MPICC=mpicc pip install --no-binary=mpi4py mpi4py``
+(docs/installation.md, "Installing on a cluster").
 
 Standard library only (no ckptio import), so ``ci/install.sh`` can run it by path before ckptio is installed.
 Local: one process, never inside an MPI job.
