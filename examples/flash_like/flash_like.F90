@@ -448,10 +448,12 @@ contains
     if (rank == 0) call make_dirs(trim(outdir))
     call MPI_Barrier(MPI_COMM_WORLD)
     if (restart) then
-       call ckptio_latest(MPI_COMM_WORLD, trim(outdir), path, prefix=CHECKPOINT_PREFIX // '_')
+       ! checksums verified, falling back past a corrupt or incomplete newest checkpoint (as the Python driver's
+       ! Series.latest); ckptio_latest would only check completeness, and a corrupt newest one would abort the restart
+       call ckptio_latest_verified(MPI_COMM_WORLD, trim(outdir), path, prefix=CHECKPOINT_PREFIX // '_')
        if (len_trim(path) == 0) then
           if (rank == 0) write (error_unit, '(a)') 'flash_like: --restart given but ' // trim(outdir) // &
-               ' holds no complete checkpoint'
+               ' holds no complete checkpoint whose checksums verify'
           rc = 1
           return
        end if
