@@ -172,13 +172,22 @@ def _print_inspect(report: dict[str, Any], show_stats: bool) -> None:
 
 
 def _print_dims_and_attrs(report: dict[str, Any], out: Any) -> None:
-    """The dimensions (name = length) and every variable's dims and attributes, as ``ncdump -h`` lists them."""
-    dims = report.get("dimensions", {})
-    print("dimensions  " + (", ".join(f"{k} = {v}" for k, v in dims.items()) or "(none)"), file=out)
-    for name, v in report["variables"].items():
+    """The declared dimensions (name = length) and the dims and attributes of every variable that declared
+    either, as ``ncdump -h`` lists them. Variables without them use the default names ``<name>_d0``, ... (one
+    summary line instead of one line each; ``--json`` has every variable's ``dims``)."""
+    described = {n: v for n, v in report["variables"].items() if v["dims_declared"] or v["attrs"]}
+    declared: dict[str, int] = {}
+    for v in described.values():
+        if v["dims_declared"]:
+            for dim, length in zip(v["dims"], v["shape"], strict=True):
+                declared.setdefault(dim, int(length))
+    plain = len(report["variables"]) - sum(v["dims_declared"] for v in report["variables"].values())
+    note = f"{plain} variable(s) with the default dimension names <name>_d0, <name>_d1, ..." if plain else ""
+    parts = [", ".join(f"{k} = {n}" for k, n in declared.items()), note]
+    print("dimensions  " + (", ".join(p for p in parts if p) or "(none)"), file=out)
+    for name, v in described.items():
         attrs = "  " + ", ".join(f"{k}={a!r}" for k, a in v["attrs"].items()) if v["attrs"] else ""
-        default = "" if v["dims_declared"] or not v["dims"] else "  (default dimension names)"
-        print(f"  {name}({', '.join(v['dims'])}){default}{attrs}", file=out)
+        print(f"  {name}({', '.join(v['dims'])}){attrs}", file=out)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

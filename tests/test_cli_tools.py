@@ -476,14 +476,16 @@ def test_inspect_and_dump_show_dimension_names_units_and_attributes(particles):
     for path in (particles["a"], particles["b"]):
         text = ckptio("inspect", str(path))
         assert text.returncode == 0, text.stdout + text.stderr
-        assert "dimensions  x = 12, y = 4, kind_d0 = 30, particle = 30, component = 3, pid_d0 = 30" in text.stdout, \
-            text.stdout
+        assert ("dimensions  x = 12, y = 4, particle = 30, component = 3, 2 variable(s) with the default dimension "
+                "names <name>_d0, <name>_d1, ...") in text.stdout, text.stdout
         assert "  dens(x, y)  long_name='density', units='g/cm**3'" in text.stdout, text.stdout
-        assert "  pid(pid_d0)  (default dimension names)" in text.stdout, text.stdout
+        assert "  parts(particle, component)  units='cm'" in text.stdout, text.stdout
+        assert "  pid(" not in text.stdout and "  kind(" not in text.stdout  # nothing declared: the summary only
         doc = json.loads(ckptio("inspect", "--json", str(path)).stdout)
         assert doc["variables"]["dens"]["dims"] == ["x", "y"] and doc["variables"]["dens"]["dims_declared"]
         assert doc["variables"]["dens"]["attrs"] == {"units": "g/cm**3", "long_name": "density"}
         assert doc["variables"]["parts"]["attrs"] == {"units": "cm"} and doc["dimensions"]["particle"] == 30
+        assert doc["variables"]["pid"]["dims"] == ["pid_d0"] and not doc["variables"]["pid"]["dims_declared"]
         dump = ckptio("dump", str(path), "dens", "--slice", "0,:2")
         assert dump.returncode == 0, dump.stderr
         assert dump.stdout.splitlines()[:2] == [
