@@ -11,6 +11,7 @@
 #   make test-slurm   the tests under a real Slurm (tests/slurm, issue 25): ci/slurm.sh brings up slurmctld and
 #                     2 emulated nodes on this machine (apt-installs Slurm and munge if missing; root)
 #   make lint         ruff
+#   make docs         the documentation (docs/ -> docs/_build/html), warnings and broken internal links are errors
 #   make bench        benchmarks on 4 ranks (results and plots under bench_results/; see benchmarks/README.md)
 #   make clean        build products and caches; `make distclean` also removes the venv and bench_results/
 # VENV=/path selects another venv (default .venv in the repo root).
@@ -42,7 +43,7 @@ export VENV MPI
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := test
-.PHONY: install demo test test-cephfs test-faults test-slow test-matrix test-slurm lint bench clean distclean
+.PHONY: install demo test test-cephfs test-faults test-slow test-matrix test-slurm lint docs bench clean distclean
 
 install:
 	bash ci/install.sh
@@ -88,6 +89,14 @@ test-slurm: install
 lint: install
 	$(PY) -m ruff check .
 
+# `make docs`: Sphinx with -W (every warning is an error), -n (nitpicky: every cross-reference must resolve) and -E
+# (a fresh environment: an incremental build would not repeat the warnings of unchanged pages);
+# nothing is fetched from the network (no linkcheck); ci/check_links.py checks the relative links of the Markdown
+# files outside docs/ (README.md, CONTRIBUTING.md, benchmarks/, fortran_bindings/, examples/).
+docs: install
+	$(PY) -m sphinx -E -W -n --keep-going -q -b html docs docs/_build/html
+	$(PY) ci/check_links.py
+
 # `make bench`: the full benchmark (2 GiB, 3 repeats, 2 rounds of small variables; ~15 min on the reference
 # machine) on BENCH_NP ranks; results and PNGs in bench_results/ (see benchmarks/README.md).
 # A shorter run: `make bench BENCH_ARGS="--size 1G --plot"`.
@@ -97,7 +106,7 @@ bench: install
 	mpirun -n $(BENCH_NP) $(PY) -m benchmarks.run $(BENCH_ARGS) --results bench_results
 
 clean:
-	rm -rf build .pytest_cache .hypothesis .ruff_cache *.egg-info
+	rm -rf build .pytest_cache .hypothesis .ruff_cache *.egg-info docs/_build
 	find . -path ./.venv -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean

@@ -67,7 +67,7 @@ from typing import Any
 
 import numpy as np
 
-from ckptio import coord, memsel
+from ckptio import coord, install_hints, memsel
 from ckptio import meta as metamod
 from ckptio.block_table import USER_TABLE_NOTE, user_table, user_table_shape
 from ckptio.errors import (
@@ -106,8 +106,7 @@ def _load_h5py() -> Any:
     return h5py
 
 
-INSTALL_HINT = ("install h5py built with parallel HDF5: `make install` in the ckptio source tree, or `HDF5_MPI=ON "
-                "CC=mpicc HDF5_DIR=/path/to/parallel/hdf5 pip install --no-binary=h5py --no-build-isolation h5py`")
+INSTALL_HINT = install_hints.HDF5  # names ckptio-install-parallel and the Debian setting (issue 27)
 
 
 def _h5py_write_problem() -> str | None:

@@ -67,7 +67,7 @@ from typing import Any
 
 import numpy as np
 
-from ckptio import coord, memsel
+from ckptio import coord, install_hints, memsel
 from ckptio import meta as metamod
 from ckptio.block_table import USER_TABLE_NOTE, user_table, user_table_shape
 from ckptio.errors import (
@@ -87,8 +87,7 @@ from .base import Backend, Capabilities, ExtentReader, WriteSession, WrittenBloc
 from .rawio import SerialRawReader, check_data_landed, hindexed, leading_axis_bands, reserve_collectively
 
 # pnetcdf-python initializes MPI when imported: import it only to write a file (reading needs neither it nor MPI)
-INSTALL_HINT = ("install pnetcdf-python (needs the PnetCDF C library and mpi4py): `make install` in the ckptio "
-                "source tree, or `CC=mpicc PNETCDF_DIR=/path/to/pnetcdf pip install --no-build-isolation pnetcdf`")
+INSTALL_HINT = install_hints.PNETCDF  # names ckptio-install-parallel (issue 27)
 
 
 def _pnetcdf_missing() -> str | None:

@@ -3,7 +3,7 @@
 Why this works: after ``fsync`` every page of a file is clean, and the kernel drops clean pages on
 ``posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED)``. ``mincore(2)`` on a shared read-only mapping of the file then
 tells which pages are still resident, so each "cold" read is checked, not assumed. Only the guest's page cache is
-controlled: a hypervisor or a storage server may still cache the blocks (see the README).
+controlled: a hypervisor or a storage server may still cache the blocks (see benchmarks/README.md, "Page cache").
 """
 
 from __future__ import annotations

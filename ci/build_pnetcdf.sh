@@ -4,7 +4,8 @@
 #
 # Why: Debian's libpnetcdf-dev is built for Open MPI only; a PnetCDF linked against Open MPI cannot run in an MPICH
 # process. Called by ci/install.sh for MPI=mpich (ckptio's second MPI stack); usable by hand for any MPI.
-# Needs root (adds a deb-src entry for bookworm once) dpkg-dev, autoconf, automake, libtool. C library only: no Fortran, no C++ (ckptio and
+# Needs root (once, when no deb-src entry provides pnetcdf: adds deb-src entries mirroring the machine's own `deb`
+# sources, see ci/apt_deb_src.py), dpkg-dev, autoconf, automake, libtool. C library only: no Fortran, no C++ (ckptio and
 # pnetcdf-python use the C API), which also halves the build time. Idempotent: does nothing when
 # PREFIX/bin/pnetcdf-config exists and reports the same MPICC.
 set -euo pipefail
@@ -15,15 +16,14 @@ if [ -x "$PREFIX/bin/pnetcdf-config" ] && [ "$("$PREFIX/bin/pnetcdf-config" --cc
 fi
 SRC_LIST=/etc/apt/sources.list.d/ckptio-deb-src.sources
 if ! apt-get source --print-uris pnetcdf >/dev/null 2>&1; then
+  # no deb-src entry that has pnetcdf: add one for every `deb` entry of this machine's own sources (its mirror,
+  # one-line or deb822 format), never a hard-coded archive address
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-  $SUDO tee "$SRC_LIST" >/dev/null <<'SRC'
-# added by ckptio ci/build_pnetcdf.sh: Debian source packages (PnetCDF rebuilt against MPICH)
-Types: deb-src
-URIs: http://deb.debian.org/debian
-Suites: bookworm
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
+  entries=$(python3 "$(dirname "${BASH_SOURCE[0]}")/apt_deb_src.py" /etc/apt) ||
+    { echo "ci/build_pnetcdf.sh: cannot derive deb-src entries from /etc/apt; add one for pnetcdf by hand" >&2; exit 1; }
+  { echo "# added by ckptio ci/build_pnetcdf.sh: the source packages of this machine's own apt sources"
+    echo "# (PnetCDF rebuilt against MPICH)"
+    echo "$entries"; } | $SUDO tee "$SRC_LIST" >/dev/null
   $SUDO apt-get update -qq
 fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/ckptio-pnetcdf.XXXXXX")

@@ -2,7 +2,7 @@
 
 Write distributed N-d arrays, per-rank variable-length segments and attributes into one shared file with
 collective MPI-IO (native format), parallel HDF5 or PnetCDF; restart on any rank count through two-phase
-aggregated reads. See README.md.
+aggregated reads. See README.md and the documentation in docs/.
 """
 
 from .api import create, open

@@ -2,10 +2,10 @@
 :mod:`ckptio.commands` (``ls``, ``diff``, ``dump``, ``convert``). Every command runs as one process, no mpirun.
 
 Exit status of ``inspect``: 0 valid, 1 corrupt, incomplete or of a newer format version than this ckptio
-(the message names the variable and block, or both versions), 2 usage error or file not found / not a
-checkpoint (another format, a file of another program, a FIFO or other non-regular file: never opened for
-reading, so it cannot block). With several paths, each is reported and the status is the highest of theirs.
-A closed standard output (``ckptio inspect --json ... | head -1``) ends any command quietly.
+(the message names the variable and block, or both versions), 2 usage error or file not found / status "not a
+ckptio checkpoint" (a plain HDF5 or netCDF file, a file of another program, a FIFO or other non-regular file:
+never opened for reading, so it cannot block). With several paths, each is reported and the status is the
+highest of theirs. A closed standard output (``ckptio inspect --json ... | head -1``) ends any command quietly.
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ from typing import Any
 from .units import argparse_count, argparse_size
 
 EXIT_OK, EXIT_BAD, EXIT_USAGE = 0, 1, 2
+# The status of any file ckptio did not write (a plain HDF5 or netCDF file, a FIFO, anything else): the same words
+# in inspect (exit 2: it cannot be inspected) and ls (listed when its name has a step; never "corrupt", exit 1).
+NOT_CKPTIO = "not a ckptio checkpoint"
 EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a command its pipe reader left
 EXIT_CODES = """exit status (every command, like h5diff):
   0  success: valid / identical (within --rtol/--atol) / printed / converted and checked
@@ -61,14 +64,17 @@ def inspect_report(path: str, verify: bool) -> tuple[int, dict[str, Any]]:
     except CorruptCheckpointError as exc:  # no signature, but a damaged checkpoint of the format it names
         report.update(format=getattr(exc, "backend", None), status="corrupt", error=str(exc))
         return EXIT_BAD, report
-    except (UnknownFormatError, OSError) as exc:  # incl. FIFOs, sockets, devices (never opened for reading)
-        report.update(status="unknown", error=str(exc))
+    except UnknownFormatError as exc:  # incl. FIFOs, sockets, devices (never opened for reading)
+        report.update(status=NOT_CKPTIO, error=str(exc))
+        return EXIT_USAGE, report
+    except OSError as exc:  # e.g. no permission to read it
+        report.update(status="unreadable", error=str(exc))
         return EXIT_USAGE, report
     report["format"] = backend.name
     try:
         meta = backend.read_metadata(path)
     except UnknownFormatError as exc:  # the format's container, but not written by ckptio (plain HDF5, netCDF)
-        report.update(status="unknown", error=str(exc))
+        report.update(status=NOT_CKPTIO, error=str(exc))  # format: the container's (hdf5, pnetcdf)
         return EXIT_USAGE, report
     except CapabilityError as exc:  # a valid structure the built-in reader does not implement: not damage
         report.update(status="unreadable here", error=str(exc))
@@ -85,17 +91,24 @@ def inspect_report(path: str, verify: bool) -> tuple[int, dict[str, Any]]:
     except CheckpointError as exc:
         report.update(status="corrupt", error=str(exc))
         return EXIT_BAD, report
-    variables = {}
+    from .meta import variable_dims
+
+    variables, dimensions = {}, {}
     for name, var in meta["variables"].items():
         import numpy as np
 
         nbytes = int(np.prod(var["shape"], dtype=np.int64)) * np.dtype(var["dtype"]).itemsize
         stored = sum(int(b.get("stored_nbytes") or 0) for b in var["blocks"])
         codecs = sorted({b.get("codec") for b in var["blocks"] if b.get("codec")})
+        dims = list(variable_dims(name, var))  # declared, or the defaults <name>_d0, ... the files show
+        for dim, length in zip(dims, var["shape"], strict=True):
+            dimensions.setdefault(dim, int(length))
         variables[name] = {"dtype": var["dtype"], "shape": var["shape"], "kind": var["kind"],
                            "nblocks": len(var["blocks"]), "nbytes": nbytes, "stored_nbytes": stored,
                            "codec": codecs[0] if codecs else None,
-                           "compression_ratio": (nbytes / stored) if codecs and stored else None}
+                           "compression_ratio": (nbytes / stored) if codecs and stored else None,
+                           "dims": dims, "dims_declared": bool(var.get("dims")), "attrs": var.get("attrs", {})}
+    report.update(dimensions=dimensions)
     report.update(status="complete", format_version=meta.get("backend_format_version"), schema=meta["schema"],
                   ckptio_version=meta.get("ckptio_version"), created=meta.get("created"), nprocs=meta.get("nprocs"),
                   byteorder=meta.get("byteorder"), checksum=meta.get("checksum"), attrs=meta.get("attrs", {}),
@@ -120,7 +133,7 @@ def inspect_report(path: str, verify: bool) -> tuple[int, dict[str, Any]]:
 def _print_inspect(report: dict[str, Any], show_stats: bool) -> None:
     out = sys.stdout
     print(f"checkpoint  {report['path']}", file=out)
-    if report["format"] is None or report["status"] in ("missing", "unknown", "unreadable here"):
+    if report["format"] is None or report["status"] in ("missing", NOT_CKPTIO, "unreadable", "unreadable here"):
         print(f"status      {report['status']}: {report['error']}", file=out)
         return
     if report["status"] != "complete" and "variables" not in report:
@@ -148,6 +161,7 @@ def _print_inspect(report: dict[str, Any], show_stats: bool) -> None:
                   f"{_human(v['stored_nbytes'])} ({v['codec']}, ratio {v['compression_ratio']:.2f})")
         print(f"  {name:<{width}}  {v['dtype']:<6} {v['kind']:<8} {tuple(v['shape'])!s:<22} {v['nblocks']:>6} "
               f"{_human(v['nbytes']):>12}  {stored}", file=out)
+    _print_dims_and_attrs(report, out)
     layout = report.get("layout", {})
     print(f"layout      stripe count {layout.get('stripe_count')}, stripe unit {layout.get('stripe_unit')}", file=out)
     if "fs" in layout:  # older files: no record (ckptio.fslayout)
@@ -163,6 +177,25 @@ def _print_inspect(report: dict[str, Any], show_stats: bool) -> None:
         from .commands.stats_view import print_stats
 
         print_stats(report.get("stats", {}), _human, out)
+
+
+def _print_dims_and_attrs(report: dict[str, Any], out: Any) -> None:
+    """The declared dimensions (name = length) and the dims and attributes of every variable that declared
+    either, as ``ncdump -h`` lists them. Variables without them use the default names ``<name>_d0``, ... (one
+    summary line instead of one line each; ``--json`` has every variable's ``dims``)."""
+    described = {n: v for n, v in report["variables"].items() if v["dims_declared"] or v["attrs"]}
+    declared: dict[str, int] = {}
+    for v in described.values():
+        if v["dims_declared"]:
+            for dim, length in zip(v["dims"], v["shape"], strict=True):
+                declared.setdefault(dim, int(length))
+    plain = len(report["variables"]) - sum(v["dims_declared"] for v in report["variables"].values())
+    note = f"{plain} variable(s) with the default dimension names <name>_d0, <name>_d1, ..." if plain else ""
+    parts = [", ".join(f"{k} = {n}" for k, n in declared.items()), note]
+    print("dimensions  " + (", ".join(p for p in parts if p) or "(none)"), file=out)
+    for name, v in described.items():
+        attrs = "  " + ", ".join(f"{k}={a!r}" for k, a in v["attrs"].items()) if v["attrs"] else ""
+        print(f"  {name}({', '.join(v['dims'])}){attrs}", file=out)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

@@ -98,8 +98,9 @@ def detect(directory: str) -> str:
 
 def mode(environ: Mapping[str, str] | None = None) -> str:
     """``CKPTIO_LAYOUT`` (``set`` when unset); an unknown value is recorded as a reason and treated as ``set``."""
-    environ = os.environ if environ is None else environ
-    return environ.get(ENV_LAYOUT, "set").strip().lower() or "set"
+    from . import settings
+
+    return settings.raw(ENV_LAYOUT, environ).strip().lower()
 
 
 def ceph_object_size(unit: int) -> int:

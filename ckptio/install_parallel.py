@@ -9,11 +9,13 @@ prints only) and, for pnetcdf, applies :func:`patch_pnetcdf` to the sdist (MPI h
 correct for every MPI), then checks the result imports (h5py: with MPI).
 
 Environment: ``MPICC`` (default ``mpicc``; Cray: ``cc``), ``HDF5_DIR`` (a parallel HDF5 prefix) or
-``HDF5_PKGCONFIG_NAME`` (Debian: ``hdf5-openmpi``/``hdf5-mpich``) for hdf5, ``PNETCDF_DIR`` (a PnetCDF >= 1.12.3
-prefix; default: ``pnetcdf-config`` on ``PATH``) for pnetcdf. Build prerequisites (Cython, setuptools, wheel,
-pkgconfig, numpy, mpi4py) are installed first: both builds need ``--no-build-isolation`` (h5py's isolated build
-compiles its own mpi4py and needs ~18 GB of memory). mpi4py itself is not rebuilt: on a cluster install it first
-with ``MPICC=mpicc pip install --no-binary=mpi4py mpi4py`` (README "Installing on a cluster").
+``HDF5_PKGCONFIG_NAME`` for hdf5 (neither set: the distribution's parallel HDF5 for MPICC's MPI, Debian's
+``/usr/lib/<triplet>/hdf5/openmpi`` as ``HDF5_PKGCONFIG_NAME=hdf5-openmpi`` or ``.../hdf5/mpich`` as ``HDF5_DIR``),
+``PNETCDF_DIR`` (a PnetCDF >= 1.12.3 prefix; default: ``pnetcdf-config`` on ``PATH``) for pnetcdf. Build
+prerequisites (Cython, setuptools, wheel, pkgconfig, numpy, mpi4py) are installed first: both builds need
+``--no-build-isolation`` (h5py's isolated build compiles its own mpi4py and needs ~18 GB of memory). mpi4py itself
+is not rebuilt: on a cluster install it first with ``MPICC=mpicc pip install --no-binary=mpi4py mpi4py``
+(docs/installation.md, "Installing on a cluster").
 
 Standard library only (no ckptio import), so ``ci/install.sh`` can run it by path before ckptio is installed.
 Local: one process, never inside an MPI job.
@@ -22,6 +24,7 @@ Local: one process, never inside an MPI job.
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import re
 import shlex
@@ -98,19 +101,64 @@ def _mpicc() -> str:
     return mpicc
 
 
-def hdf5_steps() -> list[tuple[dict[str, str], list[str]]]:
-    """(extra environment, command) of each step installing parallel h5py. Raises InstallError naming what to
-    set when neither HDF5_DIR nor HDF5_PKGCONFIG_NAME says which HDF5 (the default pkg-config name, ``hdf5``,
-    is a serial HDF5 on most systems)."""
-    env = {"HDF5_MPI": "ON", "CC": _mpicc()}
+# Debian/Ubuntu install each MPI flavour's parallel HDF5 under /usr/lib/<triplet>/hdf5/<flavour> (libhdf5-openmpi-dev,
+# libhdf5-mpich-dev) with a pkg-config name hdf5-<flavour>. For Open MPI the pkg-config name is what h5py needs;
+# for MPICH it is not enough (h5py then linked Open MPI's HDF5, checked with ldd by ci/install.sh): the prefix is.
+DEBIAN_HDF5 = "/usr/lib/*/hdf5/{flavour}"
+APT_HDF5 = {"openmpi": "libhdf5-openmpi-dev", "mpich": "libhdf5-mpich-dev"}
+
+
+def mpi_flavour(mpicc: str) -> str | None:
+    """"openmpi", "mpich" or None (unknown) for the MPI C compiler wrapper ``mpicc``, from the file it resolves to
+    (Debian: /usr/bin/mpicc -> mpicc.openmpi -> opal_wrapper, or mpicc.mpich): no compiler run."""
+    path = shutil.which(mpicc)
+    if path is None:
+        return None
+    names = " ".join([os.path.basename(path), os.path.basename(os.path.realpath(path))]).lower()
+    if "openmpi" in names or "opal_wrapper" in names:
+        return "openmpi"
+    if "mpich" in names:
+        return "mpich"
+    return None
+
+
+def debian_hdf5(mpicc: str, root: str = "/") -> dict[str, str]:
+    """The setting (``HDF5_PKGCONFIG_NAME`` or ``HDF5_DIR``) of the distribution's parallel HDF5 matching ``mpicc``
+    when HDF5_DIR and HDF5_PKGCONFIG_NAME are both unset. Raises InstallError saying exactly what to set (or
+    which package to install) when it cannot tell. ``root``: where /usr is (tests)."""
+    flavour = mpi_flavour(mpicc)
+    found = {f: sorted(glob.glob(os.path.join(root, DEBIAN_HDF5.format(flavour=f).lstrip("/"))))
+             for f in APT_HDF5}
+    found = {f: [d for d in dirs if os.path.isdir(os.path.join(d, "include"))] for f, dirs in found.items()}
+    generic = ("set HDF5_DIR to a parallel HDF5 prefix (after `module load` of your parallel HDF5: often $HDF5_DIR "
+               "already; Cray: $HDF5_DIR of cray-hdf5-parallel) or HDF5_PKGCONFIG_NAME")
+    if flavour is None:
+        layouts = ", ".join(f"{f}: {found[f][0]}" for f in APT_HDF5 if found[f])
+        raise InstallError(f"{generic}; MPICC={mpicc} is neither Debian's Open MPI nor its MPICH wrapper, so "
+                           "the distribution's parallel HDF5 cannot be chosen for it"
+                           + (f" (found {layouts})" if layouts else ""))
+    if not found[flavour]:
+        raise InstallError(f"{generic}. MPICC={mpicc} is {flavour} and no {DEBIAN_HDF5.format(flavour=flavour)} "
+                           f"exists: on Debian/Ubuntu `apt-get install {APT_HDF5[flavour]}` first, then "
+                           + ("`HDF5_PKGCONFIG_NAME=hdf5-openmpi ckptio-install-parallel hdf5`" if flavour == "openmpi"
+                              else "`HDF5_DIR=/usr/lib/<triplet>/hdf5/mpich ckptio-install-parallel hdf5`"))
+    if flavour == "openmpi":
+        return {"HDF5_PKGCONFIG_NAME": "hdf5-openmpi"}
+    return {"HDF5_DIR": found[flavour][0]}
+
+
+def hdf5_steps(root: str = "/") -> list[tuple[dict[str, str], list[str]]]:
+    """(extra environment, command) of each step installing parallel h5py. HDF5_DIR, else HDF5_PKGCONFIG_NAME,
+    else the distribution's layout (:func:`debian_hdf5`; the default pkg-config name, ``hdf5``, is a serial HDF5
+    on most systems, so it is never assumed); InstallError naming what to set when none applies."""
+    mpicc = _mpicc()
+    env = {"HDF5_MPI": "ON", "CC": mpicc}
     if os.environ.get("HDF5_DIR"):
         env["HDF5_DIR"] = os.environ["HDF5_DIR"]
     elif os.environ.get("HDF5_PKGCONFIG_NAME"):
         env["HDF5_PKGCONFIG_NAME"] = os.environ["HDF5_PKGCONFIG_NAME"]
     else:
-        raise InstallError("set HDF5_DIR to a parallel HDF5 prefix (after `module load` of your parallel HDF5: "
-                           "often $HDF5_DIR already; Cray: $HDF5_DIR of cray-hdf5-parallel) or HDF5_PKGCONFIG_NAME "
-                           "(Debian: hdf5-openmpi or hdf5-mpich)")
+        env.update(debian_hdf5(mpicc, root))
     return [({}, _pip("install", *PREREQUISITES)),
             (env, _pip("install", "--no-binary=h5py", "--no-build-isolation", "--no-cache-dir", "--force-reinstall",
                        "--no-deps", f"h5py=={H5PY_VERSION}"))]

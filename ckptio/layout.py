@@ -175,7 +175,10 @@ def validate_variable(name: str, global_shape: Sequence[int], blocks: Sequence[t
         assert common is not None
         raise DeclarationError(
             f"variable {name!r}: block of rank {ra} (offset {list(ba.offset)}, shape {list(ba.shape)}) overlaps "
-            f"block of rank {rb} (offset {list(bb.offset)}, shape {list(bb.shape)}) in {common.to_json()}"
+            f"block of rank {rb} (offset {list(bb.offset)}, shape {list(bb.shape)}) in the elements at offset "
+            f"{list(common.offset)}, shape {list(common.shape)}: every element must be written by exactly one rank "
+            "(a node- or face-centred field whose neighbours share a face writes that face once: see "
+            "docs/tutorial/rank-count.md, 'Staggered fields')"
         )
     covered = sum(b.size for _, b in blocks)
     total = math.prod(shape)

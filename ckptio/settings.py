@@ -76,6 +76,9 @@ TABLE: dict[str, Setting] = {s.name: s for s in (
             "the signals after which Series.should_exit() becomes true (e.g. USR1,TERM; 'none': none)"),
     Setting("CKPTIO_EXIT_MARGIN", "30", _seconds, False,
             "seconds kept free before the batch job's end, beyond the last checkpoint's duration (ckptio.batch)"),
+    Setting("CKPTIO_LAYOUT", "set", _verbatim, False,
+            "stripe layout on file systems that take one: set, inherit or off (ckptio.fslayout; an unknown value is "
+            "recorded in the checkpoint and taken as set: a layout never fails a checkpoint)"),
     Setting("CKPTIO_EXIT_STATUS_ON_LOST_FAILURE", "1", _choice("0", "1"), False,
             "1: a background failure nobody asked about makes the exit status 1 where that is safe"),
 )}

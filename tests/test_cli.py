@@ -148,8 +148,30 @@ def test_plain_hdf5_and_netcdf_files_are_not_checkpoints_exit_2(tmp_path):
         proc = inspect("--json", str(path))
         assert proc.returncode == 2, proc.stdout + proc.stderr
         report = json.loads(proc.stdout)
-        assert report["status"] == "unknown" and "not a ckptio checkpoint" in report["error"], report
+        assert report["status"] == "not a ckptio checkpoint" and "not a ckptio checkpoint" in report["error"], report
         assert report["format"] == fmt
+        assert "status      not a ckptio checkpoint: " in inspect(str(path)).stdout
+
+
+def test_ls_and_inspect_use_one_vocabulary_for_plain_files_with_step_like_names(tmp_path):
+    """Issue 27, item 6: the FLASH file `convert --to flash` writes under FLASH's name (`*_hdf5_chk_0020`) and a
+    plain netCDF file named like a checkpoint were "corrupt" (exit 1) in `ls` and "not a ckptio checkpoint" (exit 2)
+    in `inspect`: now the same status in both, and `ls` exits 0 (a listing with no damaged checkpoint)."""
+    _plain_hdf5(tmp_path / "flash_like_hdf5_chk_0020")
+    _plain_netcdf(tmp_path / "other_000010.nc")
+    proc = subprocess.run([CKPTIO, "ls", "--json", str(tmp_path)], capture_output=True, text=True, env=mpi_env(),
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {r["name"]: r for r in json.loads(proc.stdout)["files"]}
+    assert set(rows) == {"flash_like_hdf5_chk_0020", "other_000010.nc"}, rows
+    for name, fmt in (("flash_like_hdf5_chk_0020", "hdf5"), ("other_000010.nc", "pnetcdf")):
+        assert (rows[name]["status"], rows[name]["format"]) == ("not a ckptio checkpoint", fmt), rows[name]
+        assert not rows[name]["newest_valid"]
+        report = json.loads(inspect("--json", str(tmp_path / name)).stdout)
+        assert report["status"] == rows[name]["status"]
+    text = subprocess.run([CKPTIO, "ls", str(tmp_path)], capture_output=True, text=True, env=mpi_env(), timeout=120)
+    assert text.returncode == 0 and "corrupt" not in text.stdout, text.stdout
+    assert text.stdout.count("not a ckptio checkpoint (") == 2, text.stdout
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
@@ -180,7 +202,7 @@ def test_several_paths_worst_status_and_closed_pipe(tmp_path):
     assert inspect(str(good), str(bad), str(junk)).returncode == 2
     assert inspect(str(good), str(good)).returncode == 0
     many = json.loads(inspect("--json", str(good), str(junk)).stdout)
-    assert [r["status"] for r in many] == ["complete", "unknown"]
+    assert [r["status"] for r in many] == ["complete", "not a ckptio checkpoint"]
     for args in (["--json", "--stats", *[str(good)] * 40], [*[str(good)] * 40]):
         proc = subprocess.run(f"{CKPTIO} inspect {' '.join(args)} | head -1", shell=True, capture_output=True,
                               text=True, env=mpi_env(), timeout=120)

@@ -137,7 +137,8 @@ def test_dump_slices_like_numpy(run, which):
         assert np.array_equal(np.array(doc["data"]).reshape(expected.shape), expected), text
     proc = ckptio("dump", str(run[which]), "dens", "--slice", "3:5,:,0")
     assert proc.returncode == 0
-    assert proc.stdout.splitlines()[0] == "dens[3:5,:,0]  dtype float64  shape (2, 5) (of (12, 5, 3))"
+    assert proc.stdout.splitlines()[0] == ("dens[3:5,:,0]  dtype float64  shape (2, 5) (of (12, 5, 3))  "
+                                           "dims (dens_d0, dens_d1, dens_d2)")  # the default names
     assert np.array2string(DENS[3:5, :, 0], separator=", ") in proc.stdout
     assert json.loads(ckptio("dump", str(run[which]), "ids", "--json").stdout)["data"] == list(range(40))
     assert ckptio("dump", str(run[which]), "scal").stdout.splitlines()[1] == "3.5"
@@ -262,7 +263,7 @@ def test_ls_lists_status_and_newest_valid(run, tmp_path):
     assert lines["chk_000030"].startswith("* "), proc.stdout  # without --verify the flipped byte is not seen
     assert "valid" in lines["chk_000010"] and "mpiio" in lines["chk_000010"] and "0.5" in lines["chk_000010"]
     assert "incomplete" in lines["chk_000040"] or "corrupt" in lines["chk_000040"]
-    assert "not a checkpoint" in lines["chk_000050"]
+    assert "not a ckptio checkpoint" in lines["chk_000050"]
     assert "temporary" in lines[".chk_000060.ckptio-tmp-0123456789ab"]
     assert "pnetcdf" in lines["restart.nc"]
 
@@ -411,3 +412,104 @@ def test_diff_compares_dimension_names(tmp_path):
     doc = json.loads(ckptio("diff", str(tmp_path / "yx.ck"), str(tmp_path / "xy.ck"), "--json").stdout)
     (d,) = doc["differences"]
     assert not doc["identical"] and d["count"] == 0 and "dims ['y', 'x'] in A, ['x', 'y'] in B" in d["message"]
+
+
+# ------------------------------------------------------------ particles: diff --key, dims and attrs (issue 27)
+# 30 particles; rank r owns those with (7 * id) % n == r, so the segments' concatenation (rank order) differs
+# between rank counts. argv: path backend change (an id whose x changes, -1: none) drop (an id left out, -1: none)
+PARTICLES = """
+import sys, numpy as np, ckptio
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+r, n = comm.Get_rank(), comm.Get_size()
+path, backend, change, drop = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+ids = np.array([i for i in range(30) if (7 * i) % n == r and i != drop], dtype=np.int64)
+parts = np.stack([ids * 1.0, np.sin(ids), np.cos(ids)], axis=1)
+parts[ids == change, 1] += 1e-3
+rows = [12 * k // n for k in range(n + 1)]
+dens = np.arange(12 * 4, dtype=np.float64).reshape(12, 4)[rows[r]:rows[r + 1]].copy()
+with ckptio.create(path, comm, backend=backend, attrs={"time": 0.5}) as ck:
+    ck.write("dens", dens, offset=(rows[r], 0), global_shape=(12, 4), dims=("x", "y"),
+             attrs={"units": "g/cm**3", "long_name": "density"})
+    ck.write("pid", ids)
+    ck.write("kind", ids % 3)  # a segment whose values repeat: no key
+    ck.write("parts", parts, dims=("particle", "component"), attrs={"units": "cm"})
+"""
+
+
+@pytest.fixture(scope="module")
+def particles(tmp_path_factory) -> dict[str, Path]:
+    """a: mpiio on 2 ranks; b: the same particles from hdf5 on 3 ranks (other order); moved: b with particle 5's
+    component 1 changed; lost: b without particle 7."""
+    d = tmp_path_factory.mktemp("particles")
+    paths = {"a": d / "a.ck", "b": d / "b.h5", "moved": d / "moved.ck", "lost": d / "lost.ck"}
+    run_script(2, PARTICLES, d, str(paths["a"]), "mpiio", "-1", "-1")
+    run_script(3, PARTICLES, d, str(paths["b"]), "hdf5", "-1", "-1")
+    run_script(3, PARTICLES, d, str(paths["moved"]), "mpiio", "5", "-1")
+    run_script(3, PARTICLES, d, str(paths["lost"]), "mpiio", "-1", "7")
+    return paths
+
+
+@pytest.mark.mpi
+def test_diff_key_matches_particles_across_rank_counts(particles):
+    a, b = str(particles["a"]), str(particles["b"])
+    by_position = ckptio("diff", a, b)
+    assert by_position.returncode == 1 and "parts:" in by_position.stdout, by_position.stdout  # reordered
+    for key in ("pid", "parts:0"):
+        proc = ckptio("diff", a, b, "--key", key)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert proc.stdout.startswith("identical (rows of kind, parts, pid matched by --key ") and key in proc.stdout
+    doc = json.loads(ckptio("diff", a, b, "--key", "pid", "--json").stdout)
+    assert doc["identical"] and doc["key"] == "pid" and doc["keyed"] == ["kind", "parts", "pid"], doc
+
+
+@pytest.mark.mpi
+def test_diff_key_finds_the_changed_and_the_missing_particle(particles):
+    a = str(particles["a"])
+    doc = json.loads(ckptio("diff", a, str(particles["moved"]), "--key", "pid", "--json").stdout)
+    (d,) = doc["differences"]
+    assert d["variable"] == "parts" and d["count"] == 1, d
+    order_a = [i for r in range(2) for i in range(30) if (7 * i) % 2 == r]  # rank 0's ids, then rank 1's
+    assert d["first_index"] == [order_a.index(5), 1], d  # the row of id 5 in A, component 1
+    assert "first differing key 5" in " ".join(d["notes"]), d
+    proc = ckptio("diff", a, str(particles["lost"]), "--key", "pid")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "pid: 1 key(s) only in A (first 7)" in proc.stdout, proc.stdout
+    assert "parts:" not in proc.stdout  # the 29 common particles are the same
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("key, message", [("dens", "not a per-rank segment"), ("nosuch", "no variable 'nosuch'"),
+                                          ("parts:3", "has shape (30, 3)"), ("parts:x", "NAME:COLUMN"),
+                                          ("kind", "the key is not unique in A"),
+                                          ("parts:1", None)])
+def test_diff_key_that_cannot_be_used_exit_2(particles, key, message):
+    proc = ckptio("diff", str(particles["a"]), str(particles["b"]), "--key", key)
+    if message is None:  # sin(id) is unique for these ids: usable, and then the rows match
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
+@pytest.mark.mpi
+def test_inspect_and_dump_show_dimension_names_units_and_attributes(particles):
+    for path in (particles["a"], particles["b"]):
+        text = ckptio("inspect", str(path))
+        assert text.returncode == 0, text.stdout + text.stderr
+        assert ("dimensions  x = 12, y = 4, particle = 30, component = 3, 2 variable(s) with the default dimension "
+                "names <name>_d0, <name>_d1, ...") in text.stdout, text.stdout
+        assert "  dens(x, y)  long_name='density', units='g/cm**3'" in text.stdout, text.stdout
+        assert "  parts(particle, component)  units='cm'" in text.stdout, text.stdout
+        assert "  pid(" not in text.stdout and "  kind(" not in text.stdout  # nothing declared: the summary only
+        doc = json.loads(ckptio("inspect", "--json", str(path)).stdout)
+        assert doc["variables"]["dens"]["dims"] == ["x", "y"] and doc["variables"]["dens"]["dims_declared"]
+        assert doc["variables"]["dens"]["attrs"] == {"units": "g/cm**3", "long_name": "density"}
+        assert doc["variables"]["parts"]["attrs"] == {"units": "cm"} and doc["dimensions"]["particle"] == 30
+        assert doc["variables"]["pid"]["dims"] == ["pid_d0"] and not doc["variables"]["pid"]["dims_declared"]
+        dump = ckptio("dump", str(path), "dens", "--slice", "0,:2")
+        assert dump.returncode == 0, dump.stderr
+        assert dump.stdout.splitlines()[:2] == [
+            "dens[0,:2]  dtype float64  shape (2,) (of (12, 4))  dims (x, y)",
+            "attributes  long_name='density', units='g/cm**3'"], dump.stdout
+        got = json.loads(ckptio("dump", str(path), "parts", "--json").stdout)
+        assert got["dims"] == ["particle", "component"] and got["attrs"] == {"units": "cm"}

@@ -128,10 +128,11 @@ def test_restart_without_libraries_and_writes_say_what_to_install(checkpoints, t
         writes = {line.split()[1]: line for line in lines[2:]}
         hdf5 = writes["hdf5"]
         assert "CapabilityError" in hdf5.split("|")[0] and "Corrupt" not in hdf5, hdf5
-        assert "h5py" in hdf5 and "make install" in hdf5 and "HDF5_MPI=ON" in hdf5, hdf5
+        assert "h5py" in hdf5 and "`ckptio-install-parallel hdf5`" in hdf5 and "make install" in hdf5, hdf5
+        assert "`HDF5_PKGCONFIG_NAME=hdf5-openmpi ckptio-install-parallel hdf5`" in hdf5, hdf5  # Debian, exactly
         if "pnetcdf" in block:
             assert "CapabilityError" in writes["pnetcdf"].split("|")[0], writes["pnetcdf"]
-            assert "pip install" in writes["pnetcdf"] and "make install" in writes["pnetcdf"], writes["pnetcdf"]
+            assert "`ckptio-install-parallel pnetcdf`" in writes["pnetcdf"], writes["pnetcdf"]
         else:
             assert writes["pnetcdf"] == "write pnetcdf OK"
     assert not list(checkpoints.glob("new_hdf5*")) and not list(checkpoints.glob(".new_hdf5*"))

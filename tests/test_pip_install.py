@@ -2,12 +2,14 @@
 usual sources, no editable install, no ci/install.sh), then a native-backend checkpoint written and read under
 mpirun from that venv and `ckptio inspect --verify`; `ckptio-install-parallel` prints the exact commands that make
 the HDF5 and PnetCDF backends writable, or names what to set; it patches pnetcdf-python's sources so they compile
-against Open MPI; and (slow) it builds pnetcdf-python into the fresh venv, which then writes a PnetCDF checkpoint.
+against Open MPI; the install writes nothing into the source tree; the `[xarray]` extra brings an engine for the
+files themselves; and (slow) it builds pnetcdf-python into the fresh venv, which then writes a PnetCDF checkpoint.
 
 Measured on the 2-core reference machine under load: the venv and the install ~20 s; the pnetcdf build ~100 s."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -37,17 +39,26 @@ def run(cmd: list[str], timeout: float = 600, env: dict[str, str] | None = None)
                           env=env if env is not None else mpi_env(), cwd="/")
 
 
+def tree(root: Path) -> dict[str, int]:
+    """Every file and directory under ``root`` (relative path -> size, -1 for a directory)."""
+    return {p.relative_to(root).as_posix(): (-1 if p.is_dir() else p.stat().st_size) for p in root.rglob("*")}
+
+
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory) -> Path:
-    """A fresh venv with ckptio pip-installed from a copy of the source tree (the build writes build/ and
-    *.egg-info next to the sources: never into the repository)."""
+    """A fresh venv with ckptio pip-installed from a copy of the source tree (a copy, so that the test runs on
+    a tree with no build products whatever the repository holds). The install must leave that tree exactly as it
+    was: no build/, no ckptio.egg-info (issue 27, item 7: ci/build_backend.py builds in a temporary copy)."""
     d = tmp_path_factory.mktemp("pip_install")
     shutil.copytree(REPO, d / "src", ignore=NOT_SOURCE)
+    before = tree(d / "src")
     env = {k: v for k, v in mpi_env().items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     proc = run([sys.executable, "-m", "venv", str(d / "venv")], env=env)
     assert proc.returncode == 0, proc.stderr
     proc = run([str(d / "venv" / "bin" / "python"), "-m", "pip", "install", "-q", str(d / "src")], env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    after = tree(d / "src")
+    assert after == before, f"pip install wrote into the source tree: {sorted(set(after) ^ set(before))[:10]}"
     return d / "venv"
 
 
@@ -76,6 +87,7 @@ def test_a_pip_install_into_a_fresh_venv_writes_reads_and_verifies(venv, tmp_pat
     proc = run([str(venv / "bin" / "python"), "-m", "pip", "list", "--format=freeze"], env=venv_env(venv))
     installed = {line.split("==")[0].lower() for line in proc.stdout.split()}
     assert {"ckptio", "numpy", "mpi4py"} <= installed and "h5py" not in installed
+    assert not list(venv.parent.glob("src/*.egg-info")) and not (venv.parent / "src" / "build").exists()
     path = write_under_mpirun(venv, tmp_path, "mpiio")
     proc = run([str(venv / "bin" / "ckptio"), "convert", str(path), str(tmp_path / "x_hdf5_chk_0000"), "--to",
                 "flash"], env=venv_env(venv))  # no h5py in this venv: the command to run is named
@@ -97,8 +109,9 @@ def test_install_parallel_prints_the_exact_commands_or_names_what_to_set(venv):
     env = venv_env(venv)
     for k in ("HDF5_DIR", "HDF5_PKGCONFIG_NAME"):
         env.pop(k, None)
-    proc = run([tool, "hdf5", "--dry-run"], env=env)
-    assert proc.returncode == 2 and "set HDF5_DIR" in proc.stderr, proc.stderr
+    proc = run([tool, "hdf5", "--dry-run"], env=env)  # neither set: Debian's layout for Open MPI's mpicc
+    assert proc.returncode == 0, proc.stderr
+    assert "HDF5_MPI=ON CC=mpicc HDF5_PKGCONFIG_NAME=hdf5-openmpi " in proc.stdout, proc.stdout
     proc = run([tool, "pnetcdf", "--dry-run"], env=venv_env(venv, MPICC="/nonexistent/mpicc"))
     assert proc.returncode == 2 and "MPICC=/nonexistent/mpicc is not on PATH" in proc.stderr, proc.stderr
     proc = run([tool, "pnetcdf", "--dry-run"], env=venv_env(venv, PNETCDF_DIR="/nonexistent"))
@@ -144,3 +157,13 @@ def test_install_parallel_builds_pnetcdf_into_the_fresh_venv_and_it_writes(venv,
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "pnetcdf installed and checked" in proc.stdout
     write_under_mpirun(venv, tmp_path, "pnetcdf")
+
+
+def test_xarray_extra_brings_an_engine_for_hdf5_and_netcdf_checkpoints():
+    """``pip install ckptio[xarray]`` must bring an engine that opens the HDF5 and CDF-5 files themselves
+    (netCDF4 reads both; h5netcdf would read HDF5 only), not only xarray."""
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    names = {re.split(r"[<>=!~\[ ]", req, maxsplit=1)[0].lower() for req in extras["xarray"]}
+    assert {"xarray", "netcdf4"} <= names, extras["xarray"]

@@ -1,4 +1,5 @@
-"""``ckptio dump PATH VAR [--slice "3:5,:,0"]``: print one variable (or a numpy-style slice of it) like numpy does.
+"""``ckptio dump PATH VAR [--slice "3:5,:,0"]``: print one variable (or a numpy-style slice of it) like numpy does,
+after a header with its dtype, shape, dimension names and attributes (``units``, ...; ``--json``: ``dims``, ``attrs``).
 
 Only the bounding box of the slice is read (one process, COMM_SELF); steps and integer indices are applied to
 it afterwards. Exit: 0 printed, 1 damaged checkpoint, 2 missing file / not a checkpoint / unknown variable /
@@ -109,14 +110,18 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_DIFFERENT
     except (CheckpointError, OSError) as exc:
         return error_exit(NAME, exc)
+    dims, attrs = list(info.dims), dict(info.attrs)
     if args.json:
         json.dump({"path": args.path, "variable": args.variable, "dtype": str(info.dtype),
-                   "shape": list(info.shape), "slice": args.slice_text, "data": jsonable(np.asarray(data))},
-                  sys.stdout)
+                   "shape": list(info.shape), "dims": dims, "attrs": attrs, "slice": args.slice_text,
+                   "data": jsonable(np.asarray(data))}, sys.stdout)
         print()
         return EXIT_OK
     where = f"[{args.slice_text}]" if args.slice_text else ""
-    print(f"{args.variable}{where}  dtype {info.dtype}  shape {np.shape(data)} (of {info.shape})")
+    print(f"{args.variable}{where}  dtype {info.dtype}  shape {np.shape(data)} (of {info.shape})"
+          + (f"  dims ({', '.join(dims)})" if dims else ""))
+    if attrs:
+        print("attributes  " + ", ".join(f"{k}={v!r}" for k, v in attrs.items()))
     opts = {"threshold": sys.maxsize} if args.full else {}
     print(np.array2string(np.asarray(data), separator=", ", **opts))
     return EXIT_OK

@@ -5,9 +5,12 @@ A file is listed when its name has a step (``{stem}_{digits}{suffix}``, ckptio.c
 a ckptio temporary (``.{name}.ckptio-tmp-{hex}``: a write in progress or interrupted), or when its content is in
 a checkpoint format whatever its name. Statuses: ``valid``, ``valid+verified`` (``--verify``), ``superseded``
 (a later run restarted from an older step; ckptio.latest never chooses it), ``incomplete``, ``corrupt``,
-``unsupported version``, ``temporary``, ``not a checkpoint``. The newest valid checkpoint of each series
-(exactly what ``ckptio.latest(DIR, prefix)`` returns, given the same ``--verify``) is marked ``*``.
-Exit: 0 listed, 1 some checkpoint is damaged, 2 DIR missing or not a directory. One process, no MPI.
+``unsupported version``, ``temporary``, ``unreadable here`` (a valid structure this installation cannot read,
+e.g. an HDF5 feature that needs h5py), ``not a ckptio checkpoint`` (any other file with a step-like name, e.g. a
+plain HDF5 or netCDF file such as the FLASH file ``convert --to flash`` writes: the same words ``inspect`` uses).
+The newest valid checkpoint of each series (exactly what ``ckptio.latest(DIR, prefix)`` returns, given the same
+``--verify``) is marked ``*``. Exit: 0 listed, 1 some checkpoint is damaged (incomplete, corrupt, unsupported
+version: never a file that is not a ckptio checkpoint), 2 DIR missing or not a directory. One process, no MPI.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 from ..catalog import _TEMP, SEQ_ATTR, list_directory, superseded
 from ..catalog import Entry as CatalogEntry
 from ..errors import (
+    CapabilityError,
     CheckpointError,
     CorruptCheckpointError,
     FormatVersionError,
@@ -34,6 +38,7 @@ from .common import EXIT_DIFFERENT, EXIT_OK, error_exit, guarded, progress
 NAME = "ls"
 STEP_NAME = re.compile(r"(?P<stem>.+_)(?P<step>[0-9]+)(?P<suffix>(\.[A-Za-z0-9]+)?)")
 VALID = ("valid", "valid+verified")
+NOT_CKPTIO = "not a ckptio checkpoint"  # = ckptio.cli.NOT_CKPTIO, inspect's status for the same files
 DAMAGED = ("incomplete", "corrupt", "unsupported version")
 
 
@@ -48,8 +53,11 @@ def examine(path: str, verify: bool) -> dict[str, Any]:
     except CorruptCheckpointError as exc:
         info.update(format=getattr(exc, "backend", None), status="corrupt", error=str(exc))
         return info
-    except (UnknownFormatError, OSError) as exc:
-        info.update(status="not a checkpoint", error=str(exc))
+    except UnknownFormatError as exc:
+        info.update(status=NOT_CKPTIO, error=str(exc))
+        return info
+    except OSError as exc:  # e.g. no permission to read it
+        info.update(status="unreadable", error=str(exc))
         return info
     info["format"] = backend.name
     try:
@@ -59,6 +67,12 @@ def examine(path: str, verify: bool) -> dict[str, Any]:
             if problems:
                 more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
                 raise CorruptCheckpointError(f"{problems[0]}{more}")
+    except UnknownFormatError as exc:  # the format's container, not written by ckptio (plain HDF5/netCDF): no damage
+        info.update(status=NOT_CKPTIO, error=str(exc))  # format: the container's, as inspect shows it
+        return info
+    except CapabilityError as exc:  # a valid structure the built-in reader does not implement: not damage
+        info.update(status="unreadable here", error=str(exc))
+        return info
     except IncompleteCheckpointError as exc:
         info.update(status="incomplete", error=str(exc))
         return info
@@ -97,7 +111,7 @@ def list_run(directory: str, verify: bool = False) -> list[dict[str, Any]]:
                              "interrupted)")
             continue
         row.update(examine(row["path"], verify))
-    rows = [r for r in rows if r["series"] is not None or r["temporary"] or r["status"] != "not a checkpoint"]
+    rows = [r for r in rows if r["series"] is not None or r["temporary"] or r["status"] != NOT_CKPTIO]
     for row in rows:
         attrs = row.get("attrs") or {}
         row["time"] = attrs.get("time")

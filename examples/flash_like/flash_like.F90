@@ -462,10 +462,12 @@ contains
     if (batch) call ckptio_should_exit(MPI_COMM_WORLD, leave)
     path = ' '
     if (restart .or. resume) then
-       call ckptio_latest(MPI_COMM_WORLD, trim(outdir), path, prefix=CHECKPOINT_PREFIX // '_')
+       ! checksums verified, falling back past a corrupt or incomplete newest checkpoint (as the Python driver's
+       ! Series.latest); ckptio_latest would only check completeness, and a corrupt newest one would abort the restart
+       call ckptio_latest_verified(MPI_COMM_WORLD, trim(outdir), path, prefix=CHECKPOINT_PREFIX // '_')
        if (len_trim(path) == 0 .and. restart) then
           if (rank == 0) write (error_unit, '(a)') 'flash_like: --restart given but ' // trim(outdir) // &
-               ' holds no complete checkpoint'
+               ' holds no complete checkpoint whose checksums verify'
           rc = 1
           return
        end if
