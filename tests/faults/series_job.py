@@ -2,9 +2,10 @@
 
 Every rank prints ``OK <rank>`` when its checks passed; a failed check raises (the job exits non-zero). Cases:
 
-    identityless DIR MODE KEEP   chk_10/20/30 by ckptio.create (no series identity); a Series(keep=KEEP) run
-                                 restarts from 20 and writes 21, 22, 23: each survives its own commit, 30 is
-                                 abandoned, latest() is the run's own newest
+    identityless DIR MODE KEEP [BACKEND]
+                                 chk_10/20/30 by ckptio.create (no series identity); a Series(keep=KEEP) run
+                                 (MODE sync, async or staged) restarts from 20 and writes 21, 22, 23: each
+                                 survives its own commit, 30 is abandoned, latest() is the run's own newest
     copied DIR                   a checkpoint copied in from another run's series never supersedes this run's
                                  newer ones, and retention never deletes it
     legacy DIR                   checkpoints with an older ckptio's counter attribute continue as before
@@ -71,11 +72,12 @@ def on_root(fn) -> None:
     comm.Barrier()
 
 
-def identityless(d: str, mode: str, keep: str) -> None:
+def identityless(d: str, mode: str, keep: str, backend: str = "mpiio") -> None:
     keep_n = int(keep)
     for step in (10, 20, 30):
-        write(os.path.join(d, f"chk_{step:06d}"), step)
-    series = ckptio.Series(d, comm, keep=keep_n, mode=mode)
+        write(os.path.join(d, f"chk_{step:06d}"), step, backend=backend)
+    options = {"stage_dir": d + "-stage"} if mode == "staged" else {"mode": mode}
+    series = ckptio.Series(d, comm, keep=keep_n, backend=backend, **options)
     for step in (21, 22, 23):
         writer = write(series, step)
         writer.wait()

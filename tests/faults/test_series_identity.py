@@ -37,6 +37,15 @@ def test_checkpoints_without_identity_never_cost_the_run_its_own_new_ones(nprocs
 
 @pytest.mark.mpi
 @pytest.mark.timeout(180)
+@pytest.mark.parametrize(("mode", "backend"), [("staged", "mpiio"), ("sync", "hdf5"), ("sync", "pnetcdf"),
+                                               ("async", "hdf5")])
+def test_checkpoints_without_identity_in_every_backend_and_staged(mode, backend, tmp_path):
+    """Critical 1 where the series identity is stored by the HDF5 and netCDF formats, and with staged drains."""
+    run_case(3, "identityless", tmp_path, mode, "1", backend)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(180)
 @pytest.mark.parametrize("nprocs", [1, 2, 4])
 def test_a_checkpoint_copied_from_another_run_supersedes_nothing_and_is_never_deleted(nprocs, tmp_path):
     """Critical 2: another series' chk_000040 copied into a directory with 60/70/80."""
