@@ -57,6 +57,7 @@ from typing import Any
 
 from . import async_io, catalog, coord, lease, staging
 from .errors import CheckpointIOError, DeclarationError
+from .model.agreement import first_difference
 from .model.series_record import SeriesRecord
 from .writer import Writer, check_write_options
 
@@ -120,12 +121,12 @@ class Series:
                     "stage_dir": os.path.abspath(self.stage_dir) if self.stage_dir else None}
 
         def check_and_make(gathered: list[dict[str, Any]]) -> bool:
-            for key in gathered[0]:
-                differ = [r for r, g in enumerate(gathered) if g[key] != gathered[0][key]]
-                if differ:
-                    raise DeclarationError(f"Series: {key} differs between ranks (rank 0: {gathered[0][key]!r}, "
-                                           f"rank {differ[0]}: {gathered[differ[0]][key]!r}); construct the Series "
-                                           "with the same arguments on every rank")
+            found = first_difference(gathered)
+            if found is not None:
+                key, rank = found
+                raise DeclarationError(f"Series: {key} differs between ranks (rank 0: {gathered[0][key]!r}, rank "
+                                       f"{rank}: {gathered[rank][key]!r}); construct the Series with the same "
+                                       "arguments on every rank")
             if os.path.isdir(self.directory):
                 return False
             if must_exist:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import DeclarationError
+from .model.agreement import first_difference
 
 
 @dataclass(frozen=True)
@@ -111,9 +112,9 @@ def collective_snapshot(environ: Mapping[str, str] | None = None) -> dict[str, s
 
 def check_same(snapshots: list[Mapping[str, str]], where: str) -> None:
     """Rank 0: DeclarationError naming the first variable whose value differs between ranks."""
-    for name in snapshots[0]:
-        differ = [r for r, s in enumerate(snapshots) if s[name] != snapshots[0][name]]
-        if differ:
-            raise DeclarationError(f"{where}: {name} differs between ranks (rank 0: {snapshots[0][name]!r}, rank "
-                                   f"{differ[0]}: {snapshots[differ[0]][name]!r}); it changes what the collective "
-                                   "I/O does, so every rank must see the same value (export it to the whole job)")
+    found = first_difference(snapshots)
+    if found is not None:
+        name, rank = found
+        raise DeclarationError(f"{where}: {name} differs between ranks (rank 0: {snapshots[0][name]!r}, rank "
+                               f"{rank}: {snapshots[rank][name]!r}); it changes what the collective I/O does, so "
+                               "every rank must see the same value (export it to the whole job)")

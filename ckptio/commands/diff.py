@@ -139,6 +139,11 @@ def diff_variable(sa: Source, sb: Source, name: str, rtol: float, atol: float,
         with np.errstate(divide="ignore", invalid="ignore"):
             rel = np.where(ref > 0, absdiff[differ] / np.where(ref > 0, ref, 1), np.inf)
         out.max_rel = max(out.max_rel, float(rel.max()))
+    return _finished(out, problems)
+
+
+def _finished(out: VariableDiff, problems: list[str]) -> VariableDiff | None:
+    """A variable's outcome: its differing elements and problems (a message when only problems), or None."""
     out.notes = problems
     if out.count:
         return out
@@ -251,13 +256,7 @@ def diff_keyed(sa: Source, sb: Source, name: str, key: Key, rows: tuple[np.ndarr
             rel = np.where(ref > 0, absdiff[differ] / np.where(ref > 0, ref, 1), np.inf)
         out.max_rel = float(rel.max())
         problems.append(f"rows matched by --key {key}; first differing key {common[first].item()!r}")
-    out.notes = problems
-    if out.count:
-        return out
-    if problems:
-        out.message = "; ".join(problems)
-        return out
-    return None
+    return _finished(out, problems)
 
 
 def _attr_diff(a: dict[str, Any], b: dict[str, Any]) -> str:
