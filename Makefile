@@ -77,7 +77,7 @@ test-slow: install
 MATRIX_TESTS := tests/test_conformance.py tests/test_async_series.py::test_conformance_in_background_modes \
                 tests/test_mpi_stacks.py tests/test_aggregators_strace.py tests/test_bindings.py tests/faults
 test-matrix: install
-	CKPTIO_TEST_OVERSUBSCRIBED=8 $(PY) -m pytest $(MATRIX_TESTS) -m "not slow" $(PYTEST_FLAGS)
+	CKPTIO_TEST_OVERSUBSCRIBED=8 $(PY) -m pytest $(MATRIX_TESTS) -m "not slow and not stack_independent" $(PYTEST_FLAGS)
 
 # `make test-slurm`: tests/slurm under the Slurm of ci/slurm.sh (left running afterwards: `bash ci/slurm.sh down`).
 # Not in `make test` (tests/slurm/conftest.py collects them only when asked for). Its own --basetemp: the jobs'

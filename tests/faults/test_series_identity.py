@@ -15,6 +15,9 @@ from conftest import needs_root, tmpfs
 from mpi_helpers import mpi_env, run_mpi
 
 JOB = str(Path(__file__).with_name("series_job.py"))
+# Series timelines, retention and leases: rank 0's file logic, the same on every MPI-IO implementation. make test
+# runs them; make test-matrix (per MPI stack) runs the cases that go through MPI-IO, agreement or MPI_Finalize.
+STACK_INDEPENDENT = pytest.mark.stack_independent
 
 
 def run_case(nprocs: int, case: str, tmp_path: Path, *args: str) -> None:
@@ -24,6 +27,7 @@ def run_case(nprocs: int, case: str, tmp_path: Path, *args: str) -> None:
     assert proc.stdout.count("OK") == nprocs, proc.stdout + proc.stderr
 
 
+@STACK_INDEPENDENT
 @pytest.mark.mpi
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("keep", ["1", "2"])
@@ -35,6 +39,7 @@ def test_checkpoints_without_identity_never_cost_the_run_its_own_new_ones(nprocs
     run_case(nprocs, "identityless", tmp_path, mode, keep)
 
 
+@STACK_INDEPENDENT
 @pytest.mark.mpi
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize(("mode", "backend"), [("staged", "mpiio"), ("sync", "hdf5"), ("sync", "pnetcdf"),
@@ -44,6 +49,7 @@ def test_checkpoints_without_identity_in_every_backend_and_staged(mode, backend,
     run_case(3, "identityless", tmp_path, mode, "1", backend)
 
 
+@STACK_INDEPENDENT
 @pytest.mark.mpi
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("nprocs", [1, 2, 4])
@@ -52,12 +58,14 @@ def test_a_checkpoint_copied_from_another_run_supersedes_nothing_and_is_never_de
     run_case(nprocs, "copied", tmp_path)
 
 
+@STACK_INDEPENDENT
 @pytest.mark.mpi
 @pytest.mark.timeout(180)
 def test_an_older_ckptios_counter_still_orders_its_checkpoints(tmp_path):
     run_case(2, "legacy", tmp_path)
 
 
+@STACK_INDEPENDENT
 @pytest.mark.mpi
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("nprocs", [1, 2])
@@ -110,6 +118,7 @@ def test_a_checkpoint_replaced_after_open_is_a_clear_error_not_corruption(nprocs
     run_case(nprocs, "replaced", tmp_path, verify)
 
 
+@STACK_INDEPENDENT
 @pytest.mark.mpi
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("nprocs", [1, 2])
@@ -136,6 +145,7 @@ def _lease(d: Path) -> Path:
     return d / ".chk_.ckptio-lease"
 
 
+@STACK_INDEPENDENT
 @pytest.mark.mpi
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("stale", [False, True], ids=["live", "stale"])
@@ -172,6 +182,7 @@ def test_two_jobs_writing_one_series(stale, tmp_path):
     assert not _lease(d).exists()  # released at the holder's normal exit
 
 
+@STACK_INDEPENDENT
 @pytest.mark.mpi
 @pytest.mark.timeout(240)
 def test_a_killed_jobs_lease_blocks_another_job_but_not_its_requeue(tmp_path):
