@@ -55,7 +55,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from . import async_io, catalog, coord, lease, staging
+from . import async_io, batch, catalog, coord, lease, staging
 from .errors import CheckpointIOError, DeclarationError
 from .model.agreement import first_difference
 from .model.series_record import SeriesRecord
@@ -307,8 +307,6 @@ class Series:
         """Collective: True on every rank when the batch job should write its final checkpoint and leave (a
         warning signal on any rank, or less wall time left than this series' last checkpoint took plus
         ``margin``); see :func:`ckptio.batch.should_exit`. One small allreduce per call."""
-        from . import batch
-
         return batch.should_exit(self.comm, last_checkpoint=self._previous, margin=margin)
 
 
