@@ -49,12 +49,11 @@ import signal
 import subprocess
 import threading
 import time
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from . import coord
+from . import _warn, coord
 
 SQUEUE_TIMEOUT = 20.0  # seconds: a slurmctld that does not answer makes the time unknown, not the run hang
 
@@ -201,14 +200,14 @@ def lookup_end_time() -> float | None:
         try:
             return float(env)
         except ValueError:
-            warnings.warn(f"ckptio.batch: SLURM_JOB_END_TIME={env!r} is not a number; ignored", stacklevel=2)
+            _warn.warn(f"ckptio.batch: SLURM_JOB_END_TIME={env!r} is not a number; ignored")
     job = os.environ.get("SLURM_JOB_ID")
     if not job:
         return None
     squeue = shutil.which("squeue")
     if squeue is None:
-        warnings.warn("ckptio.batch: SLURM_JOB_ID is set but squeue is not on PATH: the job's end time is "
-                      "unknown, only the signals count", stacklevel=2)
+        _warn.warn("ckptio.batch: SLURM_JOB_ID is set but squeue is not on PATH: the job's end time is "
+                      "unknown, only the signals count")
         return None
     try:
         now = time.time()
@@ -218,8 +217,8 @@ def lookup_end_time() -> float | None:
             raise RuntimeError(out.stderr.strip() or f"exit status {out.returncode}, no output")
         left = parse_time_left(out.stdout.splitlines()[0])
     except (OSError, subprocess.TimeoutExpired, RuntimeError, ValueError) as exc:
-        warnings.warn(f"ckptio.batch: squeue -j {job} failed ({exc}): the job's end time is unknown, only the "
-                      "signals count", stacklevel=2)
+        _warn.warn(f"ckptio.batch: squeue -j {job} failed ({exc}): the job's end time is unknown, only the "
+                      "signals count")
         return None
     return None if left is None else now + left
 
