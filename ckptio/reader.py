@@ -365,8 +365,8 @@ class Reader:
 
         def load(gathered: list[tuple[dict[str, Any], int]]) -> dict[str, Any]:
             _check_same_options([g[0] for g in gathered])
-            before = file_identity(self.path)
             backend = detect_backend(self.path, thorough=True)  # one file, opened on purpose: diagnose damage
+            before = file_identity(self.path)  # (after detect_backend, which names a missing or unfollowable path)
             try:
                 meta = backend.read_metadata(self.path)
             except UnknownFormatError:  # an HDF5 or netCDF file some other program wrote: read it unchecked
