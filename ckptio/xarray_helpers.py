@@ -28,13 +28,13 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-#: ckptio's own variables in a netCDF checkpoint (format version 2): pass them as ``drop_variables=`` to
-#: ``xr.open_dataset`` (their ``ckptio_*`` dimensions then disappear too). HDF5 checkpoints keep theirs in the
-#: ``/ckptio`` group, which xarray does not show; dropping absent names is harmless.
+#: The variables ckptio keeps for itself in a netCDF checkpoint of format version 2. Pass them as
+#: ``drop_variables=`` to ``xr.open_dataset`` (their ``ckptio_*`` dimensions then disappear too). HDF5
+#: checkpoints keep theirs in the ``/ckptio`` group, which xarray does not show; dropping absent names is harmless.
 BOOKKEEPING: tuple[str, ...] = ("ckptio_blocks", "ckptio_block_checksums", "ckptio_metadata_checksum",
                                 "ckptio_complete", "ckptio_metadata")
 
-#: The prefix of ckptio's names: variable names starting with it are reserved; global attributes starting with
+#: The prefix of ckptio's names. Variable names starting with it are reserved; global attributes starting with
 #: it are ckptio's (see the module docstring).
 PREFIX = "ckptio"
 
