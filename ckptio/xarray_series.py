@@ -143,6 +143,9 @@ def _stacked_variables(readers: list[Any], paths: list[str], dim: str, dropped: 
     if unlike:
         raise ValueError(f"ckptio.open_series: variables not alike in every checkpoint: {', '.join(unlike)}; "
                          "leave them out with drop_variables= and read them per checkpoint with ckptio.open")
+    if dim in names:
+        raise ValueError(f"ckptio.open_series: a variable is named {dim!r}, like the series dimension: pass another "
+                         "dim=")
     locks = [threading.Lock() for _ in readers]
     out: dict[str, Any] = {}
     for name in names:

@@ -46,6 +46,8 @@ def write_job(root: str) -> None:
             if rank == 0:
                 ck.write("x", np.linspace(0.0, 1.0, NX), offset=(0,), global_shape=(NX,), dims=("x",))
             ck.write("tracer", np.arange(step // 10 + rank, dtype=np.float64), dims=("particle",))
+            if rank == 0:
+                ck.write("energy", np.array(step * 2.0), offset=(), global_shape=())
 
     for backend in BACKENDS:
         first = ckptio.Series(f"{root}/{backend}", comm, backend=backend, keep=10)
@@ -92,6 +94,7 @@ with ds:
     out["all"] = ds.dens.values.tolist()
     out["mean"] = ds.dens.mean(["block", "x"]).values.tolist()
     out["empty"] = list(ds.dens[2:2].shape)
+    out["energy"] = [list(ds.energy.dims), ds.energy.values.tolist(), ds.energy[1].values.tolist()]
 try:
     ckptio.open_series(sys.argv[1], prefix="chk")
     out["tracer_error"] = "no error"
@@ -144,6 +147,7 @@ def test_a_series_opens_as_a_step_dimension(series_root: Path, backend: str) -> 
     assert sorted(got["column_reads"]) == [["dens", "chk_000020"], ["dens", "chk_000035"]]  # 2 of 4 checkpoints
     np.testing.assert_allclose(got["mean"], want.mean(axis=(1, 2)))
     assert got["empty"] == [0, NB, NX]
+    assert got["energy"] == [["step"], [2.0 * s for s in TIMELINE], 40.0]  # a scalar per checkpoint
     assert "'tracer'" in got["tracer_error"] and "drop_variables=" in got["tracer_error"]
     assert "no checkpoint named nothing_<step>" in got["empty_error"]
 
