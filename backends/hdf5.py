@@ -24,7 +24,8 @@ File layout::
                              lengths stored in its global heap and a damaged one crashes the reader
     /ckptio/block_table      int64 (blocks, 2 + 2n): every block of every variable, ``variable, rank,
                              offset[0..n), shape[0..n)`` (attribute ``variables`` names the variable indices),
-    /ckptio/block_checksums  uint64 (blocks,): their xxh3-64; plain integer datasets, so plain HDF5 and
+    /ckptio/block_checksums  uint64 (blocks,): their xxh3-64 (attribute ``algorithm``; each table has its own
+                             ``description``); plain integer datasets, so plain HDF5 and
                              netCDF users see who wrote what (a copy: ckptio reads the document's). Layout
                              version 1 had a compound table per variable in /ckptio/blocks with the checksum as
                              a 16-character string, which netCDF-C 4.9 hides and 4.10 crashes on; version-1
@@ -69,7 +70,7 @@ import numpy as np
 
 from ckptio import coord, install_hints, memsel
 from ckptio import meta as metamod
-from ckptio.block_table import USER_TABLE_NOTE, user_table, user_table_shape
+from ckptio.block_table import USER_CHECKSUMS_NOTE, USER_TABLE_NOTE, user_table, user_table_shape
 from ckptio.errors import (
     CapabilityError,
     CheckpointError,
@@ -279,11 +280,12 @@ class _HDF5WriteSession(WriteSession):
         nrows, ncols = user_table_shape(self.variables)
         rows, sums = user_table(self.variables)[1:] if self.comm.Get_rank() == 0 else (None, None)
         self._tables: list[tuple[h5py.Dataset, np.ndarray | None]] = []
-        for key, shape, dtype, array in (("block_table", (nrows, ncols), np.int64, rows),
-                                         ("block_checksums", (nrows,), np.uint64, sums)):
+        for key, shape, dtype, array, note in (("block_table", (nrows, ncols), np.int64, rows, USER_TABLE_NOTE),
+                                               ("block_checksums", (nrows,), np.uint64, sums, USER_CHECKSUMS_NOTE)):
             dset = group.create_dataset(key, shape=shape, dtype=dtype, dcpl=_dcpl())
-            dset.attrs["description"] = USER_TABLE_NOTE
+            dset.attrs["description"] = note  # each its own (issue 27: the checksums carried the table's)
             self._tables.append((dset, array))
+        self._tables[1][0].attrs["algorithm"] = metamod.CHECKSUM_ALGORITHM  # as netCDF's ckptio_block_checksums
         names = list(self.variables)
         listed = " ".join(names)  # an attribute holds at most 64 KiB in the file's default object headers
         self._tables[0][0].attrs["variables"] = (

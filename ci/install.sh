@@ -77,7 +77,7 @@ WHEELS="pip==26.3 setuptools==84.2.1 wheel==0.48.0
         cftime==1.6.6.1 certifi==2026.10.18 tqdm==4.70.1
         Cython==3.3.1 pkgconfig==1.6.0 packaging==26.3 setuptools-scm==10.3.4
         yt==4.4.3 unyt==3.2.0 sympy==1.14.0 mpmath==1.3.0 cmyt==2.0.4 ewah-bool-utils==1.3.2 more-itertools==11.2.1
-        tomli-w==1.2.0 typing-extensions==4.16.0
+        tomli-w==1.2.0 typing-extensions==4.16.0 h5netcdf==1.8.1
         sphinx==9.0.4 myst-parser==5.2.0 docutils==0.22.4 markdown-it-py==4.3.0 mdit-py-plugins==0.7.0"
 APT_MPICH="mpich libmpich-dev libhdf5-mpich-dev dpkg-dev autoconf automake libtool"
 APT_PKGS="openmpi-bin libopenmpi-dev gfortran libhdf5-openmpi-dev libpnetcdf-dev pnetcdf-bin libnetcdf-mpi-dev

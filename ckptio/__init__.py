@@ -28,6 +28,7 @@ from .pagealign import empty
 from .reader import Reader, VariableInfo
 from .series import Series
 from .writer import Writer
+from .xarray_series import open_series
 
 __all__ = [
     "CapabilityError",
@@ -52,5 +53,6 @@ __all__ = [
     "empty",
     "latest",
     "open",
+    "open_series",
     "wait_all",
 ]

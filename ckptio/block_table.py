@@ -277,6 +277,8 @@ USER_TABLE_NOTE = ("one row per block: variable (index into the attribute 'varia
                    "variable; fewer are padded with offset 0, shape 1). The checksums are xxh3_64 of each block's "
                    "elements in C order, unsigned 64-bit. A copy for users of the file; ckptio reads its "
                    "metadata document.")
+USER_CHECKSUMS_NOTE = ("the xxh3_64 of each block's elements in C order, unsigned 64-bit: one per row of the block "
+                       "table, in its order. A copy for users of the file; ckptio reads its metadata document.")
 
 
 def user_table(variables: Mapping[str, Any]) -> tuple[list[str], np.ndarray, np.ndarray]:

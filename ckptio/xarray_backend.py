@@ -6,7 +6,8 @@ variable becomes a lazily indexed xarray variable along its dimensions (declared
 ``<name>_d0, ...``) with its attributes; the checkpoint's attributes are the Dataset's. Values are read on
 demand through :class:`ckptio.lazy.LazyVariable` (hyperslabs, checksums verified unless ``verify=False``), so
 ``ds.dens[3:5]`` reads two blocks, not the file. Only the user's variables appear: no block tables, no
-metadata document. A 1-D variable named like its dimension becomes an index coordinate (read at open, as
+metadata document, no ``ckptio*`` global attribute (``ckptio_series_seq`` of older files: see
+:mod:`ckptio.xarray_helpers`). A 1-D variable named like its dimension becomes an index coordinate (read at open, as
 xarray does for every backend).
 
 xarray imports this module whenever it lists its engines, so it imports neither ckptio's reader nor MPI
@@ -57,6 +58,7 @@ class CkptioBackendEntrypoint(BackendEntrypoint):
         import xarray as xr
 
         import ckptio
+        from ckptio.xarray_helpers import user_attrs
 
         if not isinstance(filename_or_obj, str | os.PathLike):
             raise TypeError(f"engine='ckptio' opens a checkpoint by its path, not a {type(filename_or_obj).__name__}")
@@ -70,7 +72,7 @@ class CkptioBackendEntrypoint(BackendEntrypoint):
                     continue
                 data = indexing.LazilyIndexedArray(CkptioBackendArray(reader[name], lock))
                 variables[name] = xr.Variable(info.dims, data, attrs=dict(info.attrs))
-            dataset = xr.Dataset(variables, attrs=dict(reader.attrs))
+            dataset = xr.Dataset(variables, attrs=user_attrs(reader.attrs))
         except BaseException:
             reader.close()
             raise
