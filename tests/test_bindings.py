@@ -103,7 +103,7 @@ import sys
 from mpi4py import MPI
 import ckptio
 first, *others = sys.argv[1:]
-SERIES_ONLY = "ckptio_series_seq"  # the commit sequence number a ckptio.Series adds (the Fortran code has none)
+SERIES_ONLY = "ckptio_series_seq"  # the commit counter an older ckptio.Series added as an attribute (Fortran: none)
 with ckptio.open(first, MPI.COMM_SELF) as a:
     ref = {n: a.read(n) for n in a.variables}
     attrs = {k: v for k, v in a.attrs.items() if k != SERIES_ONLY}
