@@ -7,17 +7,20 @@ interval between its commits), taken when its first checkpoint starts and checke
 its checkpoints is renamed onto its name:
 
 * **Taking it.** The holder is a process (all Series objects of one program are one writer) or a batch job. A
-  lease of another holder that is *live* (refreshed less than ``max(MIN_STALE, 3 x its commit
-  interval)`` ago) refuses the new writer with a :class:`~ckptio.CheckpointIOError` naming the holder. Ages are
-  measured on the file system's own clock (the lease's mtime against a probe file's, both set by the same
-  server), never against a node's clock. A lease of the same batch job (a requeued Slurm job keeps its
-  ``SLURM_JOB_ID``) is taken over at once: the previous incarnation is gone. A stale lease (a killed job) is
-  taken over.
+  lease whose holder is known to be gone is taken over at once: its process no longer exists (the lease was
+  written on this host), or Slurm says its job is no longer running (``squeue``, where the lease names a Slurm job
+  and ``squeue`` answers). Otherwise a lease of another holder that is *live* (refreshed less than
+  ``max(MIN_STALE, 3 x its commit interval)`` ago) refuses the new writer with a :class:`~ckptio.CheckpointIOError`
+  naming the holder. Ages are measured on the file system's own clock (the lease's mtime against a probe file's,
+  both set by the same server), never against a node's clock. A lease of the same batch job (a requeued Slurm
+  job keeps its ``SLURM_JOB_ID``) is taken over at once: the previous incarnation is gone. A stale lease (a killed
+  job elsewhere) is taken over.
 * **Holding it.** Rewritten after each commit (its mtime is the heartbeat). If another writer took it meanwhile
   (it found the lease stale), the next checkpoint of the old holder fails before its rename, on every rank,
   naming the new holder: nothing of the new writer is replaced.
 * **Releasing it.** Removed at the process's normal exit if still held. A job killed with SIGKILL leaves it; the
-  next job of another id waits for staleness or removes the file (the error says which file).
+  next job takes it over at once where the holder is known to be gone (above), else after staleness or when the
+  file is removed (the error says which file).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import atexit
 import json
 import os
 import socket
+import subprocess
 import tempfile
 from dataclasses import asdict, dataclass
 
@@ -42,11 +46,12 @@ class Lease:
     pid: int
     job: str | None
     interval: float | None = None  # seconds between the holder's last two commits
+    start: int | None = None  # the holder process's start time (Linux: clock ticks after boot), against pid reuse
 
     @classmethod
     def mine(cls, run: str) -> Lease:
         job = next((os.environ[v] for v in JOB_ID_VARIABLES if os.environ.get(v)), None)
-        return cls(run, socket.gethostname(), os.getpid(), job)
+        return cls(run, socket.gethostname(), os.getpid(), job, None, _process_start(os.getpid()))
 
     def same_holder(self, other: Lease) -> bool:
         """The same writer: the same process (several Series objects of one program are one writer, it orders
@@ -70,7 +75,7 @@ def _read(path: str) -> tuple[Lease | None, int]:
             data = json.load(f)
             mtime = os.fstat(f.fileno()).st_mtime_ns
         return Lease(str(data["run"]), str(data["host"]), int(data["pid"]), data.get("job"),
-                     data.get("interval")), mtime
+                     data.get("interval"), data.get("start")), mtime
     except (OSError, ValueError, KeyError, TypeError):
         return None, 0
 
@@ -100,11 +105,55 @@ def _file_system_now(directory: str) -> int:
         os.unlink(probe)
 
 
+def holder_gone(held: Lease) -> bool:
+    """Local: whether ``held``'s writer is known to have ended (False when it cannot be told from here)."""
+    if held.host == socket.gethostname():
+        try:
+            os.kill(held.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        state = _process_state(held.pid)
+        if state == "Z" or (held.start is not None and _process_start(held.pid) not in (None, held.start)):
+            return True  # exited, not yet reaped (a killed MPI job's rank), or the pid now names another process
+    if held.job and os.environ.get("SLURM_JOB_ID"):  # inside a Slurm job: ask Slurm for the holder's job
+        try:
+            proc = subprocess.run(["squeue", "-h", "-j", str(held.job), "-o", "%T"], capture_output=True, text=True,
+                                  timeout=20, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return False
+        state = proc.stdout.strip()
+        if proc.returncode != 0:
+            return "Invalid job id" in proc.stderr  # purged from Slurm's memory: long gone
+        return state not in ("RUNNING", "COMPLETING", "SUSPENDED", "STOPPED")
+    return False
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (Linux), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _process_state(pid: int) -> str | None:
+    fields = _proc_stat(pid)
+    return fields[0] if fields else None
+
+
+def _process_start(pid: int) -> int | None:
+    fields = _proc_stat(pid)
+    return int(fields[19]) if fields and len(fields) > 19 else None
+
+
 def acquire(path: str, mine: Lease) -> None:
     """Rank 0, inside an agreed phase: take the lease for ``mine`` or raise CheckpointIOError naming its live
     holder."""
     held, mtime = _read(path)
-    if held is not None and not held.same_holder(mine):
+    if held is not None and not held.same_holder(mine) and not holder_gone(held):
         age = (_file_system_now(os.path.dirname(path)) - mtime) / 1e9
         stale = max(MIN_STALE, 3 * (held.interval or 0.0))
         if age < stale:

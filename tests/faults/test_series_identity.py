@@ -185,16 +185,28 @@ def test_two_jobs_writing_one_series(stale, tmp_path):
 @STACK_INDEPENDENT
 @pytest.mark.mpi
 @pytest.mark.timeout(240)
-def test_a_killed_jobs_lease_blocks_another_job_but_not_its_requeue(tmp_path):
-    """A job that died without its exit handlers leaves its lease: another job is refused; the same batch job,
-    requeued (same SLURM_JOB_ID), takes it over at once."""
+def test_a_dead_holders_lease_is_taken_over_and_a_live_one_elsewhere_refuses(tmp_path, monkeypatch):
+    """A job that died without its exit handlers leaves its lease: on its host, where its process is gone, the next
+    job takes it over at once. A fresh lease of a holder on another host (whose liveness cannot be seen from here)
+    refuses another job, and is taken over at once by the same batch job, requeued (same job id)."""
+    import json
+    import os
+
     d, ctl = tmp_path / "run", tmp_path / "ctl"
     d.mkdir()
     ctl.mkdir()
     (ctl / "a").touch()
-    run_mpi(2, [JOB, "lease_dead", str(d)], env={"SLURM_JOB_ID": "4242"}, timeout=120, check=False)
+    for name in ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "FLUX_JOB_ID", "COBALT_JOBID"):
+        monkeypatch.delenv(name, raising=False)  # (an empty SLURM_JOB_ID crashes Open MPI's mpirun)
+    env: dict[str, str] = {}
+    run_mpi(2, [JOB, "lease_dead", str(d)], timeout=120, check=False)
     assert _lease(d).exists()
-    proc = run_mpi(2, [JOB, "lease_b", str(d), str(ctl), "refused"], env={"SLURM_JOB_ID": "4243"}, timeout=120)
+    proc = run_mpi(2, [JOB, "lease_b", str(d), str(ctl), "took"], env=env, timeout=120)
     assert proc.stdout.count("OK") == 2, proc.stdout + proc.stderr
-    proc = run_mpi(2, [JOB, "lease_b", str(d), str(ctl), "took"], env={"SLURM_JOB_ID": "4242"}, timeout=120)
+    (d / "chk_000010").unlink()
+    elsewhere = {"run": "f" * 32, "host": "another-node", "pid": os.getpid(), "job": "4242", "interval": 60.0}
+    _lease(d).write_text(json.dumps(elsewhere))
+    proc = run_mpi(2, [JOB, "lease_b", str(d), str(ctl), "refused"], env={**env, "PBS_JOBID": "4243"}, timeout=120)
+    assert proc.stdout.count("OK") == 2, proc.stdout + proc.stderr
+    proc = run_mpi(2, [JOB, "lease_b", str(d), str(ctl), "took"], env={**env, "SLURM_JOB_ID": "4242"}, timeout=120)
     assert proc.stdout.count("OK") == 2, proc.stdout + proc.stderr
