@@ -181,7 +181,11 @@ wait_healthy() {  # up to $1 seconds for HEALTH_OK with every OSD up and the MDS
 }
 
 do_mount() {
-  mounted && return 0
+  if mounted; then
+    timeout 10 stat -t "$MNT/." >/dev/null 2>&1 && return 0
+    log "$MNT is mounted but does not answer (its ceph-fuse client is gone): remounting"
+    umount -l "$MNT" 2>/dev/null || fusermount -uz "$MNT" 2>/dev/null || true
+  fi
   mkdir -p "$MNT"
   ceph-fuse -c "$CONF" -n client.admin -k "$D/admin.keyring" --client_fs "$FS" "$MNT" >/dev/null 2>"$D/log/ceph-fuse.err" \
     || { cat "$D/log/ceph-fuse.err" >&2; die "ceph-fuse could not mount $MNT"; }
