@@ -17,7 +17,7 @@ temporary). After the bad reads, the same reader still reads correctly.
 from __future__ import annotations
 
 import pytest
-from conftest import NPROCS, assert_every_rank_failed, run_job
+from conftest import NPROCS, assert_every_rank_failed, require_backend, run_job
 
 # case -> the name its error messages must contain (the variable or the attribute)
 DECLARATION_CASES = {
@@ -42,8 +42,6 @@ LAST = NPROCS - 1
 
 @pytest.fixture(scope="module", params=("mpiio", "hdf5", "pnetcdf"))
 def outcomes(request, tmp_path_factory) -> dict[str, dict[int, dict]]:
-    from conftest import require_backend
-
     require_backend(request.param)
     work = tmp_path_factory.mktemp(f"declare_{request.param}")
     result = run_job(["declare", str(work), request.param], work, timeout=240)
