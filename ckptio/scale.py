@@ -322,7 +322,7 @@ def write_control_plane(ranks: int, total_bytes: int, nvars: int = 24, ranks_per
                   zip(segment_starts(variables, ranks), backend.layout_shares(layout, ranks), strict=True)]
         reports = [pickle.loads(r) for r in reported]
         me = SimpleNamespace(hints={"striping_factor": "80", "striping_unit": str(stripe_unit)}, attrs={},
-                             backend=backend, _prepare_seconds=0.0)
+                             backend=backend, _prepare_seconds=0.0, series_record=None)
         doc = Writer._build_meta(me, variables, reports, {}, {}, {})
         light = pickle.dumps(light_copy(doc), pickle.HIGHEST_PROTOCOL)
         document = metamod.dumps(doc)
