@@ -131,7 +131,12 @@ class WriteOptions:
 
     @property
     def compression_text(self) -> str | None:
-        return None if self.compression is None else ":".join(map(str, self.compression))
+        return compression_text(self.compression)
+
+
+def compression_text(compression: tuple[str, int] | None) -> str | None:
+    """``("zstd", 3)`` -> ``"zstd:3"`` (what ranks compare, and what the stored codec names say); None -> None."""
+    return None if compression is None else ":".join(map(str, compression))
 
 
 def check_write_options(nprocs: int, backend: str, hints: Mapping[str, Any] | None, compression: object,
@@ -332,7 +337,7 @@ class Writer:
         return {"settings": settings.collective_snapshot(), "backend": self.backend.name, "mode": self.mode,
                 "path": os.path.abspath(self.path),
                 "stage_dir": None if self.stage_dir is None else os.path.abspath(self.stage_dir),
-                "compression": None if self.compression is None else ":".join(map(str, self.compression))}
+                "compression": compression_text(self.compression)}
 
     def _close_chosen(self) -> None:
         background = (self.mode == "async" or self.stage_dir is not None)

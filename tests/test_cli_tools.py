@@ -369,6 +369,29 @@ def test_stream_and_diff_detect_a_damaged_block_split_into_pieces(run, tmp_path)
     assert not (tmp_path / "out.h5").exists() and not [p for p in os.listdir(tmp_path) if "ckptio" in p]
 
 
+def test_ls_marks_superseded_checkpoints_of_a_series_identity_like_latest(tmp_path):
+    """The same with today's Series, which records its identity in the document (not the old attribute): a rerun
+    from step 90 after step 100 existed supersedes 100 in `ckptio ls` as in ckptio.latest."""
+    script = tmp_path / "series.py"
+    script.write_text("""
+import sys, numpy as np, ckptio
+from mpi4py import MPI
+for first, steps in ((90, (90, 100)), (95, (95,))):
+    series = ckptio.Series(sys.argv[1], MPI.COMM_SELF, keep=10)
+    for step in steps:
+        with series.create(step) as ck:
+            ck.write("x", np.arange(4.0), offset=(0,), global_shape=(4,))
+print(ckptio.latest(sys.argv[1]))
+""")
+    latest = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
+                            env=mpi_env(), timeout=120, check=True).stdout.strip()
+    assert latest == str(tmp_path / "chk_000095")
+    rows = {r["name"]: r for r in json.loads(ckptio("ls", str(tmp_path), "--json").stdout)["files"]}
+    assert rows["chk_000100"]["status"] == "superseded" and rows["chk_000100"]["error"] == "by chk_000095"
+    assert [n for n, r in rows.items() if r["newest_valid"]] == ["chk_000095"]
+    assert all("_identity" not in r for r in rows.values())
+
+
 def test_ls_marks_superseded_checkpoints_like_latest(tmp_path):
     """A run that restarted from step 90 after step 100 existed wrote chk_000095 later (higher series sequence):
     chk_000100 is superseded and chk_000095 is the newest valid, as ckptio.latest says. One process, no mpirun."""

@@ -23,7 +23,7 @@ import stat
 import sys
 from typing import Any
 
-from ..catalog import _TEMP, SEQ_ATTR, list_directory, superseded
+from ..catalog import _TEMP, describe, list_directory, superseded
 from ..catalog import Entry as CatalogEntry
 from ..errors import (
     CapabilityError,
@@ -83,7 +83,7 @@ def examine(path: str, verify: bool) -> dict[str, Any]:
         info.update(status="corrupt", error=str(exc))
         return info
     info.update(status="valid+verified" if verify else "valid", attrs=meta.get("attrs", {}),
-                nprocs=meta.get("nprocs"), created=meta.get("created"))
+                nprocs=meta.get("nprocs"), created=meta.get("created"), _identity=meta.get("series"))
     return info
 
 
@@ -118,6 +118,8 @@ def list_run(directory: str, verify: bool = False) -> list[dict[str, Any]]:
         if row["step"] is None and isinstance(attrs.get("step"), int):
             row["step"] = attrs["step"]
     _mark_timeline(rows)
+    for row in rows:
+        row.pop("_identity", None)  # read for the timeline only
     rows.sort(key=lambda r: (r["series"] or "~", r["step"] if r["step"] is not None else -1, r["name"]))
     return rows
 
@@ -130,12 +132,17 @@ def _mark_timeline(rows: list[dict[str, Any]]) -> None:
             series.setdefault(row["series"], []).append(row)
     for members in series.values():
         entries = {}
-        for r in members:
-            seq = None
+        for r in members:  # the timeline as ckptio.latest sees it: catalog.describe reads the series identity
+            entry = CatalogEntry(r["path"], r["step"], None, r["mtime_ns"])
             if r["status"] in VALID:
-                value = (r.get("attrs") or {}).get(SEQ_ATTR, 0)
-                seq = value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-            entries[r["path"]] = CatalogEntry(r["path"], r["step"], seq, r["mtime_ns"])
+                document = {"attrs": r.get("attrs") or {}, "created": r.get("created")}
+                if r.get("_identity") is not None:
+                    document["series"] = r["_identity"]
+                try:
+                    describe(entry, document)
+                except ValueError:  # a damaged series record: like latest(), such a file is never chosen
+                    pass
+            entries[r["path"]] = entry
         gone = superseded(list(entries.values()))
         for r in members:
             if r["path"] in gone:
