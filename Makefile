@@ -36,6 +36,8 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_rmaps_base_oversubscribe := 1
 export OMPI_MCA_plm ?= isolated
+# Waiting ranks yield the core (tests/mpi_helpers.py says why): a spinning job beside another slows both ~2x.
+export OMPI_MCA_mpi_yield_when_idle ?= 1
 # Not set: OMPI_MCA_btl_vader_single_copy_mechanism=none. Shared-memory single copy (CMA) works on the reference
 # machine (4-rank Alltoallv up to 32 MB checked); export it if a container forbids process_vm_readv (CAP_SYS_PTRACE).
 export PATH := $(VENV)/bin:$(PATH)

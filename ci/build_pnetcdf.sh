@@ -24,7 +24,7 @@ if ! apt-get source --print-uris pnetcdf >/dev/null 2>&1; then
   { echo "# added by ckptio ci/build_pnetcdf.sh: the source packages of this machine's own apt sources"
     echo "# (PnetCDF rebuilt against MPICH)"
     echo "$entries"; } | $SUDO tee "$SRC_LIST" >/dev/null
-  $SUDO apt-get update -qq
+  $SUDO flock -w 1800 /run/lock/ckptio-apt apt-get -o DPkg::Lock::Timeout=1800 update -qq
 fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/ckptio-pnetcdf.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT

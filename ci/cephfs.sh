@@ -46,10 +46,10 @@ install_packages() {
   [ ${#missing[@]} -eq 0 ] && return 0
   log "installing Ceph (missing: ${missing[*]})"
   local t=$SECONDS
-  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends \
+  DEBIAN_FRONTEND=noninteractive flock -w 1800 /run/lock/ckptio-apt apt-get -o DPkg::Lock::Timeout=1800 install -y -q --no-install-recommends \
     ceph ceph-mon ceph-osd ceph-mgr ceph-mds ceph-fuse ceph-common attr uuid-runtime >/dev/null \
-    || { apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null &&
-         DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends \
+    || { flock -w 1800 /run/lock/ckptio-apt apt-get -o DPkg::Lock::Timeout=1800 update -q >/dev/null &&
+         DEBIAN_FRONTEND=noninteractive flock -w 1800 /run/lock/ckptio-apt apt-get -o DPkg::Lock::Timeout=1800 install -y -q --no-install-recommends \
            ceph ceph-mon ceph-osd ceph-mgr ceph-mds ceph-fuse ceph-common attr uuid-runtime >/dev/null; }
   log "packages installed in $((SECONDS - t)) s"
 }

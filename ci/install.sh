@@ -22,16 +22,17 @@
 #    an mpi4py that already passes the checks: `$VENV/bin/pip uninstall -y mpi4py` first.
 #
 #  * MPICH mode (MPI=mpich; venv .venv-mpich by default): the same on Debian's MPICH 4.0 (ROMIO underneath MPI-IO,
-#    like Cray MPICH, Intel MPI, MVAPICH). Installs mpich, libmpich-dev and libhdf5-mpich-dev; compiles mpi4py with
-#    MPICC=mpicc.mpich, h5py with HDF5_DIR=/usr/lib/x86_64-linux-gnu/hdf5/mpich (checked with ldd: h5py's
+#    like Cray MPICH, Intel MPI, MVAPICH). Installs mpich, libmpich-dev and libhdf5-mpich-dev; takes mpi4py's PyPI
+#    wheel and points its MPICH variant at Debian's libmpich.so.12 (patchelf; MPI4PY_FROM_SOURCE=1 compiles it with
+#    MPICC=mpicc.mpich instead), compiles h5py with HDF5_DIR=/usr/lib/x86_64-linux-gnu/hdf5/mpich (checked with ldd: h5py's
 #    HDF5_PKGCONFIG_NAME=hdf5-mpich alone silently links Open MPI's HDF5), builds PnetCDF from Debian's source package
 #    against MPICH into $VENV/pnetcdf (ci/build_pnetcdf.sh) and pnetcdf-python against it, installs the serial
 #    netCDF4 wheel (Debian has no MPICH-flavoured netCDF; the tests only read with it), builds the Fortran/C
 #    bindings with mpicc.mpich/mpifort.mpich in build/fortran-mpich, and links $VENV/bin/mpirun, mpiexec, mpicc,
 #    mpicxx, mpifort, mpif90 to MPICH's, so whoever puts the venv first on PATH (the Makefile, tests/mpi_helpers.py) launches with
 #    the matching mpiexec. Debian's update-alternatives for mpi/mpirun keep pointing at Open MPI (checked, and
-#    set back if an install changed them). Measured from scratch on the 2-core reference machine: apt ~20 s,
-#    wheels ~40 s, mpi4py ~3 min, h5py ~2.5 min, PnetCDF ~4 min, pnetcdf-python ~1 min, bindings ~30 s.
+#    set back if an install changed them). Measured by CI on 2026-11-25 (mpi4py still compiled then): PnetCDF 75 s,
+#    venv and wheels 61 s, mpi4py 269 s (the wheel: seconds), h5py 272 s, pnetcdf-python 91 s, the rest 20 s.
 #
 #  * Cluster mode: set both of
 #        MPICC=/path/to/mpicc          the site MPI's C compiler wrapper (mpi4py, h5py, pnetcdf are built with it;
@@ -79,7 +80,7 @@ WHEELS="pip==26.3 setuptools==84.2.1 wheel==0.48.0
         yt==4.4.3 unyt==3.2.0 sympy==1.14.0 mpmath==1.3.0 cmyt==2.0.4 ewah-bool-utils==1.3.2 more-itertools==11.2.1
         tomli-w==1.2.0 typing-extensions==4.16.0 h5netcdf==1.8.1
         sphinx==9.0.4 myst-parser==5.2.0 docutils==0.22.4 markdown-it-py==4.3.0 mdit-py-plugins==0.7.0"
-APT_MPICH="mpich libmpich-dev libhdf5-mpich-dev dpkg-dev autoconf automake libtool"
+APT_MPICH="mpich libmpich-dev libhdf5-mpich-dev dpkg-dev autoconf automake libtool patchelf"
 APT_PKGS="openmpi-bin libopenmpi-dev gfortran libhdf5-openmpi-dev libpnetcdf-dev pnetcdf-bin libnetcdf-mpi-dev
           hdf5-tools netcdf-bin strace cmake make pkg-config perl"
 
@@ -142,8 +143,11 @@ if [ "$CLUSTER" = 0 ] || [ "$DEBIAN_MPICH" = 1 ]; then
     say "apt-get install$missing"
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
     export DEBIAN_FRONTEND=noninteractive
-    $SUDO apt-get update -qq
-    $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+    # one apt at a time (.ci/run runs the MPICH install beside other parts): a lock of ours around update,
+    # dpkg's own lock timeout around install
+    $SUDO flock -w 1800 /run/lock/ckptio-apt apt-get -o DPkg::Lock::Timeout=1800 update -qq
+    $SUDO flock -w 1800 /run/lock/ckptio-apt apt-get -o DPkg::Lock::Timeout=1800 install -y -qq \
+      --no-install-recommends $missing >/dev/null
     CHANGED=1
   fi
   # Installing MPICH registers it as an alternative for mpi/mpirun (lower priority than Open MPI, but an admin may
@@ -239,7 +243,19 @@ else
   MPI4PY_OK="import mpi4py, mpi4py.MPI as M; assert mpi4py.__version__=='$MPI4PY_V' and 'Open MPI' in M.Get_library_version()"
 fi
 if [ "$FORCE" = 1 ] || ! have "$MPI4PY_OK"; then
-  if [ "$CLUSTER" = 1 ] || [ "$MPI4PY_FROM_SOURCE" = 1 ]; then
+  if [ "$DEBIAN_MPICH" = 1 ] && [ "$MPI4PY_FROM_SOURCE" = 0 ]; then
+    # The PyPI wheel carries an MPICH-ABI build (MPI.mpich.*.so, NEEDED libmpi.so.12) beside the Open MPI one.
+    # Debian names MPICH's library libmpich.so.12 (same ABI, no libmpi.so.12): the extension's NEEDED entry is
+    # renamed to it (patchelf), and $VENV/lib/libmpi.so.12 -> libmpich.so.12 is what mpi4py's ABI probe finds
+    # first (it searches the venv's lib/ before the system's libmpi.so, which is Open MPI's). Saves the ~4.5 min
+    # compile; MPI4PY_FROM_SOURCE=1 compiles instead.
+    say "mpi4py $MPI4PY_V (binary wheel, MPICH variant on Debian's libmpich.so.12)"
+    pip_ install --force-reinstall --no-deps --only-binary=mpi4py "mpi4py==$MPI4PY_V"
+    MPICH_SO=$(ls "$VENV"/lib/python3*/site-packages/mpi4py/MPI.mpich.*.so 2>/dev/null | head -n 1)
+    [ -n "$MPICH_SO" ] || die "the mpi4py wheel has no MPICH variant (MPI.mpich.*.so): MPI4PY_FROM_SOURCE=1"
+    patchelf --replace-needed libmpi.so.12 libmpich.so.12 "$MPICH_SO"
+    ln -sfn /usr/lib/x86_64-linux-gnu/libmpich.so.12 "$VENV/lib/libmpi.so.12"
+  elif [ "$CLUSTER" = 1 ] || [ "$MPI4PY_FROM_SOURCE" = 1 ]; then
     say "mpi4py $MPI4PY_V from source (CC=$CC, ~3 min)"
     pip_ install $NOCACHE --force-reinstall --no-deps --no-binary=mpi4py "mpi4py==$MPI4PY_V"
   else

@@ -49,7 +49,7 @@ install_packages() {
   log "installing ${missing[*]} (apt)"
   local t=$SECONDS
   # the packages' init scripts would start daemons with /etc/slurm/slurm.conf: there is none, they fail harmlessly
-  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends \
+  DEBIAN_FRONTEND=noninteractive flock -w 1800 /run/lock/ckptio-apt apt-get -o DPkg::Lock::Timeout=1800 install -y -q --no-install-recommends \
     "${missing[@]}" >"$DIR/log/apt.log" 2>&1 || { tail -20 "$DIR/log/apt.log" >&2; die "apt-get install failed"; }
   log "apt-get install took $((SECONDS - t)) s"
 }
