@@ -232,11 +232,10 @@ def get_backend(name: str) -> Backend:
     try:
         return _REGISTRY[name]()
     except KeyError:
-        from . import MISSING  # backends whose library did not import, with the reason (e.g. no PNETCDF_DIR)
-
+        missing = missing_libraries()  # backends whose library did not import, with the reason (no PNETCDF_DIR...)
         available = ", ".join(sorted(_REGISTRY))
-        if name in MISSING:
-            raise CapabilityError(f"backend {name!r} is not available in this installation ({MISSING[name]}); "
+        if name in missing:
+            raise CapabilityError(f"backend {name!r} is not available in this installation ({missing[name]}); "
                                   f"available: {available}") from None
         raise CapabilityError(f"unknown backend {name!r}; available: {available}") from None
 

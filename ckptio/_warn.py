@@ -12,6 +12,7 @@ A warning raised in ckptio's background I/O thread has no user frame; it then po
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import warnings
@@ -25,10 +26,11 @@ def _package_dirs() -> tuple[str, ...]:
     install)."""
     global _dirs
     if not _dirs:
-        from . import backends
-
-        _dirs = tuple({os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (sys.modules[__package__],
-                                                                                      backends)})
+        # where ckptio.backends lives, found without importing it (this module is below the backends)
+        spec = importlib.util.find_spec(f"{__package__}.backends")
+        found = list(spec.submodule_search_locations or ()) if spec else []
+        _dirs = tuple({os.path.dirname(os.path.abspath(sys.modules[__package__].__file__)) + os.sep,
+                       *(os.path.abspath(d) + os.sep for d in found)})
     return _dirs
 
 

@@ -53,7 +53,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from . import _warn, coord
+from . import _warn, coord, settings
+from .settings import parse_signals  # noqa: F401 - (the signal names are parsed with the other settings)
 
 SQUEUE_TIMEOUT = 20.0  # seconds: a slurmctld that does not answer makes the time unknown, not the run hang
 
@@ -106,23 +107,7 @@ def _handler(signum: int, frame) -> None:
 def signals_from_env() -> tuple[int, ...]:
     """``CKPTIO_EXIT_SIGNALS`` (e.g. ``USR1,TERM``, ``SIGUSR2``, ``none``; default USR1,TERM, see the table in
     :mod:`ckptio.settings`). Raises DeclarationError (a ValueError) for an unknown or uncatchable name."""
-    from . import settings
-
     return settings.get("CKPTIO_EXIT_SIGNALS")
-
-
-def parse_signals(text: str) -> tuple[int, ...]:
-    """``"USR1,TERM"`` -> ``(SIGUSR1, SIGTERM)``; ``""``/``"none"`` -> ``()``."""
-    out = []
-    for word in (w.strip() for w in text.split(",")):
-        if not word or word.lower() == "none":
-            continue
-        name = word.upper() if word.upper().startswith("SIG") else "SIG" + word.upper()
-        number = getattr(signal, name, None)
-        if not isinstance(number, signal.Signals) or number in (signal.SIGKILL, signal.SIGSTOP):
-            raise ValueError(f"CKPTIO_EXIT_SIGNALS: {word!r} is not a signal a process can catch (e.g. USR1,TERM)")
-        out.append(int(number))
-    return tuple(out)
 
 
 def install(signals: Iterable[int] | None = None) -> None:
@@ -243,8 +228,6 @@ def checkpoint_seconds(writer: Any) -> float:
 
 def margin_from_env() -> float:
     """``CKPTIO_EXIT_MARGIN`` (seconds, >= 0) (default 30: :mod:`ckptio.settings`)."""
-    from . import settings
-
     return settings.get("CKPTIO_EXIT_MARGIN")
 
 

@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Any
 
-from .units import argparse_count, argparse_size
+from .units import argparse_count, argparse_size, format_bytes
 
 EXIT_OK, EXIT_BAD, EXIT_USAGE = 0, 1, 2
 # The status of any file ckptio did not write (a plain HDF5 or netCDF file, a FIFO, anything else): the same words
@@ -30,14 +30,6 @@ EXIT_CODES = """exit status (every command, like h5diff):
   2  error: usage, missing file, not a checkpoint, unknown variable, bad slice, DST exists, a damaged
      checkpoint given to diff (it cannot be compared)
   141  the reader of standard output left (`| head`): output stopped quietly, as on SIGPIPE"""
-
-
-def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def inspect_report(path: str, verify: bool) -> tuple[int, dict[str, Any]]:
@@ -158,9 +150,9 @@ def _print_inspect(report: dict[str, Any], show_stats: bool) -> None:
           file=out)
     for name, v in report["variables"].items():
         stored = ("" if v["codec"] is None else
-                  f"{_human(v['stored_nbytes'])} ({v['codec']}, ratio {v['compression_ratio']:.2f})")
+                  f"{format_bytes(v['stored_nbytes'])} ({v['codec']}, ratio {v['compression_ratio']:.2f})")
         print(f"  {name:<{width}}  {v['dtype']:<6} {v['kind']:<8} {tuple(v['shape'])!s:<22} {v['nblocks']:>6} "
-              f"{_human(v['nbytes']):>12}  {stored}", file=out)
+              f"{format_bytes(v['nbytes']):>12}  {stored}", file=out)
     _print_dims_and_attrs(report, out)
     layout = report.get("layout", {})
     print(f"layout      stripe count {layout.get('stripe_count')}, stripe unit {layout.get('stripe_unit')}", file=out)
@@ -176,7 +168,7 @@ def _print_inspect(report: dict[str, Any], show_stats: bool) -> None:
     if show_stats:
         from .commands.stats_view import print_stats
 
-        print_stats(report.get("stats", {}), _human, out)
+        print_stats(report.get("stats", {}), format_bytes, out)
 
 
 def _print_dims_and_attrs(report: dict[str, Any], out: Any) -> None:

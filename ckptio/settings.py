@@ -14,6 +14,7 @@ Test-only switches (``CKPTIO_FAULT``, ``CKPTIO_TEST_*``) stay with the code they
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -55,10 +56,21 @@ def _verbatim(text: str) -> str:
     return text
 
 
-def _signal_list(text: str) -> tuple[int, ...]:
-    from .batch import parse_signals  # the signal names are the batch tier's knowledge
+def parse_signals(text: str) -> tuple[int, ...]:
+    """``"USR1,TERM"`` -> ``(SIGUSR1, SIGTERM)``; ``""``/``"none"`` -> ``()``."""
+    out = []
+    for word in (w.strip() for w in text.split(",")):
+        if not word or word.lower() == "none":
+            continue
+        name = word.upper() if word.upper().startswith("SIG") else "SIG" + word.upper()
+        number = getattr(signal, name, None)
+        if not isinstance(number, signal.Signals) or number in (signal.SIGKILL, signal.SIGSTOP):
+            raise ValueError(f"CKPTIO_EXIT_SIGNALS: {word!r} is not a signal a process can catch (e.g. USR1,TERM)")
+        out.append(int(number))
+    return tuple(out)
 
-    return parse_signals(text)
+
+_signal_list = parse_signals
 
 
 TABLE: dict[str, Setting] = {s.name: s for s in (

@@ -83,3 +83,12 @@ def argparse_size(what: str) -> Callable[[str], int]:
 def argparse_count(what: str) -> Callable[[str], int]:
     """An argparse ``type=`` for a positive count, :func:`parse_count` (errors become usage errors)."""
     return _argparse_type(parse_count, what)
+
+
+def format_bytes(n: float, digits: int = 2) -> str:
+    """A byte count for people: ``512 B``, ``1.50 KiB`` ... ``TiB`` (binary units; ``digits`` after the point)."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.{digits}f} {unit}"
+        n /= 1024
+    return f"{n:.{digits}f} TiB"

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import meta as metamod
-from .backends import Backend
 from .errors import CheckpointError
 from .plan import Extent
+
+if TYPE_CHECKING:  # (an annotation only: backends/rawio.py imports this module)
+    from .backends import Backend
 
 
 @dataclass

@@ -49,8 +49,7 @@ def open_series(directory: str | os.PathLike, prefix: str = "chk", *, suffix: st
     import xarray as xr
     from xarray.core import indexing
 
-    import ckptio
-
+    from .api import open as open_checkpoint
     from .xarray_helpers import user_attrs
 
     entries = catalog.scan(directory, catalog.NamePattern.for_prefix(prefix, suffix))
@@ -64,7 +63,7 @@ def open_series(directory: str | os.PathLike, prefix: str = "chk", *, suffix: st
     readers: list[Any] = []
     try:
         for e in line:
-            readers.append(ckptio.open(e.path, verify=verify))
+            readers.append(open_checkpoint(e.path, verify=verify))
         variables = _stacked_variables(readers, [e.path for e in line], dim, dropped, xr, indexing)
         attrs = _common_attrs([user_attrs(r.attrs) for r in readers])
         coords: dict[str, Any] = {dim: (dim, np.array([e.step for e in line], dtype=np.int64))}

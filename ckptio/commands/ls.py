@@ -33,6 +33,7 @@ from ..errors import (
     IncompleteCheckpointError,
     UnknownFormatError,
 )
+from ..units import format_bytes
 from .common import EXIT_DIFFERENT, EXIT_OK, error_exit, guarded, progress
 
 NAME = "ls"
@@ -179,7 +180,6 @@ def run(args: argparse.Namespace) -> int:
     if not rows:
         print(f"{args.directory}: no checkpoint files")
         return code
-    from ..cli import _human
 
     width = max(len(r["name"]) for r in rows)
     print(f"  {'name':<{width}}  {'step':>8}  {'time':>12}  {'format':<7}  {'size':>10}  status")
@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
         time = "" if r["time"] is None else f"{r['time']:.6g}" if isinstance(r["time"], int | float) else str(r["time"])
         status = r["status"] + (f" ({r['error']})" if r["error"] and r["status"] not in VALID else "")
         print(f"{mark} {r['name']:<{width}}  {step:>8}  {time:>12}  {r['format'] or '-':<7}  "
-              f"{_human(r['size']):>10}  {status}")
+              f"{format_bytes(r['size']):>10}  {status}")
     print("* newest valid checkpoint of its series (what ckptio.latest returns"
           + (", verified)" if args.verify else ")"))
     return code
