@@ -125,6 +125,9 @@ start_munge() {
   [[ -s /etc/munge/munge.key ]] || { log "creating /etc/munge/munge.key"; mungekey --create --force >/dev/null 2>&1 \
     || /usr/sbin/create-munge-key -f >/dev/null; chown munge:munge /etc/munge/munge.key; chmod 400 /etc/munge/munge.key; }
   mkdir -p /run/munge && chown munge:munge /run/munge
+  # a socket without a munged (one killed with SIGKILL, e.g. at the end of a session) makes PMIx retry it for
+  # ~2.3 s in every mpirun of the machine: no munged runs (checked above), so it is stale
+  rm -f /run/munge/munge.socket.2 /run/munge/munge.socket.2.lock
   runuser -u munge -- /usr/sbin/munged || die "munged does not start (see /var/log/munge/munged.log)"
   touch "$DIR/run/munge.started-by-us"
   local i
