@@ -82,7 +82,7 @@ class LazyVariable:
     def __repr__(self) -> str:
         attrs = _attrs_text(self.attrs)
         return (f"<ckptio variable {self.name!r} {_dims_text(self.dims, self.shape)} {self.dtype.name}, "
-                f"{_human_size(self.nbytes)}, {self.kind}{', ' + attrs if attrs else ''}>")
+                f"{format_bytes(self.nbytes, digits=1)}, {self.kind}{', ' + attrs if attrs else ''}>")
 
     # ------------------------------------------------------------------------------------------ reading
     def __getitem__(self, key: Any) -> np.ndarray | np.generic:
@@ -161,7 +161,7 @@ def describe_reader(reader: Any) -> str:
     if attrs:
         lines.append(f"attributes: {_attrs_text(attrs, limit=4 * MAX_REPR_TEXT)}")
     lines.append(f"variables ({len(variables)}):")
-    rows = [(name, _dims_text(v.dims, v.shape), v.dtype.name, _human_size(v.nbytes), _attrs_text(v.attrs))
+    rows = [(name, _dims_text(v.dims, v.shape), v.dtype.name, format_bytes(v.nbytes, digits=1), _attrs_text(v.attrs))
             for name, v in list(variables.items())[:MAX_REPR_VARIABLES]]
     widths = [max((len(row[i]) for row in rows), default=0) for i in range(4)]
     for name, dims, dtype, size, text in rows:
@@ -182,6 +182,3 @@ def _attrs_text(attrs: Mapping[str, Any], limit: int = MAX_REPR_TEXT) -> str:
     text = ", ".join(f"{k}={v!r}" for k, v in attrs.items())
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
-
-def _human_size(n: float) -> str:
-    return format_bytes(n, digits=1)

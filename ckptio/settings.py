@@ -70,8 +70,6 @@ def parse_signals(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-_signal_list = parse_signals
-
 
 TABLE: dict[str, Setting] = {s.name: s for s in (
     Setting("CKPTIO_READ_IO", "posix", _choice("posix", "mpiio"), True,
@@ -85,7 +83,7 @@ TABLE: dict[str, Setting] = {s.name: s for s in (
     Setting("CKPTIO_SIGNAL_GRACE", "60", _seconds, False,
             "seconds a signal may stay held inside a collective operation (Writer.close, a read) before the "
             "process ends itself with status 128 + signal, because other ranks left (see ckptio.coord); 0: wait"),
-    Setting("CKPTIO_EXIT_SIGNALS", "USR1,TERM", _signal_list, False,
+    Setting("CKPTIO_EXIT_SIGNALS", "USR1,TERM", parse_signals, False,
             "the signals after which Series.should_exit() becomes true (e.g. USR1,TERM; 'none': none)"),
     Setting("CKPTIO_EXIT_MARGIN", "30", _seconds, False,
             "seconds kept free before the batch job's end, beyond the last checkpoint's duration (ckptio.batch)"),
