@@ -1,0 +1,33 @@
+"""Issue 24's structure figures never get worse (``ci/structure.py`` measures them from the source).
+
+``CEILING`` is the figure each change must stay at or under; a change that improves one lowers its ceiling
+here, so the next one cannot undo it. ``ci/structure.py -v`` lists what each figure counts, place by place."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ci"))
+
+import structure
+
+CEILING = {"import_cycles": 1, "raw_collectives": 30, "backend_coord_calls": 19, "backend_rank0_branches": 10,
+           "backend_barriers": 1, "backend_core_modules": 10, "backend_core_names": 23, "core_importing_backend": 5,
+           "commit_copies": 3, "largest_module": 1006, "largest_class": 682, "top_level_modules": 48,
+           "document_subscripts": 342, "embedded_programs": 64}
+
+FIGURES = structure.figures()
+
+
+@pytest.mark.parametrize("key", sorted(CEILING))
+def test_structure_figure_does_not_grow(key):
+    value = structure.count(FIGURES[key])
+    detail = FIGURES[key] if isinstance(FIGURES[key], list) else FIGURES.get(f"{key}_where", "")
+    assert value <= CEILING[key], f"{key} grew to {value} (ceiling {CEILING[key]}): {detail}"
+
+
+def test_every_target_has_a_ceiling():
+    assert set(CEILING) == set(structure.TARGETS)
