@@ -237,6 +237,13 @@ def markdown(doc: dict[str, Any]) -> str:
     for t in doc["targets"]:
         met = {True: "yes", False: "**no**", None: "n/a"}[t["met"]]
         lines.append(f"| {t['target']} | {t['goal']} | {_fmt(t['measured'])} | {met} | {t['detail']} |")
+    lines += _flash_md(doc.get("flash") or {})
+    lines += _restart_md(doc.get("restart") or {}, c["nprocs"])
+    lines += _verify_md(doc.get("verify") or {})
+    if doc.get("goals") is not None:
+        from .goals import markdown as goals_markdown
+
+        lines += ["", *goals_markdown(doc["goals"], c.get("reference", "?"))]
     lines += _small_vars_md(doc.get("small_variables", {}))
     lines += _overhead_md(doc["overhead"], doc["bandwidth"])
     ck = doc.get("checksum", {})
@@ -250,6 +257,68 @@ def markdown(doc: dict[str, Any]) -> str:
     if plan:
         lines += ["", "## ckptio plan (per-OST load model)", "", "```", plan["text"], "```"]
     return "\n".join(lines) + "\n"
+
+
+def _time_cell(t: dict[str, Any] | None) -> str:
+    """Mean-time statistics: GiB/s at the mean time, mean s [min-max], coefficient of variation."""
+    if not t:
+        return "n/a"
+    return (f"{t['gib_s_at_mean']:.3f} GiB/s; {t['mean_s']:.2f} s [{t['min_s']:.2f}-{t['max_s']:.2f}], "
+            f"CV {t['cv']:.2f}")
+
+
+def _flash_md(f: dict[str, Any]) -> list[str]:
+    if not f:
+        return []
+    lines = ["", "## FLASH-IO's checkpoint shape, written by every library", "",
+             f"PnetCDF's FLASH-IO benchmark: {f.get('flash_io')}. Mean over the rounds (bandwidth at the mean "
+             "time, the mean time [min-max], coefficient of variation); reads only in the first round (verified)."]
+    for n, section in f.get("by_ranks", {}).items():
+        lines += ["", f"### {n} ranks: {section['shape']}, {section['total_bytes'] / 2**20:.1f} MiB", "",
+                  "| case | write (mean) | notes |", "|---|---|---|"]
+        for entry in section["cases"].values():
+            if entry["status"] != "ok":
+                lines.append(f"| {entry['label']} | {entry['status']} | {entry.get('reason', '')} |")
+                continue
+            lines.append(f"| {entry['label']} | {_time_cell(entry.get('write_time'))} | {entry['note']} |")
+    return lines
+
+
+def _restart_md(r: dict[str, Any], nprocs: int) -> list[str]:
+    if not r:
+        return []
+    lines = ["", "## Restart on several reader counts (cold and hot)", "",
+             "| restart | reader | cold (mean) | hot (mean) | ckptio phases, cold (mean s, max over ranks) |",
+             "|---|---|---|---|---|"]
+    for count, readers in r.get("readers", {}).items():
+        for entry in readers.values():
+            if entry.get("status") != "ok":
+                lines.append(f"| {nprocs} -> {count} | {entry['label']} | {entry.get('status')} | | "
+                             f"{entry.get('reason', '')} |")
+                continue
+            phases = ", ".join(f"{k} {v:.2f}" for k, v in (entry.get("cold_phases_mean") or {}).items()
+                               if not k.startswith("cpu"))
+            lines.append(f"| {nprocs} -> {count} | {entry['label']} | {_time_cell(entry.get('read_cold_time'))} | "
+                         f"{_time_cell(entry.get('read_hot_time'))} | {phases} |")
+    return lines
+
+
+def _verify_md(v: dict[str, Any]) -> list[str]:
+    if not v:
+        return []
+    lines = ["", "## Verification (`ckptio inspect --verify`) against a cold sequential read", ""]
+    if v.get("status") != "ok":
+        return [*lines, f"{v.get('status')}: {v.get('reason', '')}"]
+    lines += ["| what | mean |", "|---|---|",
+              f"| cold sequential read, one process | {_time_cell(v.get('sequential_read_time'))} |",
+              f"| `ckptio inspect --verify`, one process | {_time_cell(v.get('inspect_verify_time'))} |"]
+    par = v.get("parallel", {})
+    if par.get("status") == "ok":
+        for n, t in par.get("time", {}).items():
+            lines.append(f"| {par['function']} on {n} ranks | {_time_cell(t)} |")
+    else:
+        lines.append(f"| parallel verification | skipped: {par.get('reason', '')} |")
+    return lines
 
 
 def _small_vars_md(sv: dict[str, Any]) -> list[str]:
@@ -304,6 +373,7 @@ def plots(doc: dict[str, Any], directory: str, plan_result: dict[str, Any] | Non
 
 
 GROUP_COLOURS = {"raw": ("tab:gray", "raw storage (1 process: the disk's speed)"),
+                 "reference": ("tab:green", "storage reference (IOR, or MPI-IO of IOR's pattern)"),
                  "peer": ("tab:orange", "other libraries, called directly"),
                  "ckptio": ("tab:blue", "ckptio")}
 
