@@ -159,37 +159,15 @@ def header_bytes_note(data: Dataset) -> str:
 
 def run(world, rank_counts: list[int], repeats: int, outdir: str, log, flash_binary: str | None, flash_reason: str,
         ior_binary: str | None, ior_transfer: int | None, maxblocks: int = MAXBLOCKS) -> dict[str, Any]:
-    """Collective over ``world``: the FLASH-IO-shaped write at each rank count (world ranks 0..n-1; the others
-    wait), every case ``repeats`` interleaved rounds, reads only in the first round (every checkpoint library's
-    data verified element by element). Returns {"shape": ..., "by_ranks": {n: {case key: entry}}}."""
-    from mpi4py import MPI
+    """Collective over ``world``: the FLASH-IO-shaped write at each rank count (benchmarks/writes.py: world ranks
+    0..n-1, the others wait; reads only in the first round, every checkpoint library's data verified element by
+    element). Returns {"maxblocks", "flash_io", "by_ranks": {n: {..., "cases": {case key: entry}}}}."""
+    from . import writes
 
-    from . import bandwidth
-    from .cases import adios2_case, ckptio_case, h5py_case, numpy_case, pnetcdf_case
-    from .common import on_first, readers_comm
-    from .ior import pattern_for, reference_cases
+    def cases(data: Dataset, n: int, nreaders: int) -> list[Case]:
+        return writes.write_cases(data, n, nreaders, ior_binary, ior_transfer,
+                                  first=[flash_io_case(flash_binary, flash_reason)])
 
-    out: dict[str, Any] = {"maxblocks": maxblocks, "flash_io": flash_binary or flash_reason, "by_ranks": {}}
-
-    def at(n: int, sub) -> dict[str, Any]:
-        data = flash_dataset(n, sub.Get_rank(), maxblocks)
-        readers, nreaders = readers_comm(sub, None)
-        try:
-            ctx = Context(sub, readers, data, outdir)
-            pattern = pattern_for(data.nblocks, len(data.names), [n, nreaders], ior_transfer)
-            cases = [flash_io_case(flash_binary, flash_reason),
-                     *(ckptio_case(backend) for backend in ("mpiio", "hdf5", "pnetcdf")),
-                     h5py_case(), pnetcdf_case(), numpy_case(), adios2_case(),
-                     *reference_cases(ior_binary, pattern, reads=False)]
-            log(f"FLASH-IO shape on {n} ranks: {header_bytes_note(data)}, {data.total_bytes / 2**20:.1f} MiB")
-            bw = bandwidth.measure(ctx, cases, repeats, log, reads="first")
-            return {"ranks": n, "total_bytes": data.total_bytes, "nblocks": data.nblocks,
-                    "blocks_per_rank": [c for _f, c in data.splits], "shape": header_bytes_note(data),
-                    "cases": bw}
-        finally:
-            if readers != MPI.COMM_NULL:
-                readers.Free()
-
-    for n in rank_counts:
-        out["by_ranks"][str(n)] = on_first(world, n, lambda sub, n=n: at(n, sub))
-    return out
+    by_ranks = writes.run(world, rank_counts, repeats, outdir, log, lambda n, rank: flash_dataset(n, rank, maxblocks),
+                          cases, header_bytes_note)
+    return {"maxblocks": maxblocks, "flash_io": flash_binary or flash_reason, "by_ranks": by_ranks}

@@ -18,7 +18,7 @@ PEER_KEYS = ("h5py", "pnetcdf", "numpy", "adios2", "flash-io")
 def _row(goal: str, case: str, ratio: float | None, threshold: float, detail: str = "", limit: str = "",
          le: bool = False) -> dict[str, Any]:
     met = None if ratio is None else (ratio <= threshold if le else ratio >= threshold)
-    return {"goal": goal, "case": case, "measured": ratio, "threshold": f"{'<=' if le else '>='} {threshold:g}",
+    return {"goal": goal, "case": case, "measured": ratio, "threshold": f"{'<=' if le else '>='} {threshold:.3g}",
             "met": met, "detail": detail, "limit": "" if met is not False else limit}
 
 
@@ -97,6 +97,8 @@ def goals(doc: dict[str, Any]) -> list[dict[str, Any]]:
     cfg = doc.get("config", {})
     for n, section in (doc.get("flash") or {}).get("by_ranks", {}).items():
         _write_goals(rows, f"FLASH-IO shape, {n} ranks ({section['total_bytes'] / 2**20:.0f} MiB)", section["cases"])
+    for n, section in (doc.get("writes") or {}).items():
+        _write_goals(rows, f"{section['total_bytes'] / 2**30:.2f} GiB, {n} ranks", section["cases"])
     bw = doc.get("bandwidth") or {}
     if bw:
         where = f"{cfg.get('total_bytes', 0) / 2**30:.2f} GiB, {cfg.get('nprocs')} ranks"

@@ -237,6 +237,7 @@ def markdown(doc: dict[str, Any]) -> str:
     for t in doc["targets"]:
         met = {True: "yes", False: "**no**", None: "n/a"}[t["met"]]
         lines.append(f"| {t['target']} | {t['goal']} | {_fmt(t['measured'])} | {met} | {t['detail']} |")
+    lines += _writes_md("The same write on fewer ranks", "", doc.get("writes") or {})
     lines += _flash_md(doc.get("flash") or {})
     lines += _restart_md(doc.get("restart") or {}, c["nprocs"])
     lines += _verify_md(doc.get("verify") or {})
@@ -270,10 +271,16 @@ def _time_cell(t: dict[str, Any] | None) -> str:
 def _flash_md(f: dict[str, Any]) -> list[str]:
     if not f:
         return []
-    lines = ["", "## FLASH-IO's checkpoint shape, written by every library", "",
-             f"PnetCDF's FLASH-IO benchmark: {f.get('flash_io')}. Mean over the rounds (bandwidth at the mean "
-             "time, the mean time [min-max], coefficient of variation); reads only in the first round (verified)."]
-    for n, section in f.get("by_ranks", {}).items():
+    return _writes_md("FLASH-IO's checkpoint shape, written by every library",
+                      f"PnetCDF's FLASH-IO benchmark: {f.get('flash_io')}.", f.get("by_ranks", {}))
+
+
+def _writes_md(title: str, intro: str, by_ranks: dict[str, Any]) -> list[str]:
+    if not by_ranks:
+        return []
+    lines = ["", f"## {title}", "", f"{intro} Mean over the rounds (bandwidth at the mean time, the mean time "
+             "[min-max], coefficient of variation); reads only in the first round (verified)."]
+    for n, section in by_ranks.items():
         lines += ["", f"### {n} ranks: {section['shape']}, {section['total_bytes'] / 2**20:.1f} MiB", "",
                   "| case | write (mean) | notes |", "|---|---|---|"]
         for entry in section["cases"].values():

@@ -28,7 +28,7 @@ from typing import Any
 
 from .common import readers_comm, size_arg
 
-SECTIONS = ("bandwidth", "flash", "restart", "verify", "compression", "small", "checksum", "plan")
+SECTIONS = ("bandwidth", "writes", "flash", "restart", "verify", "compression", "small", "checksum", "plan")
 QUICK_FLASH_MAXBLOCKS = 10  # --quick without --flash-io: 8-10 blocks per rank instead of FLASH-IO's 80-82
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -71,6 +71,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         "FLASH-IO case is reported skipped and every backend still writes its shape")
     p.add_argument("--flash-ranks", default=None,
                    help="rank counts of the FLASH-IO-shaped write (default 2,N; at most N)")
+    p.add_argument("--write-ranks", default=None,
+                   help="fewer writer ranks at which the --size write is measured too (default 2 when N > 2)")
     p.add_argument("--restart-ranks", default=None,
                    help="reader counts of the restart section (default N/2,N-1, e.g. 2,3 for 4 writers)")
     args = p.parse_args(argv)
@@ -167,7 +169,19 @@ def plan_section(quick: bool) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     from mpi4py import MPI
 
-    from . import bandwidth, cases, checksum, compression, flashio, goals, report, restart, smallvars, verifybench
+    from . import (
+        bandwidth,
+        cases,
+        checksum,
+        compression,
+        flashio,
+        goals,
+        report,
+        restart,
+        smallvars,
+        verifybench,
+        writes,
+    )
     from .common import make_dataset
     from .ior import find_ior, pattern_for, reference_cases
 
@@ -184,6 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     fastdir = fast_dir(args, comm, outdir)
     readers, nreaders = readers_comm(comm, args.readers)
     flash_ranks = rank_list(args.flash_ranks, [2, nprocs], nprocs)
+    write_ranks = [n for n in rank_list(args.write_ranks, [2], nprocs) if n < nprocs]  # N: the bandwidth section
     restart_ranks = rank_list(args.restart_ranks, [max(1, nprocs // 2), max(1, nprocs - 1)], nprocs)
     ior_binary, ior_reason = find_ior(args.ior)
     flash_binary, flash_reason = flashio.find_flash_io(args.flash_io)
@@ -209,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                        "compression": args.compression, "fast_dir": fastdir,
                        "fast_dir_fs": fs_type(fastdir), "outdir_fs": fs_type(outdir),
                        "reference": reference, "ior": ior_binary, "flash_io": flash_binary or flash_reason,
-                       "flash_ranks": flash_ranks, "restart_ranks": restart_ranks,
+                       "flash_ranks": flash_ranks, "restart_ranks": restart_ranks, "write_ranks": write_ranks,
                        "ior_pattern": {"segments": pattern.segments, "segment_bytes": pattern.segment_bytes,
                                        "transfer_cap": pattern.transfer_cap}},
             "environment": environment(comm), "modes": cases.async_support(),
@@ -224,6 +239,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         doc["bandwidth"] = bw
         doc["page_cache"] = page_cache_doc(bw)
         doc["overhead"] = report.overhead(bw)
+        if "writes" not in skip and write_ranks:
+            log(f"writes of the same {data.total_bytes / 2**30:.2f} GiB on {write_ranks} ranks")
+            doc["writes"] = writes.run(
+                comm, write_ranks, args.repeats, outdir, log,
+                lambda n, r: make_dataset(args.size, args.variables, n, r),
+                lambda d, n, nr: writes.write_cases(d, n, nr, ior_binary, args.ior_transfer),
+                lambda d: f"{d.nblocks} blocks of 16^3 float64 x {len(d.names)} variables")
         if "flash" not in skip:
             log(f"FLASH-IO shape: ranks {flash_ranks}; FLASH-IO binary: {flash_binary or flash_reason}")
             doc["flash"] = flashio.run(comm, flash_ranks, args.repeats, outdir, log, flash_binary, flash_reason,
