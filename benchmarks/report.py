@@ -280,14 +280,21 @@ def _writes_md(title: str, intro: str, by_ranks: dict[str, Any]) -> list[str]:
         return []
     lines = ["", f"## {title}", "", f"{intro} Mean over the rounds (bandwidth at the mean time, the mean time "
              "[min-max], coefficient of variation); reads only in the first round (verified)."]
+    from .goals import REF_KEYS
+
     for n, section in by_ranks.items():
+        cases = section["cases"]
+        ref = next((cases[k] for k in REF_KEYS if cases.get(k, {}).get("status") == "ok"), None)
+        ref_bw = (ref or {}).get("write_time", {}).get("gib_s_at_mean")
         lines += ["", f"### {n} ranks: {section['shape']}, {section['total_bytes'] / 2**20:.1f} MiB", "",
-                  "| case | write (mean) | notes |", "|---|---|---|"]
-        for entry in section["cases"].values():
+                  f"| case | write (mean) | x {ref['label'] if ref else 'reference'} | notes |", "|---|---|---|---|"]
+        for entry in cases.values():
             if entry["status"] != "ok":
-                lines.append(f"| {entry['label']} | {entry['status']} | {entry.get('reason', '')} |")
+                lines.append(f"| {entry['label']} | {entry['status']} | | {entry.get('reason', '')} |")
                 continue
-            lines.append(f"| {entry['label']} | {_time_cell(entry.get('write_time'))} | {entry['note']} |")
+            mine = entry.get("write_time", {}).get("gib_s_at_mean")
+            ratio = _fmt(mine / ref_bw if mine and ref_bw else None, ".2f")
+            lines.append(f"| {entry['label']} | {_time_cell(entry.get('write_time'))} | {ratio} | {entry['note']} |")
     return lines
 
 
