@@ -50,8 +50,12 @@ def _max_over_ranks(comm, values: dict[str, float]) -> dict[str, float]:
 
 def reported(comm, wall: float, info: dict[str, Any], entry: dict[str, Any], what: str) -> float:
     """Collective: the time of one operation: the program's own (``info["seconds"]`` on rank 0; the wall time is
-    kept as ``{what}_wall_seconds``), else the runner's wall time. Records a reported ``bytes`` in ``entry``."""
+    kept as ``{what}_wall_seconds``), else the runner's wall time. Records a reported ``bytes`` in ``entry``, and on
+    rank 0 any other figure the program reported (``{what}_details``)."""
     own = comm.bcast((info.get("seconds"), info.get("bytes")) if comm.Get_rank() == 0 else None, root=0)
+    details = {k: v for k, v in info.items() if k not in ("seconds", "bytes", "stats", "blocked_seconds")}
+    if details and comm.Get_rank() == 0:  # e.g. FLASH-IO's own checkpoint time and the fsync after it (rank 0's
+        entry.setdefault(f"{what}_details", []).append(details)  # document is the one written)
     if own[1]:
         entry["bytes"] = own[1]
     if own[0] is None:
