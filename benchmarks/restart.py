@@ -23,7 +23,7 @@ from typing import Any
 
 from .bandwidth import _max_over_ranks, _read_phases, _verify, reported
 from .cases import Case, Context, ReadResult, ckptio_case, h5py_case
-from .common import NXB, BenchError, collective, time_summary, timed
+from .common import NXB, BenchError, Dataset, collective, readers_comm, time_summary, timed
 from .pagecache import evict, remove, resident_fraction
 
 
@@ -78,7 +78,7 @@ def run(world, contexts: dict[int, Context], reference: Case, repeats: int, log)
     out: dict[str, Any] = {"readers": {str(r): {} for r in contexts}, "files": {}}
     for r in contexts:
         for key, label in READERS.items():
-            label = reference.label + ", independent read" if key == "reference" else label
+            label = f"{reference.label}: read of the same bytes" if key == "reference" else label
             case = files[readers[key][0]]
             out["readers"][str(r)][key] = ({"label": label, "status": "ok", "read_cold_seconds": [],
                                             "read_hot_seconds": [], "resident_before_cold_read": []}
@@ -114,6 +114,22 @@ def run(world, contexts: dict[int, Context], reference: Case, repeats: int, log)
         for entry in per_r.values():
             finish(entry, nbytes)
     return out
+
+
+def run_counts(world, data: Dataset, outdir: str, counts: list[int], reference: Case, repeats: int,
+               log) -> dict[str, Any]:
+    """Collective over ``world``: :func:`run` with one Context per reader count (world ranks 0..R-1 read)."""
+    from mpi4py import MPI
+
+    contexts: dict[int, Context] = {}
+    try:
+        for r in counts:
+            contexts[r] = Context(world, readers_comm(world, r)[0], data, outdir)
+        return run(world, contexts, reference, repeats, log)
+    finally:
+        for ctx in contexts.values():
+            if ctx.readers != MPI.COMM_NULL:
+                ctx.readers.Free()
 
 
 def one_read(world, ctx: Context, file_case: Case, read, prepare, entry: dict[str, Any], verify: bool) -> None:

@@ -254,18 +254,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                        QUICK_FLASH_MAXBLOCKS if args.quick and not flash_binary else flashio.MAXBLOCKS)
         if "restart" not in skip:
             log(f"restart: {nprocs} -> {restart_ranks} ranks, allocating and into out=, h5py, reference read")
-            contexts, comms = {}, []
-            for r in restart_ranks:
-                sub, _ = readers_comm(comm, r)
-                comms.append(sub)
-                contexts[r] = cases.Context(comm, sub, data, outdir)
-            try:
-                ref_case = reference_cases(ior_binary, pattern)[0]  # the independent one
-                doc["restart"] = restart.run(comm, contexts, ref_case, args.repeats, log)
-            finally:
-                for sub in comms:
-                    if sub != MPI.COMM_NULL:
-                        sub.Free()
+            ref_case = reference_cases(ior_binary, pattern)[0]  # the independent one
+            doc["restart"] = restart.run_counts(comm, data, outdir, restart_ranks, ref_case, args.repeats, log)
         if "verify" not in skip:
             log("verify: ckptio inspect --verify against a cold sequential read, one process")
             doc["verify"] = verifybench.run(comm, ctx, args.repeats, log)
