@@ -9,7 +9,11 @@ runner times them between barriers). Conventions that make the cases comparable:
 * read ("restart"): ranks ``0..R-1`` of a sub-communicator (``R = N-1`` by default, ``comm.Split``) read every
   variable for their blocks of the *shifted* decomposition (:func:`benchmarks.common.read_range`), so each
   reader needs parts of several writers' data; the remaining rank waits at the closing barrier;
-* raw: rank 0 alone, ``os.write``/``os.readv`` in large chunks from/to 4096-aligned buffers.
+* raw: rank 0 alone, ``os.write``/``os.readv`` in large chunks from/to 4096-aligned buffers;
+* the data set's ``extras`` (FLASH's small tree variables, benchmarks/flashio.py) are written by every case that
+  writes a checkpoint, as the global arrays of ``nblocks`` rows they are, and not read back;
+* a case without a ``read`` is write-only (FLASH-IO, which has no restart); a write or read may report its own
+  time (``seconds``: a reference program's own timer, not mpirun's start-up) and its own size (``bytes``).
 """
 
 from __future__ import annotations
@@ -71,7 +75,7 @@ class Case:
     group: str  # "raw", "peer" or "ckptio"
     note: str
     write: Callable[[Context], dict[str, Any]]
-    read: Callable[[Context], ReadResult]
+    read: Callable[[Context], ReadResult] | None  # None: write-only
     paths: Callable[[Context], list[str]]  # the files a restart reads (evicted and checked before a cold read)
     available: bool = True
     reason: str = ""
@@ -183,6 +187,10 @@ def h5py_case() -> Case:
                 dset = f.create_dataset(name, shape=d.global_shape, dtype=np.float64)
                 with dset.collective:
                     dset[d.first:d.first + d.count] = d.local(v)
+            for name, arr in d.extras.items():
+                dset = f.create_dataset(name, shape=d.extra_global_shape(name), dtype=arr.dtype)
+                with dset.collective:
+                    dset[d.first:d.first + d.count] = arr
         if ctx.rank == 0:
             fsync_paths([path(ctx)])
         return {}
@@ -222,10 +230,21 @@ def pnetcdf_case() -> Case:
             for dim, n in zip(("blocks", "z", "y", "x"), d.global_shape, strict=True):
                 f.def_dim(dim, n)
             variables = [f.def_var(name, np.dtype(np.float64), ("blocks", "z", "y", "x")) for name in d.names]
+            extras = {}
+            for name, arr in d.extras.items():
+                dims = ["blocks"]
+                for n in arr.shape[1:]:
+                    if f"n{n}" not in f.dimensions:
+                        f.def_dim(f"n{n}", n)
+                    dims.append(f"n{n}")
+                extras[name] = f.def_var(name, arr.dtype, tuple(dims))
             f.enddef()
             start, count = [d.first, 0, 0, 0], [d.count, NXB, NXB, NXB]
             for v, var in enumerate(variables):
                 var.put_var_all(d.local(v), start=start, count=count)
+            for name, var in extras.items():
+                arr = d.extras[name]
+                var.put_var_all(arr, start=[d.first] + [0] * (arr.ndim - 1), count=list(arr.shape))
         finally:
             f.close()
         if ctx.rank == 0:
@@ -269,6 +288,11 @@ def numpy_case() -> Case:
             np.save(fh, ctx.data.data)
             fh.flush()
             os.fsync(fh.fileno())
+        if ctx.data.extras:  # FLASH's tree variables: one more small file per rank
+            with open(os.path.join(directory(ctx), f"rank{ctx.rank:05d}.tree.npz"), "wb") as fh:
+                np.savez(fh, **ctx.data.extras)
+                fh.flush()
+                os.fsync(fh.fileno())
         return {}
 
     def read(ctx: Context) -> ReadResult:
@@ -278,9 +302,9 @@ def numpy_case() -> Case:
         d = ctx.data
         first, count = ctx.my_read_range()
         out = [np.empty((count, NXB, NXB, NXB)) for _ in d.names]
-        for w, lo, n in owners_of(d.nblocks, ctx.nprocs, first, count):
+        for w, lo, n in owners_of(d.splits, first, count):
             arr = np.load(os.path.join(directory(ctx), f"rank{w:05d}.npy"), mmap_mode="r")
-            wfirst = lo - _writer_first(d.nblocks, ctx.nprocs, w)
+            wfirst = lo - d.splits[w][0]
             for v in range(len(d.names)):
                 out[v][lo - first:lo - first + n] = arr[v, wfirst:wfirst + n]
             del arr
@@ -289,12 +313,6 @@ def numpy_case() -> Case:
     return Case("numpy", "numpy np.save, file per process", "peer",
                 "np.save of each rank's array + fsync; restart: np.load(mmap_mode='r') of the overlapping files",
                 write, read, lambda ctx: [directory(ctx)])
-
-
-def _writer_first(nblocks: int, nwriters: int, writer: int) -> int:
-    from ckptio.simulate import split_even
-
-    return split_even(nblocks, nwriters)[writer][0]
 
 
 def adios2_case() -> Case:
@@ -315,6 +333,8 @@ def adios2_case() -> Case:
         with adios2.Stream(name, "w") as s:
             for v, var in enumerate(d.names):
                 s.write(var, d.local(v), list(d.global_shape), [d.first, 0, 0, 0], [d.count, NXB, NXB, NXB])
+            for var, arr in d.extras.items():
+                s.write(var, arr, list(d.extra_global_shape(var)), [d.first] + [0] * (arr.ndim - 1), list(arr.shape))
         fsync_paths([name])
         return {}
 
@@ -326,7 +346,7 @@ def adios2_case() -> Case:
         d = ctx.data
         first, count = ctx.my_read_range()
         out = [np.empty((count, NXB, NXB, NXB)) for _ in d.names]
-        for w, lo, n in owners_of(d.nblocks, ctx.nprocs, first, count):
+        for w, lo, n in owners_of(d.splits, first, count):
             with adios2.FileReader(os.path.join(directory(ctx), f"rank{w:05d}.bp")) as f:
                 for v, var in enumerate(d.names):
                     out[v][lo - first:lo - first + n] = f.read(var, [lo, 0, 0, 0], [n, NXB, NXB, NXB])
@@ -401,6 +421,8 @@ def ckptio_case(backend: str, compression: str | None = None, mode: str = "sync"
         ck = ckptio.create(path(ctx), ctx.comm, **create_kwargs(ctx))
         for v, name in enumerate(d.names):
             ck.write(name, d.local(v), offset=(d.first, 0, 0, 0), global_shape=d.global_shape)
+        for name, arr in d.extras.items():
+            ck.write(name, arr, offset=(d.first,) + (0,) * (arr.ndim - 1), global_shape=d.extra_global_shape(name))
         ck.close()
         blocked = time.perf_counter() - t0
         waiter = getattr(ck, "wait", None)

@@ -16,7 +16,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -57,6 +57,10 @@ class Dataset:
     first: int
     count: int
     data: np.ndarray  # (nvars, count, 16, 16, 16) float64, C-contiguous: data[v] is contiguous
+    splits: list[tuple[int, int]] = field(default_factory=list)  # every writer's (first, count), in rank order
+    # small per-block variables besides the unknowns (FLASH's tree: lrefine, gid, ...): name -> this rank's
+    # array of ``count`` rows (global shape: ``nblocks`` rows); written by every case, not read back
+    extras: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def global_shape(self) -> tuple[int, int, int, int]:
@@ -64,8 +68,12 @@ class Dataset:
 
     @property
     def total_bytes(self) -> int:
-        """Bytes of the whole checkpoint (every rank's blocks)."""
-        return len(self.names) * self.nblocks * BLOCK_VAR_BYTES
+        """Bytes of the whole checkpoint (every rank's blocks, the extras included)."""
+        extra = sum(a.dtype.itemsize * math.prod(a.shape[1:]) for a in self.extras.values())
+        return self.nblocks * (len(self.names) * BLOCK_VAR_BYTES + extra)
+
+    def extra_global_shape(self, name: str) -> tuple[int, ...]:
+        return (self.nblocks, *self.extras[name].shape[1:])
 
     def local(self, v: int) -> np.ndarray:
         return self.data[v]
@@ -74,11 +82,17 @@ class Dataset:
 def make_dataset(nbytes: int, nvars: int, nprocs: int, rank: int) -> Dataset:
     """This rank's part of a checkpoint of about ``nbytes`` (at least one block per rank)."""
     nblocks = max(nprocs, nbytes // (nvars * BLOCK_VAR_BYTES))
-    first, count = split_even(nblocks, nprocs)[rank]
-    data = np.empty((nvars, count, NXB, NXB, NXB), dtype=np.float64)
-    for v in range(nvars):
+    return dataset_of(var_names(nvars), split_even(nblocks, nprocs), rank)
+
+
+def dataset_of(names: Sequence[str], splits: Sequence[tuple[int, int]], rank: int) -> Dataset:
+    """This rank's part of the variables ``names`` on the writers' block ranges ``splits`` (first, count)."""
+    first, count = splits[rank]
+    data = np.empty((len(names), count, NXB, NXB, NXB), dtype=np.float64)
+    for v in range(len(names)):
         fill_values(data[v].reshape(-1), v, first * CELLS)
-    return Dataset(var_names(nvars), nblocks, first, count, data)
+    nblocks = sum(c for _f, c in splits)
+    return Dataset(list(names), nblocks, first, count, data, [tuple(s) for s in splits])
 
 
 def expected_block_range(v: int, first: int, count: int) -> np.ndarray:
@@ -93,10 +107,11 @@ def read_range(nblocks: int, nreaders: int, reader: int) -> tuple[int, int]:
     return split_shifted(nblocks, nreaders)[reader]
 
 
-def owners_of(nblocks: int, nwriters: int, first: int, count: int) -> list[tuple[int, int, int]]:
-    """Writer ranks holding blocks [first, first+count): (writer rank, first block, count) of each overlap."""
+def owners_of(splits: Sequence[tuple[int, int]], first: int, count: int) -> list[tuple[int, int, int]]:
+    """Writer ranks holding blocks [first, first+count) of the writers' ranges ``splits``: (writer rank, first
+    block, count) of each overlap."""
     out = []
-    for w, (wf, wc) in enumerate(split_even(nblocks, nwriters)):
+    for w, (wf, wc) in enumerate(splits):
         lo, hi = max(first, wf), min(first + count, wf + wc)
         if hi > lo:
             out.append((w, lo, hi - lo))
@@ -118,6 +133,28 @@ def collective(comm, fn: Callable[[], Any]) -> Any:
     errors = [e for e in comm.allgather(error) if e]
     if errors:
         raise BenchError("; ".join(errors))
+    return result
+
+
+def on_first(world, n: int, fn: Callable[[Any], Any]) -> Any:
+    """Collective over ``world``: ``fn(sub)`` on the sub-communicator of world ranks 0..n-1 while the others wait
+    in a sleeping barrier; returns world rank 0's result on every rank (an error raised in ``fn`` on any rank
+    of ``sub`` is raised on every rank of ``world`` as BenchError)."""
+    from mpi4py import MPI
+
+    sub = world.Split(0 if world.Get_rank() < n else MPI.UNDEFINED, world.Get_rank())
+    result, error = None, None
+    if sub != MPI.COMM_NULL:
+        try:
+            result = fn(sub)
+        except BenchError as exc:
+            error = str(exc)
+        finally:
+            sub.Free()
+    sleeping_barrier(world)
+    result, error = world.bcast((result, error), root=0)
+    if error:
+        raise BenchError(error)
     return result
 
 
@@ -159,6 +196,28 @@ def summary(values: Sequence[float]) -> dict[str, float]:
     if not values:
         return {"median": 0.0, "min": 0.0, "max": 0.0}
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def readers_comm(comm, nreaders: int | None):
+    """Collective: the sub-communicator of ranks 0..R-1 (the restart job; R = N-1 by default), COMM_NULL
+    elsewhere, and R."""
+    from mpi4py import MPI
+
+    size = comm.Get_size()
+    r = nreaders or (size - 1 if size > 1 else 1)
+    r = max(1, min(r, size))
+    return comm.Split(0 if comm.Get_rank() < r else MPI.UNDEFINED, comm.Get_rank()), r
+
+
+def time_summary(nbytes: int, seconds: Sequence[float]) -> dict[str, float]:
+    """The statistics the goals use, as IOR reports its repetitions: mean time (so an erratic slow round counts),
+    its spread (min, max, standard deviation, coefficient of variation) and the bandwidth at the mean time."""
+    if not seconds:
+        return {}
+    mean = statistics.fmean(seconds)
+    stdev = statistics.stdev(seconds) if len(seconds) > 1 else 0.0
+    return {"n": len(seconds), "mean_s": mean, "min_s": min(seconds), "max_s": max(seconds), "stdev_s": stdev,
+            "cv": stdev / mean if mean else 0.0, "gib_s_at_mean": nbytes / GIB / mean if mean else 0.0}
 
 
 def bandwidths(nbytes: int, seconds: Sequence[float]) -> list[float]:

@@ -237,6 +237,14 @@ def markdown(doc: dict[str, Any]) -> str:
     for t in doc["targets"]:
         met = {True: "yes", False: "**no**", None: "n/a"}[t["met"]]
         lines.append(f"| {t['target']} | {t['goal']} | {_fmt(t['measured'])} | {met} | {t['detail']} |")
+    lines += _writes_md("The same write on fewer ranks", "", doc.get("writes") or {})
+    lines += _flash_md(doc.get("flash") or {})
+    lines += _restart_md(doc.get("restart") or {}, c["nprocs"])
+    lines += _verify_md(doc.get("verify") or {})
+    if doc.get("goals") is not None:
+        from .goals import markdown as goals_markdown
+
+        lines += ["", *goals_markdown(doc["goals"], c.get("reference", "?"))]
     lines += _small_vars_md(doc.get("small_variables", {}))
     lines += _overhead_md(doc["overhead"], doc["bandwidth"])
     ck = doc.get("checksum", {})
@@ -250,6 +258,81 @@ def markdown(doc: dict[str, Any]) -> str:
     if plan:
         lines += ["", "## ckptio plan (per-OST load model)", "", "```", plan["text"], "```"]
     return "\n".join(lines) + "\n"
+
+
+def _time_cell(t: dict[str, Any] | None) -> str:
+    """Mean-time statistics: GiB/s at the mean time, mean s [min-max], coefficient of variation."""
+    if not t:
+        return "n/a"
+    return (f"{t['gib_s_at_mean']:.3f} GiB/s; {t['mean_s']:.2f} s [{t['min_s']:.2f}-{t['max_s']:.2f}], "
+            f"CV {t['cv']:.2f}")
+
+
+def _flash_md(f: dict[str, Any]) -> list[str]:
+    if not f:
+        return []
+    return _writes_md("FLASH-IO's checkpoint shape, written by every library",
+                      f"PnetCDF's FLASH-IO benchmark: {f.get('flash_io')}.", f.get("by_ranks", {}))
+
+
+def _writes_md(title: str, intro: str, by_ranks: dict[str, Any]) -> list[str]:
+    if not by_ranks:
+        return []
+    lines = ["", f"## {title}", "", f"{intro} Mean over the rounds (bandwidth at the mean time, the mean time "
+             "[min-max], coefficient of variation); reads only in the first round (verified)."]
+    from .goals import REF_KEYS
+
+    for n, section in by_ranks.items():
+        cases = section["cases"]
+        ref = next((cases[k] for k in REF_KEYS if cases.get(k, {}).get("status") == "ok"), None)
+        ref_bw = (ref or {}).get("write_time", {}).get("gib_s_at_mean")
+        lines += ["", f"### {n} ranks: {section['shape']}, {section['total_bytes'] / 2**20:.1f} MiB", "",
+                  f"| case | write (mean) | x {ref['label'] if ref else 'reference'} | notes |", "|---|---|---|---|"]
+        for entry in cases.values():
+            if entry["status"] != "ok":
+                lines.append(f"| {entry['label']} | {entry['status']} | | {entry.get('reason', '')} |")
+                continue
+            mine = entry.get("write_time", {}).get("gib_s_at_mean")
+            ratio = _fmt(mine / ref_bw if mine and ref_bw else None, ".2f")
+            lines.append(f"| {entry['label']} | {_time_cell(entry.get('write_time'))} | {ratio} | {entry['note']} |")
+    return lines
+
+
+def _restart_md(r: dict[str, Any], nprocs: int) -> list[str]:
+    if not r:
+        return []
+    lines = ["", "## Restart on several reader counts (cold and hot)", "",
+             "| restart | reader | cold (mean) | hot (mean) | ckptio phases, cold (mean s, max over ranks) |",
+             "|---|---|---|---|---|"]
+    for count, readers in r.get("readers", {}).items():
+        for entry in readers.values():
+            if entry.get("status") != "ok":
+                lines.append(f"| {nprocs} -> {count} | {entry['label']} | {entry.get('status')} | | "
+                             f"{entry.get('reason', '')} |")
+                continue
+            phases = ", ".join(f"{k} {v:.2f}" for k, v in (entry.get("cold_phases_mean") or {}).items()
+                               if not k.startswith("cpu"))
+            lines.append(f"| {nprocs} -> {count} | {entry['label']} | {_time_cell(entry.get('read_cold_time'))} | "
+                         f"{_time_cell(entry.get('read_hot_time'))} | {phases} |")
+    return lines
+
+
+def _verify_md(v: dict[str, Any]) -> list[str]:
+    if not v:
+        return []
+    lines = ["", "## Verification (`ckptio inspect --verify`) against a cold sequential read", ""]
+    if v.get("status") != "ok":
+        return [*lines, f"{v.get('status')}: {v.get('reason', '')}"]
+    lines += ["| what | mean |", "|---|---|",
+              f"| cold sequential read, one process | {_time_cell(v.get('sequential_read_time'))} |",
+              f"| `ckptio inspect --verify`, one process | {_time_cell(v.get('inspect_verify_time'))} |"]
+    par = v.get("parallel", {})
+    if par.get("status") == "ok":
+        for n, t in par.get("time", {}).items():
+            lines.append(f"| {par['function']} on {n} ranks | {_time_cell(t)} |")
+    else:
+        lines.append(f"| parallel verification | skipped: {par.get('reason', '')} |")
+    return lines
 
 
 def _small_vars_md(sv: dict[str, Any]) -> list[str]:
@@ -304,6 +387,7 @@ def plots(doc: dict[str, Any], directory: str, plan_result: dict[str, Any] | Non
 
 
 GROUP_COLOURS = {"raw": ("tab:gray", "raw storage (1 process: the disk's speed)"),
+                 "reference": ("tab:green", "storage reference (IOR, or MPI-IO of IOR's pattern)"),
                  "peer": ("tab:orange", "other libraries, called directly"),
                  "ckptio": ("tab:blue", "ckptio")}
 

@@ -3,11 +3,15 @@
     mpirun -n 4 python -m benchmarks.run [--size 2G] [--repeats 3] [--plot] [--results bench_results]
     mpirun -n 2 python -m benchmarks.run --quick            # seconds: the smoke test's run
 
-In one run it measures raw storage speed, the peer libraries used directly (h5py, PnetCDF, np.save, ADIOS2),
-every ckptio backend (with and without compression; async/staged modes when ckptio offers them) with the time
-the application is blocked per mode, the compression break-even, a small-variable benchmark, checksum cost,
-and the ``ckptio plan`` per-OST model of the FLASH case; it writes ``results.json`` and ``results.md`` (and
-PNGs with ``--plot``) into ``--results``. See benchmarks/README.md.
+In one run it measures raw storage speed, the storage reference (IOR's MPIIO independent and collective runs
+when the machine has IOR, else a built-in MPI-IO reference of the same pattern), the peer libraries used
+directly (h5py, PnetCDF, np.save, ADIOS2), every ckptio backend (with and without compression; async/staged
+modes when ckptio offers them) with the time the application is blocked per mode; PnetCDF's FLASH-IO benchmark
+against every backend writing its checkpoint shape (``--flash-ranks``); the restart on several reader counts,
+allocating and into ``out=`` (``--restart-ranks``); ``ckptio inspect --verify`` against a cold sequential read;
+the compression break-even, a small-variable benchmark, checksum cost, and the ``ckptio plan`` per-OST model
+of the FLASH case. It writes ``results.json`` and ``results.md`` (and PNGs with ``--plot``) into ``--results``
+and ends with issue 29's goal table (benchmarks/goals.py). See benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -22,7 +26,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .common import size_arg
+from .common import readers_comm, size_arg
+
+SECTIONS = ("bandwidth", "writes", "flash", "restart", "verify", "compression", "small", "checksum", "plan")
+QUICK_FLASH_MAXBLOCKS = 10  # --quick without --flash-io: 8-10 blocks per rank instead of FLASH-IO's 80-82
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK = {"size": 16 << 20, "repeats": 1, "small_vars": 500}
@@ -53,14 +60,33 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--compression", default="zstd+shuffle", help="codec of the compressed ckptio case")
     p.add_argument("--readers", type=int, default=None, help="restart ranks (default N-1; N when N=1)")
     p.add_argument("--only", default=None, help="comma-separated case keys to run (default all), e.g. raw,ckptio-mpiio")
-    p.add_argument("--skip", default="",
-                   help="comma-separated sections to skip: bandwidth,compression,small,checksum,plan")
+    p.add_argument("--skip", default="", help="comma-separated sections to skip: " + ",".join(SECTIONS))
+    p.add_argument("--ior", default=None,
+                   help="IOR binary, the storage ceiling (default $IOR, else `ior` on PATH; 'none': the built-in "
+                        "MPI-IO reference of the same pattern)")
+    p.add_argument("--ior-transfer", type=size_arg, default=None,
+                   help="cap IOR's -t (default: one rank's whole piece of one variable per transfer)")
+    p.add_argument("--flash-io", default=None,
+                   help="PnetCDF's FLASH-IO binary (make bench builds it: ci/build_flash_io.sh); without it the "
+                        "FLASH-IO case is reported skipped and every backend still writes its shape")
+    p.add_argument("--flash-ranks", default=None,
+                   help="rank counts of the FLASH-IO-shaped write (default 2,N; at most N)")
+    p.add_argument("--write-ranks", default=None,
+                   help="fewer writer ranks at which the --size write is measured too (default 2 when N > 2)")
+    p.add_argument("--restart-ranks", default=None,
+                   help="reader counts of the restart section (default N/2,N-1, e.g. 2,3 for 4 writers)")
     args = p.parse_args(argv)
     args.size = args.size or (QUICK["size"] if args.quick else 2 << 30)
     args.repeats = args.repeats or (QUICK["repeats"] if args.quick else 3)
     args.small_vars = args.small_vars or (QUICK["small_vars"] if args.quick else 10_000)
     args.small_repeats = args.small_repeats or args.repeats
     return args
+
+
+def rank_list(text: str | None, default: list[int], nprocs: int) -> list[int]:
+    """Sorted distinct counts from ``text`` ("2,4") or ``default``, each within 1..nprocs."""
+    values = [int(x) for x in text.split(",") if x] if text else default
+    return sorted({min(max(1, v), nprocs) for v in values})
 
 
 def scratch_dir(args: argparse.Namespace, comm) -> str:
@@ -81,16 +107,6 @@ def fast_dir(args: argparse.Namespace, comm, fallback: str) -> str:
         name = tempfile.mkdtemp(prefix="ckptio-bench-fast-", dir=base) if base else os.path.join(fallback, "fast")
         os.makedirs(name, exist_ok=True)
     return comm.bcast(name, root=0)
-
-
-def readers_comm(comm, nreaders: int | None):
-    """Sub-communicator of ranks 0..R-1 (the restart job), COMM_NULL elsewhere."""
-    from mpi4py import MPI
-
-    size = comm.Get_size()
-    r = nreaders or (size - 1 if size > 1 else 1)
-    r = max(1, min(r, size))
-    return comm.Split(0 if comm.Get_rank() < r else MPI.UNDEFINED, comm.Get_rank()), r
 
 
 def environment(comm) -> dict[str, Any]:
@@ -153,8 +169,21 @@ def plan_section(quick: bool) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     from mpi4py import MPI
 
-    from . import bandwidth, cases, checksum, compression, report, smallvars
+    from . import (
+        bandwidth,
+        cases,
+        checksum,
+        compression,
+        flashio,
+        goals,
+        report,
+        restart,
+        smallvars,
+        verifybench,
+        writes,
+    )
     from .common import make_dataset
+    from .ior import find_ior, pattern_for, reference_cases
 
     args = parse_args(argv)
     comm = MPI.COMM_WORLD
@@ -168,6 +197,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     outdir = scratch_dir(args, comm)
     fastdir = fast_dir(args, comm, outdir)
     readers, nreaders = readers_comm(comm, args.readers)
+    flash_ranks = rank_list(args.flash_ranks, [2, nprocs], nprocs)
+    write_ranks = [n for n in rank_list(args.write_ranks, [2], nprocs) if n < nprocs]  # N: the bandwidth section
+    restart_ranks = rank_list(args.restart_ranks, [max(1, nprocs // 2), max(1, nprocs - 1)], nprocs)
+    ior_binary, ior_reason = find_ior(args.ior)
+    flash_binary, flash_reason = flashio.find_flash_io(args.flash_io)
+    reference = (f"IOR ({ior_binary})" if ior_binary else
+                 f"{ior_reason}: built-in MPI-IO reference (mpi4py, IOR's pattern)")
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     try:
         t0 = time.perf_counter()
@@ -176,7 +212,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         log(f"ckptio benchmarks: {nprocs} ranks, restart on {nreaders}, {data.total_bytes / 2**30:.3f} GiB "
             f"({data.nblocks} blocks x {args.variables} vars), {args.repeats} repeat(s), scratch {outdir} "
             f"(data generated in {time.perf_counter() - t0:.1f} s)")
+        log(f"storage reference: {reference}")
         ctx = cases.Context(comm, readers, data, outdir, stage_base=fastdir)
+        pattern = pattern_for(data.nblocks, args.variables, [nprocs, nreaders, *restart_ranks], args.ior_transfer)
         doc: dict[str, Any] = {
             "started": started, "argv": sys.argv[1:],
             "config": {"nprocs": nprocs, "readers": nreaders, "total_bytes": data.total_bytes,
@@ -184,10 +222,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                        "repeats": args.repeats, "quick": args.quick, "outdir": outdir,
                        "read_decomposition": "ckptio.simulate.split_shifted (3/4, 5/4 of the mean share)",
                        "compression": args.compression, "fast_dir": fastdir,
-                       "fast_dir_fs": fs_type(fastdir), "outdir_fs": fs_type(outdir)},
+                       "fast_dir_fs": fs_type(fastdir), "outdir_fs": fs_type(outdir),
+                       "reference": reference, "ior": ior_binary, "flash_io": flash_binary or flash_reason,
+                       "flash_ranks": flash_ranks, "restart_ranks": restart_ranks, "write_ranks": write_ranks,
+                       "ior_pattern": {"segments": pattern.segments, "segment_bytes": pattern.segment_bytes,
+                                       "transfer_cap": pattern.transfer_cap}},
             "environment": environment(comm), "modes": cases.async_support(),
         }
         case_list = cases.all_cases(args.compression)
+        case_list[2:2] = reference_cases(ior_binary, pattern)  # after raw and raw-fill
         if args.only:
             keep = set(args.only.split(","))
             case_list = [c for c in case_list if c.key in keep]
@@ -196,6 +239,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         doc["bandwidth"] = bw
         doc["page_cache"] = page_cache_doc(bw)
         doc["overhead"] = report.overhead(bw)
+        if "writes" not in skip and write_ranks:
+            log(f"writes of the same {data.total_bytes / 2**30:.2f} GiB on {write_ranks} ranks")
+            doc["writes"] = writes.run(
+                comm, write_ranks, args.repeats, outdir, log,
+                lambda n, r: make_dataset(args.size, args.variables, n, r),
+                lambda d, n, nr: writes.write_cases(d, n, nr, ior_binary, args.ior_transfer),
+                lambda d: f"{d.nblocks} blocks of 16^3 float64 x {len(d.names)} variables")
+        if "flash" not in skip:
+            log(f"FLASH-IO shape: ranks {flash_ranks}; FLASH-IO binary: {flash_binary or flash_reason}")
+            doc["flash"] = flashio.run(comm, flash_ranks, args.repeats, outdir, log, flash_binary, flash_reason,
+                                       ior_binary, args.ior_transfer,
+                                       # --quick scales the shape down, unless FLASH-IO runs: its shape is built in
+                                       QUICK_FLASH_MAXBLOCKS if args.quick and not flash_binary else flashio.MAXBLOCKS)
+        if "restart" not in skip:
+            log(f"restart: {nprocs} -> {restart_ranks} ranks, allocating and into out=, h5py, reference read")
+            ref_case = reference_cases(ior_binary, pattern)[0]  # the independent one
+            doc["restart"] = restart.run_counts(comm, data, outdir, restart_ranks, ref_case, args.repeats, log)
+        if "verify" not in skip:
+            log("verify: ckptio inspect --verify against a cold sequential read, one process")
+            doc["verify"] = verifybench.run(comm, ctx, args.repeats, log)
         if "compression" not in skip:
             log(f"compression break-even: {args.compression} throughput; ckptio mpiio writes on {fastdir}")
             plain, comp = cases.ckptio_case("mpiio"), cases.ckptio_case("mpiio", args.compression)
@@ -219,8 +282,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             doc["environment"]["loadavg_end"] = os.getloadavg()
             doc["environment"]["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
             doc["targets"] = report.targets(doc)
+            doc["goals"] = goals.goals(doc)
             paths = report.write_results(doc, args.results, args.plot)
             print(report.markdown(doc))
+            print(goals.console(doc["goals"]))
             log(f"results: {paths['json']}, {paths['markdown']}" +
                 (f", plots: {', '.join(doc.get('plots', []))}" if args.plot else ""))
         comm.Barrier()

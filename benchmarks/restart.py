@@ -1,0 +1,168 @@
+"""Restart on several reader counts (issue 29: 4 -> 2 and 4 -> 3), cold and hot, the way users call it.
+
+Files: a native ckptio checkpoint, an h5py file and the storage reference's file (IOR, else the built-in MPI-IO
+reference: benchmarks/ior.py), each written once by every writer rank. Then ``repeats`` interleaved rounds: for
+each reader count R (ranks 0..R-1, the shifted decomposition of benchmarks/common.py), for each reader: evict
+the file from the page cache (checked with mincore), cold read, hot read. Readers:
+
+* ``ckptio-alloc``: ``ck.read(name, offset, shape)`` per variable, ckptio allocates the arrays (how Python
+  users restart);
+* ``ckptio-out``: the same calls with ``out=`` arrays from ``ckptio.empty`` (allocated and touched once per R,
+  outside the timed reads, as a simulation's own arrays);
+* ``h5py``: h5py's allocating collective read (``driver="mpio"``, ``with dset.collective``);
+* ``reference``: IOR's (or the built-in reference's) independent read of the same bytes on R ranks.
+
+Every checkpoint library's first read is verified element by element. The statistics are the mean time over
+the rounds and its spread (benchmarks/common.py ``time_summary``), and ckptio's read phases (Reader.stats,
+max over ranks, mean over rounds) to name what limits a missed goal.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .bandwidth import _max_over_ranks, _read_phases, _verify, reported
+from .cases import Case, Context, ReadResult, ckptio_case, h5py_case
+from .common import NXB, BenchError, Dataset, collective, readers_comm, time_summary, timed
+from .pagecache import evict, remove, resident_fraction
+
+
+def ckptio_read(file_case: Case, out: bool):
+    """``ck.read`` per variable (allocating, or into ``ckptio.empty`` arrays with ``out``)."""
+
+    def read(ctx: Context) -> ReadResult:
+        import ckptio
+
+        if not ctx.is_reader:
+            return None, {}
+        first, count = ctx.my_read_range()
+        shape = (count, NXB, NXB, NXB)
+        given = ctx.cache.get("restart/out") if out else None
+        with ckptio.open(file_case.paths(ctx)[0], ctx.readers) as ck:
+            arrays = [ck.read(name, (first, 0, 0, 0), shape, out=None if given is None else given[v])
+                      for v, name in enumerate(ctx.data.names)]
+            stats = ck.stats.to_json()
+        return arrays, {"stats": stats}
+
+    return read
+
+
+def prepare_out(ctx: Context) -> None:
+    """The ``out=`` arrays of this reader count, pages touched (once per Context)."""
+    import ckptio
+
+    if ctx.is_reader and "restart/out" not in ctx.cache:
+        shape = (ctx.my_read_range()[1], NXB, NXB, NXB)
+        arrays = [ckptio.empty(shape) for _ in ctx.data.names]
+        for a in arrays:
+            a[...] = -1.0
+        ctx.cache["restart/out"] = arrays
+
+
+READERS = {"ckptio-alloc": "ckptio mpiio, allocating (ck.read per variable)",
+           "ckptio-out": "ckptio mpiio, into out= (ckptio.empty arrays, ck.read(out=))",
+           "h5py": "h5py mpio, allocating collective read",
+           "reference": "storage reference, independent read of the same bytes"}
+
+
+def run(world, contexts: dict[int, Context], reference: Case, repeats: int, log) -> dict[str, Any]:
+    """Collective over ``world`` (the writers): write the three files once, then the rounds (module docstring).
+    ``contexts``: one per reader count, all on ``world`` and the same data set. Returns
+    {"readers": {R: {reader key: entry}}, "files": {...}}."""
+    first_ctx = next(iter(contexts.values()))
+    files = {"ckptio": ckptio_case("mpiio"), "h5py": h5py_case(), "reference": reference}
+    readers = {"ckptio-alloc": ("ckptio", ckptio_read(files["ckptio"], False), None),
+               "ckptio-out": ("ckptio", ckptio_read(files["ckptio"], True), prepare_out),
+               "h5py": ("h5py", files["h5py"].read, None),
+               "reference": ("reference", reference.read, None)}
+    out: dict[str, Any] = {"readers": {str(r): {} for r in contexts}, "files": {}}
+    for r in contexts:
+        for key, label in READERS.items():
+            label = f"{reference.label}: read of the same bytes" if key == "reference" else label
+            case = files[readers[key][0]]
+            out["readers"][str(r)][key] = ({"label": label, "status": "ok", "read_cold_seconds": [],
+                                            "read_hot_seconds": [], "resident_before_cold_read": []}
+                                           if case.available else
+                                           {"label": label, "status": "skipped", "reason": case.reason})
+    try:
+        for name, case in files.items():
+            if not case.available:
+                out["files"][name] = {"status": "skipped", "reason": case.reason}
+                continue
+            t, _ = timed(world, lambda case=case: case.write(first_ctx))
+            out["files"][name] = {"status": "ok", "label": case.label, "write_seconds": t}
+        for rep in range(repeats):
+            for r, ctx in contexts.items():
+                for key, (file_key, read, prepare) in readers.items():
+                    entry = out["readers"][str(r)][key]
+                    if entry["status"] != "ok" or out["files"][file_key]["status"] != "ok":
+                        continue
+                    try:
+                        one_read(world, ctx, files[file_key], read, prepare, entry, verify=rep == 0 and
+                                 file_key != "reference")
+                        log(f"  [{rep + 1}/{repeats}] restart {world.Get_size()} -> {r}, {entry['label']}: cold "
+                            f"{entry['read_cold_seconds'][-1]:.2f} s, hot {entry['read_hot_seconds'][-1]:.2f} s")
+                    except BenchError as exc:
+                        entry.update(status="failed", reason=str(exc))
+                        log(f"  restart {world.Get_size()} -> {r}, {entry['label']}: FAILED {exc}")
+    finally:
+        if world.Get_rank() == 0:
+            remove([p for case in files.values() if case.available for p in case.paths(first_ctx)])
+        world.Barrier()
+    nbytes = first_ctx.data.total_bytes
+    for per_r in out["readers"].values():
+        for entry in per_r.values():
+            finish(entry, nbytes)
+    return out
+
+
+def run_counts(world, data: Dataset, outdir: str, counts: list[int], reference: Case, repeats: int,
+               log) -> dict[str, Any]:
+    """Collective over ``world``: :func:`run` with one Context per reader count (world ranks 0..R-1 read)."""
+    from mpi4py import MPI
+
+    contexts: dict[int, Context] = {}
+    try:
+        for r in counts:
+            contexts[r] = Context(world, readers_comm(world, r)[0], data, outdir)
+        return run(world, contexts, reference, repeats, log)
+    finally:
+        for ctx in contexts.values():
+            if ctx.readers != MPI.COMM_NULL:
+                ctx.readers.Free()
+
+
+def one_read(world, ctx: Context, file_case: Case, read, prepare, entry: dict[str, Any], verify: bool) -> None:
+    """Evict, cold read (verified when asked), hot read; appends to ``entry``."""
+    paths = file_case.paths(ctx)
+    if world.Get_rank() == 0:
+        evict(paths)
+    entry["resident_before_cold_read"].append(world.bcast(resident_fraction(paths) if world.Get_rank() == 0
+                                                          else None, root=0))
+    if prepare is not None:
+        prepare(ctx)
+    t_cold, (arrays, cinfo) = timed(world, lambda: read(ctx))
+    if verify:
+        collective(world, lambda got=arrays: _verify(ctx, got))
+        entry["verified"] = True
+    arrays = None
+    t_hot, (_, hinfo) = timed(world, lambda: read(ctx))
+    entry["read_cold_seconds"].append(reported(world, t_cold, cinfo or {}, entry, "read_cold"))
+    entry["read_hot_seconds"].append(reported(world, t_hot, hinfo or {}, entry, "read_hot"))
+    if file_case.group == "ckptio":  # the same on every rank: _max_over_ranks is collective
+        entry.setdefault("cold_phases", []).append(_max_over_ranks(world, _read_phases(cinfo or {})))
+        entry.setdefault("hot_phases", []).append(_max_over_ranks(world, _read_phases(hinfo or {})))
+
+
+def finish(entry: dict[str, Any], nbytes: int) -> None:
+    """Mean-time statistics and mean phases of one reader's rounds."""
+    if entry.get("status") != "ok" or not entry.get("read_cold_seconds"):
+        return
+    nbytes = entry.get("bytes") or nbytes
+    for what in ("read_cold", "read_hot"):
+        entry[f"{what}_time"] = time_summary(nbytes, entry[f"{what}_seconds"])
+    for raw in ("cold_phases", "hot_phases"):
+        rounds = entry.pop(raw, None)
+        if rounds:
+            keys = sorted({k for s in rounds for k in s})
+            entry[f"{raw}_mean"] = {k: sum(s.get(k, 0.0) for s in rounds) / len(rounds) for k in keys}
