@@ -26,9 +26,8 @@ separately, states the same one. A checksum that happens to be 0 is treated the 
 Data is written with one collective ``MPI_File_write_all`` per checkpoint: each rank's file view is an
 hindexed type over its blocks' file offsets, its memory type an hindexed type over its arrays' addresses,
 so there is no packing copy; collective buffering (``romio_cb_write``) lets ``cb_nodes`` aggregators do
-the file I/O. Before it, rank 0 reserves the header and every rank's region with ``fallocate`` (the writer's
-reserve phase; not the alignment holes), and before the index is written, the rest of the file (see
-:func:`ckptio.backends.rawio.reserve_space`).
+the file I/O. The engine reserves the header and every rank's region before it (not the alignment holes), and
+the index and trailer before they are written (:mod:`ckptio.engine.space`).
 """
 
 from __future__ import annotations
@@ -43,14 +42,23 @@ import xxhash
 
 from ckptio import meta as metamod
 from ckptio.block_table import BlockTable, as_table
-from ckptio.coord import agree
 from ckptio.errors import CheckpointIOError, CorruptCheckpointError, FormatVersionError, IncompleteCheckpointError
 from ckptio.hints import COLLECTIVE_ONLY_HINTS, info_to_dict
-from ckptio.plan import BlockPlan, Extent, VariablePlan
+from ckptio.plan import Extent, VariablePlan
 
 from . import rawio
-from .base import Backend, Capabilities, ExtentReader, WriteSession, WrittenBlock, register
-from .rawio import SerialRawReader, check_data_landed, reserve_collectively, transfer
+from .base import (
+    Backend,
+    BlockToWrite,
+    Capabilities,
+    CreateOptions,
+    DocumentSlot,
+    ExtentReader,
+    Placement,
+    Step,
+    WrittenBlock,
+)
+from .rawio import SerialRawReader, transfer
 
 MAGIC = b"\x89CKPTIO\n"
 TRAILER_MAGIC = b"CKPTEND\x00"
@@ -112,53 +120,60 @@ def header_bytes(version: int = FORMAT_VERSION) -> bytes:
     return _HEADER.pack(MAGIC, version, HEADER_SIZE, header_checksum(plain)).ljust(HEADER_SIZE, b"\0")
 
 
-class _NativeWriteSession(WriteSession):
-    def __init__(self, path: str, comm, info, layout: Mapping[str, Any]):
+class _NativeWriteHandle:
+    """The native format's :class:`~ckptio.backends.base.WriteHandle` (see there for who calls what): one MPI file
+    opened collectively; data, index and trailer each one collective write at offsets every rank knows from its
+    placement share (the index offset is the end of the data, aligned; the trailer follows the index)."""
+
+    def __init__(self, path: str, comm, info, share: Mapping[str, Any]):
         from mpi4py import MPI
 
-        self.path, self.comm, self.layout = path, comm, layout
+        self.path, self.share = path, share
         self.fh = MPI.File.Open(comm, path, MPI.MODE_CREATE | MPI.MODE_WRONLY,
                                 info if info is not None else MPI.INFO_NULL)
+        self.index_offset = _align(share["data_end"], BLOCK_ALIGN)
+        self._slot: DocumentSlot | None = None
+        self._written: list[WrittenBlock] = []
 
-    def write_blocks(self, blocks: Sequence[tuple[BlockPlan, np.ndarray]]) -> list[WrittenBlock]:
-        rank = self.comm.Get_rank()
-        offsets = self.layout.get("offsets")
+    def define(self) -> None:
+        """Nothing to define: the header is written with the data (by the rank whose share says so)."""
+
+    def notes(self) -> list[str]:
+        return []
+
+    def reserved_ranges(self) -> list[tuple[int, int]]:
+        """Before the data: the header and each rank's region, not the holes left for stripe alignment (nobody
+        writes them); after :meth:`document_slot`: the index and the trailer."""
+        if self._slot is not None:
+            return [(self.index_offset, self.index_offset + self._slot.nbytes + TRAILER_SIZE)]
+        return [(0, HEADER_SIZE), *((int(a), int(b)) for a, b in self.share["regions"])]
+
+    def write(self, blocks: Sequence[BlockToWrite], tables: Any = None) -> list[Step]:
+        """One step: one collective ``Write_all`` of this rank's blocks (and of the header, on the rank whose
+        share holds it) through an hindexed file view (see :func:`~ckptio.backends.rawio.transfer`)."""
+        offsets = self.share["offsets"]
         pieces: list[tuple[int, int]] = []
         buffers: list[Any] = []
-        written: list[WrittenBlock] = []
-        header = np.frombuffer(header_bytes(), dtype=np.uint8) if rank == 0 else None
-        if header is not None:
+        if self.share.get("header"):
             pieces.append((0, HEADER_SIZE))
-            buffers.append(header)
-        mine = offsets if offsets is not None else self.layout["by_rank"][rank]  # a share, or rank 0's whole layout
-        for block, data in blocks:
-            off = mine[block.local_index]
-            buf = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
+            buffers.append(np.frombuffer(header_bytes(), dtype=np.uint8))
+        self._written = []
+        for block in blocks:
+            off = offsets[block.local_index]
+            buf = block.data if isinstance(block.data, np.ndarray) else np.frombuffer(block.data, dtype=np.uint8)
             pieces.append((off, buf.nbytes))
             buffers.append(buf)
-            written.append(WrittenBlock(off, buf.nbytes, block.codec))
-        error: BaseException | None = None
-        try:
-            transfer(self.fh, pieces, buffers, write=True)
-        except Exception as exc:  # e.g. ENOSPC: with collective buffering only the aggregators see it
-            error = exc
-        agree(self.comm, "write data", error)  # before the collective Sync, which the failed ranks would skip
-        self._sync("data")
-        return written
+            self._written.append(WrittenBlock(off, buf.nbytes, block.codec))
+        return [("write data", lambda: transfer(self.fh, pieces, buffers, write=True))]
 
-    def _sync(self, what: str) -> None:
-        """Collective: MPI_File_sync, then agree, so a rank whose sync failed does not leave the others
-        waiting in the next collective."""
-        error: BaseException | None = None
-        try:
-            self.fh.Sync()
-        except Exception as exc:
-            error = exc
-        agree(self.comm, f"sync {what}", error)
+    def written(self) -> list[WrittenBlock]:
+        return list(self._written)
 
-    def data_ranges(self) -> list[tuple[int, int]]:
-        """The header and each rank's region: not the holes left for stripe alignment, which nobody writes."""
-        return [(0, HEADER_SIZE), *((int(a), int(b)) for a, b in self.layout["regions"])]
+    def sync(self) -> None:
+        self.fh.Sync()
+
+    def storage_info(self) -> dict[str, dict[str, Any]]:
+        return {}  # every block's place is in the block table
 
     def effective_hints(self) -> dict[str, str]:
         info = self.fh.Get_info()
@@ -167,38 +182,39 @@ class _NativeWriteSession(WriteSession):
         finally:
             info.Free()
 
-    def commit(self, meta: Mapping[str, Any]) -> None:
-        """Rank 0 writes the index, everyone syncs, rank 0 writes the trailer (completion mark), sync, close."""
+    def document_slot(self, slot: DocumentSlot) -> None:
+        """The index goes at the aligned end of the data, the trailer right after it: known on every rank."""
         from mpi4py import MPI
 
-        check_data_landed(self.comm, self.path, NativeBackend(), meta)
+        self._slot = slot
         self.fh.Set_view(0, MPI.BYTE, MPI.BYTE)
-        root = self.comm.Get_rank() == 0
-        index = metamod.dumps(meta) if root else b""  # the document is rank 0's alone
-        index_offset = _align(self.layout["data_end"], BLOCK_ALIGN)
-        trailer = _TRAILER.pack(TRAILER_MAGIC, FORMAT_VERSION, 0, index_offset, len(index),
-                                xxhash.xxh3_64_intdigest(index), self.layout["data_end"], b"") if root else b""
-        reserve_collectively(self.comm, self.path,
-                             lambda: [(index_offset, index_offset + len(index) + TRAILER_SIZE)],
-                             "the index and completion mark")
-        for what, offset, payload in (("index", index_offset, index),
-                                      ("completion mark", index_offset + len(index), trailer)):
-            # collective even though only rank 0 has bytes (the others write nothing, at any offset): with
-            # romio_no_indep_rw=true (deferred open) only the aggregators have the file open, so independent
-            # writes are not allowed
-            error: BaseException | None = None
-            mine = np.frombuffer(payload, np.uint8) if root else np.empty(0, np.uint8)
-            try:
-                status = MPI.Status()
-                self.fh.Write_at_all(offset, [mine, mine.size, MPI.BYTE], status)
-                if status.Get_count(MPI.BYTE) != mine.size:
-                    raise CheckpointIOError(f"short write of the checkpoint {what} (file system full?)")
-            except Exception as exc:
-                error = exc
-            agree(self.comm, f"write {what}", error)
-            self._sync(what)  # the index is durable before the completion mark is written
-        self.fh.Close()
-        self.fh = None
+
+    def write_document(self, document: bytes | None) -> list[Step]:
+        return [("write index", lambda: self._write_at(self.index_offset, document or b"", "index"))]
+
+    def mark_complete(self, mark: bool) -> list[Step]:
+        """The trailer, written last: it locates the index and carries its checksum."""
+        assert self._slot is not None
+        trailer = _TRAILER.pack(TRAILER_MAGIC, FORMAT_VERSION, 0, self.index_offset, self._slot.nbytes,
+                                int(self._slot.checksum, 16), self.share["data_end"], b"") if mark else b""
+        return [("write the completion mark",
+                 lambda: self._write_at(self.index_offset + self._slot.nbytes, trailer, "completion mark"))]
+
+    def _write_at(self, offset: int, payload: bytes, what: str) -> None:
+        """Collective even when only one rank has bytes (the others write nothing): with
+        ``romio_no_indep_rw=true`` (deferred open) only the aggregators have the file open, so independent
+        writes are not allowed."""
+        from mpi4py import MPI
+
+        mine = np.frombuffer(payload, np.uint8)
+        status = MPI.Status()
+        self.fh.Write_at_all(offset, [mine, mine.size, MPI.BYTE], status)
+        if status.Get_count(MPI.BYTE) != mine.size:
+            raise CheckpointIOError(f"short write of the checkpoint {what} (file system full?)")
+
+    def close(self) -> None:
+        fh, self.fh = self.fh, None
+        fh.Close()
 
     def abort(self) -> None:
         fh, self.fh = self.fh, None
@@ -209,7 +225,6 @@ class _NativeWriteSession(WriteSession):
                 pass
 
 
-@register
 class NativeBackend(Backend):
     name = "mpiio"
     format_version = FORMAT_VERSION
@@ -233,9 +248,10 @@ class NativeBackend(Backend):
             return "its completion mark (the native trailer) at the end of the file is intact"
         return None
 
-    def layout(self, variables: Mapping[str, VariablePlan], stripe_unit: int, nprocs: int) -> dict[str, Any]:
+    def place(self, variables: Mapping[str, VariablePlan], stripe_unit: int, nprocs: int) -> Placement:
         """Rank-major placement: rank 0's blocks, then rank 1's, ... (see the module docstring), from the plan's
-        columns (:func:`place_blocks`). ``by_rank[r]``: rank r's file offsets by local index."""
+        columns (:func:`place_blocks`). Each rank's share: the file offsets of its own blocks by local index and
+        where the data ends; the planning rank's: also every region (it reserves them); rank 0's: the header."""
         rank = np.concatenate([v.rank for v in variables.values()] or [np.zeros(0, np.int64)])
         local = np.concatenate([v.local_index for v in variables.values()] or [np.zeros(0, np.int64)])
         stored = np.concatenate([v.stored_sizes() for v in variables.values()] or [np.zeros(0, np.int64)])
@@ -246,17 +262,14 @@ class NativeBackend(Backend):
         for count in np.bincount(rank, minlength=nprocs).tolist():
             by_rank.append(in_order[start:start + count])
             start += count
-        return {"by_rank": by_rank, "data_end": end, "regions": regions}
+        shares = [{"offsets": by_rank[r], "data_end": end, "header": r == 0} for r in range(nprocs)]
+        return Placement({**shares[0], "regions": regions}, shares)
 
-    def layout_shares(self, layout: Mapping[str, Any], nprocs: int) -> list[dict[str, Any]]:
-        """Each rank: the file offsets of its own blocks and where the data ends (the regions are rank 0's)."""
-        return [{"offsets": layout["by_rank"][r], "data_end": layout["data_end"]} for r in range(nprocs)]
+    def create(self, path: str, comm, info, variables: Mapping[str, VariablePlan], placement: Mapping[str, Any],
+               options: CreateOptions) -> _NativeWriteHandle:
+        return _NativeWriteHandle(path, comm, info, placement)
 
-    def create(self, path: str, comm, info, variables: Mapping[str, VariablePlan], layout: Mapping[str, Any],
-               options: Mapping[str, Any]) -> WriteSession:
-        return _NativeWriteSession(path, comm, info, layout)
-
-    def read_metadata(self, path: str) -> dict[str, Any]:
+    def read_document(self, path: str) -> dict[str, Any]:
         try:
             with open(path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
@@ -321,10 +334,10 @@ class NativeBackend(Backend):
 
         return extent_table.from_blocks(meta)
 
-    def open_extent_reader(self, path: str, comm, info, meta: Mapping[str, Any]) -> ExtentReader:
+    def open_extents(self, path: str, comm, info, meta: Mapping[str, Any]) -> ExtentReader:
         return rawio.open_extent_reader(path, comm, info, meta)
 
-    def serial_extent_reader(self, path: str, meta: Mapping[str, Any]) -> ExtentReader:
+    def serial_extents(self, path: str, meta: Mapping[str, Any]) -> ExtentReader:
         return SerialRawReader(path, meta)
 
 

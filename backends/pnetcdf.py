@@ -35,16 +35,15 @@ Layout version 1 (ckptio before the columnar metadata of schema 2) had one table
 CDF-5 has no bool, complex or float16 types: the capabilities refuse them.
 
 Writing: every define-mode call is collective and made in the same order on every rank (from the global
-plan). Each rank posts one nonblocking ``iput_var`` per non-empty block it owns (rank 0 also posts the
-block table); one collective ``wait_all`` writes them all, so a rank with several blocks and a rank with
-none make the same collective calls; every collective I/O call and rank-0-only write is followed by an
-agreement (:func:`ckptio.coord.run`), since an I/O error such as ENOSPC may reach only the aggregators.
-Before that, the space is reserved: up to the end of the fixed-size variables after ``enddef`` (by the writer)
-and up to the end of the metadata document in :meth:`_PnetCDFWriteSession.commit` (under Open MPI's OMPIO,
-PnetCDF's writes into a full file system "succeed" with the data missing). Fill mode is off. The hint
-``nc_in_place_swap=disable`` keeps PnetCDF from byte-swapping the caller's arrays in place (it swaps a copy);
-``nc_var_align_size`` = the stripe unit when the data is large enough that aligning every variable to a stripe
-wastes under 1/16 of the file.
+plan headers). Each rank posts one nonblocking ``iput_var`` per non-empty block it owns (the rank holding the
+block table also posts it); one collective ``wait_all`` writes them all, so a rank with several blocks and a rank
+with none make the same collective calls. Each collective call is one step the engine runs in an agreed phase,
+since an I/O error such as ENOSPC may reach only the aggregators. Before that, the engine reserves the space: up
+to the end of the fixed-size variables after ``enddef``, and the metadata document once its length is known
+(under Open MPI's OMPIO, PnetCDF's writes into a full file system "succeed" with the data missing). Fill mode is
+off. The hint ``nc_in_place_swap=disable`` keeps PnetCDF from byte-swapping the caller's arrays in place (it
+swaps a copy); ``nc_var_align_size`` = the stripe unit when the data is large enough that aligning every variable
+to a stripe wastes under 1/16 of the file.
 
 The metadata records ``storage = {"file_offset": begin, "file_dtype": ">f8", ...}`` per variable, with
 ``begin`` read from the CDF header that PnetCDF wrote (pnetcdf-python's ``inq_offset`` returns a C int and
@@ -59,17 +58,15 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ckptio import coord, install_hints, memsel
+from ckptio import install_hints, memsel
 from ckptio import meta as metamod
-from ckptio.block_table import USER_TABLE_NOTE, user_table, user_table_shape
+from ckptio.block_table import USER_TABLE_NOTE, user_table_shape
 from ckptio.errors import (
     CapabilityError,
     CheckpointError,
@@ -79,12 +76,23 @@ from ckptio.errors import (
     IncompleteCheckpointError,
     RewrittenCheckpointError,
 )
-from ckptio.hints import DEFAULT_STRIPING_UNIT, data_transfer_mode, info_to_dict
-from ckptio.plan import BlockPlan, Extent, VariablePlan
+from ckptio.hints import DEFAULT_STRIPING_UNIT, info_to_dict, transfer_mode
+from ckptio.plan import Extent, VariablePlan
 
 from . import rawio
-from .base import Backend, Capabilities, ExtentReader, WriteSession, WrittenBlock, not_ckptio, register
-from .rawio import SerialRawReader, check_data_landed, hindexed, leading_axis_bands, reserve_collectively
+from .base import (
+    Backend,
+    BlockToWrite,
+    Capabilities,
+    CreateOptions,
+    DocumentSlot,
+    ExtentReader,
+    Step,
+    WrittenBlock,
+)
+from .cdf import NC_TYPES, CDFHeader, read_header
+from .detect import not_ckptio
+from .rawio import SerialRawReader, hindexed, leading_axis_bands
 
 # pnetcdf-python initializes MPI when imported: import it only to write a file (reading needs neither it nor MPI)
 INSTALL_HINT = install_hints.PNETCDF  # names ckptio-install-parallel (issue 27)
@@ -146,32 +154,39 @@ def _var_align(hints: Mapping[str, str], variables: Mapping[str, VariablePlan]) 
     return stripe if total >= 16 * nfixed * stripe else None
 
 
-class _PnetCDFWriteSession(WriteSession):
-    """Collective: the constructor creates the file and runs the whole define phase on every rank."""
+class _PnetCDFWriteHandle:
+    """The CDF-5 format's :class:`~ckptio.backends.base.WriteHandle` (see there for who calls what). Every
+    define-mode call is collective in PnetCDF and made in the same order on every rank, from the plan's headers."""
 
-    def __init__(self, path: str, comm, info, variables: Mapping[str, VariablePlan], options: Mapping[str, Any]):
+    def __init__(self, path: str, comm, info, variables: Mapping[str, VariablePlan], options: CreateOptions):
         import pnetcdf
         from mpi4py import MPI
 
-        self.path, self.comm, self.variables = path, comm, variables
-        self.described: Mapping[str, Mapping[str, Any]] = options.get("described", {})
-        rank = comm.Get_rank()
-        self._mine = {i: name for name, v in variables.items() for i in v.local_index[v.rank == rank].tolist()}
-        self.transfer = data_transfer_mode("pnetcdf", rank)  # "independent" where OMPIO would corrupt collective I/O
+        self.path, self.variables, self.options = path, variables, options
+        self.described = options.described
+        self.transfer, self._why_independent = transfer_mode()  # independent where OMPIO would corrupt collective
+        self._written: list[WrittenBlock] = []
+        self._slot: DocumentSlot | None = None
         file_info = info.Dup() if info is not None else MPI.Info.Create()
-        align = _var_align(options.get("hints", {}), variables)
+        align = _var_align(options.hints, variables)
         if align is not None:
             file_info.Set("nc_var_align_size", str(align))
-        self.file: Any = None
         try:
-            self.file = coord.run(comm, "create the CDF file", lambda: pnetcdf.File(
-                path, mode="w", format="NC_64BIT_DATA", comm=comm, info=file_info))
-            coord.run(comm, "define the CDF file", lambda: self._define(options.get("attrs", {})))
-        except BaseException:
-            self.abort()
-            raise
+            self.file: Any = pnetcdf.File(path, mode="w", format="NC_64BIT_DATA", comm=comm, info=file_info)
         finally:
             file_info.Free()
+
+    def notes(self) -> list[str]:
+        """Why the data goes out with independent transfers, when it does."""
+        if self._why_independent is None:
+            return []
+        return [f"ckptio pnetcdf backend: independent data transfers instead of collective ones "
+                f"({self._why_independent}); initialise MPI with MPI_THREAD_MULTIPLE or set OMPI_MCA_io=romio321 "
+                "to keep collective buffering"]
+
+    def define(self) -> None:
+        """Collective, define mode: dimensions, variables and attributes, then ``enddef``."""
+        self._define(self.options.attrs)
 
     def _define(self, attrs: Mapping[str, Any]) -> None:
         """Collective, define mode: dimensions, variables and attributes, then ``enddef``."""
@@ -201,7 +216,7 @@ class _PnetCDFWriteSession(WriteSession):
                     if _NC_NAME.match(key):
                         v.put_att(key, _attr_value(value))
                 self.vars[name] = v
-        nrows, ncols = user_table_shape(self.variables)  # the rows are rank 0's: it alone has the whole plan
+        nrows, ncols = user_table_shape(self.variables)  # the rows are the planning rank's (the whole plan)
         self.table: tuple[Any, Any] | None = None
         if nrows:  # CDF has no zero-length fixed dimension
             f.def_dim("ckptio_nblocks", nrows)
@@ -218,47 +233,52 @@ class _PnetCDFWriteSession(WriteSession):
         self.metadata = f.def_var(META_VAR, "S1", (f"{META_VAR}_len",))
         f.enddef()
 
-    def write_blocks(self, blocks: Sequence[tuple[BlockPlan, np.ndarray]]) -> list[WrittenBlock]:
-        """Collective: post one ``iput_var`` per non-empty block (rank 0: also the block tables), then one
-        collective ``wait_all`` on every rank, then sync."""
-        keep: list[np.ndarray] = []  # the buffers must live until wait_all
-        memtypes: list[Any] = []  # memory datatypes of strided views (flexible API), freed after wait_all
-        try:
-            return self._write_blocks(blocks, keep, memtypes)
-        finally:
-            for t in memtypes:
-                t.Free()
+    def write(self, blocks: Sequence[BlockToWrite], tables: tuple[np.ndarray, np.ndarray] | None) -> list[Step]:
+        """One step: post one ``iput_var`` per non-empty block (and the block tables, on the rank that holds them),
+        then one collective ``wait_all`` (or, for independent transfers, ``wait`` in independent data mode)."""
+        def write() -> None:
+            keep: list[np.ndarray] = []  # the buffers must live until wait_all
+            memtypes: list[Any] = []  # memory datatypes of strided views (flexible API), freed after wait_all
+            try:
+                self._post(blocks, tables, keep, memtypes)
+                if self.transfer == "independent":
+                    self._independently(self._io_error(self.file.wait))
+                else:
+                    self._io_error(self.file.wait_all)()
+            finally:
+                for t in memtypes:
+                    t.Free()
 
-    def _write_blocks(self, blocks: Sequence[tuple[BlockPlan, np.ndarray]], keep: list[np.ndarray],
-                      memtypes: list[Any]) -> list[WrittenBlock]:
-        written = []
-        for plan, data in blocks:
-            written.append(WrittenBlock(None, int(data.nbytes)))
-            name = self._mine[plan.local_index]
-            if plan.box.size == 0 or name not in self.vars:
+        self._written = [WrittenBlock(None, int(b.data.nbytes)) for b in blocks]
+        return [("write the data (wait_all)", write)]
+
+    def _post(self, blocks: Sequence[BlockToWrite], tables: tuple[np.ndarray, np.ndarray] | None,
+              keep: list[np.ndarray], memtypes: list[Any]) -> None:
+        for block in blocks:
+            if block.box.size == 0 or block.var not in self.vars:
                 continue
+            data = block.data
             arr = data if data.dtype.isnative else data.astype(data.dtype.newbyteorder("="))
             keep.append(arr)
-            if plan.box.ndim == 0:
-                self.vars[name].iput_var(arr)
+            if block.box.ndim == 0:
+                self.vars[block.var].iput_var(arr)
             elif not arr.flags.c_contiguous:  # a view (halo'd interior): PnetCDF's flexible API reads it in place
                 memtypes.append(_memory_type(arr))
-                self.vars[name].iput_var(memsel.span(arr), start=list(plan.box.offset), count=list(plan.box.shape),
-                                         bufcount=1, buftype=memtypes[-1])
+                self.vars[block.var].iput_var(memsel.span(arr), start=list(block.box.offset),
+                                              count=list(block.box.shape), bufcount=1, buftype=memtypes[-1])
             else:
-                self.vars[name].iput_var(arr, start=list(plan.box.offset), count=list(plan.box.shape))
-        if self.comm.Get_rank() == 0 and self.table is not None:
-            table, checksums = self.table
-            _names, rows, sums = user_table(self.variables)
+                self.vars[block.var].iput_var(arr, start=list(block.box.offset), count=list(block.box.shape))
+        if tables is not None and self.table is not None:
+            rows, sums = tables
             keep += [rows, sums]
-            table.iput_var(rows)
-            checksums.iput_var(sums)
-        if self.transfer == "independent":
-            self._independently("write the data (independent wait)", self._io_error(self.file.wait))
-        else:
-            coord.run(self.comm, "write the data (wait_all)", self._io_error(self.file.wait_all))
-        coord.run(self.comm, "sync the data", self._io_error(self.file.sync))
-        return written
+            self.table[0].iput_var(rows)
+            self.table[1].iput_var(sums)
+
+    def written(self) -> list[WrittenBlock]:
+        return list(self._written)
+
+    def sync(self) -> None:
+        self._io_error(self.file.sync)()
 
     def _io_error(self, call: Callable[[], Any]) -> Callable[[], Any]:
         """``call`` with PnetCDF's write errors (pnetcdf-python raises RuntimeError, e.g. "Unknown error occurs
@@ -281,10 +301,13 @@ class _PnetCDFWriteSession(WriteSession):
                          "file_dtype": _file_dtype(var.dtype)}
         return out
 
-    def data_ranges(self) -> list[tuple[int, int]]:
-        """Rank 0: up to the end of the fixed-size variables, from the header PnetCDF wrote at ``enddef`` (the
-        metadata document, the only record variable, goes after them and is reserved by :meth:`commit`)."""
+    def reserved_ranges(self) -> list[tuple[int, int]]:
+        """Up to the end of the fixed-size variables, from the header PnetCDF wrote at ``enddef`` (the metadata
+        document, the only record variable, goes after them); after :meth:`document_slot`, the document."""
         header = read_header(self.path)
+        if self._slot is not None:
+            begin = header.vars[META_VAR].begin
+            return [(begin, begin + self._slot.nbytes)]
         return [(0, max(v.begin + v.vsize for v in header.vars.values() if not v.is_record))]
 
     def effective_hints(self) -> dict[str, str]:
@@ -296,44 +319,43 @@ class _PnetCDFWriteSession(WriteSession):
         hints["ckptio_pnetcdf_transfer"] = self.transfer
         return hints
 
-    def commit(self, meta: Mapping[str, Any]) -> None:
-        """Collective: rank 0 writes the document and its checksum (collective puts, the others with empty
-        counts), sync, rank 0 writes the completion mark (independent mode), sync, close."""
-        check_data_landed(self.comm, self.path, PnetCDFBackend(), meta)
-        document = metamod.dumps(meta) if meta is not None else b""  # rank 0's alone; the others write nothing
-        text = np.frombuffer(document, dtype="S1")
-        digest = np.frombuffer(metamod.checksum(document).encode(), dtype="S1")
-        if self.comm.Get_rank() != 0:
-            text, digest = text[:0], digest[:0]
-        begin = lambda: read_header(self.path).vars[META_VAR].begin  # noqa: E731 - rank 0 only
-        reserve_collectively(self.comm, self.path, lambda: [(begin(), begin() + len(document))],
-                             "the metadata document")
+    def document_slot(self, slot: DocumentSlot) -> None:
+        """Nothing to create: the document is the record variable defined with the rest (any length)."""
+        self._slot = slot
+
+    def write_document(self, document: bytes | None) -> list[Step]:
+        """The document and its checksum: collective puts, the ranks without the document with empty counts (or
+        puts in independent data mode by the rank that holds it)."""
+        assert self._slot is not None
+        text = np.frombuffer(document or b"", dtype="S1")
+        digest = np.frombuffer(self._slot.checksum.encode() if document is not None else b"", dtype="S1")
         if self.transfer == "independent":
-            def put_document() -> None:  # rank 0 alone; the others have nothing to write
-                if self.comm.Get_rank() == 0:
+            def put() -> None:
+                if document is not None:
                     self.metadata.put_var(text, start=[0], count=[text.size])
                     self.metadata_checksum.put_var(digest, start=[0], count=[digest.size])
 
-            self._independently("write the metadata document and its checksum", put_document)
-        else:
-            coord.run(self.comm, "write the metadata document",
-                      lambda: self.metadata.put_var_all(text, start=[0], count=[text.size]))
-            coord.run(self.comm, "write the metadata checksum",
-                      lambda: self.metadata_checksum.put_var_all(digest, start=[0], count=[digest.size]))
-        coord.run(self.comm, "sync the metadata", self.file.sync)
+            return [("write the metadata document and its checksum", lambda: self._independently(put))]
+        return [("write the metadata document", lambda: self.metadata.put_var_all(text, start=[0], count=[text.size])),
+                ("write the metadata checksum",
+                 lambda: self.metadata_checksum.put_var_all(digest, start=[0], count=[digest.size]))]
 
-        def put_mark() -> None:
-            if self.comm.Get_rank() == 0:
+    def mark_complete(self, mark: bool) -> list[Step]:
+        """``ckptio_complete`` = 1, put in independent data mode by the rank the engine chose."""
+        def put() -> None:
+            if mark:
                 self.complete.put_var(np.array(COMPLETE, dtype=np.int32))
 
-        self._independently("write the completion mark", put_mark)
-        coord.run(self.comm, "sync the completion mark", self.file.sync)
-        self.file.close()
-        self.file = None
+        return [("write the completion mark", lambda: self._independently(put))]
 
-    def _independently(self, phase: str, write: Callable[[], Any]) -> None:
-        """Collective: ``write`` (local puts or waits) in PnetCDF's independent data mode; entering and leaving
-        that mode are collective, so an error is held until after ``end_indep`` and then raised on every rank."""
+    def close(self) -> None:
+        file, self.file = self.file, None
+        file.close()
+
+    def _independently(self, write: Callable[[], Any]) -> None:
+        """Collective: ``write`` (local puts or waits) in PnetCDF's independent data mode. Entering and leaving that
+        mode are collective, so a failure of ``write`` is raised only after ``end_indep`` (every rank leaves the
+        mode), for the engine to agree on."""
         self.file.begin_indep()
         error: BaseException | None = None
         try:
@@ -341,7 +363,8 @@ class _PnetCDFWriteSession(WriteSession):
         except Exception as exc:
             error = exc
         self.file.end_indep()
-        coord.agree(self.comm, phase, error)
+        if error is not None:
+            raise error
 
     def abort(self) -> None:
         file, self.file = self.file, None
@@ -352,7 +375,6 @@ class _PnetCDFWriteSession(WriteSession):
                 pass
 
 
-@register
 class PnetCDFBackend(Backend):
     name = "pnetcdf"
     format_version = FORMAT_VERSION
@@ -382,12 +404,12 @@ class PnetCDFBackend(Backend):
     def write_problem(cls) -> str | None:
         return _pnetcdf_missing()
 
-    def create(self, path: str, comm, info, variables: Mapping[str, VariablePlan], layout: Mapping[str, Any],
-               options: Mapping[str, Any]) -> WriteSession:
+    def create(self, path: str, comm, info, variables: Mapping[str, VariablePlan], placement: Mapping[str, Any],
+               options: CreateOptions) -> _PnetCDFWriteHandle:
         self.require_writable()
-        return _PnetCDFWriteSession(path, comm, info, variables, options)
+        return _PnetCDFWriteHandle(path, comm, info, variables, options)
 
-    def read_metadata(self, path: str) -> dict[str, Any]:
+    def read_document(self, path: str) -> dict[str, Any]:
         """Serial, no MPI: parse the CDF header, check the completion mark, read the document."""
         try:
             return self._read_metadata(path)
@@ -447,10 +469,10 @@ class PnetCDFBackend(Backend):
 
         return extent_table.from_bands(meta)
 
-    def open_extent_reader(self, path: str, comm, info, meta: Mapping[str, Any]) -> ExtentReader:
+    def open_extents(self, path: str, comm, info, meta: Mapping[str, Any]) -> ExtentReader:
         return rawio.open_extent_reader(path, comm, info, meta)
 
-    def serial_extent_reader(self, path: str, meta: Mapping[str, Any]) -> ExtentReader:
+    def serial_extents(self, path: str, meta: Mapping[str, Any]) -> ExtentReader:
         return SerialRawReader(path, meta)
 
 
@@ -500,7 +522,7 @@ def _moved_by_another_tool(header: CDFHeader, meta: Mapping[str, Any]) -> str | 
             recorded = var.get("storage", {}).get("file_offset")
             if (cdf is None or cdf.is_record or recorded is None or cdf.begin == recorded
                     or [header.dims[d][1] for d in cdf.dimids] != list(var["shape"])
-                    or np.dtype(_NC_TYPES[cdf.nc_type]).itemsize != np.dtype(var["dtype"]).itemsize
+                    or np.dtype(NC_TYPES[cdf.nc_type]).itemsize != np.dtype(var["dtype"]).itemsize
                     or cdf.begin + nbytes > header.size):
                 return None
             shifts.append((name, cdf.begin, recorded))
@@ -512,149 +534,6 @@ def _moved_by_another_tool(header: CDFHeader, meta: Mapping[str, Any]) -> str | 
     how = (f"every variable moved by {deltas.pop():+d} bytes" if len(deltas) == 1 else "every variable moved")
     shown = "; ".join(f"{n!r} at {b}, written at {r}" for n, b, r in shifts[:3])
     return f"{how} ({shown}{f'; ... ({len(shifts)} variables)' if len(shifts) > 3 else ''})"
-
-
-# ------------------------------------------------------------------------------- CDF header reader
-_NC_TYPES = {1: "i1", 2: "S1", 3: ">i2", 4: ">i4", 5: ">f4", 6: ">f8", 7: "u1", 8: ">u2", 9: ">u4", 10: ">i8",
-             11: ">u8"}
-_TAG_DIMENSION, _TAG_VARIABLE, _TAG_ATTRIBUTE = 10, 11, 12
-_STREAMING = {4: 0xFFFFFFFF, 8: 0xFFFFFFFFFFFFFFFF}
-
-
-@dataclass
-class CDFVar:
-    dimids: list[int]
-    nc_type: int
-    vsize: int
-    begin: int
-    is_record: bool = False
-    attrs: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class CDFHeader:
-    """The parts of a classic netCDF header (CDF-1, CDF-2 or CDF-5) ckptio needs."""
-
-    version: int
-    numrecs: int
-    streaming: bool
-    dims: list[tuple[str, int]]
-    attrs: dict[str, Any]
-    vars: dict[str, CDFVar]
-    size: int  # of the file
-
-    def record_vars(self) -> list[str]:
-        return [n for n, v in self.vars.items() if v.is_record]
-
-    def data_end(self) -> int:
-        """Where the data the header describes ends (the file must be at least this long)."""
-        end = max((v.begin + v.vsize for v in self.vars.values() if not v.is_record), default=0)
-        records = self.record_vars()
-        if records and self.numrecs:
-            if len(records) == 1:  # a single record variable is not padded to 4 bytes per record
-                v = self.vars[records[0]]
-                per_record = math.prod(n for i, (_, n) in enumerate(self.dims) if i in v.dimids[1:])
-                per_record *= np.dtype(_NC_TYPES[v.nc_type]).itemsize
-                end = max(end, v.begin + self.numrecs * per_record)
-            else:
-                begin = min(self.vars[n].begin for n in records)
-                end = max(end, begin + self.numrecs * sum(self.vars[n].vsize for n in records))
-        return end
-
-
-class _Cursor:
-    """Sequential reads of a file's header, fetched in chunks; errors name truncation or damage."""
-
-    def __init__(self, path: str, fd: int, size: int):
-        self.path, self.fd, self.size = path, fd, size
-        self.buf = b""
-        self.pos = 0
-
-    def take(self, n: int) -> bytes:
-        if self.pos + n > self.size:
-            raise IncompleteCheckpointError(f"{self.path}: the file ends inside its netCDF header (truncated)")
-        while self.pos + n > len(self.buf):
-            self.buf += os.pread(self.fd, max(n, 1 << 16), len(self.buf))
-        out = self.buf[self.pos:self.pos + n]
-        self.pos += n
-        return out
-
-    def uint(self, width: int) -> int:
-        return int.from_bytes(self.take(width), "big")
-
-    def count(self, width: int, item: int = 1) -> int:
-        n = self.uint(width)
-        if n * item > self.size:
-            raise CorruptCheckpointError(f"{self.path}: netCDF header is damaged (a count of {n} at byte "
-                                         f"{self.pos - width})")
-        return n
-
-    def name(self, width: int) -> str:
-        n = self.count(width)
-        raw = self.take(n)
-        self.take(-n % 4)
-        try:
-            return raw.decode()
-        except UnicodeDecodeError:
-            raise CorruptCheckpointError(f"{self.path}: netCDF header is damaged (bad name)") from None
-
-
-def read_header(path: str) -> CDFHeader:
-    """Parse the header of a classic netCDF file (serial). Raises Incomplete/Corrupt/CheckpointIOError."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as exc:
-        raise CheckpointIOError(f"{path}: cannot read checkpoint: {exc.strerror or exc}") from None
-    try:
-        c = _Cursor(path, fd, os.fstat(fd).st_size)
-        magic = c.take(4)
-        if magic[:3] != b"CDF" or magic[3] not in (1, 2, 5):
-            raise CorruptCheckpointError(f"{path}: not a classic netCDF file (magic {magic!r})")
-        version = magic[3]
-        width = 8 if version == 5 else 4  # NON_NEG and dimension lengths
-        offset_width = 4 if version == 1 else 8  # OFFSET (begin)
-        numrecs = c.uint(width)
-        streaming = numrecs == _STREAMING[width]
-
-        def list_header(expected_tag: int) -> int:
-            tag, n = c.uint(4), c.uint(width)
-            if tag == 0 and n == 0:
-                return 0
-            if tag != expected_tag or n * 4 > c.size:
-                raise CorruptCheckpointError(f"{path}: netCDF header is damaged (list tag {tag} at byte {c.pos})")
-            return n
-
-        def attributes() -> dict[str, Any]:
-            out: dict[str, Any] = {}
-            for _ in range(list_header(_TAG_ATTRIBUTE)):
-                name = c.name(width)
-                nc_type = c.uint(4)
-                if nc_type not in _NC_TYPES:
-                    raise CorruptCheckpointError(f"{path}: netCDF header is damaged (type {nc_type})")
-                dtype = np.dtype(_NC_TYPES[nc_type])
-                n = c.count(width, dtype.itemsize)
-                raw = c.take(n * dtype.itemsize)
-                c.take(-(n * dtype.itemsize) % 4)
-                out[name] = raw.decode(errors="replace") if nc_type == 2 else np.frombuffer(raw, dtype)
-            return out
-
-        dims = [(c.name(width), c.uint(width)) for _ in range(list_header(_TAG_DIMENSION))]
-        attrs = attributes()
-        variables: dict[str, CDFVar] = {}
-        for _ in range(list_header(_TAG_VARIABLE)):
-            name = c.name(width)
-            dimids = [c.uint(width) for _ in range(c.count(width))]
-            if any(d >= len(dims) for d in dimids):
-                raise CorruptCheckpointError(f"{path}: netCDF header is damaged (variable {name!r} dimensions)")
-            vattrs = attributes()
-            nc_type, vsize, begin = c.uint(4), c.uint(width), c.uint(offset_width)
-            if nc_type not in _NC_TYPES:
-                raise CorruptCheckpointError(f"{path}: netCDF header is damaged (variable {name!r} type)")
-            is_record = bool(dimids) and dims[dimids[0]][1] == 0
-            variables[name] = CDFVar(dimids, nc_type, vsize, begin, is_record, vattrs)
-        return CDFHeader(version, 0 if streaming else numrecs, streaming, dims, attrs, variables, c.size)
-    finally:
-        os.close(fd)
 
 
 def _memory_type(view: np.ndarray):

@@ -11,29 +11,23 @@ format stores them, e.g. big-endian in CDF files).
 :func:`leading_axis_bands` describes a variable stored as ONE C-ordered array (HDF5 dataset, netCDF
 variable) as extents for the read planner.
 
-Space is reserved before any collective write (:func:`reserve_space`, :func:`reserve_collectively`), because
-MPI-IO libraries do not report a full file system reliably: Open MPI 4.1's OMPIO hangs the collective write
-when one aggregator gets ENOSPC (it leaves the collective, the others wait in it) and silently drops the rest
-of a short write, so a checkpoint could even "succeed" with holes. ``fallocate`` turns that into one clean
-error on rank 0, which every rank raises, before anything is written.
-
-Which ranks call what: :func:`transfer`, :func:`reserve_collectively` and :class:`RawExtentReader` (open,
-``read``, ``close``) are collective over the file's communicator; everything else is local.
+Which ranks call what: :func:`transfer` and :class:`RawExtentReader` (open, ``read``, ``close``) are collective
+over the file's communicator; everything else is local. (Space reservation and the check that written data
+landed are the engine's: :mod:`ckptio.engine.space`.)
 """
 
 from __future__ import annotations
 
 import ctypes
-import errno
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ckptio import codec as codecs
-from ckptio import coord, memsel, pagealign, settings
+from ckptio import memsel, pagealign, settings
 from ckptio.errors import CheckpointIOError, IncompleteCheckpointError
 from ckptio.hints import uses_romio
 from ckptio.layout import Box
@@ -468,181 +462,3 @@ def leading_axis_bands(meta: Mapping[str, Any]) -> list[Extent]:
                 band, r0, r1 = [block], block[1].offset[0], block[1].end[0]
     out.sort(key=lambda e: e.file_offset)
     return out
-
-
-# ---------------------------------------------------------------------------------------- space reservation
-_NO_PREALLOCATION = {errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}  # (ENOTSUP == EOPNOTSUPP on Linux)
-_fallocate: Any = None
-# Fault injection (tests/faults): set to 1, every reservation behaves as on a file system that cannot preallocate
-NO_FALLOCATE_ENV = "CKPTIO_FAULT_NO_FALLOCATE"
-
-
-def _fallocate_function():
-    """Linux ``fallocate(2)`` from the C library, or None (another OS). Not ``os.posix_fallocate``: where a file
-    system cannot preallocate (NFSv3, older Lustre, some FUSE), glibc emulates it by writing a byte into every
-    block of the range, from one process, which would take hours for a large checkpoint on a parallel file
-    system; the system call fails with EOPNOTSUPP instead, and then nothing is reserved."""
-    global _fallocate
-    if os.environ.get(NO_FALLOCATE_ENV) == "1":
-        return None
-    if _fallocate is None:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            fn = getattr(libc, "fallocate64", None) or getattr(libc, "fallocate", None)
-        except OSError:
-            fn = None
-        if fn is not None:
-            fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-            fn.restype = ctypes.c_int
-        _fallocate = fn or False
-    return _fallocate or None
-
-
-MERGE_GAP = 64 << 10  # reserve a gap between two ranges rather than make another call
-MAX_RANGES = 1024  # fallocate calls per reservation at most (the smallest gaps are merged first)
-
-
-def coalesce(ranges: Sequence[tuple[int, int]], merge_gap: int = MERGE_GAP,
-             max_ranges: int = MAX_RANGES) -> list[tuple[int, int]]:
-    """Byte ranges ``[start, end)`` sorted and merged: overlapping or adjacent ones, those less than
-    ``merge_gap`` apart, and then the closest ones until at most ``max_ranges`` remain."""
-    out: list[list[int]] = []
-    for start, end in sorted((int(a), int(b)) for a, b in ranges if b > a):
-        if out and start - out[-1][1] < merge_gap:
-            out[-1][1] = max(out[-1][1], end)
-        else:
-            out.append([start, end])
-    if len(out) > max_ranges:
-        gaps = sorted(range(len(out) - 1), key=lambda i: out[i + 1][0] - out[i][1])
-        merge = set(gaps[:len(out) - max_ranges])
-        merged: list[list[int]] = []
-        for i, r in enumerate(out):
-            if i and (i - 1) in merge:
-                merged[-1][1] = r[1]
-            else:
-                merged.append(list(r))
-        out = merged
-    return [(a, b) for a, b in out]
-
-
-def reserve_space(path: str, ranges: Sequence[tuple[int, int]], what: str) -> bool:
-    """Local (one rank): allocate the file system blocks of the byte ranges ``[start, end)`` of the existing
-    file ``path`` (merged by :func:`coalesce`; ``fallocate`` mode 0: the size grows to the last end; blocks already
-    allocated stay as they are). ``what`` names the bytes for the message ("its data", "the index").
-
-    Returns True when reserved, False when the file system or OS cannot preallocate (nothing to do then).
-    Raises CheckpointIOError saying the space ran out (ENOSPC, EDQUOT) or why else it failed.
-    """
-    ranges = coalesce(ranges)
-    fn = _fallocate_function() if ranges else None
-    if fn is None:
-        return not ranges
-    err = 0
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        for start, end in ranges:
-            while fn(fd, 0, start, end - start) != 0:
-                err = ctypes.get_errno()
-                if err != errno.EINTR:
-                    break
-            else:
-                continue
-            break
-    finally:
-        os.close(fd)
-    if not err:
-        return True
-    if err in _NO_PREALLOCATION:
-        return False
-    directory = os.path.dirname(os.path.abspath(path))
-    needed = sum(end - start for start, end in ranges)
-    if err in (errno.ENOSPC, errno.EDQUOT):
-        try:
-            st = os.statvfs(directory)
-            free = f"; {st.f_bavail * st.f_frsize:,} bytes are free there"
-        except OSError:
-            free = ""
-        raise CheckpointIOError(f"{path}: {os.strerror(err).lower()}: no space for {what} on the file system of "
-                                f"{directory}: it needs {needed:,} bytes{free}")
-    raise CheckpointIOError(f"{path}: cannot reserve {needed:,} bytes for {what}: {os.strerror(err)}")
-
-
-def holes(path: str, ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Local: the parts of the byte ranges ``[start, end)`` of ``path`` that the file system reports as holes
-    (``SEEK_HOLE``/``SEEK_DATA``) or that lie beyond the end of the file. A file system that cannot tell
-    reports no holes. Written data is never a hole, except where a file system stores blocks of zeros as holes
-    (ZFS or btrfs with compression): callers check the contents of what this finds."""
-    ranges = coalesce(ranges, merge_gap=1, max_ranges=1 << 62)  # only touching ranges: gaps between them are no data
-    found: list[tuple[int, int]] = []
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        size = os.fstat(fd).st_size
-        for start, end in ranges:
-            pos = start
-            while pos < end:
-                if pos >= size:
-                    found.append((pos, end))
-                    break
-                try:
-                    hole = os.lseek(fd, pos, os.SEEK_HOLE)
-                except OSError as exc:
-                    if exc.errno == errno.ENXIO:  # pos is past the end (the file shrank)
-                        found.append((pos, end))
-                        break
-                    return []  # EINVAL/EOPNOTSUPP: this file system cannot tell
-                if hole >= end:
-                    break
-                try:
-                    data = os.lseek(fd, hole, os.SEEK_DATA)
-                except OSError:  # ENXIO: no data after the hole
-                    data = max(size, end)
-                found.append((hole, min(data, end)))
-                pos = data
-    finally:
-        os.close(fd)
-    return found
-
-
-def missing_data(path: str, backend: Any, meta: Mapping[str, Any]) -> str | None:
-    """Local, rank 0 after the data was written and synced: why the data of the checkpoint ``meta`` did not all
-    land in ``path``, or None. Extents that cross a hole (:func:`holes`) are read back and their blocks'
-    checksums compared (a hole whose blocks check out holds zeros a file system chose not to store); nothing
-    else is read, so a complete file costs a few ``lseek`` calls."""
-    from ckptio.verify import verify_blocks
-
-    extents = backend.extents(meta)
-    gaps = holes(path, [(e.file_offset, e.file_offset + e.nbytes) for e in extents])
-    if not gaps:
-        return None
-    suspect = [e for e in extents if any(a < e.file_offset + e.nbytes and e.file_offset < b for a, b in gaps)]
-    problems = verify_blocks(backend, path, dict(meta), extents=suspect)
-    if not problems:
-        return None
-    missing = sum(b - a for a, b in gaps)
-    return (f"{len(problems)} block(s) of the data did not land ({problems[0]}); the file has {missing:,} bytes of "
-            f"holes where data was written, first at byte {gaps[0][0]:,}")
-
-
-def check_data_landed(comm, path: str, backend: Any, meta: Mapping[str, Any]) -> None:
-    """Collective over ``comm``, at the start of every backend's commit (data written and synced, nothing of the
-    index written yet): rank 0 checks :func:`missing_data`; if data is missing, every rank raises
-    CheckpointIOError and the checkpoint fails instead of committing a file with holes. This is what catches
-    writes a full file system dropped where no space could be reserved (no ``fallocate``): Open MPI's OMPIO
-    reports such short writes as complete, so neither the byte counts nor the format libraries see them."""
-    def look() -> None:
-        why = missing_data(path, backend, meta)
-        if why is not None:
-            directory = os.path.dirname(os.path.abspath(path))
-            raise CheckpointIOError(f"{path}: the file system lost writes (no space left on {directory}, or quota "
-                                    f"exceeded?): {why}")
-
-    coord.bcast_from_root(comm, "check that the data landed", look)
-
-
-def reserve_collectively(comm, path: str, ranges: Sequence[tuple[int, int]] | Callable[[], Sequence[tuple[int, int]]],
-                         what: str) -> None:
-    """Collective over ``comm``: rank 0 reserves the byte ranges ``ranges`` of ``path`` (:func:`reserve_space`;
-    ``ranges`` may be a function, called on rank 0 only); a failure is raised on every rank, before anyone
-    enters the collective write that would need the space."""
-    coord.bcast_from_root(comm, f"reserve space for {what}",
-                          lambda: reserve_space(path, ranges() if callable(ranges) else ranges, what))

@@ -174,16 +174,9 @@ def collective_write_hazard() -> str | None:
             "writes through derived file views")
 
 
-def data_transfer_mode(backend: str, rank: int) -> str:
-    """``"collective"``, or ``"independent"`` when :func:`collective_write_hazard` applies (rank 0 then warns
-    once per checkpoint). Local; the same on every rank."""
+def transfer_mode() -> tuple[str, str | None]:
+    """``("collective", None)``, or ``("independent", why)`` when :func:`collective_write_hazard` applies: how the
+    HDF5 and PnetCDF backends move data in this process. Local; the same on every rank (the engine tells the user
+    once, on the planning rank, through the handle's notes)."""
     hazard = collective_write_hazard()
-    if hazard is None:
-        return "collective"
-    if rank == 0:
-        from . import _warn
-
-        _warn.warn(f"ckptio {backend} backend: independent data transfers instead of collective ones ({hazard}); "
-                   "initialise MPI with MPI_THREAD_MULTIPLE or set OMPI_MCA_io=romio321 to keep collective "
-                   "buffering", RuntimeWarning)
-    return "independent"
+    return ("collective", None) if hazard is None else ("independent", hazard)

@@ -141,7 +141,7 @@ def packed_problem(attrs: Any) -> str | None:
 
 def netcdf_document(path: str) -> dict[str, Any]:
     """Rank 0: the document of a plain classic netCDF file (CDF-1, CDF-2 or CDF-5)."""
-    from .backends.pnetcdf import _NC_TYPES, read_header
+    from .backends.cdf import NC_TYPES, read_header
 
     header = read_header(path)
     variables: dict[str, Any] = {}
@@ -150,7 +150,7 @@ def netcdf_document(path: str) -> dict[str, Any]:
         if var.is_record:
             skipped[name] = "a record variable (along the unlimited dimension, interleaved with the others)"
             continue
-        dtype = np.dtype(_NC_TYPES[var.nc_type])
+        dtype = np.dtype(NC_TYPES[var.nc_type])
         if dtype.kind not in _NUMERIC:
             skipped[name] = "a char variable (text), not numeric"
             continue

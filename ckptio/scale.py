@@ -280,30 +280,30 @@ def write_control_plane(ranks: int, total_bytes: int, nvars: int = 24, ranks_per
     """Measure the write control plane of the FLASH-like job, native format (see the module docstring):
 
     * **rank 0**: validate and plan every rank's packed declarations (``plan_packed``), the file layout, the
-      O(variables) headers and every rank's share (``plan_headers``, ``segment_starts``, ``layout_shares``,
+      O(variables) headers and every rank's share (``plan_headers``, ``segment_starts``, ``Backend.place``,
       pickled as the scatter sends them), the metadata document from every rank's report
-      (``Writer._build_meta``), its light copy and its encoding (``meta.dumps``);
+      (``engine.index.build_document``), its light copy and its encoding (``meta.dumps``);
     * **any other rank**: unpickle what it receives (the headers, its share, the light document) and rebuild its
       own plan (``own_plan``);
 
     and the bytes every other rank receives. Rank 0's time includes unpickling what the two gathers deliver
     (every rank's declarations and its report, pickled beforehand as each rank would send them)."""
     import pickle
-    from types import SimpleNamespace
 
-    from .backends.mpiio import NativeBackend
+    from .backends import get_backend
+    from .engine.index import DocumentInputs, build_document, gc_paused, light_copy
     from .plan import own_plan, pack_declarations, plan_headers, plan_packed, segment_starts
-    from .writer import Writer, gc_paused, light_copy
 
     rows = _rows(ranks, total_bytes, nvars)
-    backend = NativeBackend()
+    backend = get_backend("mpiio")
     sums = _checksums(ranks, nvars)
     hosts = [{"host": f"node{r // ranks_per_node}", "file_bytes": None} for r in range(ranks)]
     # what the two gathers deliver to rank 0, pickled by each rank as mpi4py sends it: the declarations, then
     # each rank's report of what it wrote (its blocks' file offsets from the layout the plan gives)
     declared = [pickle.dumps(pack_declarations(_flash_declarations(r, rows, ranks, nvars, sums)),
                              pickle.HIGHEST_PROTOCOL) for r in range(ranks)]
-    offsets = backend.layout(plan_packed([pickle.loads(d) for d in declared]), stripe_unit, ranks)["by_rank"]
+    offsets = [share["offsets"] for share in
+               backend.place(plan_packed([pickle.loads(d) for d in declared]), stripe_unit, ranks).shares]
     reported = [pickle.dumps({"written": {"file_offset": offsets[r], "stored": [rows * ROW_BYTES] * nvars,
                                           "codec": [None] * nvars},
                               "bytes": nvars * rows * ROW_BYTES, "timings": {}, "placement": hosts[r]},
@@ -316,14 +316,14 @@ def write_control_plane(ranks: int, total_bytes: int, nvars: int = 24, ranks_per
 
     def plan_and_index():
         variables = plan_packed([pickle.loads(d) for d in declared])
-        layout = backend.layout(variables, stripe_unit, ranks)
-        headers = pickle.dumps((plan_headers(variables), "tmp", {}), pickle.HIGHEST_PROTOCOL)
-        shares = [pickle.dumps({"segments": s, "layout": lay}, pickle.HIGHEST_PROTOCOL) for s, lay in
-                  zip(segment_starts(variables, ranks), backend.layout_shares(layout, ranks), strict=True)]
+        placement = backend.place(variables, stripe_unit, ranks)
+        headers = pickle.dumps((plan_headers(variables), "tmp", {}, stripe_unit), pickle.HIGHEST_PROTOCOL)
+        shares = [pickle.dumps({"segments": s, "placement": share}, pickle.HIGHEST_PROTOCOL) for s, share in
+                  zip(segment_starts(variables, ranks), placement.shares, strict=True)]
         reports = [pickle.loads(r) for r in reported]
-        me = SimpleNamespace(hints={"striping_factor": "80", "striping_unit": str(stripe_unit)}, attrs={},
-                             backend=backend, _prepare_seconds=0.0, series_record=None)
-        doc = Writer._build_meta(me, variables, reports, {}, {}, {})
+        inputs = DocumentInputs(backend.name, backend.format_version,
+                                {"striping_factor": "80", "striping_unit": str(stripe_unit)}, {})
+        doc = build_document(variables, reports, inputs, {}, {})
         light = pickle.dumps(light_copy(doc), pickle.HIGHEST_PROTOCOL)
         document = metamod.dumps(doc)
         return headers, shares[ranks // 2], light, len(document)
@@ -333,7 +333,7 @@ def write_control_plane(ranks: int, total_bytes: int, nvars: int = 24, ranks_per
     declared = reported = []  # rank 0 drops them
 
     def on_other_rank():
-        common, _tmp, _described = pickle.loads(headers)
+        common, _tmp, _described, _unit = pickle.loads(headers)
         received = pickle.loads(share)
         pickle.loads(light)
         return own_plan(common, mine, ranks // 2, received["segments"])

@@ -42,9 +42,13 @@ from typing import Any
 
 import numpy as np
 
-from . import _warn, catalog, coord
+from . import _warn, async_io, catalog, coord, varmeta
 from . import meta as metamod
+from .engine.index import WriteStats
+from .engine.write import WriteRequest, directory_problem, plan_globally
 from .errors import CheckpointError, CheckpointIOError, CorruptCheckpointError
+from .pathcheck import symlink_problem
+from .plan import pack_declarations
 
 FORMAT = "ckptio-stage"
 VERSION = 1
@@ -298,6 +302,116 @@ def _host() -> str:
     from mpi4py import MPI
 
     return MPI.Get_processor_name()
+
+
+# ------------------------------------------------------------------------------------------- close
+def close_staged(writer: Any, background: bool) -> None:
+    """Collective over the writer's communicator (the staged branch of :meth:`ckptio.Writer.close`): write every
+    rank's blocks into its own node's stage (shared or node-local, found out by :func:`locate`), then drain them
+    to the final path through the usual collective write, in the background unless ``background`` is False."""
+    writer._closed = True
+    comm = writer.comm
+    rank, nprocs = comm.Get_rank(), comm.Get_size()
+    t0 = time.perf_counter()
+    try:
+        token = coord.gather_and_plan(comm, f"checkpoint {writer.path}: declare (staged)",
+                                      lambda: _prepare_staged(writer), lambda g: _plan_staged(writer, g))
+        info = locate(comm, writer.stage_dir)
+        directory = checkpoint_dir(writer.stage_dir, writer.path, token)
+        header = {"final": os.path.abspath(writer.path), "token": token, "host": info.hosts[rank],
+                  "backend": writer.backend.name, "attrs": writer.attrs,
+                  "series": None if writer.series_record is None else writer.series_record.to_json()}
+        blocks = [({**p.decl, **writer._described.get(p.decl["name"], {})}, p.data) for p in writer._pending]
+
+        def piece() -> int:
+            spare = spare_data_file(writer.stage_dir, writer.path, rank, nprocs)
+            return write_piece(directory, rank, nprocs, header, blocks, spare)
+
+        try:
+            written = coord.run(comm, f"checkpoint {writer.path}: write to stage {writer.stage_dir}", piece)
+        except BaseException:  # failed on some rank (a full stage): no rank keeps its piece of it
+            remove_piece(directory, rank, nprocs)
+            raise
+    finally:
+        writer._pending = []
+    total, least, most = coord.gather_and_plan(comm, f"checkpoint {writer.path}: staged bytes", lambda: written,
+                                               lambda every: (sum(every), min(every), max(every)))
+    stage_seconds = time.perf_counter() - t0
+    writer.stats = WriteStats({"stage": stage_seconds}, total, least, most)
+    final = writer.path
+    on_commit = getattr(writer, "_on_commit", None)  # Series retention, as in Writer._close_async
+    twins: list[Any] = []
+
+    def twin(path: str, comm, _manifest) -> Any:  # the drain's writer, kept for its stats and document
+        twins.append(writer._clone(path, comm))
+        return twins[-1]
+
+    def drain_now(comm) -> None:
+        drain(comm, twin, directory, final)
+        writer._adopt(twins[-1], {"stage": stage_seconds})
+        retain(comm, info, final, token)
+        if on_commit is not None and background:  # synchronous: Series runs it after close() returns
+            on_commit(comm)
+
+    if not background:
+        drain_now(comm)
+        return
+    engine = async_io.engine_for(comm)
+    finished = engine.settle_before_new()
+    writer.backend.write_problem()  # loads the backend's library here (see async_io.IOEngine.submit)
+    writer.handle = async_io.AsyncCheckpoint(writer.path)
+    engine.submit(writer.handle, drain_now, lambda: None)
+    async_io.raise_failures(finished, f"close() of {writer.path} (which was submitted normally)")
+
+
+def _prepare_staged(writer: Any) -> dict[str, Any]:
+    """Local part of a staged close's declare phase: C order (checksums are computed while writing the stage,
+    compression is the drain's work), and whether this rank sees the final directory (the drain opens a file
+    there)."""
+    if writer._error is not None:
+        raise writer._error
+    check_stage_dir(writer.stage_dir)
+    t = time.perf_counter()
+    for p in writer._pending:
+        p.data = np.ascontiguousarray(p.data).reshape(p.data.shape)  # (ascontiguousarray makes 0-d 1-d)
+    final_dir = os.path.dirname(os.path.abspath(writer.path))
+    problem = None if os.path.isdir(final_dir) else (f"{final_dir} is not a directory seen from "
+                                                     f"{_host()} (rank {writer.comm.Get_rank()})")
+    return {"decls": pack_declarations([p.decl for p in writer._pending]), "attrs": writer.attrs,
+            "described": varmeta.pack(writer._described), "prepare_seconds": time.perf_counter() - t,
+            "dir_problem": directory_problem(writer.path) if writer.comm.Get_rank() == 0 else None,
+            "sees_final": problem}
+
+
+def _plan_staged(writer: Any, gathered: list[dict[str, Any]]) -> str:
+    """Rank 0: validate the declarations as a direct write would (so a staged checkpoint fails now, not in the
+    drain) and name the staged checkpoint (its token)."""
+    blind = [g["sees_final"] for g in gathered if g["sees_final"]]
+    if blind:
+        raise CheckpointIOError(f"checkpoint {writer.path}: " + "; ".join(blind))
+    plan_globally(WriteRequest(writer.path, writer.comm, writer.backend, writer.hints, writer.compression,
+                               writer.attrs, []), gathered)
+    return new_token()
+
+
+def check_stage_dir(stage_dir: str | None) -> None:
+    """Local, every rank, in a staged close()'s declare phase (agreed, before the stage is probed by
+    :func:`locate`): ``stage_dir``, or the nearest part of its path that exists, must be a directory. A regular
+    file there made the probe fail and then its cleanup, which reported "remove the probe failed:
+    NotADirectoryError" instead of the cause (issue 23)."""
+    if stage_dir is None:
+        return
+    path = os.path.abspath(stage_dir)
+    while not os.path.lexists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    if os.path.isdir(path):
+        return
+    why = symlink_problem(path)
+    if why is None:
+        what = "it" if path == os.path.abspath(stage_dir) else f"its parent {path}"
+        why = f"{what} is {'a regular file' if os.path.isfile(path) else 'not a directory'}"
+    raise CheckpointIOError(f"stage_dir {stage_dir} cannot be used on {_host()}: {why}, "
+                            "not a directory; give a directory (created if missing) for the staged copies")
 
 
 # ---------------------------------------------------------------------------------------- drain, retain

@@ -1,19 +1,11 @@
-"""The checkpoint writer: declare blocks locally, then one collective close() does all I/O and commits.
+"""The writer facade: :func:`ckptio.create` returns a :class:`Writer`; ranks declare blocks locally, then one
+collective ``close()`` writes and commits them.
 
-Phases of :meth:`Writer.close` (every one collective, every failure raised on every rank, see ckptio.coord):
-
-1. *declare*  each rank prepares its blocks (C order, checksum, optional compression) and sends their
-   descriptions to rank 0, which validates them all (shapes, dtypes, overlaps, coverage, attrs), picks a
-   temporary file name next to the target and lays the blocks out (backend-specific);
-2. *create*   the backend creates the temporary file with the MPI hints (striping, collective buffering),
-   and rank 0 reserves the space the data needs (``fallocate``), so that a full file system fails here,
-   cleanly on every rank, and not inside the collective write;
-3. *write*    one collective write of every rank's blocks, then a file sync;
-4. *index*    block checksums and statistics are gathered on rank 0, which builds the metadata document;
-5. *commit*   the backend reserves the rest of the file, stores the metadata and then the completion mark,
-   syncing in between; all ranks agree that it succeeded (the vote);
-6. *rename*   rank 0 reads the metadata back from the temporary file (a file system that dropped writes
-   silently fails here), renames it to its final name and syncs the directory.
+The protocol itself (declare, plan, create, reserve, write, index, commit, rename) lives once in the engine
+(:mod:`ckptio.engine.write`, :mod:`ckptio.engine.commit`); this module is what users call: declarations
+(``write``, ``set_attr``, checked locally and kept until ``close``), the arguments every rank must pass alike
+(checked in ``close()``'s first agreed phase), and the choice between writing now, in the background
+(``mode="async"``, :mod:`ckptio.async_io`) and through a stage (``stage_dir``, :mod:`ckptio.staging`).
 
 A failure at any phase removes the temporary file and leaves an existing checkpoint of the same name and
 every other checkpoint untouched; nothing at the final name ever claims to be complete unless it is.
@@ -21,27 +13,20 @@ every other checkpoint untouched; nothing at the final name ever claims to be co
 
 from __future__ import annotations
 
-import contextlib
-import datetime
-import gc
-import itertools
 import os
-import sys
-import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from . import _faults, _warn, async_io, coord, fslayout, memsel, placement_stats, settings, varmeta
+from . import async_io, coord, settings, varmeta
 from . import codec as codecs
 from . import hints as hintsmod
 from . import meta as metamod
 from .backends import Backend, get_backend, known_backends
-from .backends.rawio import reserve_space
-from .block_table import BlockTable
+from .engine.index import WriteStats
+from .engine.write import TMP_MARK, PendingBlock, WriteRequest, write_checkpoint
 from .errors import (
     CapabilityError,
     CheckpointError,
@@ -51,74 +36,7 @@ from .errors import (
     DeclarationError,
 )
 from .model.series_record import SeriesRecord
-from .pathcheck import symlink_problem
-from .plan import (
-    SEGMENT,
-    VariablePlan,
-    declaration,
-    own_plan,
-    pack_declarations,
-    plan_headers,
-    plan_packed,
-    segment_starts,
-)
-
-
-@dataclass
-class _Pending:
-    decl: dict[str, Any]
-    data: np.ndarray  # C-contiguous (a reference to the user's array when it already was)
-    stored: Any = None  # compressed bytes, or the array itself
-
-
-@dataclass
-class WriteStats:
-    """Per-phase seconds (max over ranks) and the bytes handed to the write: in total and the least and most of
-    any rank (O(1), whatever the job; where the bytes went per node: ``meta["stats"]["write"]["placement"]``)."""
-
-    seconds: dict[str, float] = field(default_factory=dict)
-    bytes_total: int = 0
-    bytes_min: int = 0
-    bytes_max: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {"seconds": self.seconds, "bytes_total": self.bytes_total, "bytes_min": self.bytes_min,
-                "bytes_max": self.bytes_max}
-
-
-def light_copy(document: Mapping[str, Any]) -> dict[str, Any]:
-    """Rank 0: what every other rank receives of the document it committed: no block tables (each variable's
-    ``nblocks`` instead) and of the write statistics the seconds and bytes (the per-node placement stays in the
-    file): O(variables), whatever the job."""
-    light = metamod.without_blocks(document)
-    light["stats"] = {"write": {k: v for k, v in document["stats"]["write"].items() if k != "placement"}}
-    return light
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Any rank: no cyclic garbage collection inside (restored after). Rank 0 unpickles and builds objects for
-    every rank in the declare and index phases: at 30,000 ranks the collector's passes over them made these
-    phases grow faster than the job (they hold no reference cycles; reference counting frees them)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def written_columns(written: Sequence[Any]) -> dict[str, list[Any]]:
-    """Any rank: what it wrote of its blocks (``WrittenBlock`` s, in its declaration order) as three short lists
-    for rank 0's :meth:`Writer._build_meta`: file offsets (-1: none, as in HDF5/netCDF), stored bytes, codecs."""
-    return {"file_offset": [-1 if w.file_offset is None else int(w.file_offset) for w in written],
-            "stored": [int(w.stored_nbytes) for w in written], "codec": [w.codec for w in written]}
-
-
-def byte_summary(per_rank: Sequence[int]) -> dict[str, int]:
-    """Rank 0: the bytes of every rank as the O(1) summary the metadata and :class:`WriteStats` keep."""
-    return {"total": int(sum(per_rank)), "min": int(min(per_rank, default=0)), "max": int(max(per_rank, default=0))}
+from .plan import SEGMENT, declaration
 
 
 @dataclass(frozen=True)
@@ -163,11 +81,6 @@ def check_write_options(nprocs: int, backend: str, hints: Mapping[str, Any] | No
     return WriteOptions(chosen, resolved, codec)
 
 
-def created_now() -> str:
-    """The commit time a document records (UTC, microseconds)."""
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 class Writer:
     """A checkpoint being declared. Create with :func:`ckptio.create` on every rank of ``comm``.
 
@@ -185,7 +98,7 @@ class Writer:
         self.path = os.fspath(path)
         self.comm = comm
         self.attrs: dict[str, Any] = {}
-        self._pending: list[_Pending] = []
+        self._pending: list[PendingBlock] = []
         self._described: dict[str, varmeta.Description] = {}  # dims/attrs per variable this rank declared
         self._error: BaseException | None = None
         self._closed = False
@@ -247,7 +160,7 @@ class Writer:
                 raise DeclarationError(f"variable {name!r} on rank {rank}: this block declares "
                                        f"{varmeta.show(described)} but an earlier block declared "
                                        f"{varmeta.show(earlier)}; every block of a variable must declare the same")
-            self._pending.append(_Pending(d, array))
+            self._pending.append(PendingBlock(d, array))
         except CheckpointError as exc:
             self._fail_locally(exc)
 
@@ -345,7 +258,9 @@ class Writer:
             async_io.warn_no_threads()
             background = False
         if self.stage_dir is not None:
-            self._close_staged(background)
+            from . import staging
+
+            staging.close_staged(self, background)
         elif background:
             self._close_async()
         else:
@@ -378,7 +293,7 @@ class Writer:
         self.backend.write_problem()  # loads the backend's library here, before the exit handler order is set
         slot, copies = async_io.stage_arrays(engine.pool, [p.data for p in self._pending])
         twin = self._clone(self.path, engine.comm)
-        twin._pending = [_Pending(dict(p.decl), c) for p, c in zip(self._pending, copies, strict=True)]
+        twin._pending = [PendingBlock(dict(p.decl), c) for p, c in zip(self._pending, copies, strict=True)]
         twin._described = dict(self._described)
         self._pending = []
         self.handle = async_io.AsyncCheckpoint(self.path)
@@ -393,329 +308,14 @@ class Writer:
         engine.submit(self.handle, job, lambda: engine.pool.release(slot))
         async_io.raise_failures(finished, f"close() of {self.path} (which was submitted normally)")
 
-    def _close_staged(self, background: bool) -> None:
-        """Collective: write every rank's blocks into its own node's stage (shared or node-local, found out by
-        :func:`ckptio.staging.locate`), then drain them to ``path`` through the usual collective write, in
-        the background (see :mod:`ckptio.staging`)."""
-        from . import staging
-
-        self._closed = True
-        comm = self.comm
-        rank, nprocs = comm.Get_rank(), comm.Get_size()
-        t0 = time.perf_counter()
-        try:
-            token = coord.gather_and_plan(comm, f"checkpoint {self.path}: declare (staged)", self._prepare_staged,
-                                          self._plan_staged)
-            info = staging.locate(comm, self.stage_dir)
-            directory = staging.checkpoint_dir(self.stage_dir, self.path, token)
-            header = {"final": os.path.abspath(self.path), "token": token, "host": info.hosts[rank],
-                      "backend": self.backend.name, "attrs": self.attrs,
-                      "series": None if self.series_record is None else self.series_record.to_json()}
-            blocks = [({**p.decl, **self._described.get(p.decl["name"], {})}, p.data) for p in self._pending]
-
-            def write_piece() -> int:
-                spare = staging.spare_data_file(self.stage_dir, self.path, rank, nprocs)
-                return staging.write_piece(directory, rank, nprocs, header, blocks, spare)
-
-            try:
-                written = coord.run(comm, f"checkpoint {self.path}: write to stage {self.stage_dir}", write_piece)
-            except BaseException:  # failed on some rank (a full stage): no rank keeps its piece of it
-                staging.remove_piece(directory, rank, nprocs)
-                raise
-        finally:
-            self._pending = []
-        from mpi4py import MPI
-
-        total, least, most = (comm.allreduce(written, op=op) for op in (MPI.SUM, MPI.MIN, MPI.MAX))
-        self.stats = WriteStats({"stage": time.perf_counter() - t0}, total, least, most)
-        final = self.path
-        on_commit = getattr(self, "_on_commit", None)  # Series retention, as in _close_async
-
-        twins: list[Writer] = []
-        stage_seconds = self.stats.seconds["stage"]
-
-        def twin(path: str, comm, _manifest) -> Writer:  # the drain's writer, kept for its stats and document
-            twins.append(self._clone(path, comm))
-            return twins[-1]
-
-        def drain(comm) -> None:
-            staging.drain(comm, twin, directory, final)
-            self._adopt(twins[-1], {"stage": stage_seconds})
-            staging.retain(comm, info, final, token)
-            if on_commit is not None and background:  # synchronous: Series runs it after close() returns
-                on_commit(comm)
-
-        if not background:
-            drain(comm)
-            return
-        engine = async_io.engine_for(comm)
-        finished = engine.settle_before_new()
-        self.backend.write_problem()  # loads the backend's library here (see async_io.IOEngine.submit)
-        self.handle = async_io.AsyncCheckpoint(self.path)
-        engine.submit(self.handle, drain, lambda: None)
-        async_io.raise_failures(finished, f"close() of {self.path} (which was submitted normally)")
-
-    def _prepare_staged(self) -> dict[str, Any]:
-        """Local part of a staged close's declare phase: C order (checksums are computed while writing the
-        stage, compression is the drain's work), and whether this rank sees the final directory (the drain
-        opens a file there)."""
-        if self._error is not None:
-            raise self._error
-        _check_stage_dir(self.stage_dir)
-        t = time.perf_counter()
-        for p in self._pending:
-            p.data = np.ascontiguousarray(p.data).reshape(p.data.shape)  # (ascontiguousarray makes 0-d 1-d)
-        from mpi4py import MPI
-
-        final_dir = os.path.dirname(os.path.abspath(self.path))
-        problem = None if os.path.isdir(final_dir) else (f"{final_dir} is not a directory seen from "
-                                                         f"{MPI.Get_processor_name()} (rank {self.comm.Get_rank()})")
-        return {"decls": pack_declarations([p.decl for p in self._pending]), "attrs": self.attrs,
-                "described": varmeta.pack(self._described), "prepare_seconds": time.perf_counter() - t,
-                "dir_problem": _directory_problem(self.path) if self.comm.Get_rank() == 0 else None,
-                "sees_final": problem}
-
-    def _plan_staged(self, gathered: list[dict[str, Any]]) -> str:
-        """Rank 0: validate the declarations as a direct write would (so a staged checkpoint fails now, not in
-        the drain) and name the staged checkpoint (its token)."""
-        from . import staging
-
-        blind = [g["sees_final"] for g in gathered if g["sees_final"]]
-        if blind:
-            raise CheckpointIOError(f"checkpoint {self.path}: " + "; ".join(blind))
-        self._plan_global(gathered)
-        return staging.new_token()
-
     def _close_now(self) -> None:
+        """Collective: write and commit through the engine (:func:`ckptio.engine.write.write_checkpoint`)."""
         self._closed = True
-        comm = self.comm
-        rank = comm.Get_rank()
-        t0 = time.perf_counter()
-        timings: dict[str, float] = {}
-
-        _faults.point("declare", comm)
-        # rank 0 plans with every rank's declarations; every rank gets the plan's O(variables) part, then only its
-        # own share of the rest (its segments' offsets, its blocks' file offsets): never the whole plan
-        with gc_paused():  # rank 0 unpickles and plans every rank's declarations: no cyclic GC passes meanwhile
-            headers, tmp, described = coord.gather_and_plan(comm, f"checkpoint {self.path}: declare",
-                                                            self._prepare_local, self._plan_common)
-        share = coord.scatter_from_root(comm, f"checkpoint {self.path}: declare (each rank's share)",
-                                        self._plan_shares)
-        if rank == 0:
-            variables, layout = self._full_plan
-        else:
-            variables = own_plan(headers, [p.decl for p in self._pending], rank, share["segments"])
-            layout = share["layout"]
-        timings["declare"] = time.perf_counter() - t0
-        session = None
-        created: list[Any] = []  # the session even when the create phase failed on another rank: abort it
-        info = hintsmod.to_info(self.hints)
-        try:
-            t = time.perf_counter()
-            # rank 0 creates the empty file with ckptio's stripe layout where the file system allows (ckptio.fslayout)
-            self._fs_layout = (tmp, coord.bcast_from_root(comm, f"checkpoint {self.path}: set layout",
-                                                          lambda: fslayout.prepare(tmp, self.hints)))
-            _faults.point("create file", comm)
-            session = coord.run(comm, f"checkpoint {self.path}: create file",
-                                lambda: created.append(self.backend.create(tmp, comm, info, variables, layout,
-                                                                           {"hints": self.hints,
-                                                                            "nprocs": comm.Get_size(),
-                                                                            "attrs": self.attrs,
-                                                                            "described": described}))
-                                or created[0])
-            # before any collective write: a full file system is one clean error (MPI-IO may hang or lose data)
-            coord.bcast_from_root(comm, f"checkpoint {self.path}: reserve space",
-                                  lambda: reserve_space(tmp, session.data_ranges(), "its data"))
-            timings["open"] = time.perf_counter() - t
-            t = time.perf_counter()
-            mine = self._my_blocks(variables, rank)
-            _faults.point("write data", comm)
-            io_mark = placement_stats.io_mark()  # what this rank really moves to the file (stats.write.placement)
-            written = coord.run(comm, f"checkpoint {self.path}: write data", lambda: session.write_blocks(mine))
-            timings["write"] = time.perf_counter() - t
-            local_report = {"written": written_columns(written), "bytes": sum(w.stored_nbytes for w in written),
-                            "timings": timings,
-                            "placement": placement_stats.local_record(io_mark)}
-            t = time.perf_counter()
-            _faults.point("checksum gather", comm)
-            # rank 0's effective hints are asked for inside the phase: an MPI error there is agreed on too. The
-            # document stays on rank 0; every rank gets it without the block tables (O(variables + nodes))
-            with gc_paused():
-                light = coord.gather_and_plan(comm, f"checkpoint {self.path}: build index", lambda: local_report,
-                                              lambda reports: self._index(variables, reports, session.effective_hints(),
-                                                                          session.storage_info(), described))
-            meta = self._document if rank == 0 else light
-            _faults.point("write index", comm)
-            coord.run(comm, f"checkpoint {self.path}: commit",
-                      lambda: (session.commit(meta if rank == 0 else None), _faults.point("commit vote", comm)))
-            session = None
-            created.clear()  # committed: nothing to abort any more
-            timings["commit"] = time.perf_counter() - t
-            _faults.point("rename", comm)
-            coord.bcast_from_root(comm, f"checkpoint {self.path}: check and rename",
-                                  lambda: (self._check_written(tmp), self.before_rename and self.before_rename(),
-                                           _rename_durably(tmp, self.path)))
-            written_bytes = meta["stats"]["write"]["bytes"]
-            self.stats = WriteStats(dict(meta["stats"]["write"]["seconds"]), written_bytes["total"],
-                                    written_bytes["min"], written_bytes["max"])
-            self.stats.seconds["commit"] = timings["commit"]
-            self.stats.seconds["total"] = time.perf_counter() - t0
-            self.meta = meta
-        except BaseException:
-            if session is None and created:
-                session = created[0]  # created on this rank, but the create phase failed (on some rank)
-            if session is not None:
-                session.abort()
-            if rank == 0:
-                _remove_quietly(tmp)
-            raise
-        finally:
-            info.Free()
-            self._pending = []
-
-    # ------------------------------------------------------------------------------------------- helpers
-    def _check_written(self, tmp: str) -> None:
-        """Rank 0, before the rename: read the metadata back from the file as the file system has it (header,
-        index or document, completion mark; not the data). Where space could not be reserved (no
-        ``fallocate``), a full file system may drop writes without any error (Open MPI's OMPIO ignores short
-        writes): the lost tail then shows here, and the checkpoint fails instead of being renamed."""
-        try:
-            self.backend.read_metadata(tmp)
-        except CheckpointError as exc:
-            raise CheckpointIOError(f"{tmp}: the file as written is not a complete checkpoint, so the file system "
-                                    f"lost writes (no space left, or quota exceeded?): {exc}") from None
-
-    def _prepare_local(self) -> dict[str, Any]:
-        """Local part of the declare phase: C order, checksums, compression; returns what rank 0 needs."""
-        if self._error is not None:
-            raise self._error
-        t = time.perf_counter()
-        for p in self._pending:
-            data = memsel.gathered(p.data)  # a strided view stays a view (written in place): ckptio.memsel
-            p.data = data
-            p.decl["checksum"] = memsel.checksum(data)  # of its C-order bytes, without a copy of the block
-            if self.compression is not None:
-                codec, level = self.compression
-                p.stored = np.frombuffer(codecs.compress(np.ascontiguousarray(data), codec, level), np.uint8)
-                p.decl["stored_nbytes"], p.decl["codec"] = int(p.stored.nbytes), f"{codec}:{level}"
-            else:
-                p.stored = data
-        check_dir = _directory_problem(self.path) if self.comm.Get_rank() == 0 else None
-        return {"decls": pack_declarations([p.decl for p in self._pending]), "attrs": self.attrs,
-                "described": varmeta.pack(self._described), "dir_problem": check_dir,
-                "prepare_seconds": time.perf_counter() - t}
-
-    def _plan_global(self, gathered: list[dict[str, Any]]):
-        """Rank 0: validate everything (the variables' dims and attrs too: the same on every rank, one length per
-        dimension name), choose the temporary name and the file layout."""
-        if gathered[0]["dir_problem"]:
-            raise CheckpointIOError(gathered[0]["dir_problem"])
-        for r, g in enumerate(gathered):
-            if not metamod.attrs_identical(g["attrs"], gathered[0]["attrs"]):
-                a0, ar = gathered[0]["attrs"], g["attrs"]
-                key = next(k for k in sorted(set(a0) | set(ar))
-                           if not metamod.attrs_identical(a0.get(k, "<unset>"), ar.get(k, "<unset>")))
-                raise DeclarationError(f"attribute {key!r} differs between rank 0 ({a0.get(key, '<unset>')!r}) and "
-                                       f"rank {r} ({ar.get(key, '<unset>')!r}); attrs must be identical on every rank")
-        variables = plan_packed([g["decls"] for g in gathered])
-        described = varmeta.agree([g["described"] for g in gathered])
-        varmeta.check_dimensions({name: var.shape for name, var in variables.items()}, described)
-        if not variables and not gathered[0]["attrs"]:
-            _warn.warn(f"checkpoint {self.path} holds no variables and no attributes")
-        stripe_unit = fslayout.write_alignment(self.path, self.hints)  # whole storage objects where known
-        layout = self.backend.layout(variables, stripe_unit, len(gathered))
-        directory, base = os.path.split(os.path.abspath(self.path))
-        tmp = os.path.join(directory, f".{base}.ckptio-tmp-{uuid.uuid4().hex[:12]}")
-        self._prepare_seconds = max(g["prepare_seconds"] for g in gathered)
-        return variables, layout, tmp, {name: d for name, d in described.items() if d}
-
-    def _plan_common(self, gathered: list[dict[str, Any]]):
-        """Rank 0: the whole plan (:meth:`_plan_global`, kept for :meth:`_plan_shares` and rank 0's own session),
-        and what every rank needs of it: per variable dtype, shape, kind and block count, the temporary name,
-        the variables' dims and attrs."""
-        variables, layout, tmp, described = self._plan_global(gathered)
-        self._full_plan = (variables, layout)
-        return plan_headers(variables), tmp, described
-
-    def _plan_shares(self) -> list[dict[str, Any]]:
-        """Rank 0, after :meth:`_plan_common`: each rank's own share of the plan (its segments' offsets and its
-        part of the backend's layout), O(its blocks)."""
-        variables, layout = self._full_plan
-        nprocs = self.comm.Get_size()
-        segments = segment_starts(variables, nprocs)
-        layouts = self.backend.layout_shares(layout, nprocs)
-        return [{"segments": segments[r], "layout": layouts[r]} for r in range(nprocs)]
-
-    def _index(self, variables: Mapping[str, VariablePlan], reports: list[dict[str, Any]],
-               effective: Mapping[str, str], storage: Mapping[str, dict[str, Any]],
-               described: Mapping[str, varmeta.Description]) -> dict[str, Any]:
-        """Rank 0: the metadata document (kept as ``self._document`` for the commit), and the light copy every
-        rank receives: each variable's ``nblocks`` instead of its block table, and of the write statistics the
-        seconds and bytes (the per-node placement stays in the document): O(variables)."""
-        self._document = self._build_meta(variables, reports, effective, storage, described)
-        return light_copy(self._document)
-
-    def _my_blocks(self, variables: Mapping[str, VariablePlan], rank: int):
-        """This rank's (BlockPlan, stored bytes) in declaration order."""
-        by_index = {b.local_index: b for v in variables.values() for b in v.blocks_of(rank)}
-        return [(by_index[i], p.stored) for i, p in enumerate(self._pending)]
-
-    def _build_meta(self, variables: Mapping[str, VariablePlan], reports: list[dict[str, Any]],
-                    effective: Mapping[str, str], storage: Mapping[str, dict[str, Any]],
-                    described: Mapping[str, varmeta.Description]) -> dict[str, Any]:
-        """Rank 0: the metadata document (schema in ckptio.meta). The block tables are the plan's columns (where
-        each block is, its checksum from the declaration) with what every rank reported writing (file offset,
-        stored bytes, codec: :func:`written_columns`, in its declaration order), joined without a Python step
-        per block."""
-        firsts = np.cumsum([0] + [len(rep["written"]["file_offset"]) for rep in reports])
-        file_offset = np.fromiter(itertools.chain.from_iterable(rep["written"]["file_offset"] for rep in reports),
-                                  np.int64, int(firsts[-1]))
-        stored = np.fromiter(itertools.chain.from_iterable(rep["written"]["stored"] for rep in reports), np.int64,
-                             int(firsts[-1]))
-        codec_of = list(itertools.chain.from_iterable(rep["written"]["codec"] for rep in reports))
-        codec_names = sorted(set(codec_of) - {None})
-        ids = {None: -1, **{c: i for i, c in enumerate(codec_names)}}
-        codec = np.fromiter(map(ids.__getitem__, codec_of), np.int64, len(codec_of))
-        out_vars: dict[str, Any] = {}
-        for name, var in variables.items():
-            rows = firsts[var.rank] + var.local_index  # where each block's report is
-            if codec_names:
-                used = np.unique(codec[rows][codec[rows] >= 0])
-                codec_ids = np.where(codec[rows] >= 0, np.searchsorted(used, codec[rows]), -1)
-                names = [codec_names[u] for u in used.tolist()]
-            else:
-                codec_ids, names = np.full(len(rows), -1, np.int64), []
-            blocks = BlockTable.of_columns(var.rank, var.offset, var.size, var.checksum, file_offset[rows],
-                                           stored[rows], codec_ids, names)
-            out_vars[name] = {"dtype": var.dtype, "shape": list(var.shape), "kind": var.kind, "blocks": blocks,
-                              **described.get(name, {})}
-            if name in storage:
-                out_vars[name]["storage"] = storage[name]
-        stripe_count, stripe_unit = hintsmod.stripe_layout(self.hints)
-        seconds = {"prepare": getattr(self, "_prepare_seconds", 0.0)}
-        for phase in ("declare", "open", "write"):
-            seconds[phase] = max(rep["timings"].get(phase, 0.0) for rep in reports)
-        return {
-            "schema": metamod.SCHEMA_VERSION,
-            "ckptio_version": metamod.__version__,
-            "backend": self.backend.name,
-            "backend_format_version": self.backend.format_version,
-            "created": created_now(),
-            "nprocs": len(reports),
-            "byteorder": sys.byteorder,
-            "checksum": metamod.CHECKSUM_ALGORITHM,
-            "attrs": self.attrs,
-            "layout": {"stripe_count": stripe_count, "stripe_unit": stripe_unit,
-                       **fslayout.recorded(getattr(self, "_fs_layout", None))},
-            "hints": {"requested": dict(self.hints), "effective": dict(effective),
-                      "io_component": hintsmod.io_component()},
-            "stats": {"write": {"seconds": seconds, "bytes": byte_summary([rep["bytes"] for rep in reports]),
-                                "placement": placement_stats.summarize([rep["placement"] for rep in reports],
-                                                                       [rep["bytes"] for rep in reports])}},
-            "variables": out_vars,
-            **({"series": self.series_record.to_json()} if self.series_record is not None else {}),
-        }
-
+        request = WriteRequest(self.path, self.comm, self.backend, self.hints, self.compression, self.attrs,
+                               self._pending, self._described, self.series_record, self.before_rename, self._error)
+        self._pending = []
+        result = write_checkpoint(request)
+        self.stats, self.meta = result.stats, result.meta
 
 def _same_arguments(gathered: list[dict[str, Any]]) -> None:
     """Rank 0: DeclarationError naming the ranks when the ranks passed different ckptio.create arguments, or
@@ -733,7 +333,6 @@ def _same_arguments(gathered: list[dict[str, Any]]) -> None:
                                    "compression=")
 
 
-_TMP_MARK = ".ckptio-tmp-"  # the temporary name is f".{base}{_TMP_MARK}{12 hex digits}" (Writer._plan_global)
 
 
 def _check_checkpoint_name(path: str, nprocs: int, check_length: bool) -> None:
@@ -755,7 +354,7 @@ def _check_checkpoint_name(path: str, nprocs: int, check_length: bool) -> None:
     if not check_length:
         return
     directory = os.path.dirname(os.path.abspath(text))
-    extra = len(os.fsencode(f".{_TMP_MARK}")) + 12  # the temporary name's bytes besides the checkpoint's name
+    extra = len(os.fsencode(f".{TMP_MARK}")) + 12  # the temporary name's bytes besides the checkpoint's name
     try:
         name_max = os.pathconf(directory, "PC_NAME_MAX")
     except (OSError, ValueError):  # a missing directory is reported by the declare phase, which names it
@@ -763,7 +362,7 @@ def _check_checkpoint_name(path: str, nprocs: int, check_length: bool) -> None:
     if 0 < name_max < len(os.fsencode(base)) + extra:
         raise CheckpointIOError(
             f"checkpoint {text}: file name too long: {len(os.fsencode(base))} bytes, and its temporary file's name "
-            f"('.' + name + '{_TMP_MARK}' + 12 characters) would exceed the limit of {name_max} bytes (NAME_MAX) of "
+            f"('.' + name + '{TMP_MARK}' + 12 characters) would exceed the limit of {name_max} bytes (NAME_MAX) of "
             f"the file system of {directory}; use a name of at most {name_max - extra} bytes")
     limit = ompio_path_limit(nprocs)
     tmp_path = len(os.fsencode(os.path.join(directory, base))) + extra
@@ -788,49 +387,12 @@ def ompio_path_limit(nprocs: int) -> int | None:
     return 256 - 1 - len(".locktest.") - len(str(max(nprocs - 1, 0)))
 
 
-def _check_stage_dir(stage_dir: str | None) -> None:
-    """Local, every rank, in a staged close()'s declare phase (agreed, before the stage is probed by
-    :func:`ckptio.staging.locate`): ``stage_dir``, or the nearest part of its path that exists, must be a
-    directory. A regular file there made the probe fail and then its cleanup, which reported "remove the probe
-    failed: NotADirectoryError" instead of the cause (issue 23)."""
-    if stage_dir is None:
-        return
-    path = os.path.abspath(stage_dir)
-    while not os.path.lexists(path) and os.path.dirname(path) != path:
-        path = os.path.dirname(path)
-    if os.path.isdir(path):
-        return
-    from mpi4py import MPI
-
-    why = symlink_problem(path)
-    if why is None:
-        what = "it" if path == os.path.abspath(stage_dir) else f"its parent {path}"
-        why = f"{what} is {'a regular file' if os.path.isfile(path) else 'not a directory'}"
-    raise CheckpointIOError(f"stage_dir {stage_dir} cannot be used on {MPI.Get_processor_name()}: {why}, "
-                            "not a directory; give a directory (created if missing) for the staged copies")
-
-
 def _ranks_text(ranks: list[int], shown: int = 8) -> str:
     """``rank 3`` / ``ranks 0, 1, 2 ... (40 ranks)``."""
     if len(ranks) == 1:
         return f"rank {ranks[0]}"
     text = ", ".join(map(str, ranks[:shown]))
     return f"ranks {text}" + (f" ... ({len(ranks)} ranks)" if len(ranks) > shown else "")
-
-
-def _directory_problem(path: str) -> str | None:
-    """Why a checkpoint cannot be created at ``path`` (checked on rank 0 before any file is touched)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        return f"{path}: is a directory; give a file name for the checkpoint"
-    if not os.path.exists(directory):
-        why = symlink_problem(directory)  # a loop or a dangling link is not "does not exist"
-        return f"{path}: {why}" if why else f"{path}: directory {directory} does not exist"
-    if not os.path.isdir(directory):
-        return f"{path}: {directory} is not a directory"
-    if not os.access(directory, os.W_OK | os.X_OK):
-        return f"{path}: directory {directory} is not writable"
-    return None
 
 
 def _naming_rank(exc: CheckpointError, rank: int) -> CheckpointError:
@@ -842,19 +404,3 @@ def _naming_rank(exc: CheckpointError, rank: int) -> CheckpointError:
         return type(exc)(f"{exc} (on rank {rank})")
     except TypeError:  # an error class with another signature: keep it as it is
         return exc
-
-
-def _rename_durably(tmp: str, path: str) -> None:
-    os.replace(tmp, path)
-    fd = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _remove_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass

@@ -60,10 +60,11 @@ def test_native_layout_equals_the_block_by_block_placement(seed, ranks, nvars, s
                 count[r] += 1
         variables[f"v{v}"] = VariablePlan.from_blocks(f"v{v}", dtype, (1000,), "array", blocks)
     want_offsets, want_end, want_regions = _reference_layout(variables, stripe)
-    got = NativeBackend().layout(variables, stripe, ranks)
-    assert got["by_rank"] == [[want_offsets[r][i] for i in range(int(count[r]))] for r in range(ranks)]
-    assert got["data_end"] == want_end
-    assert got["regions"] == want_regions
+    got = NativeBackend().place(variables, stripe, ranks)
+    assert [s["offsets"] for s in got.shares] == [[want_offsets[r][i] for i in range(int(count[r]))]
+                                                 for r in range(ranks)]
+    assert {s["data_end"] for s in got.shares} == {want_end}
+    assert got.whole["regions"] == want_regions
 
 
 @settings(max_examples=25, deadline=None)

@@ -41,7 +41,7 @@ def test_missing_is_computed_on_first_use():
     ``available_backends``; the h5py module then is loaded, because asking about hdf5 needs it."""
     code = ("from ckptio.backends import MISSING, available_backends, known_backends\n"
             "assert sorted(set(known_backends()) - set(MISSING)) == available_backends(), (MISSING,)\n"
-            "import ckptio.backends.hdf5 as h\n"
+            "import ckptio.backends.hdf5_lib as h\n"
             "assert (h.h5py is None) == ('h5py' not in sys.modules)")
     loaded = loaded_after(code)
     hdf5_writable = subprocess.run([sys.executable, "-c", "import h5py"], capture_output=True).returncode == 0

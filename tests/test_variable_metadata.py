@@ -268,7 +268,7 @@ def test_declarations_that_differ_fail_on_every_rank(tmp_path: Path, backend: st
 
 CROWDED_SCALE = """
 import os, sys, numpy as np, ckptio
-import ckptio.backends.hdf5 as h5backend
+import ckptio.backends.hdf5_write as h5backend
 from mpi4py import MPI
 comm = MPI.COMM_WORLD
 h5backend.MAX_SCALE_USERS = 2  # the real limit (4000) would need 4001 datasets

@@ -57,14 +57,14 @@ def test_every_rank_rebuilds_exactly_its_own_planned_blocks(seed: int) -> None:
             assert mine[name].blocks == [b for b in var.blocks if b.rank == rank], (name, rank)
 
 
-def test_native_layout_shares_hold_only_each_ranks_offsets() -> None:
+def test_native_placement_shares_hold_only_each_ranks_offsets() -> None:
     decls = _declarations(3, 4)
     full = plan_write(decls)
-    layout = NativeBackend().layout(full, 1 << 20, 4)
-    shares = NativeBackend().layout_shares(layout, 4)
-    for rank, share in enumerate(shares):
-        assert share["offsets"] == layout["by_rank"][rank] and len(share["offsets"]) == len(decls[rank])
-        assert share["data_end"] == layout["data_end"] and "regions" not in share
+    placement = NativeBackend().place(full, 1 << 20, 4)
+    for rank, share in enumerate(placement.shares):
+        assert len(share["offsets"]) == len(decls[rank]) and share["header"] == (rank == 0)
+        assert share["data_end"] == placement.whole["data_end"] and "regions" not in share
+    assert placement.whole["regions"] and placement.whole["offsets"] == placement.shares[0]["offsets"]
 
 
 def test_what_a_rank_receives_does_not_grow_with_the_job() -> None:

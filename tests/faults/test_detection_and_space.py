@@ -1,9 +1,9 @@
 """The two library rules the fault tests rely on, checked directly (serial, fast).
 
-* Space reservation (``backends/rawio.py``): byte ranges are merged and capped before ``fallocate``; on a full
+* Space reservation (``ckptio/engine/space.py``): byte ranges are merged and capped before ``fallocate``; on a full
   file system the error names the file and says the space ran out; nothing is left allocated by a failed
   reservation (tmpfs undoes it).
-* Damaged-checkpoint detection (``backends/base.py`` ``detect_backend``): a signature at most 1 bit in 4 bytes
+* Damaged-checkpoint detection (``backends/detect.py`` ``detect_backend``): a signature at most 1 bit in 4 bytes
   away, the native trailer or a ckptio metadata document make a file a damaged checkpoint
   (CorruptCheckpointError naming the format); without such evidence it stays UnknownFormatError.
 """
@@ -16,10 +16,10 @@ import random
 
 import pytest
 from ckptio.backends import available_backends, detect_backend, get_backend
-from ckptio.backends.rawio import coalesce, reserve_space
 from conftest import needs_root, tmpfs
 
 import ckptio
+from ckptio.engine.space import coalesce, reserve_space
 
 
 def test_coalesce_merges_close_ranges_and_caps_their_number():

@@ -1,15 +1,16 @@
 """A file system without ``fallocate`` that drops writes: the commit must never accept data that did not land.
 
-Where space cannot be reserved (simulated with ``CKPTIO_FAULT_NO_FALLOCATE=1``, see ``backends/rawio.py``), a
+Where space cannot be reserved (simulated with ``CKPTIO_FAULT_NO_FALLOCATE=1``, see ``ckptio/engine/space.py``), a
 full file system during the data write loses data without an error: Open MPI's OMPIO reports the short writes
 as complete. If space comes back before the index is written (another job deletes files), the metadata reads
 back fine; before the fix, the native and PnetCDF backends committed such a file with holes (``inspect`` exit 0,
-``latest()`` chose it). Every backend's commit now starts with ``rawio.check_data_landed``: rank 0 looks for
-holes in the data extents (``SEEK_HOLE``) and reads back the blocks that cross one.
+``latest()`` chose it). The engine's commit (one for every backend) now starts by checking that the data landed
+(``ckptio.engine.space.missing_data``): rank 0 looks for holes in the data extents (``SEEK_HOLE``) and reads back
+the blocks that cross one.
 
 * ``test_commit_refuses_lost_data`` (1 and 2 ranks, every backend): a 2 MiB tmpfs, 1.2 MB taken by a filler that
-  rank 0 deletes at the start of the commit, a 3 MB checkpoint: every rank gets a CheckpointIOError naming the
-  checkpoint and saying the space ran out; nothing is left at the final name.
+  rank 0 deletes once the data is written, before the commit, a 3 MB checkpoint: every rank gets a
+  CheckpointIOError naming the checkpoint and saying the space ran out; nothing is left at the final name.
 * ``test_holes_of_zeros_are_data``: a block of zeros stored as a hole (as ZFS with compression does) is not
   lost data; a hole in non-zero data is, and the message names the block.
 """
@@ -24,12 +25,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from ckptio.backends import detect_backend
-from ckptio.backends.rawio import NO_FALLOCATE_ENV, holes, missing_data
 from conftest import needs_root, require_backend, tmpfs
 from mpi4py import MPI
 from mpi_helpers import BACKENDS, run_script
 
 import ckptio
+from ckptio.engine.space import NO_FALLOCATE_ENV, holes, missing_data
 
 JOB = r'''
 import os, sys
@@ -37,26 +38,27 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py import MPI
 import ckptio
-from ckptio.backends import base
+from ckptio.backends import get_backend
 
 comm = MPI.COMM_WORLD
 fs, backend, out = sys.argv[1], sys.argv[2], sys.argv[3]
 filler = os.path.join(fs, "filler")
-cls = base._REGISTRY[backend]
+cls = type(get_backend(backend))
 create = cls.create
 
-def create_then_free_space_at_commit(self, *args, **kw):
-    """The backend's session, whose commit starts by deleting the filler: space comes back before the index."""
-    session = create(self, *args, **kw)
-    commit = session.commit
-    def commit_after_space_came_back(meta):
+def create_then_free_space_before_commit(self, *args, **kw):
+    """The backend's handle, which deletes the filler once the data is written (written() is asked for after the
+    data's sync, before the index): space comes back before the index."""
+    handle = create(self, *args, **kw)
+    written = handle.written
+    def written_then_space_came_back():
         if comm.Get_rank() == 0:
             os.unlink(filler)
-        return commit(meta)
-    session.commit = commit_after_space_came_back
-    return session
+        return written()
+    handle.written = written_then_space_came_back
+    return handle
 
-cls.create = create_then_free_space_at_commit
+cls.create = create_then_free_space_before_commit
 n = 3_000_000 // 8 // comm.size
 try:
     with ckptio.create(os.path.join(fs, "chk_000020"), comm, backend=backend) as ck:

@@ -1,0 +1,121 @@
+"""What the HDF5 backend's reading and writing share: h5py loaded on first use (never by ``import ckptio``), the
+file layout's constants and the planning of collective writes. Local, no MPI.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ckptio import install_hints
+from ckptio.layout import Box
+from ckptio.plan import VariablePlan
+
+# Reading needs no h5py (h5lite parses ckptio's HDF5 files); writing needs h5py built with parallel HDF5. It is
+# imported on first use, never by ``import ckptio`` (issue 16: h5py and libhdf5 cost ~100 opened files and ~20 MB
+# per rank at startup). Every use of the module global below comes after load().
+h5py: Any = None
+_h5py_tried = False
+
+
+def load() -> Any:
+    """The h5py module, imported on the first call; None when it cannot be imported (any rank, not collective)."""
+    global h5py, _h5py_tried
+    if not _h5py_tried:
+        try:
+            import h5py as module
+        except ImportError:
+            module = None
+        h5py, _h5py_tried = module, True
+    return h5py
+
+
+INSTALL_HINT = install_hints.HDF5  # names ckptio-install-parallel and the Debian setting (issue 27)
+
+
+def write_problem() -> str | None:
+    if load() is None:
+        return f"h5py is not installed; {INSTALL_HINT}"
+    if not h5py.get_config().mpi:
+        return f"h5py {h5py.__version__} is built without MPI (a serial HDF5 wheel); {INSTALL_HINT}"
+    return None
+
+SIGNATURE = b"\x89HDF\r\n\x1a\n"
+# The NAME of a dimension scale that is no variable, as netCDF-C and h5netcdf write and recognise it
+NOT_A_VARIABLE = "This is a netCDF dimension but not a netCDF variable.%10d"
+FORMAT_VERSION = 2
+GROUP = "ckptio"
+COMPLETE = 1
+
+
+def write_groups(boxes: Sequence[Box]) -> list[list[int]]:
+    """Indices of ``boxes`` (non-empty, of one variable, on one rank) in groups whose leading-axis intervals
+    are pairwise disjoint, each sorted by leading offset: one collective write per group. Greedy interval
+    partitioning in order of start, so the number of groups is the largest number of boxes sharing a row."""
+    if boxes and boxes[0].ndim == 0:
+        return [[i] for i in range(len(boxes))]  # a scalar: one block at most
+    groups: list[list[int]] = []
+    for i in sorted(range(len(boxes)), key=lambda i: boxes[i].offset[0]):
+        for group in groups:
+            if boxes[group[-1]].end[0] <= boxes[i].offset[0]:
+                group.append(i)
+                break
+        else:
+            groups.append([i])
+    return groups
+
+
+def write_calls(var: VariablePlan) -> int:
+    """Coordinator: the collective ``H5Dwrite`` calls of one variable, the most any rank needs (every rank makes
+    that many): 1 when no rank has more than one non-empty block (no Python step per block), else the groups of
+    :func:`_write_groups` of the ranks that have several."""
+    rows = np.flatnonzero(var.size.prod(axis=1) > 0)
+    if not len(rows):
+        return 0
+    rows = rows[np.argsort(var.rank[rows], kind="stable")]  # grouped by rank, in declaration order
+    _, starts, counts = np.unique(var.rank[rows], return_index=True, return_counts=True)
+    calls = 1
+    for start, count in zip(starts[counts > 1].tolist(), counts[counts > 1].tolist(), strict=True):
+        boxes = [Box(tuple(var.offset[i].tolist()), tuple(var.size[i].tolist()))
+                 for i in rows[start:start + count].tolist()]
+        calls = max(calls, len(write_groups(boxes)))
+    return calls
+
+
+def dcpl():
+    """Dataset creation properties of every ckptio dataset: contiguous, allocated at creation, never filled."""
+    h5py = load()
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_layout(h5py.h5d.CONTIGUOUS)
+    dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+    dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+    return dcpl
+
+
+ATTR_MESSAGE_LIMIT = 65472  # bytes of data + name in one attribute header message (measured, HDF5 1.12)
+
+
+def utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def attr_value(value: Any) -> Any:
+    """A JSON-compatible attribute as h5py stores it natively, or as JSON text when HDF5 has no match."""
+    if isinstance(value, bool | str | float):
+        return value
+    if isinstance(value, int) and -2**63 <= value < 2**63:
+        return np.int64(value)
+    if isinstance(value, list) and value and all(isinstance(v, int | float) and not isinstance(v, bool)
+                                                 for v in value):
+        try:
+            return np.asarray(value, dtype=np.int64 if all(isinstance(v, int) for v in value) else np.float64)
+        except OverflowError:
+            pass
+    return json.dumps(value)

@@ -1,0 +1,124 @@
+"""The commit protocol, once for every format (issue 24): how a written temporary file becomes a checkpoint.
+
+Collective over the writing communicator; every arrow is one agreed phase (:mod:`ckptio.coord`), so a failure on
+any rank is the same error on every rank and no rank goes on into a collective the others will not enter::
+
+    data written and synced
+      -> the data landed          planning rank: no holes where data was written (engine.space.missing_data)
+      -> the document's size      planning rank encodes the document; every rank learns its length and checksum
+      -> room for the document    every rank: WriteHandle.document_slot (HDF5 creates its dataset)
+      -> reserve                  planning rank: fallocate the document's and the mark's bytes
+      -> write the document       the backend's steps (the planning rank holds the bytes)
+      -> sync
+      -> completion mark          the backend's steps (written last: a file without it is incomplete)
+      -> sync, close              (the agreement after the close is the vote: every rank's part succeeded)
+      -> check and rename         planning rank: read the document back from the file as the file system has
+                                  it, then rename the temporary file to the final name and sync the directory
+
+A failure at any arrow leaves the previous checkpoint of that name untouched: :func:`abort` releases the file on
+every rank (the planning rank truncates it first, so that a format whose close must write, HDF5, finds room) and
+the planning rank removes it. Nothing at the final name ever claims to be complete unless it is.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ckptio import _faults, coord
+from ckptio import meta as metamod
+from ckptio.backends.base import Backend, DocumentSlot, WriteHandle
+from ckptio.errors import CheckpointError, CheckpointIOError
+
+from . import space
+from .steps import run_steps
+
+ROOT = 0  # the planning rank: it holds the whole plan and the document, reserves space and renames
+
+
+def commit(comm, backend: Backend, handle: WriteHandle, tmp: str, path: str, document: dict[str, Any] | None,
+           before_rename: Callable[[], None] | None = None) -> None:
+    """Collective: commit the temporary file ``tmp`` (data written and synced) as the checkpoint ``path``.
+    ``document`` is the metadata document on the planning rank and None elsewhere. ``before_rename`` runs on the
+    planning rank right before the rename (a Series checks its lease there). Raises the same error on every rank;
+    the caller then calls :func:`abort`."""
+    where = f"checkpoint {path}"
+    root = comm.Get_rank() == ROOT
+
+    def landed() -> None:
+        why = space.missing_data(tmp, backend, document)
+        if why is not None:
+            directory = os.path.dirname(os.path.abspath(tmp))
+            raise CheckpointIOError(f"{tmp}: the file system lost writes (no space left on {directory}, or quota "
+                                    f"exceeded?): {why}")
+
+    coord.bcast_from_root(comm, f"{where}: check that the data landed", landed, root=ROOT)
+    encoded = metamod.dumps(document) if root else None
+    slot = coord.bcast_from_root(comm, f"{where}: encode the metadata document",
+                                 lambda: DocumentSlot(len(encoded), metamod.checksum(encoded)), root=ROOT)
+    coord.run(comm, f"{where}: make room for the metadata document", lambda: handle.document_slot(slot))
+    coord.bcast_from_root(comm, f"{where}: reserve space for the metadata document",
+                          lambda: space.reserve_space(tmp, handle.reserved_ranges(), "the metadata document"),
+                          root=ROOT)
+    _faults.point("write index", comm)
+    run_steps(comm, f"{where}: write the metadata document", handle.write_document(encoded))
+    coord.run(comm, f"{where}: sync the metadata document", handle.sync)
+    run_steps(comm, f"{where}: write the completion mark", handle.mark_complete(root))
+    coord.run(comm, f"{where}: sync the completion mark", handle.sync)
+    coord.run(comm, f"{where}: close", lambda: (handle.close(), _faults.point("commit vote", comm)))
+    _faults.point("rename", comm)
+    coord.bcast_from_root(comm, f"{where}: check and rename", lambda: (
+        check_written(backend, tmp), before_rename and before_rename(), rename_durably(tmp, path)), root=ROOT)
+
+
+def abort(comm, handle: WriteHandle | None, tmp: str) -> None:
+    """Collective, after a failure every rank agreed on (every rank is here): the planning rank truncates the
+    temporary file (its space comes back), every rank holding a handle releases it, the planning rank removes the
+    file. Never raises: the agreed failure is what the caller reports."""
+    try:
+        if comm.Get_rank() == ROOT:
+            _truncate_quietly(tmp)
+        coord.run(comm, f"{tmp}: release after a failure", lambda: None)  # truncated before any close writes
+    except BaseException:  # another failure while cleaning up: the first one is reported
+        pass
+    if handle is not None:
+        handle.abort()
+    if comm.Get_rank() == ROOT:
+        remove_quietly(tmp)
+
+
+def check_written(backend: Backend, tmp: str) -> None:
+    """Planning rank, before the rename: read the document back from the file as the file system has it (header,
+    index or document, completion mark; not the data). Where space could not be reserved (no ``fallocate``), a
+    full file system may drop writes without any error (Open MPI's OMPIO ignores short writes): the lost tail then
+    shows here, and the checkpoint fails instead of being renamed."""
+    try:
+        backend.read_document(tmp)
+    except CheckpointError as exc:
+        raise CheckpointIOError(f"{tmp}: the file as written is not a complete checkpoint, so the file system "
+                                f"lost writes (no space left, or quota exceeded?): {exc}") from None
+
+
+def rename_durably(tmp: str, path: str) -> None:
+    """Planning rank: ``tmp`` becomes ``path`` atomically, and the directory entry is synced."""
+    os.replace(tmp, path)
+    fd = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _truncate_quietly(path: str) -> None:
+    try:
+        os.truncate(path, 0)
+    except OSError:
+        pass

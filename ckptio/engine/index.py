@@ -1,0 +1,150 @@
+"""The index phase of a write: every rank's report of what it wrote, joined on the planning rank into the metadata
+document (schema in :mod:`ckptio.meta`), and what every other rank gets back of it. Pure: no MPI, no files (the
+engine runs it inside its agreed phase; the scale harness runs it for 100,000 simulated ranks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import gc
+import itertools
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ckptio import fslayout, placement_stats
+from ckptio import hints as hintsmod
+from ckptio import meta as metamod
+from ckptio.block_table import BlockTable
+from ckptio.model.series_record import SeriesRecord
+from ckptio.plan import VariablePlan
+
+
+@dataclass
+class WriteStats:
+    """Per-phase seconds (max over ranks) and the bytes handed to the write: in total and the least and most of
+    any rank (O(1), whatever the job; where the bytes went per node: ``meta["stats"]["write"]["placement"]``)."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    bytes_total: int = 0
+    bytes_min: int = 0
+    bytes_max: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seconds": self.seconds, "bytes_total": self.bytes_total, "bytes_min": self.bytes_min,
+                "bytes_max": self.bytes_max}
+
+
+@dataclass(frozen=True)
+class DocumentInputs:
+    """What the planning rank knows of a checkpoint besides the plan and the reports: the document's fields that
+    do not come from the ranks."""
+
+    backend: str
+    backend_format_version: int
+    hints: Mapping[str, str]
+    attrs: Mapping[str, Any]
+    described: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # per variable: dims, attrs
+    fs_layout: Any = None  # (path, what ckptio.fslayout.prepare did), or None: no layout set
+    prepare_seconds: float = 0.0
+    series_record: SeriesRecord | None = None
+
+
+def light_copy(document: Mapping[str, Any]) -> dict[str, Any]:
+    """Planning rank: what every other rank receives of the document it committed: no block tables (each variable's
+    ``nblocks`` instead) and of the write statistics the seconds and bytes (the per-node placement stays in the
+    file): O(variables), whatever the job."""
+    light = metamod.without_blocks(document)
+    light["stats"] = {"write": {k: v for k, v in document["stats"]["write"].items() if k != "placement"}}
+    return light
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Any rank: no cyclic garbage collection inside (restored after). The planning rank unpickles and builds
+    objects for every rank in the declare and index phases: at 30,000 ranks the collector's passes over them made
+    these phases grow faster than the job (they hold no reference cycles; reference counting frees them)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def written_columns(written: Sequence[Any]) -> dict[str, list[Any]]:
+    """Any rank: what it wrote of its blocks (``WrittenBlock`` s, in its declaration order) as three short lists
+    for the planning rank's :func:`build_document`: file offsets (-1: none, as in HDF5/netCDF), stored bytes,
+    codecs."""
+    return {"file_offset": [-1 if w.file_offset is None else int(w.file_offset) for w in written],
+            "stored": [int(w.stored_nbytes) for w in written], "codec": [w.codec for w in written]}
+
+
+def byte_summary(per_rank: Sequence[int]) -> dict[str, int]:
+    """The bytes of every rank as the O(1) summary the metadata and :class:`WriteStats` keep."""
+    return {"total": int(sum(per_rank)), "min": int(min(per_rank, default=0)), "max": int(max(per_rank, default=0))}
+
+
+def created_now() -> str:
+    """The commit time a document records (UTC, microseconds)."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def build_document(variables: Mapping[str, VariablePlan], reports: Sequence[Mapping[str, Any]],
+                   inputs: DocumentInputs, effective: Mapping[str, str],
+                   storage: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Planning rank: the metadata document. The block tables are the plan's columns (where each block is, its
+    checksum from the declaration) with what every rank reported writing (file offset, stored bytes, codec:
+    :func:`written_columns`, in its declaration order), joined without a Python step per block."""
+    firsts = np.cumsum([0] + [len(rep["written"]["file_offset"]) for rep in reports])
+    file_offset = np.fromiter(itertools.chain.from_iterable(rep["written"]["file_offset"] for rep in reports),
+                              np.int64, int(firsts[-1]))
+    stored = np.fromiter(itertools.chain.from_iterable(rep["written"]["stored"] for rep in reports), np.int64,
+                         int(firsts[-1]))
+    codec_of = list(itertools.chain.from_iterable(rep["written"]["codec"] for rep in reports))
+    codec_names = sorted(set(codec_of) - {None})
+    ids = {None: -1, **{c: i for i, c in enumerate(codec_names)}}
+    codec = np.fromiter(map(ids.__getitem__, codec_of), np.int64, len(codec_of))
+    out_vars: dict[str, Any] = {}
+    for name, var in variables.items():
+        rows = firsts[var.rank] + var.local_index  # where each block's report is
+        if codec_names:
+            used = np.unique(codec[rows][codec[rows] >= 0])
+            codec_ids = np.where(codec[rows] >= 0, np.searchsorted(used, codec[rows]), -1)
+            names = [codec_names[u] for u in used.tolist()]
+        else:
+            codec_ids, names = np.full(len(rows), -1, np.int64), []
+        blocks = BlockTable.of_columns(var.rank, var.offset, var.size, var.checksum, file_offset[rows],
+                                       stored[rows], codec_ids, names)
+        out_vars[name] = {"dtype": var.dtype, "shape": list(var.shape), "kind": var.kind, "blocks": blocks,
+                          **inputs.described.get(name, {})}
+        if name in storage:
+            out_vars[name]["storage"] = storage[name]
+    stripe_count, stripe_unit = hintsmod.stripe_layout(inputs.hints)
+    seconds = {"prepare": inputs.prepare_seconds}
+    for phase in ("declare", "open", "write"):
+        seconds[phase] = max(rep["timings"].get(phase, 0.0) for rep in reports)
+    return {
+        "schema": metamod.SCHEMA_VERSION,
+        "ckptio_version": metamod.__version__,
+        "backend": inputs.backend,
+        "backend_format_version": inputs.backend_format_version,
+        "created": created_now(),
+        "nprocs": len(reports),
+        "byteorder": sys.byteorder,
+        "checksum": metamod.CHECKSUM_ALGORITHM,
+        "attrs": dict(inputs.attrs),
+        "layout": {"stripe_count": stripe_count, "stripe_unit": stripe_unit, **fslayout.recorded(inputs.fs_layout)},
+        "hints": {"requested": dict(inputs.hints), "effective": dict(effective),
+                  "io_component": hintsmod.io_component()},
+        "stats": {"write": {"seconds": seconds, "bytes": byte_summary([rep["bytes"] for rep in reports]),
+                            "placement": placement_stats.summarize([rep["placement"] for rep in reports],
+                                                                   [rep["bytes"] for rep in reports])}},
+        "variables": out_vars,
+        **({"series": inputs.series_record.to_json()} if inputs.series_record is not None else {}),
+    }

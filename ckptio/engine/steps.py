@@ -1,0 +1,45 @@
+"""Running a backend's collective steps (:data:`ckptio.backends.base.Step`) one agreed phase at a time.
+
+A backend's ``write``, ``write_document`` and ``mark_complete`` return the library collectives they need as steps,
+and never agree themselves; here each step runs inside its own agreement, so that an I/O error reaching some ranks
+only (with collective buffering, ENOSPC reaches the aggregators) stops every rank before the next collective call.
+
+Every rank must make the same number of steps. The engine does not trust that: each agreement also counts the
+ranks whose steps ran out, and when some ran out while others did not, every rank raises (instead of the others
+entering a collective the finished ones never will).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ckptio import coord
+from ckptio.backends.base import Step
+from ckptio.errors import CheckpointError
+
+
+def run_steps(comm, phase: str, steps: Iterable[Step]) -> int:
+    """Collective over ``comm``: run every step of ``steps`` (this rank's), each in one agreed phase (``phase``
+    names it; the step's own error names what failed); return how many ran. Raises the same error on every rank
+    when a step failed anywhere or when the ranks' numbers of steps differ."""
+    it = iter(steps)
+    done = 0
+    size = comm.Get_size()
+
+    def step() -> tuple[bool]:
+        current = next(it, None)
+        if current is None:
+            return (True,)
+        _label, fn = current
+        fn()
+        return (False,)
+
+    while True:
+        (finished,) = coord.count_ranks(comm, phase, step)
+        if finished == size:
+            return done
+        if finished:
+            raise CheckpointError(f"{phase}: the storage backend made {done} collective step(s) on {finished} of "
+                                  f"{size} ranks and more on the others (a backend defect: every rank must make the "
+                                  "same calls); the checkpoint is abandoned")
+        done += 1

@@ -1,0 +1,304 @@
+"""The write protocol, once for every format (issue 24): from every rank's declared blocks to a committed file.
+
+Collective over the writing communicator; each arrow is one agreed phase (:mod:`ckptio.coord`), and the storage
+backend only moves bytes inside them (:mod:`ckptio.backends.base` says which of its methods each phase calls)::
+
+    declare     each rank prepares its blocks (C order, checksum, optional compression) and sends their
+                descriptions to the planning rank, which validates them all (shapes, dtypes, overlaps, coverage,
+                attrs), names a temporary file next to the target and places the blocks (Backend.place)
+ -> shares      each rank receives its own share of the plan (never the whole plan: O(its blocks))
+ -> layout      the planning rank creates the empty temporary file with ckptio's stripe layout where the file
+                system lets a program set one (ckptio.fslayout)
+ -> create      the backend's library creates the file with the MPI hints; then the format's own structures
+ -> reserve     the planning rank reserves the data's space (fallocate), so a full file system is one clean
+                error here and not inside a collective write
+ -> write       the backend's collective steps, each agreed; then sync
+ -> index       every rank reports what it wrote; the planning rank builds the document (engine.index)
+ -> commit      engine.commit: document, completion mark, vote, rename
+
+A failure at any phase removes the temporary file (engine.commit.abort) and leaves an existing checkpoint of the
+same name and every other checkpoint untouched.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ckptio import _faults, _warn, coord, fslayout, memsel, placement_stats, varmeta
+from ckptio import codec as codecs
+from ckptio import hints as hintsmod
+from ckptio import meta as metamod
+from ckptio.backends.base import Backend, BlockToWrite, CreateOptions, WriteHandle
+from ckptio.block_table import user_table
+from ckptio.errors import CheckpointIOError, DeclarationError
+from ckptio.model.series_record import SeriesRecord
+from ckptio.pathcheck import symlink_problem
+from ckptio.plan import VariablePlan, own_plan, pack_declarations, plan_headers, plan_packed, segment_starts
+
+from . import commit as commitmod
+from . import space
+from .index import DocumentInputs, WriteStats, build_document, gc_paused, light_copy, written_columns
+from .steps import run_steps
+
+TMP_MARK = ".ckptio-tmp-"  # the temporary name is f".{base}{TMP_MARK}{12 hex digits}"
+
+
+@dataclass
+class PendingBlock:
+    """One block a rank declared: its description (:func:`ckptio.plan.declaration`) and its data (a reference to
+    the caller's array, C order or a strided view of it; after the declare phase also its stored form)."""
+
+    decl: dict[str, Any]
+    data: np.ndarray
+    stored: Any = None  # compressed bytes, or the array itself
+
+
+@dataclass
+class WriteRequest:
+    """What the facade (:class:`ckptio.Writer`) hands the engine: one checkpoint, as this rank declared it."""
+
+    path: str
+    comm: Any
+    backend: Backend
+    hints: dict[str, str]
+    compression: tuple[str, int] | None
+    attrs: dict[str, Any]
+    blocks: list[PendingBlock]
+    described: Mapping[str, varmeta.Description] = field(default_factory=dict)  # this rank's dims/attrs per variable
+    series_record: SeriesRecord | None = None
+    before_rename: Callable[[], None] | None = None  # planning rank, right before the rename (a Series' lease)
+    error: BaseException | None = None  # a declaration error of this rank, raised in the declare phase (agreed)
+
+
+@dataclass
+class WriteResult:
+    """What every rank gets back: the committed document (whole on the planning rank, its light copy elsewhere)
+    and the write statistics."""
+
+    meta: dict[str, Any]
+    stats: WriteStats
+
+
+def prepare_blocks(request: WriteRequest) -> dict[str, Any]:
+    """Local part of the declare phase: this rank's deferred declaration error, if any (raised here, so on every
+    rank); C order, checksums, compression; returns what the planning rank needs."""
+    if request.error is not None:
+        raise request.error
+    t = time.perf_counter()
+    for p in request.blocks:
+        data = memsel.gathered(p.data)  # a strided view stays a view (written in place): ckptio.memsel
+        p.data = data
+        p.decl["checksum"] = memsel.checksum(data)  # of its C-order bytes, without a copy of the block
+        if request.compression is not None:
+            codec, level = request.compression
+            p.stored = np.frombuffer(codecs.compress(np.ascontiguousarray(data), codec, level), np.uint8)
+            p.decl["stored_nbytes"], p.decl["codec"] = int(p.stored.nbytes), f"{codec}:{level}"
+        else:
+            p.stored = data
+    return {"decls": pack_declarations([p.decl for p in request.blocks]), "attrs": request.attrs,
+            "described": varmeta.pack(request.described),
+            "dir_problem": directory_problem(request.path) if request.comm.Get_rank() == commitmod.ROOT else None,
+            "prepare_seconds": time.perf_counter() - t}
+
+
+@dataclass
+class GlobalPlan:
+    """The planning rank's whole plan of one checkpoint."""
+
+    variables: dict[str, VariablePlan]
+    described: dict[str, Any]
+    tmp: str
+    stripe_unit: int
+    prepare_seconds: float
+
+
+def plan_globally(request: WriteRequest, gathered: list[dict[str, Any]]) -> GlobalPlan:
+    """Planning rank: validate everything (the variables' dims and attrs too: the same on every rank, one length
+    per dimension name), choose the temporary name and the alignment. Raises DeclarationError naming ranks."""
+    if gathered[0]["dir_problem"]:
+        raise CheckpointIOError(gathered[0]["dir_problem"])
+    for r, g in enumerate(gathered):
+        if not metamod.attrs_identical(g["attrs"], gathered[0]["attrs"]):
+            a0, ar = gathered[0]["attrs"], g["attrs"]
+            key = next(k for k in sorted(set(a0) | set(ar))
+                       if not metamod.attrs_identical(a0.get(k, "<unset>"), ar.get(k, "<unset>")))
+            raise DeclarationError(f"attribute {key!r} differs between rank 0 ({a0.get(key, '<unset>')!r}) and "
+                                   f"rank {r} ({ar.get(key, '<unset>')!r}); attrs must be identical on every rank")
+    variables = plan_packed([g["decls"] for g in gathered])
+    described = varmeta.agree([g["described"] for g in gathered])
+    varmeta.check_dimensions({name: var.shape for name, var in variables.items()}, described)
+    if not variables and not gathered[0]["attrs"]:
+        _warn.warn(f"checkpoint {request.path} holds no variables and no attributes")
+    directory, base = os.path.split(os.path.abspath(request.path))
+    tmp = os.path.join(directory, f".{base}{TMP_MARK}{uuid.uuid4().hex[:12]}")
+    return GlobalPlan(variables, {name: d for name, d in described.items() if d}, tmp,
+                      fslayout.write_alignment(request.path, request.hints),  # whole storage objects where known
+                      max(g["prepare_seconds"] for g in gathered))
+
+
+class _Job:
+    """One checkpoint being written (the phases of the module docstring, in order)."""
+
+    def __init__(self, request: WriteRequest):
+        self.request = request
+        self.comm = request.comm
+        self.rank = self.comm.Get_rank()
+        self.where = f"checkpoint {request.path}"
+        self.timings: dict[str, float] = {}
+        self.plan: GlobalPlan | None = None  # the planning rank's
+        self.placement: Any = None
+        self.handle: WriteHandle | None = None
+        self.fs_layout: Any = None
+
+    # -------------------------------------------------------------------------------------------- declare
+    def declare(self) -> tuple[dict[str, VariablePlan], Mapping[str, Any], str, dict[str, Any]]:
+        """Collective: the declare phase and each rank's share: (this rank's plan, its placement, the temporary
+        name, the variables' dims/attrs)."""
+        request = self.request
+
+        def plan_common(gathered: list[dict[str, Any]]):
+            self.plan = plan_globally(request, gathered)
+            self.placement = request.backend.place(self.plan.variables, self.plan.stripe_unit, len(gathered))
+            return plan_headers(self.plan.variables), self.plan.tmp, self.plan.described, self.plan.stripe_unit
+
+        def shares() -> list[dict[str, Any]]:
+            nprocs = self.comm.Get_size()
+            segments = segment_starts(self.plan.variables, nprocs)
+            return [{"segments": segments[r], "placement": self.placement.shares[r]} for r in range(nprocs)]
+
+        _faults.point("declare", self.comm)
+        with gc_paused():  # the planning rank unpickles and plans every rank's declarations
+            headers, tmp, described, self.stripe_unit = coord.gather_and_plan(
+                self.comm, f"{self.where}: declare", lambda: prepare_blocks(request), plan_common)
+        share = coord.scatter_from_root(self.comm, f"{self.where}: declare (each rank's share)", shares)
+        if self.plan is not None:  # the planning rank: the whole plan
+            return self.plan.variables, self.placement.whole, tmp, described
+        variables = own_plan(headers, [p.decl for p in request.blocks], self.rank, share["segments"])
+        return variables, share["placement"], tmp, described
+
+    # ----------------------------------------------------------------------------------- create, reserve
+    def create(self, tmp: str, variables: Mapping[str, VariablePlan], placement: Mapping[str, Any],
+               described: Mapping[str, Any], info) -> None:
+        """Collective: the layout, the file, the format's structures, the data's space."""
+        request = self.request
+        self.fs_layout = (tmp, coord.bcast_from_root(self.comm, f"{self.where}: set layout",
+                                                     lambda: fslayout.prepare(tmp, request.hints)))
+        _faults.point("create file", self.comm)
+        options = CreateOptions(request.hints, self.stripe_unit, request.attrs, described)
+        created: list[WriteHandle] = []
+        try:
+            coord.run(self.comm, f"{self.where}: create file", lambda: created.append(
+                request.backend.create(tmp, self.comm, info, variables, placement, options)))
+        finally:
+            self.handle = created[0] if created else None  # also when another rank failed: aborted by the caller
+        coord.run(self.comm, f"{self.where}: define the file's structures", self.handle.define)
+        if self.rank == commitmod.ROOT:
+            for note in self.handle.notes():
+                _warn.warn(note, RuntimeWarning)
+        # before any collective write: a full file system is one clean error (MPI-IO may hang or lose data)
+        coord.bcast_from_root(self.comm, f"{self.where}: reserve space",
+                              lambda: space.reserve_space(tmp, self.handle.reserved_ranges(), "its data"))
+
+    # ------------------------------------------------------------------------------------------ write
+    def write(self, variables: Mapping[str, VariablePlan]) -> dict[str, Any]:
+        """Collective: the backend's write steps, then sync; returns this rank's report for the index."""
+        blocks = self._blocks(variables)
+        tables = user_table(variables)[1:] if self.plan is not None else None  # the planning rank's whole plan
+        _faults.point("write data", self.comm)
+        io_mark = placement_stats.io_mark()  # what this rank really moves to the file (stats.write.placement)
+        run_steps(self.comm, f"{self.where}: write data", self.handle.write(blocks, tables))
+        coord.run(self.comm, f"{self.where}: sync data", self.handle.sync)
+        written = self.handle.written()
+        return {"written": written_columns(written), "bytes": sum(w.stored_nbytes for w in written),
+                "timings": self.timings, "placement": placement_stats.local_record(io_mark)}
+
+    def _blocks(self, variables: Mapping[str, VariablePlan]) -> list[BlockToWrite]:
+        """This rank's blocks in declaration order, with their variable and box from the plan."""
+        by_index = {b.local_index: (name, b) for name, v in variables.items() for b in v.blocks_of(self.rank)}
+        out = []
+        for i, p in enumerate(self.request.blocks):
+            name, plan = by_index[i]
+            out.append(BlockToWrite(name, i, plan.box, p.stored, plan.codec))
+        return out
+
+    # ------------------------------------------------------------------------------------------ index
+    def index(self, variables: Mapping[str, VariablePlan], report: dict[str, Any]) -> dict[str, Any]:
+        """Collective: the planning rank builds the document from every rank's report (the effective hints are
+        asked for inside the phase: an MPI error there is agreed on too); every other rank gets its light copy."""
+        request = self.request
+
+        def build(reports: list[dict[str, Any]]) -> dict[str, Any]:
+            inputs = DocumentInputs(request.backend.name, request.backend.format_version, request.hints,
+                                    request.attrs, self.plan.described, self.fs_layout, self.plan.prepare_seconds,
+                                    request.series_record)
+            self.document = build_document(variables, reports, inputs, self.handle.effective_hints(),
+                                           self.handle.storage_info())
+            return light_copy(self.document)
+
+        _faults.point("checksum gather", self.comm)
+        with gc_paused():
+            light = coord.gather_and_plan(self.comm, f"{self.where}: build index", lambda: report, build)
+        return self.document if self.plan is not None else light
+
+
+def write_checkpoint(request: WriteRequest) -> WriteResult:
+    """Collective over ``request.comm``: write and commit one checkpoint (the phases of the module docstring).
+    Raises the same error on every rank on failure, after removing the temporary file."""
+    job = _Job(request)
+    t0 = time.perf_counter()
+    tmp = None
+    info = None
+    try:
+        variables, placement, tmp, described = job.declare()
+        job.timings["declare"] = time.perf_counter() - t0
+        t = time.perf_counter()
+        info = hintsmod.to_info(request.hints)
+        job.create(tmp, variables, placement, described, info)
+        job.timings["open"] = time.perf_counter() - t
+        t = time.perf_counter()
+        report = job.write(variables)
+        job.timings["write"] = time.perf_counter() - t
+        t = time.perf_counter()
+        meta = job.index(variables, report)
+        commitmod.commit(job.comm, request.backend, job.handle, tmp, request.path,
+                         meta if job.plan is not None else None, request.before_rename)
+        job.handle = None  # committed and closed: nothing to abort any more
+        commit_seconds = time.perf_counter() - t
+    except BaseException:
+        if tmp is not None:
+            commitmod.abort(job.comm, job.handle, tmp)
+        raise
+    finally:
+        if info is not None:
+            info.Free()
+        request.blocks.clear()
+    written = meta["stats"]["write"]["bytes"]
+    stats = WriteStats({**meta["stats"]["write"]["seconds"], "commit": commit_seconds,
+                        "total": time.perf_counter() - t0}, written["total"], written["min"], written["max"])
+    return WriteResult(meta, stats)
+
+
+def directory_problem(path: str) -> str | None:
+    """Why a checkpoint cannot be created at ``path`` (checked on the planning rank before any file is touched)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        return f"{path}: is a directory; give a file name for the checkpoint"
+    if not os.path.exists(directory):
+        why = symlink_problem(directory)  # a loop or a dangling link is not "does not exist"
+        return f"{path}: {why}" if why else f"{path}: directory {directory} does not exist"
+    if not os.path.isdir(directory):
+        return f"{path}: {directory} is not a directory"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return f"{path}: directory {directory} is not writable"
+    return None
+
+
+__all__ = ["PendingBlock", "WriteRequest", "WriteResult", "WriteStats", "directory_problem", "plan_globally",
+           "prepare_blocks", "write_checkpoint"]
