@@ -424,9 +424,7 @@ class Writer:
                 raise
         finally:
             self._pending = []
-        from mpi4py import MPI
-
-        total, least, most = (comm.allreduce(written, op=op) for op in (MPI.SUM, MPI.MIN, MPI.MAX))
+        total, least, most = coord.sum_min_max(comm, written)
         self.stats = WriteStats({"stage": time.perf_counter() - t0}, total, least, most)
         final = self.path
         on_commit = getattr(self, "_on_commit", None)  # Series retention, as in _close_async
