@@ -29,13 +29,7 @@ NOT_YET_IN_COORD = {
     "ckptio/staging.py: comm.allgather":
         "staging.locate gathers every rank's host name, though its one caller (writer.py, the staged header) "
         "uses only its own; the staging tier's owner drops it (O(P) per rank for nothing)",
-    # the restart exchange, moving into ckptio/coord/exchange.py with the next commits of this branch
-    "ckptio/reader.py: comm.Split": "restart engine, moving",
-    "ckptio/reader.py: comm.allreduce": "restart engine, moving",
-    "ckptio/reader.py: self.comm.Alltoall": "restart engine, moving",
-    "ckptio/reader.py: self.comm.Alltoallv": "restart engine, moving",
-    "ckptio/reader.py: self.comm.Allreduce": "restart engine, moving",
-    "ckptio/reader.py: self.comm.Dup": "restart engine, moving",
+    # the staged reader's exchange, moving into ckptio/coord/exchange.py with the next commit of this branch
     "ckptio/staged_reader.py: comm.allgather": "staged reader, moving",
     "ckptio/staged_reader.py: comm.Alltoallv": "staged reader, moving",
     "ckptio/staged_reader.py: comm.allreduce": "staged reader, moving",
