@@ -29,10 +29,6 @@ NOT_YET_IN_COORD = {
     "ckptio/staging.py: comm.allgather":
         "staging.locate gathers every rank's host name, though its one caller (writer.py, the staged header) "
         "uses only its own; the staging tier's owner drops it (O(P) per rank for nothing)",
-    # the staged reader's exchange, moving into ckptio/coord/exchange.py with the next commit of this branch
-    "ckptio/staged_reader.py: comm.allgather": "staged reader, moving",
-    "ckptio/staged_reader.py: comm.Alltoallv": "staged reader, moving",
-    "ckptio/staged_reader.py: comm.allreduce": "staged reader, moving",
 }
 
 

@@ -8,7 +8,8 @@ width); data moves straight between the callers' memory as :class:`ckptio.memtyp
   largest thing a rank receives (the staged reader's directory): synchronous sends, probes and a nonblocking
   barrier (Hoefler, Siebert, Lumsdaine: "Scalable communication protocols for dynamic sparse data exchange",
   PPoPP 2010, the NBX algorithm).
-* :func:`max_over_ranks`: the number of rounds every rank takes part in.
+* :func:`max_over_ranks`: the number of rounds every rank takes part in; :func:`exclusive_prefix_sum`: where each
+  rank's rows of a per-rank segment start.
 * :func:`move_pieces`: one round's pieces, after an ``Allreduce`` of the ranks' status (a rank that failed
   preparing its side makes every rank skip the data movement together), as matched nonblocking point-to-point
   messages.
@@ -96,6 +97,21 @@ def sparse_records(comm, send: Mapping[int, np.ndarray], width: int, tag: int) -
                 barrier = comm.Ibarrier()
         elif barrier.Test():
             return received
+
+
+def exclusive_prefix_sum(comm, values: np.ndarray) -> np.ndarray:
+    """Collective over ``comm`` (every rank passes as many values; none: no call): per element, the sum of the
+    values of the ranks before this one, zeros on rank 0 (an ``Exscan``: where each rank's rows of the per-rank
+    segments start)."""
+    from mpi4py import MPI
+
+    values = np.ascontiguousarray(values, np.int64)
+    out = np.zeros_like(values)
+    if len(values):
+        comm.Exscan(values, out, op=MPI.SUM)
+        if comm.Get_rank() == 0:  # MPI leaves rank 0's result undefined
+            out[:] = 0
+    return out
 
 
 def max_over_ranks(comm, value: int) -> int:
