@@ -16,7 +16,7 @@ import structure
 
 CEILING = {"import_cycles": 1, "raw_collectives": 2, "backend_coord_calls": 19, "backend_rank0_branches": 10,
            "backend_barriers": 1, "backend_core_modules": 10, "backend_core_names": 23, "core_importing_backend": 5,
-           "commit_copies": 3, "largest_module": 858, "largest_class": 545, "top_level_modules": 48,
+           "commit_copies": 3, "largest_module": 858, "largest_class": 545, "top_level_modules": 47,
            "document_subscripts": 337, "embedded_programs": 64}
 
 FIGURES = structure.figures()
