@@ -189,15 +189,20 @@ class StagedReader:
         self.stats = ReadStats(**placement_stats.rank_placement([me], me))
         self.stats.opened_file = True
         self.path, self.comm, self.directory = path, comm, directory
-        self.attrs: dict[str, Any] = dict(manifest["attrs"])
-        blocks = _blocks(manifest)
         self.aggregators = range(size)  # every rank reads its own piece
         self._closed = True  # until opened
         self._last_failed = False
         self._exchanges = 0
+        parsed: list[list[_Block]] = []
+
+        def summary() -> dict[str, _Variable]:  # inside the agreed step: a bad manifest fails on every rank
+            self.attrs: dict[str, Any] = dict(manifest["attrs"])
+            parsed.append(_blocks(manifest))
+            return _summary(parsed[0])
+
         with coord.collective_section():
-            merged = coord.merge_in_rank_order(comm, f"open {path} (staged): variables", lambda: _summary(blocks),
-                                               _merge)
+            merged = coord.merge_in_rank_order(comm, f"open {path} (staged): variables", summary, _merge)
+            blocks = parsed[0]
             self._describe(merged)
             starts = exchange.exclusive_prefix_sum(comm, np.array(
                 [sum(b.shape[0] for b in blocks if b.name == n) for n in self._segment_names], np.int64))

@@ -130,7 +130,8 @@ class Restart:
         self._extent_reader = None
         self._p2p_comm = None  # the exchange's communicator (a duplicate), made by the first exchange
         self._opened = False
-        self._checker = parts.PartChecker(path, self.table, self.meta["variables"]) if self.table else None
+        self._checker = (parts.PartChecker(path, self.table, self.meta["variables"]) if self.table is not None
+                         else None)
         self._direct_pieces: set[int] = set()  # this read's pieces read straight into the outputs
         self.stats = ReadStats(**placement_stats.rank_placement(self.aggregators, comm.Get_rank()))
 
