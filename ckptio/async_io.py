@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from . import _warn
+from .coord import comms
 
 ALIGN = 4096
 SLOTS = 2
@@ -145,7 +146,7 @@ class IOEngine:
     """The I/O thread of one communicator. Created collectively (it duplicates the communicator)."""
 
     def __init__(self, comm):
-        self.comm = comm.Dup()
+        self.comm = comms.duplicate(comm)
         self.pool = StagingPool()
         self._queue: queue.Queue = queue.Queue()
         self._handles: list[AsyncCheckpoint] = []

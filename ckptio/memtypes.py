@@ -1,6 +1,6 @@
 """Memory described as byte runs, and the MPI datatypes that move it without packing.
 
-The restart exchange (:meth:`ckptio.reader.Reader._exchange`) sends every piece straight from the aggregator's
+The restart exchange (:func:`ckptio.coord.exchange.move_pieces`) sends every piece straight from the aggregator's
 read buffer and receives it straight into the caller's array, which may be a strided view (the interior of a
 halo'd array, ``a[2:-2, 2:-2]``). Both sides describe their side of a message as the same byte stream: the
 pieces in the canonical order, each piece's elements in C order. Here a piece is a list of *runs*

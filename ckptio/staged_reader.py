@@ -6,23 +6,35 @@ checksum verified, and the copy is not older than the file at ``path``. Otherwis
 rank (with a warning saying which rank lacks what) and the caller opens ``path`` on the parallel file system.
 
 A StagedReader answers the same reads as :class:`ckptio.Reader` (any hyperslab on any rank, per-rank
-segments): every rank holds its own blocks (memory-mapped from its stage) and one ``Alltoallv`` per
-``read_many`` moves each requested piece from the rank that wrote it to the rank that asks for it.
+segments): every rank holds its own blocks (memory-mapped from its stage) and each ``read_many`` moves every
+requested piece from the rank that wrote it straight into the array of the rank that asks for it (matched
+point-to-point messages, zero-copy on both sides, as the file restart's exchange).
+
+No rank learns every rank's blocks or requests (the design's scale rule): the variables are merged from the
+manifests over a reduction tree (O(variables) per rank), each block is published to the directory ranks of the
+tiles it meets, and each request asks those of its tiles, which tell owners and requesters about their pieces
+(:mod:`ckptio.model.staged_directory`). What a rank receives is O(its own blocks, requests and pieces + the peers
+it exchanges with); every collective goes through :mod:`ckptio.coord`.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from . import _warn, coord, pagealign, staging
-from .errors import CheckpointError, ClosedCheckpointError, ReadRequestError
+from . import _warn, coord, memtypes, pagealign, placement_stats, staging
+from .coord import comms, exchange
+from .engine.restart import ReadStats
+from .errors import CheckpointError, ClosedCheckpointError
 from .layout import Box
 from .meta import default_dims
-from .plan import segment_box
+from .model import staged_directory as sd
+from .model.requests import VariableInfo, checked_requests
+from .plan import ARRAY, segment_box
 
 
 def _candidate(stage_dir: str, path: str, rank: int, nprocs: int) -> tuple[str | None, str | None]:
@@ -98,62 +110,165 @@ def _agree_token(views: Sequence[tuple[str | None, str | None]], stage_dir: str,
     return token, None
 
 
+@dataclass(frozen=True)
+class _Block:
+    """A block of this rank's staged piece, as its manifest declares it."""
+
+    name: str
+    kind: str
+    dtype: str
+    offset: tuple[int, ...] | None  # an array's block; None for a segment
+    shape: tuple[int, ...]
+    global_shape: tuple[int, ...] | None
+    dims: Any
+    attrs: Any
+
+
+def _blocks(manifest: dict[str, Any]) -> list[_Block]:
+    """Local: the manifest's blocks (the one place that reads its JSON)."""
+    def tup(value: Any) -> tuple[int, ...] | None:
+        return None if value is None else tuple(int(x) for x in value)
+
+    return [_Block(b.get("name"), b["kind"], b["dtype"], tup(b.get("offset")), tup(b.get("array_shape")),
+                   tup(b.get("global_shape")), b.get("dims"), b.get("attrs")) for b in manifest["blocks"]]
+
+
+@dataclass(frozen=True)
+class _Variable:
+    """A variable as the ranks' manifests declare it, merged over the ranks (:func:`_merge`)."""
+
+    kind: str
+    dtype: str
+    global_shape: tuple[int, ...] | None  # an array's
+    trailing: tuple[int, ...]            # a segment's shape after its rows
+    rows: int                             # a segment's rows, summed over the ranks merged
+    nblocks: int
+    dims: Any
+    attrs: Any
+
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.global_shape) if self.kind == ARRAY else (self.rows, *self.trailing)
+
+
+def _summary(blocks: list[_Block]) -> dict[str, _Variable]:
+    """Local: this rank's variables as its blocks declare them."""
+    out: dict[str, _Variable] = {}
+    for b in blocks:
+        rows = b.shape[0] if b.kind != ARRAY else 0
+        seen = out.get(b.name)
+        out[b.name] = (_Variable(b.kind, b.dtype, b.global_shape, b.shape[1:], rows, 1, b.dims, b.attrs)
+                       if seen is None else replace(seen, rows=seen.rows + rows, nblocks=seen.nblocks + 1))
+    return out
+
+
+def _merge(first: dict[str, _Variable], then: dict[str, _Variable]) -> dict[str, _Variable]:
+    """Local (inside the reduction): the summaries of lower ranks (``first``) and higher ones (``then``) as one:
+    block and row counts add up; kind, dtype, shape, dims and attrs are the lowest rank's (the write validated
+    that they agree)."""
+    out = dict(first)
+    for name, v in then.items():
+        seen = out.get(name)
+        out[name] = v if seen is None else replace(seen, rows=seen.rows + v.rows, nblocks=seen.nblocks + v.nblocks)
+    return out
+
+
 class StagedReader:
     """A staged checkpoint opened for restart (see :func:`open_staged`). Reads are collective, as with
     :class:`ckptio.Reader`; ``source`` is ``"stage"``. It has ``attrs``, ``variables``, ``aggregators`` (every
-    rank serves its own piece) and ``stats``, but no ``meta`` (there is no file index: the manifests are the
-    index)."""
+    rank serves its own piece: ``range(P)``) and ``stats``, but no ``meta`` (there is no file index: the manifests
+    are the index, and no rank holds all of them)."""
 
     source = "stage"
 
     def __init__(self, path: str, comm, directory: str, manifest: dict[str, Any], arrays: list[np.ndarray]):
-        from . import placement_stats
-        from .reader import ReadStats, VariableInfo
-
+        """Collective over ``comm``: merge the variables from every rank's manifest (a reduction tree), find where
+        this rank's segments start (an exclusive scan), and publish this rank's blocks to their directory ranks
+        (a sparse exchange on a duplicate of ``comm``, freed at close)."""
+        me, size = comm.Get_rank(), comm.Get_size()
         # file_bytes: bytes this rank read from its own piece (every rank reads its own: each is an aggregator)
-        self.stats = ReadStats(**placement_stats.rank_placement([comm.Get_rank()], comm.Get_rank()))
+        self.stats = ReadStats(**placement_stats.rank_placement([me], me))
         self.stats.opened_file = True
         self.path, self.comm, self.directory = path, comm, directory
-        self.attrs: dict[str, Any] = dict(manifest["attrs"])
-        self.aggregators = list(range(comm.Get_size()))  # every rank reads its own piece
-        self._arrays = arrays
-        tables = comm.allgather([(b["name"], b["kind"], b["dtype"], b.get("offset"), b["array_shape"],
-                                  b.get("global_shape"), b.get("dims"), b.get("attrs")) for b in manifest["blocks"]])
-        described: dict[str, tuple[Any, Any]] = {}  # dims and attrs declared with the blocks, if any
-        self._blocks: list[list[tuple[str, Box]]] = []  # per rank: (variable, box) of each block, in order
-        shapes: dict[str, tuple[int, ...]] = {}
-        kinds: dict[str, tuple[str, str]] = {}
-        seg_end: dict[str, int] = {}
-        nblocks: dict[str, int] = {}
-        self._own_segment: dict[str, Box] = {}
-        for r, table in enumerate(tables):
-            boxes = []
-            for name, kind, dtype, offset, shape, gshape, dims, attrs in table:
-                kinds.setdefault(name, (kind, dtype))
-                described.setdefault(name, (dims, attrs))
-                nblocks[name] = nblocks.get(name, 0) + 1
-                if kind == "array":
-                    box = Box(tuple(offset), tuple(shape))
-                    shapes[name] = tuple(gshape)
-                else:
-                    start = seg_end.get(name, 0)
-                    box = segment_box(start, shape[0], shape[1:])
-                    seg_end[name] = start + shape[0]
-                    shapes[name] = (seg_end[name], *shape[1:])
-                    if r == comm.Get_rank():
-                        self._own_segment[name] = box
-                boxes.append((name, box))
-            self._blocks.append(boxes)
-        self.variables = {name: VariableInfo(name, shapes[name], np.dtype(dtype).newbyteorder("="), kind,
-                                             nblocks[name], int(np.prod(shapes[name])) * np.dtype(dtype).itemsize,
-                                             tuple(described[name][0] or default_dims(name, len(shapes[name]))),
-                                             dict(described[name][1] or {}))
-                          for name, (kind, dtype) in sorted(kinds.items())}
-        for name in seg_end:
-            self._own_segment.setdefault(name, segment_box(seg_end[name], 0, shapes[name][1:]))
-        self._closed = False
+        self.aggregators = range(size)  # every rank reads its own piece
+        self._closed = True  # until opened
         self._last_failed = False
+        self._exchanges = 0
+        parsed: list[list[_Block]] = []
 
+        def summary() -> dict[str, _Variable]:  # inside the agreed step: a bad manifest fails on every rank
+            self.attrs: dict[str, Any] = dict(manifest["attrs"])
+            parsed.append(_blocks(manifest))
+            return _summary(parsed[0])
+
+        with coord.collective_section():
+            merged = coord.merge_in_rank_order(comm, f"open {path} (staged): variables", summary, _merge)
+            blocks = parsed[0]
+            self._describe(merged)
+            starts = exchange.exclusive_prefix_sum(comm, np.array(
+                [sum(b.shape[0] for b in blocks if b.name == n) for n in self._segment_names], np.int64))
+            self._p2p = comms.duplicate(comm)
+            try:
+                records = coord.run(comm, f"open {path} (staged): blocks",
+                                    lambda: self._own_blocks(blocks, arrays, starts))
+                published = exchange.sparse_records(self._p2p, records, 2 + 2 * self._nd, self._tag())
+                self._known = self._directory_blocks(published)
+            except BaseException:
+                comms.free(self._p2p)  # collective: the failure was agreed, every rank is here
+                raise
+        self._closed = False
+
+    # ------------------------------------------------------------------------------------------------ open
+    def _describe(self, merged: dict[str, _Variable]) -> None:
+        """Local, alike on every rank (from the merged summary): the variables (sorted by name) and their
+        directory."""
+        self.variables: dict[str, VariableInfo] = {}
+        for name, v in sorted(merged.items()):
+            shape = v.shape()
+            self.variables[name] = VariableInfo(name, shape, np.dtype(v.dtype).newbyteorder("="), v.kind, v.nblocks,
+                                                int(np.prod(shape)) * np.dtype(v.dtype).itemsize,
+                                                tuple(v.dims or default_dims(name, len(shape))), dict(v.attrs or {}))
+        self._var_index = {name: i for i, name in enumerate(self.variables)}
+        self._segment_names = [n for n, v in self.variables.items() if v.kind != ARRAY]
+        self._dir = sd.Directory.build([v.shape for v in self.variables.values()], self.comm.Get_size())
+        self._nd = self._dir.ndim
+
+    def _own_blocks(self, blocks: list[_Block], arrays: list[np.ndarray], starts: np.ndarray
+                    ) -> dict[int, np.ndarray]:
+        """Local: this rank's blocks as padded boxes (``self._block_lo``), its arrays in native byte order (a block
+        stored in the other one is converted here, once: the exchange moves raw bytes into native outputs), its
+        default segments, and its block records ``[k, var, lo, shape]`` by directory rank."""
+        nd = self._nd
+        start = dict(zip(self._segment_names, starts.tolist(), strict=True))
+        rows = np.zeros((len(arrays), 2 + 2 * nd), np.int64)
+        rows[:, 2 + nd:] = 1
+        self._own_segment: dict[str, Box] = {}
+        for k, b in enumerate(blocks):
+            offset = b.offset if b.kind == ARRAY else (start[b.name], *(0 for _ in b.shape[1:]))
+            if b.kind != ARRAY:
+                self._own_segment[b.name] = segment_box(start[b.name], b.shape[0], b.shape[1:])
+            rows[k, 0], rows[k, 1] = k, self._var_index[b.name]
+            rows[k, 2:2 + len(offset)] = offset
+            rows[k, 2 + nd:2 + nd + len(b.shape)] = b.shape
+        for name in self._segment_names:  # a rank without a segment reads an empty one, after all the others
+            shape = self.variables[name].shape
+            self._own_segment.setdefault(name, segment_box(shape[0], 0, shape[1:]))
+        self._arrays = [a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("=")) for a in arrays]
+        self._block_lo = rows[:, 2:2 + nd]
+        self._blocks = memtypes.ArrayTable(self._arrays, nd)
+        return self._dir.route(rows, 1)
+
+    def _directory_blocks(self, published: dict[int, np.ndarray]) -> np.ndarray:
+        """Local: the blocks this rank keeps the directory of, ``[owner, k, var, lo, shape]``."""
+        width = 2 + 2 * self._nd
+        parts = [np.column_stack([np.full(len(r), src, np.int64), r]) for src, r in sorted(published.items())]
+        return np.concatenate(parts) if parts else np.zeros((0, 1 + width), np.int64)
+
+    def _tag(self) -> int:
+        """Local: a fresh tag for the next exchange on the duplicate (consecutive exchanges never share one)."""
+        self._exchanges += 1
+        return 1 + self._exchanges % 2
+
+    # -------------------------------------------------------------------------------------------- the API
     def __enter__(self) -> StagedReader:
         return self
 
@@ -182,7 +297,9 @@ class StagedReader:
                 if not self._last_failed:
                     coord.agree(self.comm, f"close {self.path}", error, closing=True)
             finally:
-                self._arrays = []
+                self._arrays, self._blocks = [], None
+                comms.free(self._p2p)
+                self._p2p = None
 
     def __getitem__(self, name: str) -> Any:
         """Local: ``ck["dens"]``, a lazy view of one variable (indexing it is a collective read)."""
@@ -215,66 +332,77 @@ class StagedReader:
             self._last_failed = False
             return outputs
 
+    # ------------------------------------------------------------------------------------------- the read
     def _read_many(self, requests, out) -> list[np.ndarray]:
-        from mpi4py import MPI
+        """Collective over ``comm``: requests to their directory ranks, pieces to their owners and requesters,
+        then the data from owners to requesters (:func:`ckptio.coord.exchange.move_pieces`)."""
+        comm, nd = self.comm, self._nd
+        phase = f"read {self.path} (staged)"
 
-        from .reader import checked_requests
+        def requests_by_directory():
+            found, given = checked_requests(self.path, requests, out, self.variables, self._own)
+            records = np.zeros((len(found), 2 + 2 * nd), np.int64)
+            records[:, 2 + nd:] = 1
+            for qi, q in enumerate(found):
+                records[qi, 0], records[qi, 1] = qi, self._var_index[q.var]
+                records[qi, 2:2 + q.box.ndim] = q.box.offset
+                records[qi, 2 + nd:2 + nd + q.box.ndim] = q.box.shape
+            return found, given, records, self._dir.route(records, 1)
 
-        comm, me, size = self.comm, self.comm.Get_rank(), self.comm.Get_size()
-        found, given = coord.run(comm, f"read {self.path} (staged): requests",
-                                 lambda: checked_requests(self.path, requests, out, self.variables, self._own))
-        mine = [(q.var, q.box) for q in found]
-        wanted = comm.allgather([(n, b.offset, b.shape) for n, b in mine])
-        outputs = [g if g is not None else pagealign.restart_empty(b.shape, self.variables[n].dtype)
-                   for (n, b), g in zip(mine, given, strict=True)]
+        found, given, records, routed = coord.run(comm, f"{phase}: requests", requests_by_directory)
+        asked = exchange.sparse_records(self._p2p, routed, 2 + 2 * nd, self._tag())
 
-        def pieces(src: int, dest: int):
-            """(request index of dest, block index of src, intersection), in one canonical order."""
-            for j, (n, off, shp) in enumerate(wanted[dest]):
-                req = Box(tuple(off), tuple(shp))
-                for k, (bn, box) in enumerate(self._blocks[src]):
-                    if bn == n:
-                        inter = box.intersect(req)
-                        if inter is not None:
-                            yield j, k, inter
+        def pieces_and_outputs():
+            received = [np.column_stack([np.full(len(r), src, np.int64), r]) for src, r in sorted(asked.items())]
+            known = np.concatenate(received) if received else np.zeros((0, 3 + 2 * nd), np.int64)
+            pieces = sd.match(self._dir, comm.Get_rank(), self._known, known)
+            outputs = [g if g is not None else pagealign.restart_empty(q.box.shape, self.variables[q.var].dtype)
+                       for q, g in zip(found, given, strict=True)]
+            return sd.piece_descriptors(pieces), outputs
 
-        def nbytes(name: str, box: Box) -> int:
-            return box.size * self.variables[name].dtype.itemsize
-
-        send_counts = [sum(nbytes(wanted[d][j][0], i) for j, _, i in pieces(me, d)) if d != me else 0
-                       for d in range(size)]
-        recv_counts = [sum(nbytes(mine[j][0], i) for j, _, i in pieces(s, me)) if s != me else 0
-                       for s in range(size)]
-        if comm.allreduce(max(sum(send_counts), sum(recv_counts)), op=MPI.MAX) >= 2**31:  # decided alike everywhere
-            raise ReadRequestError("a staged read would move more than 2 GiB to or from one rank in one call; "
-                                   "read in several calls")
-        send = np.empty(sum(send_counts), np.uint8)
-        pos = 0
-        for d in range(size):
-            for j, k, inter in pieces(me, d):
-                block = self._arrays[k]
-                src = block[inter.relative_to(self._blocks[me][k][1])]
-                self.stats.file_bytes += src.nbytes
-                if d == me:
-                    outputs[j][inter.relative_to(mine[j][1])] = src
-                    continue
-                n = nbytes(wanted[d][j][0], inter)
-                send[pos:pos + n].view(block.dtype).reshape(inter.shape)[...] = src
-                pos += n
-        recv = np.empty(sum(recv_counts), np.uint8)
-        sd = np.concatenate(([0], np.cumsum(send_counts)[:-1])).astype(np.int64).tolist()
-        rd = np.concatenate(([0], np.cumsum(recv_counts)[:-1])).astype(np.int64).tolist()
-        comm.Alltoallv([send, (send_counts, sd), MPI.BYTE], [recv, (recv_counts, rd), MPI.BYTE])
-        self.stats.bytes_sent += sum(send_counts)
-        self.stats.bytes_received += sum(recv_counts)
+        descriptors, outputs = coord.run(comm, f"{phase}: plan", pieces_and_outputs)
+        mine = exchange.sparse_records(self._p2p, descriptors, 4 + 2 * nd, self._tag())
+        send: dict[int, memtypes.Stream] = {}
+        recv: dict[int, memtypes.Stream] = {}
+        error = None
+        try:
+            send, recv = self._streams(mine, records, outputs)
+        except BaseException as exc:  # agreed on below, after move_pieces' status check
+            error = exc
+        error, messages = exchange.move_pieces(comm, self._p2p, 0, send, recv, error)
         self.stats.rounds += 1
-        for s in range(size):
-            if s == me:
-                continue
-            pos = rd[s]
-            for j, _k, inter in pieces(s, me):
-                out = outputs[j]
-                n = nbytes(mine[j][0], inter)
-                out[inter.relative_to(mine[j][1])] = recv[pos:pos + n].view(out.dtype).reshape(inter.shape)
-                pos += n
+        coord.agree(comm, f"{phase}: exchange", error)
+        self.stats.messages += messages
+        self.stats.bytes_sent += sum(st.nbytes for st in send.values())
+        self.stats.bytes_received += sum(st.nbytes for st in recv.values())
         return outputs
+
+    def _streams(self, descriptors: dict[int, np.ndarray], records: np.ndarray, outputs: list[np.ndarray]
+                 ) -> tuple[dict[int, memtypes.Stream], dict[int, memtypes.Stream]]:
+        """Local: this rank's pieces (the descriptors the directory ranks sent it) as streams by peer, in the
+        order both sides compute (:func:`ckptio.model.staged_directory.canonical_order`): what it sends from its
+        own blocks, what it receives into its outputs. Pieces it holds for itself are copied here."""
+        nd, me = self._nd, self.comm.Get_rank()
+        rows = sd.canonical_order(np.concatenate(list(descriptors.values())) if descriptors else
+                                  np.zeros((0, 4 + 2 * nd), np.int64), nd)
+        kind, peer, qi, k = rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3]
+        lo, shape = rows[:, 4:4 + nd], rows[:, 4 + nd:]
+        serve = kind == sd.SEND
+        self.stats.file_bytes += int((shape[serve].prod(axis=1) * self._blocks.item[k[serve]]).sum())
+        for i in np.flatnonzero(serve & (peer == me)).tolist():  # my own requests: block -> output directly
+            b, q = int(k[i]), int(qi[i])
+            src = self._arrays[b][_index(lo[i] - self._block_lo[b], shape[i], self._arrays[b].ndim)]
+            outputs[q][_index(lo[i] - records[q, 2:2 + nd], shape[i], outputs[q].ndim)] = src
+        out_ = serve & (peer != me)
+        in_ = ~serve & (peer != me)
+        send = (self._blocks.streams(peer[out_], k[out_], lo[out_] - self._block_lo[k[out_]], shape[out_], qi[out_])
+                if out_.any() else {})
+        recv = (memtypes.ArrayTable(outputs, nd).streams(peer[in_], qi[in_], lo[in_] - records[qi[in_], 2:2 + nd],
+                                                         shape[in_], qi[in_]) if in_.any() else {})
+        return send, recv
+
+
+def _index(rel: np.ndarray, shape: np.ndarray, ndim: int) -> tuple[Any, ...]:
+    """Local: the slices of the padded box ``rel``/``shape`` in an array of ``ndim`` axes (then ``...``: a 0-d
+    array gives a view)."""
+    return (*(slice(int(a), int(a + n)) for a, n in zip(rel[:ndim], shape[:ndim], strict=True)), Ellipsis)

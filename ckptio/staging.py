@@ -60,11 +60,11 @@ _CHUNK = 8 << 20  # bytes checksummed and written at a time
 
 @dataclass(frozen=True)
 class StageInfo:
-    """What :func:`locate` found out (the same on every rank, except ``cleaner``)."""
+    """What :func:`locate` found out (the same on every rank, except ``host`` and ``cleaner``)."""
 
     directory: str
     shared: bool  # True: every rank sees one directory; False: every node has its own
-    hosts: tuple[str, ...]  # host name of every rank
+    host: str  # this rank's host name (each rank's manifest records its own: nothing per rank is gathered)
     cleaner: bool  # this rank removes files in the stage it sees (rank 0 if shared, else each node's first rank)
 
 
@@ -132,8 +132,7 @@ def locate(comm, stage_dir: str) -> StageInfo:
                                        lambda views: _decide(stage_dir, views))
     finally:  # also after a failure (a full stage): a probe left behind would fill it further
         coord.run(comm, f"{phase}: remove the probe", remove_probe)
-    hosts = tuple(comm.allgather(host))
-    return StageInfo(stage_dir, shared, hosts, rank == 0 if shared else rank == leader)
+    return StageInfo(stage_dir, shared, host, rank == 0 if shared else rank == leader)
 
 
 def _decide(stage_dir: str, views: Sequence[tuple[str, int, list[int]]]) -> bool:
@@ -318,7 +317,7 @@ def close_staged(writer: Any, background: bool) -> None:
                                       lambda: _prepare_staged(writer), lambda g: _plan_staged(writer, g))
         info = locate(comm, writer.stage_dir)
         directory = checkpoint_dir(writer.stage_dir, writer.path, token)
-        header = {"final": os.path.abspath(writer.path), "token": token, "host": info.hosts[rank],
+        header = {"final": os.path.abspath(writer.path), "token": token, "host": info.host,
                   "backend": writer.backend.name, "attrs": writer.attrs,
                   "series": None if writer.series_record is None else writer.series_record.to_json()}
         blocks = [({**p.decl, **writer._described.get(p.decl["name"], {})}, p.data) for p in writer._pending]
@@ -334,8 +333,7 @@ def close_staged(writer: Any, background: bool) -> None:
             raise
     finally:
         writer._pending = []
-    total, least, most = coord.gather_and_plan(comm, f"checkpoint {writer.path}: staged bytes", lambda: written,
-                                               lambda every: (sum(every), min(every), max(every)))
+    total, least, most = coord.sum_min_max(comm, written)
     stage_seconds = time.perf_counter() - t0
     writer.stats = WriteStats({"stage": stage_seconds}, total, least, most)
     final = writer.path

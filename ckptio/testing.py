@@ -22,6 +22,7 @@ from collections.abc import Callable
 import numpy as np
 
 import ckptio
+from ckptio import coord
 from ckptio.backends import get_backend
 
 CASES: list[tuple[str, Callable]] = []
@@ -224,18 +225,21 @@ def corrupt_block_detected_on_every_rank(ctx: Ctx) -> None:
     start, count = split(shape[0], ctx.size, ctx.rank)
     with ckptio.create(path, ctx.comm, backend=ctx.backend) as ck:
         ck.write("dens", expected(shape, "<f8")[start:start + count], offset=(start, 0), global_shape=shape)
-    if ctx.rank == 0:
-        from ckptio.backends import detect_backend
 
-        backend = detect_backend(path)
-        meta = backend.read_metadata(path)
-        extent = backend.extents(meta)[-1]
-        with open(path, "r+b") as f:
-            f.seek(extent.file_offset + extent.nbytes // 2)
-            byte = f.read(1)
-            f.seek(-1, 1)
-            f.write(bytes([byte[0] ^ 0x40]))
-    ctx.comm.Barrier()
+    def flip_a_byte() -> None:
+        if ctx.rank == 0:
+            from ckptio.backends import detect_backend
+
+            backend = detect_backend(path)
+            meta = backend.read_metadata(path)
+            extent = backend.extents(meta)[-1]
+            with open(path, "r+b") as f:
+                f.seek(extent.file_offset + extent.nbytes // 2)
+                byte = f.read(1)
+                f.seek(-1, 1)
+                f.write(bytes([byte[0] ^ 0x40]))
+
+    coord.run(ctx.comm, "rank 0 flips a byte of the last extent", flip_a_byte)
     with ckptio.open(path, ctx.comm) as ck:
         expect_error(ctx, ckptio.CorruptCheckpointError, ["dens", "checksum"], lambda: ck.read("dens"))
     from ckptio.cli import inspect_report
@@ -248,21 +252,23 @@ def corrupt_block_detected_on_every_rank(ctx: Ctx) -> None:
 @case
 def incomplete_checkpoint_refused_and_skipped(ctx: Ctx) -> None:
     sub = os.path.join(ctx.outdir, f"series_{ctx.backend}_{ctx.size}")
-    if ctx.rank == 0:
-        os.makedirs(sub, exist_ok=True)
-    ctx.comm.Barrier()
+    coord.run(ctx.comm, "rank 0 makes the series directory",
+              lambda: os.makedirs(sub, exist_ok=True) if ctx.rank == 0 else None)
     for step in (10, 20):
         with ckptio.create(os.path.join(sub, f"chk_{step:06d}"), ctx.comm, backend=ctx.backend,
                            attrs={"step": step}) as ck:
             ck.write("x", np.full(4, step, np.int64), offset=(4 * ctx.rank,), global_shape=(4 * ctx.size,))
     newest = os.path.join(sub, "chk_000020")
-    assert ckptio.latest(sub) == newest
-    ctx.comm.Barrier()  # every rank has looked before rank 0 truncates
-    if ctx.rank == 0:
-        size = os.path.getsize(newest)
-        with open(newest, "r+b") as f:
-            f.truncate(size - 40)
-    ctx.comm.Barrier()
+    # every rank has looked before rank 0 truncates (the agreement's allreduce orders them)
+    assert coord.run(ctx.comm, "every rank finds the newest", lambda: ckptio.latest(sub)) == newest
+
+    def truncate() -> None:
+        if ctx.rank == 0:
+            size = os.path.getsize(newest)
+            with open(newest, "r+b") as f:
+                f.truncate(size - 40)
+
+    coord.run(ctx.comm, "rank 0 truncates the newest", truncate)
     expect_error(ctx, ckptio.CheckpointError, [], lambda: ckptio.open(newest, ctx.comm))
     import warnings
 
@@ -391,13 +397,15 @@ def run_cases(ctx: Ctx, selected: list[tuple[str, Callable]]) -> int:
             outcome = f"{type(exc).__name__}: {exc}".replace("\n", " | ")
             if os.environ.get("CKPTIO_TEST_TRACEBACK"):
                 traceback.print_exc()
-        outcomes = ctx.comm.gather(outcome, root=0)
-        ok = ctx.comm.bcast(all(o is None for o in outcomes) if ctx.rank == 0 else None, root=0)
+        # rank 0 learns every rank's outcome; every rank learns the first failure (or None)
+        bad = coord.gather_and_plan(ctx.comm, f"case {name}: outcomes", lambda o=outcome: o,
+                                    lambda outcomes: next(((r, o) for r, o in enumerate(outcomes) if o is not None),
+                                                          None))
+        ok = bad is None
         if ctx.rank == 0:
             if ok:
                 print(f"CASE {name} PASS", flush=True)
             else:
-                bad = next((r, o) for r, o in enumerate(outcomes) if o is not None)
                 print(f"CASE {name} FAIL rank {bad[0]}: {bad[1]}", flush=True)
         failed += 0 if ok else 1
     if ctx.rank == 0:
@@ -419,9 +427,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.mode != "sync":
         stage = os.path.join(args.outdir, "stage") if args.mode == "staged" else None
-        if stage and MPI.COMM_WORLD.Get_rank() == 0:
-            os.makedirs(stage, exist_ok=True)
-        MPI.COMM_WORLD.Barrier()
+        coord.run(MPI.COMM_WORLD, "rank 0 makes the stage directory",
+                  lambda: os.makedirs(stage, exist_ok=True) if stage and MPI.COMM_WORLD.Get_rank() == 0 else None)
         ckptio.create = _waiting_create(args.mode, stage)
     ctx = Ctx(MPI.COMM_WORLD, args.backend, args.outdir)
     if args.write_nm:

@@ -157,7 +157,7 @@ def test_a_wrong_out_on_one_rank_is_an_error_on_every_rank(tmp_path, nprocs):
 
 def test_out_arrays_that_interleave_without_sharing_an_element_are_accepted():
     from ckptio.errors import ReadRequestError
-    from ckptio.reader import _check_disjoint
+    from ckptio.model.requests import _check_disjoint
 
     a = np.zeros((4, 6))
     _check_disjoint("p", [("u",)] * 3, [a[:, ::2], a[:, 1::2], None])  # same bounds, no common element

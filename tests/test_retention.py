@@ -7,12 +7,10 @@ leftovers, stale and fresh ckptio temporaries) and check, on every rank, exactly
 
 from __future__ import annotations
 
-import os
 import re
-from pathlib import Path
 
 import pytest
-from mpi_helpers import REPO, run_script
+from mpi_helpers import run_script
 
 # ------------------------------------------------------------------------------------------ pure rules
 
@@ -341,31 +339,6 @@ def test_exit_status_is_left_alone_when_an_unknown_exit_handler_must_run(tmp_pat
     assert "USER HANDLER RAN" in proc.stdout, (proc.stdout, proc.stderr)
     assert "chk_000003" in proc.stderr and "exit status cannot be changed safely" in proc.stderr, proc.stderr
     assert proc.returncode == 0
-
-
-# ------------------------------------------------------------------------------------------ lint
-
-# Raw rank-0-then-broadcast or barriers outside ckptio/coord.py, each with the reason it is legitimate.
-ALLOWED_RAW_COLLECTIVES = {
-    ("backends/hdf5.py", "self.comm.Barrier()"):
-        "abort path of an HDF5 session, inside try/except; every rank aborts (the failure was agreed before)",
-}
-WHOLE_FILES = {"ckptio/coord.py": "the one place for rank-0-then-broadcast",
-               "ckptio/testing.py": "the conformance test program, not library code"}
-
-
-def test_no_raw_broadcast_or_barrier_outside_coord():
-    pattern = re.compile(r"\.(bcast|Bcast|Barrier|Ibarrier|barrier)\(")
-    found = []
-    for path in sorted([*Path(REPO, "ckptio").glob("*.py"), *Path(REPO, "backends").glob("*.py")]):
-        rel = path.relative_to(REPO).as_posix()
-        if rel in WHOLE_FILES:
-            continue
-        for number, line in enumerate(path.read_text().splitlines(), 1):
-            if pattern.search(line) and (rel, line.split("#")[0].strip()) not in ALLOWED_RAW_COLLECTIVES:
-                found.append(f"{rel}:{number}: {line.strip()}")
-    assert not found, "raw collectives outside ckptio.coord (use coord.bcast_from_root/run):\n" + "\n".join(found)
-    assert os.path.exists(REPO / "ckptio" / "coord.py")
 
 
 SERIES_ARGS = COMMON + """

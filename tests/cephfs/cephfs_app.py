@@ -82,7 +82,7 @@ def _domains(ck, path: str) -> list[list[int]] | None:
         return None
     meta = backend.read_metadata(path)
     blocks = [dict(b) for b in meta["variables"]["u"]["blocks"]]
-    routing = ck._routing
+    routing = ck._restart.routing
     index = list(meta["variables"]).index("u")
     out = []
     for run in np.flatnonzero(routing.run_var == index):

@@ -308,7 +308,7 @@ def args_cases(directory: str, backend: str) -> dict[str, Callable[[], Any]]:
 
 # --------------------------------------------------------------------------------------------- exchange
 def exchange_cases(directory: str, backend: str) -> dict[str, Callable[[], Any]]:
-    import ckptio.reader
+    import ckptio.coord.exchange
 
     path = os.path.join(directory, "big")
     rows = 1024  # per rank, 4 float64 columns: 32 KiB per rank
@@ -320,9 +320,9 @@ def exchange_cases(directory: str, backend: str) -> dict[str, Callable[[], Any]]
         return "written"
 
     def whole_on_every_rank() -> Any:
-        assert hasattr(ckptio.reader, "MAX_MESSAGE_BYTES"), "no message-size limit to lower"
-        saved = ckptio.reader.MAX_MESSAGE_BYTES
-        ckptio.reader.MAX_MESSAGE_BYTES = 4096  # every rank receives far more than this in the one round
+        assert hasattr(ckptio.coord.exchange, "MAX_MESSAGE_BYTES"), "no message-size limit to lower"
+        saved = ckptio.coord.exchange.MAX_MESSAGE_BYTES
+        ckptio.coord.exchange.MAX_MESSAGE_BYTES = 4096  # every rank receives far more than this in the one round
         try:
             with ckptio.open(path, comm, aggregators=1, buffer_bytes="1G") as r:
                 data = r.read("dens")
@@ -331,7 +331,7 @@ def exchange_cases(directory: str, backend: str) -> dict[str, Callable[[], Any]]
                 assert np.array_equal(data, expected), "wrong data after a split exchange"
                 return {"rounds": r.stats.rounds, "messages": r.stats.messages}
         finally:
-            ckptio.reader.MAX_MESSAGE_BYTES = saved
+            ckptio.coord.exchange.MAX_MESSAGE_BYTES = saved
 
     return {"setup": setup, "split_exchange": whole_on_every_rank}
 

@@ -1,8 +1,11 @@
-"""Coordination: collectives that turn an exception on any rank into the same error on every rank.
+"""Agreement: collectives that turn an exception on any rank into the same error on every rank.
 
 Every collective phase of ckptio follows the pattern *local work -> agreement -> next collective*, so no
-rank ever enters an MPI collective that another rank will not reach because it raised. All functions here
-are collective over ``comm``: every rank calls them, in the same order.
+rank ever enters an MPI collective that another rank will not reach because it raised. The public functions
+here are collective over ``comm`` (every rank calls them, in the same order) unless their docstring says
+"Local". This is today's (and issue 24's "keep what is good") error agreement and signal holding, moved
+unchanged into the coordination package (:mod:`ckptio.coord`): ``from ckptio import coord; coord.run(...)``
+reaches it through the package.
 
 *Any* exception counts as a failure, not only :class:`Exception`: ``SystemExit`` (``sys.exit()``),
 ``KeyboardInterrupt`` (Ctrl-C) and whatever a signal handler raises. The other ranks then raise a
@@ -30,7 +33,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from .errors import CollectiveError, collective_error_class
+from ..errors import CollectiveError, collective_error_class
 
 T = TypeVar("T")
 
@@ -53,6 +56,7 @@ class _Held:
 
 
 def _record(signum: int, frame) -> None:
+    """Local (the held signals' handler): remember the signal for the next agreement point."""
     _Held.pending.append(signum)
 
 
@@ -81,7 +85,7 @@ class _Watchdog:
 
     @classmethod
     def start_section(cls) -> None:
-        """Main thread, entering the outermost section."""
+        """Local, main thread: entering the outermost section."""
         if cls.pipe is None:
             r, w = os.pipe()
             os.set_blocking(w, False)
@@ -94,7 +98,7 @@ class _Watchdog:
 
     @classmethod
     def end_section(cls) -> None:
-        """Main thread, leaving the outermost section (every held signal is delivered right after)."""
+        """Local, main thread: leaving the outermost section (every held signal is delivered right after)."""
         with contextlib.suppress(ValueError):
             signal.set_wakeup_fd(cls.previous_fd)
         cls.previous_fd = -1
@@ -105,6 +109,7 @@ class _Watchdog:
 
     @classmethod
     def _watch(cls) -> None:
+        """Local, the watchdog thread: read signal numbers from the wakeup pipe, arm the timer for held ones."""
         assert cls.pipe is not None
         while True:
             try:
@@ -120,7 +125,8 @@ class _Watchdog:
 
     @classmethod
     def _arm(cls, signum: int) -> None:
-        from . import settings
+        """Local, the watchdog thread: start the grace timer of a held signal (once per section)."""
+        from .. import settings
 
         try:
             grace = float(settings.get("CKPTIO_SIGNAL_GRACE"))
@@ -132,12 +138,14 @@ class _Watchdog:
 
     @classmethod
     def _start_timer(cls, signum: int, grace: float, serial: int, progress: int) -> None:
+        """Local, under ``cls.lock``: (re)start the grace timer."""
         cls.timer = threading.Timer(grace, cls._overdue, args=(signum, grace, serial, progress))
         cls.timer.daemon = True
         cls.timer.start()
 
     @classmethod
     def _overdue(cls, signum: int, grace: float, serial: int, progress: int) -> None:
+        """Local, the timer thread: end the process if the main thread made no progress during the grace."""
         with cls.lock:
             if cls.timer is None or _Held.depth == 0 or _Held.serial != serial:
                 return  # the section ended (its signals were delivered)
@@ -215,7 +223,7 @@ def deliver_held_signals() -> BaseException | None:
 
 @contextlib.contextmanager
 def _phase_work() -> Iterator[None]:
-    """Around the local work of a phase: a backend's own agreements inside it (e.g. around creating its file)
+    """Local: around the local work of a phase: a backend's own agreements inside it (e.g. around creating its file)
     must not turn a held signal into a failure, because the backend may not undo what it did before them (an
     open HDF5 file, whose close is collective). The signal is delivered at the phase's own agreement, where
     the writer or reader cleans up on every rank alike."""
@@ -228,6 +236,7 @@ def _phase_work() -> Iterator[None]:
 
 
 def _describe(exc: BaseException) -> tuple[str, str]:
+    """Local: ``(error class name, message)`` of a rank's failure, as the other ranks will be told of it."""
     cls = type(exc)
     name = cls.__name__
     if isinstance(exc, CollectiveError):
@@ -247,7 +256,7 @@ def _describe(exc: BaseException) -> tuple[str, str]:
 
 
 def _reraise_own(error: BaseException | None) -> None:
-    """On the rank where a non-``Exception`` happened (SystemExit, KeyboardInterrupt, ...): raise it again,
+    """Local: on the rank where a non-``Exception`` happened (SystemExit, KeyboardInterrupt, ...): raise it again,
     now that every rank knows, so that it keeps its meaning (exit status, interrupt)."""
     if error is not None and not isinstance(error, Exception):
         raise error
@@ -257,7 +266,7 @@ _CLOSING = 1 << 20  # in agree()'s sum: one closing rank (a job has fewer than 2
 
 
 def agree(comm, phase: str, error: BaseException | None, closing: bool = False) -> None:
-    """Collective: raise on every rank if ``error`` is set on any rank. Cheap when no rank failed.
+    """Collective over ``comm``: raise on every rank if ``error`` is set on any rank. Cheap when no rank failed.
 
     A signal held by :func:`collective_section` is delivered first; what its handler raises counts as this
     rank's ``error``. ``closing``: this rank is closing the object the collective belongs to (``Reader.close``)
@@ -289,11 +298,11 @@ def agree(comm, phase: str, error: BaseException | None, closing: bool = False) 
 
 
 def count_ranks(comm, phase: str, local: Callable[[], Sequence[bool]]) -> tuple[int, ...]:
-    """Collective: ``local()`` runs on every rank and returns a few flags (the same number on every rank); for
-    each flag, the number of ranks where it was true, the same on every rank (so ``if count_ranks(...)[0]`` takes
-    the same branch everywhere). One allreduce of one integer when no rank failed: cheap enough for every time
-    step. A failure of ``local`` (or of a held signal's handler) on any rank raises the same error on every rank,
-    as :func:`agree` does."""
+    """Collective over ``comm``: ``local()`` runs on every rank and returns a few flags (the same number on every
+    rank); for each flag, the number of ranks where it was true, the same on every rank (so
+    ``if count_ranks(...)[0]`` takes the same branch everywhere). One allreduce of one integer when no rank
+    failed: cheap enough for every time step. A failure of ``local`` (or of a held signal's handler) on any rank
+    raises the same error on every rank, as :func:`agree` does."""
     from mpi4py import MPI
 
     error = deliver_held_signals()
@@ -311,8 +320,54 @@ def count_ranks(comm, phase: str, local: Callable[[], Sequence[bool]]) -> tuple[
     return tuple((total >> (20 * (i + 1))) % _CLOSING for i in range(len(flags)))
 
 
+def sum_min_max(comm, value: int) -> tuple[int, int, int]:
+    """Collective over ``comm``: the sum, minimum and maximum of an integer over the ranks, the same on every rank
+    (statistics such as the bytes each rank wrote). Two allreduces of int64 arrays; no rank can fail between
+    them, so they need no agreement (call it after the phase that produced ``value`` agreed)."""
+    import numpy as np
+    from mpi4py import MPI
+
+    extremes = np.array([value, -value], np.int64)
+    comm.Allreduce(MPI.IN_PLACE, extremes, op=MPI.MAX)
+    total = np.array([value], np.int64)
+    comm.Allreduce(MPI.IN_PLACE, total, op=MPI.SUM)
+    return int(total[0]), int(-extremes[1]), int(extremes[0])
+
+
+def merge_in_rank_order(comm, phase: str, local: Callable[[], T], merge: Callable[[T, T], T]) -> T:
+    """Collective over ``comm``: ``local()`` runs on every rank; every rank gets ``merge`` applied over the ranks'
+    values in rank order (``merge(merge(v0, v1), v2) ...``, associative, not necessarily commutative). A failure
+    of ``local`` (or of ``merge``) on any rank raises the same error on every rank, as :func:`gather_and_plan`.
+
+    One object allreduce: mpi4py reduces Python objects over a binomial tree (``mpi4py.rc.fast_reduce``, its
+    default) keeping rank order, then broadcasts the result, so a rank receives O(log P) merged values and no rank
+    holds every rank's value: for summaries whose merged size does not grow with the job (a staged checkpoint's
+    variables, merged from every rank's manifest)."""
+    own: BaseException | None = deliver_held_signals()
+    try:
+        if own is not None:
+            raise own
+        with _phase_work():
+            value: Any = ("ok", local())
+    except BaseException as exc:  # see run()
+        own = exc
+        value = (_FAILED, {comm.Get_rank(): _describe(exc)})
+
+    def ordered(a: Any, b: Any) -> Any:
+        """Local, inside the reduction: merge two partial results, or collect the failures of either."""
+        if a[0] == _FAILED or b[0] == _FAILED:
+            return (_FAILED, {**(a[1] if a[0] == _FAILED else {}), **(b[1] if b[0] == _FAILED else {})})
+        try:
+            return ("ok", merge(a[1], b[1]))
+        except Exception as exc:  # a bug in merge: every rank that receives this partial result learns of it
+            return (_FAILED, {comm.Get_rank(): _describe(exc)})
+
+    return _result(phase, comm.allreduce(value, op=ordered), own)
+
+
 def run(comm, phase: str, fn: Callable[[], T]) -> T:
-    """Run ``fn`` on every rank, then agree: the result on success, the same error on every rank otherwise."""
+    """Collective over ``comm``: run ``fn`` on every rank, then agree: the result on success, the same error on
+    every rank otherwise."""
     result: Any = None
     error: BaseException | None = None
     try:
@@ -325,7 +380,8 @@ def run(comm, phase: str, fn: Callable[[], T]) -> T:
 
 
 def gather_and_plan(comm, phase: str, local: Callable[[], Any], plan: Callable[[list[Any]], T], root: int = 0) -> T:
-    """Collective: each rank computes ``local()``; ``root`` runs ``plan(all_locals)``; everyone gets the result.
+    """Collective over ``comm``: each rank computes ``local()``; ``root`` runs ``plan(all_locals)``; everyone gets
+    the result.
 
     A failure of ``local`` on any rank, or of ``plan`` on the root, raises the same error on every rank.
     Only the root sees all local values (O(P) memory there, O(1) elsewhere), as in torch.distributed.checkpoint's
@@ -352,7 +408,7 @@ def gather_and_plan(comm, phase: str, local: Callable[[], Any], plan: Callable[[
 
 
 def _on_root(comm, root: int, fn: Callable[[], T]) -> tuple[Any, BaseException | None]:
-    """``root`` only: run ``fn`` (after delivering a held signal) -> ``(("ok", result) or (failed, who), own
+    """Local, ``root`` only: run ``fn`` (after delivering a held signal) -> ``(("ok", result) or (failed, who), own
     exception or None)``; other ranks get ``(None, None)``."""
     if comm.Get_rank() != root:
         return None, None
@@ -367,7 +423,7 @@ def _on_root(comm, root: int, fn: Callable[[], T]) -> tuple[Any, BaseException |
 
 
 def _result(phase: str, outcome: Any, own: BaseException | None) -> Any:
-    """Every rank: the result of an ``("ok", value)`` outcome, or the same error as every rank."""
+    """Local, every rank alike: the result of an ``("ok", value)`` outcome, or the same error as every rank."""
     if outcome[0] == _FAILED:
         _reraise_own(own)
         failures = outcome[1]
@@ -376,7 +432,7 @@ def _result(phase: str, outcome: Any, own: BaseException | None) -> Any:
 
 
 def bcast_from_root(comm, phase: str, fn: Callable[[], T], root: int = 0) -> T:
-    """Collective: ``fn`` runs on ``root`` only; its result (or its error) reaches every rank.
+    """Collective over ``comm``: ``fn`` runs on ``root`` only; its result (or its error) reaches every rank.
 
     A signal held on another rank stays held until the next agreement point (or the end of the section)."""
     outcome, own = _on_root(comm, root, fn)
@@ -384,12 +440,13 @@ def bcast_from_root(comm, phase: str, fn: Callable[[], T], root: int = 0) -> T:
 
 
 def scatter_from_root(comm, phase: str, fn: Callable[[], list[Any]], root: int = 0) -> Any:
-    """Collective: ``fn`` runs on ``root`` only and returns one payload per rank; rank ``r`` gets the ``r``-th
-    (or, if ``fn`` failed, the same error as every rank). Each rank receives only its own payload, so what a
-    rank receives does not grow with the job unless its own share does (the restart aggregators' rows)."""
+    """Collective over ``comm``: ``fn`` runs on ``root`` only and returns one payload per rank; rank ``r`` gets
+    the ``r``-th (or, if ``fn`` failed, the same error as every rank). Each rank receives only its own payload, so
+    what a rank receives does not grow with the job unless its own share does (the restart aggregators' rows)."""
     size = comm.Get_size()
 
     def payloads() -> list[Any]:
+        """Local, root only: ``fn``'s payloads, one per rank."""
         values = fn()
         if len(values) != size:
             raise ValueError(f"{phase}: {len(values)} payloads for {size} ranks")
@@ -399,16 +456,3 @@ def scatter_from_root(comm, phase: str, fn: Callable[[], list[Any]], root: int =
     if outcome is not None:
         outcome = [("ok", v) for v in outcome[1]] if outcome[0] == "ok" else [outcome] * size
     return _result(phase, comm.scatter(outcome, root=root), own)
-
-
-def node_leader(comm) -> int:
-    """Collective: the lowest rank of ``comm`` that shares this rank's node (memory), ``MPI_COMM_TYPE_SHARED``.
-
-    Node discovery does no work that can fail between its collectives, so it needs no agreement."""
-    from mpi4py import MPI
-
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
-    try:
-        return local.bcast(comm.Get_rank(), root=0)
-    finally:
-        local.Free()

@@ -1,0 +1,43 @@
+"""The coordination layer: the only code of ckptio that enters a communicator collective (issue 24).
+
+* :mod:`ckptio.coord.agreement`: agreement on failures (an exception on any rank becomes the same error on every
+  rank), rank-0 plans and broadcasts, signal holding and its watchdog. Its API is re-exported here, so
+  ``from ckptio import coord; coord.run(comm, phase, fn)`` and ``from ckptio.coord import agree`` work as they
+  always did (and a wrapper set on ``ckptio.coord.run`` is what every caller of ``coord.run`` calls).
+* :mod:`ckptio.coord.comms`: communicator lifecycle (node discovery, the aggregators' sub-communicator,
+  duplicates, freeing); :func:`node_leader` is re-exported here too.
+* :mod:`ckptio.coord.exchange`: the restart exchange (records by Alltoall/Alltoallv or sparse, pieces by matched
+  point-to-point messages); imported by its users, not here (it needs numpy and ckptio.memtypes).
+
+The rule every function keeps: each collective that must agree on a failure agrees first (local work ->
+agreement -> next collective), an exception on any rank is the same error on every rank, and no rank hangs
+because another raised.
+"""
+
+from .agreement import (
+    agree,
+    bcast_from_root,
+    collective_section,
+    count_ranks,
+    deliver_held_signals,
+    gather_and_plan,
+    merge_in_rank_order,
+    run,
+    scatter_from_root,
+    sum_min_max,
+)
+from .comms import node_leader
+
+__all__ = [
+    "agree",
+    "bcast_from_root",
+    "collective_section",
+    "count_ranks",
+    "deliver_held_signals",
+    "gather_and_plan",
+    "merge_in_rank_order",
+    "node_leader",
+    "run",
+    "scatter_from_root",
+    "sum_min_max",
+]

@@ -1,0 +1,91 @@
+"""Who may enter a collective (issue 24's layers): only the coordination package ``ckptio/coord/``.
+
+A communicator collective, a point-to-point call or a communicator constructor anywhere else in ``ckptio/`` or
+``backends/`` fails here (``ci/structure.py``'s ``raw_collectives`` finds them, with the AST). The one kind of
+exception is named below with its reason and its owner; an exception that is no longer needed fails too, so
+the list only shrinks. Every function of ``ckptio/coord/`` says which ranks call it ("Collective over X" or
+"Local")."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "ci"))
+
+import structure  # noqa: E402
+
+# "path: call" (no line number, so that edits above it do not matter) -> why it is still there
+NOT_YET_IN_COORD: dict[str, str] = {}  # every collective goes through ckptio.coord now (the list is how a known
+# exception would be named, with its reason; the test fails when an entry is no longer found)
+
+
+def _without_line(found: str) -> str:
+    path, _line, call = found.split(":", 2)
+    return f"{path}:{call}"
+
+
+def test_no_raw_collective_outside_coord():
+    found = structure.raw_collectives()
+    unexplained = [f for f in found if _without_line(f) not in NOT_YET_IN_COORD]
+    assert not unexplained, ("communicator collectives outside ckptio/coord/ (go through ckptio.coord: agreement, "
+                             "comms or exchange):\n" + "\n".join(unexplained))
+    stale = sorted(set(NOT_YET_IN_COORD) - {_without_line(f) for f in found})
+    assert not stale, f"no longer found, remove from NOT_YET_IN_COORD: {stale}"
+
+
+def test_the_lint_sees_raw_collectives_and_spares_coord_and_file_collectives(tmp_path, monkeypatch):
+    """The lint can fail: a raw broadcast, split, barrier or send in a core module is found; the same calls in
+    ckptio/coord/ and a format library's file collectives are not."""
+    (tmp_path / "ckptio" / "coord").mkdir(parents=True)
+    (tmp_path / "backends").mkdir()
+    (tmp_path / "ckptio" / "core.py").write_text(textwrap.dedent("""
+        def f(comm, fh, buf):
+            comm.bcast(1, root=0)
+            sub = comm.Split(0, 0)
+            sub.Barrier()
+            comm.Isend(buf, 1)
+            fh.Write_at_all(0, buf)
+        """))
+    (tmp_path / "ckptio" / "coord" / "agreement.py").write_text("def g(comm):\n    return comm.allreduce(1)\n")
+    (tmp_path / "backends" / "fmt.py").write_text("def h(fh, buf):\n    fh.Read_at_all(0, buf)\n")
+    monkeypatch.setattr(structure, "ROOT", tmp_path)
+    found = [_without_line(f) for f in structure.raw_collectives()]
+    assert found == ["ckptio/core.py: comm.bcast", "ckptio/core.py: comm.Split", "ckptio/core.py: sub.Barrier",
+                     "ckptio/core.py: comm.Isend"]
+
+
+def _functions(tree: ast.AST):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield node
+
+
+@pytest.mark.parametrize("module", sorted(p.name for p in (REPO / "ckptio" / "coord").glob("*.py")))
+def test_every_coord_function_says_which_ranks_call_it(module):
+    path = REPO / "ckptio" / "coord" / module
+    silent = []
+    for fn in _functions(ast.parse(path.read_text())):
+        doc = ast.get_docstring(fn) or ""
+        if not re.search(r"Collective over|\bLocal\b", doc):
+            silent.append(f"{module}:{fn.lineno} {fn.name}")
+    assert not silent, "functions of ckptio/coord/ must say 'Collective over X' or 'Local': " + ", ".join(silent)
+
+
+def test_coord_is_a_package_and_keeps_its_api():
+    """``from ckptio import coord; coord.run(...)`` and ``from ckptio.coord import agree`` work as before the
+    package (the write side and the backends rely on it)."""
+    assert not (REPO / "ckptio" / "coord.py").exists()
+    import ckptio.coord as coord
+    from ckptio.coord import agreement, comms
+
+    for name in ("agree", "run", "count_ranks", "gather_and_plan", "bcast_from_root", "scatter_from_root",
+                 "collective_section", "deliver_held_signals"):
+        assert getattr(coord, name) is getattr(agreement, name), name
+    assert coord.node_leader is comms.node_leader
