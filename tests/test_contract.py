@@ -207,6 +207,19 @@ def test_the_storage_contract_holds_under_mpirun(backend, nprocs, case, tmp_path
     assert results.get(case) == "PASS", results.get(case, "the case did not run")
 
 
+@pytest.mark.mpi
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_collective_mpiio_extent_readers_keep_the_read_contract(backend, tmp_path):
+    """``CKPTIO_READ_IO=mpiio``: ``open_extents`` gives the collective reader (one ``Read_all`` per call, also on
+    the ranks with nothing to read) instead of the independent one the other jobs use."""
+    reads = ["open_extents_read_every_block_back_bit_identically",
+             "every_rank_makes_the_same_steps_when_only_the_last_rank_has_blocks"]
+    proc = run_mpi(3, ["-m", "ckptio.testing.contract", "--backend", backend, "--outdir", str(tmp_path),
+                       *[f"--case={name}" for name in reads]], timeout=400, check=False,
+                   env={"CKPTIO_READ_IO": "mpiio"})
+    assert parse_cases(proc.stdout) == dict.fromkeys(reads, "PASS"), proc.stdout + proc.stderr[-3000:]
+
+
 def test_a_fourth_format_is_found_through_its_entry_point_alone(third_party, tmp_path):
     """Without the entry point the name is unknown; with it, the suite finds the format and passes (one process
     playing 3 ranks, no MPI)."""

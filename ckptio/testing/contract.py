@@ -37,13 +37,11 @@ import pickle
 import sys
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ckptio import coord, memsel
-from ckptio import meta as metamod
 from ckptio.backends import registry
 from ckptio.backends.base import Backend, ExtentReader
 from ckptio.engine.space import coalesce
@@ -54,19 +52,18 @@ from .harness import (
     OS_FILES,
     ROOT,
     STRIPE_UNIT,
+    Committed,
     ContractViolation,
     Environment,
     Files,
-    Layout,
     OSFiles,
-    Run,
-    attrs_only_layout,
+    committed,
     expect,
-    last_rank_layout,
+    expect_refused,
+    finish,
     run_protocol,
-    standard_layout,
-    whole_plan,
 )
+from .layouts import ATTRS, UNUSUAL_ATTRS, Layout, attrs_only_layout, last_rank_layout, standard_layout
 
 Case = Callable[[Environment], None]
 CASES: list[tuple[str, Case]] = []
@@ -77,54 +74,7 @@ def case(fn: Case) -> Case:
     return fn
 
 
-# ------------------------------------------------------------------------------------- shared checks
-@dataclass
-class Committed:
-    """A checkpoint the suite committed: the run, the document as read back (every rank) and the whole plan."""
-
-    run: Run
-    document: Any
-    plan: dict[str, VariablePlan]
-
-
-def _first_difference(a: bytes, b: bytes) -> str:
-    at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-    return f"{len(a)} bytes written, {len(b)} read back, first difference at byte {at}: {a[at:at + 60]!r} vs " \
-           f"{b[at:at + 60]!r}"
-
-
-def committed(env: Environment, name: str = "checkpoint", make_layout=standard_layout) -> Committed:
-    """Collective: the checkpoint ``name`` of ``make_layout`` written through the whole protocol and its document
-    read back on the planning rank (byte-identical to the one written); once per environment."""
-    if name not in env.cache:
-        layout: Layout = make_layout(env.nprocs, env.backend)
-        run = run_protocol(env, name, layout)
-
-        def read_back() -> Any:
-            document = env.backend.read_document(run.path)
-            again = metamod.dumps(document)
-            if again != run.document:
-                raise ContractViolation("read_document() did not return the document written: "
-                                        + _first_difference(run.document, again))
-            return document
-
-        document = env.on_root("read_document", read_back)
-        env.cache[name] = Committed(run, document, env.once("the whole plan", lambda: whole_plan(layout)))
-    return env.cache[name]
-
-
-def expect_refused(backend: Backend, path: str, error: type[CheckpointError], why: str) -> None:
-    """``read_document(path)`` must raise ``error`` (a CheckpointError), since ``why``."""
-    try:
-        backend.read_document(path)
-    except error:
-        return
-    except CheckpointError as exc:
-        raise ContractViolation(f"read_document() of {why} raised {type(exc).__name__} ({exc}), not "
-                                f"{error.__name__}") from exc
-    raise ContractViolation(f"read_document() accepted {why}")
-
-
+# ------------------------------------------------------------------------------------------ checks
 def check_extents(backend: Backend, document: Any, plan: dict[str, VariablePlan]) -> list[Extent]:
     """Pure: ``extents`` and ``extent_table`` describe exactly the declared data: sorted by file offset and
     disjoint in the file; per variable, boxes inside its shape that tile it exactly (none for a variable without
@@ -170,22 +120,28 @@ def check_extents(backend: Backend, document: Any, plan: dict[str, VariablePlan]
 
 
 def check_read(reader: ExtentReader, extents: list[Extent], layout: Layout, plan: dict[str, VariablePlan]) -> None:
-    """``reader.read(extents)`` returns each extent's values bit-identically, shaped like its box, in the declared
-    dtype in native byte order; every block each extent verifies has its declared checksum."""
-    arrays, calls = reader.read(extents, 0)
-    expect(len(arrays) == len(extents) and isinstance(calls, int), f"read() returned {len(arrays)} arrays for "
-                                                                   f"{len(extents)} extents ({calls} calls)")
-    for e, got in zip(extents, arrays, strict=True):
-        declared = np.dtype(plan[e.var].dtype)
-        want = layout.expected[e.var][tuple(slice(o, o + n) for o, n in zip(e.box.offset, e.box.shape, strict=True))]
-        where = f"{e.var!r} extent {e.box} at {e.file_offset}"
-        expect(got.shape == e.box.shape and got.dtype == declared.newbyteorder("="),
-               f"{where}: read {got.dtype}{got.shape}, not {declared.newbyteorder('=')}{e.box.shape}")
-        expect(np.ascontiguousarray(got).tobytes() == np.ascontiguousarray(want, dtype=got.dtype).tobytes(),
-               f"{where}: the values read back differ from those written")
-        for index, box, checksum in e.verify:
-            part = np.ascontiguousarray(got[box.relative_to(e.box)], dtype=declared)
-            expect(memsel.checksum(part) == checksum, f"{where}: block {index} does not match its checksum")
+    """``reader.read`` returns each extent's values bit-identically, shaped like its box, in the declared dtype in
+    native byte order; every block each extent verifies has its declared checksum. A collective reader reads once
+    (every rank the same number of calls); an independent one reads half the extents into slot 0 and half into
+    slot 1, and the first half must still hold after the second read."""
+    halves = [extents[::2], extents[1::2]] if reader.independent else [extents]
+    results = [reader.read(part, slot) for slot, part in enumerate(halves)]
+    for part, (arrays, calls) in zip(halves, results, strict=True):
+        expect(len(arrays) == len(part) and isinstance(calls, int),
+               f"read() returned {len(arrays)} arrays for {len(part)} extents ({calls} calls)")
+        for e, got in zip(part, arrays, strict=True):
+            declared = np.dtype(plan[e.var].dtype)
+            want = layout.expected[e.var][tuple(slice(o, o + n) for o, n in zip(e.box.offset, e.box.shape,
+                                                                                 strict=True))]
+            where = f"{e.var!r} extent {e.box} at {e.file_offset}"
+            expect(got.shape == e.box.shape and got.dtype == declared.newbyteorder("="),
+                   f"{where}: read {got.dtype}{got.shape}, not {declared.newbyteorder('=')}{e.box.shape}")
+            expect(np.ascontiguousarray(got).tobytes() == np.ascontiguousarray(want, dtype=got.dtype).tobytes(),
+                   f"{where}: the values read back differ from those written")
+            for index, box, checksum in e.verify:
+                part_of_block = np.ascontiguousarray(got[box.relative_to(e.box)], dtype=declared)
+                expect(memsel.checksum(part_of_block) == checksum,
+                       f"{where}: block {index} does not match its checksum")
 
 
 def read_everything(env: Environment, c: Committed, collective: bool) -> None:
@@ -219,22 +175,6 @@ def read_everything(env: Environment, c: Committed, collective: bool) -> None:
             except Exception:
                 pass
         env.free_info(info)
-
-
-def finish(env: Environment, run: Run, how: str) -> None:
-    """Collective: ``close`` (or ``abort``, twice: it must never raise) every open handle of ``run``."""
-    calls = (lambda h: h.close()) if how == "close" else (lambda h: (h.abort(), h.abort()))
-    try:
-        env.each(how, lambda r: calls(run.handles[r]))
-    except BaseException:
-        for handle in run.handles.values():
-            try:
-                handle.abort()
-            except BaseException:
-                pass
-        raise
-    finally:
-        run.handles.clear()
 
 
 # ------------------------------------------------------------------------------------------ cases
@@ -347,8 +287,6 @@ def sniff_accepts_its_own_files_and_refuses_others(env: Environment) -> None:
 
 @case
 def check_dtype_and_check_attr_follow_the_capabilities(env: Environment) -> None:
-    from .harness import ATTRS, UNUSUAL_ATTRS
-
     backend = env.backend
     caps = backend.capabilities
 

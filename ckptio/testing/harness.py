@@ -1,6 +1,6 @@
 """What the storage contract suite (:mod:`ckptio.testing.contract`) drives a backend with: the environment it runs
-in, the checkpoints it writes, and the write protocol of :mod:`ckptio.backends.base` played step by step without
-the engine (as zarr's ``StoreTests`` drive a store).
+in, and the write protocol of :mod:`ckptio.backends.base` played call by call without the engine (as zarr's
+``StoreTests`` drive a store).
 
 *Environment.* With a communicator, every process is one rank; every call the contract names collective is made
 by every rank, and every step runs inside an agreed phase (:mod:`ckptio.coord`), so a failure on one rank is the
@@ -9,50 +9,36 @@ process plays every rank of a job of ``simulated_ranks`` ranks, one write handle
 lockstep, and makes no MPI call at all (for backends that need no MPI: the in-memory reference backend, a
 format written with ``pwrite``).
 
-*Checkpoints.* A :class:`Layout` is every rank's declarations, a function of the rank count and of the backend's
-capabilities (so every rank knows every rank's blocks and the values a read must return): N-d blocks on several
-ranks (several per rank, one a strided view), a 3-D variable cut along its last axis, per-rank segments (an
-empty one too), a 0-d variable, zero-size blocks, a variable with no elements, the optional dtypes the backend
-supports, a big-endian one, compressed blocks where the backend compresses, and, with more than one rank, a rank
-with no block at all. Values are random bit patterns (NaN payloads, negative zeros): a round trip must be
-bit-identical.
-
 *Protocol.* :func:`run_protocol` makes the calls of the write side in the documented order (declare -> place ->
 create -> define -> reserved_ranges -> write steps -> written -> sync -> storage_info / effective_hints ->
-document_slot -> write_document steps -> sync -> mark_complete steps -> sync -> close), building the document
-with the engine's own pure builder (:func:`ckptio.engine.index.build_document`), so a backend that validates
-documents gets what the engine gives it. It checks each answer as it goes and can stop after any stage.
+document_slot -> write_document steps -> sync -> mark_complete steps -> sync -> close) for a checkpoint of
+:mod:`ckptio.testing.layouts`, building the document with the engine's own pure builder
+(:func:`ckptio.engine.index.build_document`), so a backend that validates documents gets what the engine gives
+it. It checks each answer as it goes and can stop after any stage; :func:`committed` also reads the document
+back.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import socket
-import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
-from ckptio import codec as codecs
-from ckptio import coord, memsel, placement_stats, varmeta
+from ckptio import coord, placement_stats
 from ckptio import hints as hintsmod
 from ckptio import meta as metamod
 from ckptio.backends.base import Backend, BlockToWrite, CreateOptions, DocumentSlot, Placement, Step, WriteHandle
 from ckptio.block_table import user_table
 from ckptio.engine.index import DocumentInputs, build_document, written_columns
 from ckptio.engine.steps import run_steps
-from ckptio.plan import (
-    VariablePlan,
-    declaration,
-    own_plan,
-    pack_declarations,
-    plan_headers,
-    plan_packed,
-    segment_starts,
-)
+from ckptio.errors import CheckpointError
+from ckptio.plan import VariablePlan, own_plan, pack_declarations, plan_headers, plan_packed, segment_starts
+
+from .layouts import Layout, Prepared, prepare, standard_layout, whole_plan
 
 ROOT = 0  # the planning rank (as the engine's)
 STRIPE_UNIT = 4096  # small, so that the suite's few KiB per rank cross stripe boundaries
@@ -187,167 +173,6 @@ class Environment:
     def free_info(self, info: Any) -> None:
         if info is not None:
             info.Free()
-
-
-# ------------------------------------------------------------------------------------------ checkpoints
-def values(name: str, shape: tuple[int, ...], dtype: str, smooth: bool = False) -> np.ndarray:
-    """The global values of a variable: random bit patterns (``smooth``: a compressible ramp), the same on every
-    rank and in every run."""
-    dt = np.dtype(dtype)
-    n = math.prod(shape)
-    if smooth:
-        return (np.arange(n) % 17).astype(dt).reshape(shape)
-    raw = np.random.default_rng(zlib.crc32(name.encode())).integers(0, 256, n * dt.itemsize, dtype=np.uint8)
-    return (raw % 2 if dt.kind == "b" else raw).view(dt).reshape(shape)
-
-
-def split(n: int, parts: int, index: int) -> tuple[int, int]:
-    """[start, end) of piece ``index`` of ``n`` in ``parts`` uneven pieces."""
-    weights = [i % 3 + 1 for i in range(parts)]
-    bounds = [sum(weights[:i]) * n // sum(weights) for i in range(parts + 1)]
-    return bounds[index], bounds[index + 1]
-
-
-@dataclass(frozen=True)
-class Declared:
-    """One block one rank declares, as ``Writer.write`` would: the array and where it goes (``offset`` and
-    ``global_shape`` None: a per-rank segment)."""
-
-    var: str
-    data: np.ndarray
-    offset: tuple[int, ...] | None = None
-    global_shape: tuple[int, ...] | None = None
-
-
-@dataclass
-class Layout:
-    """One checkpoint of the suite: every rank's declarations, the global values, attributes, descriptions."""
-
-    nprocs: int
-    expected: dict[str, np.ndarray] = field(default_factory=dict)  # every variable's global values
-    blocks: list[list[Declared]] = field(default_factory=list)  # per rank
-    attrs: dict[str, Any] = field(default_factory=dict)
-    described: dict[str, dict[str, Any]] = field(default_factory=dict)
-    compression: dict[str, tuple[str, int]] = field(default_factory=dict)  # variable -> (codec, level)
-
-    def __post_init__(self) -> None:
-        self.blocks = [[] for _ in range(self.nprocs)]
-
-    def variable(self, name: str, shape: tuple[int, ...], dtype: str, smooth: bool = False) -> np.ndarray:
-        self.expected[name] = values(name, shape, dtype, smooth)
-        return self.expected[name]
-
-    def block(self, rank: int, name: str, data: np.ndarray, offset: tuple[int, ...]) -> None:
-        self.blocks[rank].append(Declared(name, data, offset, self.expected[name].shape))
-
-    def segment(self, rank: int, name: str, rows: np.ndarray) -> None:
-        self.blocks[rank].append(Declared(name, rows))
-
-
-# The checkpoint's attributes: each kind of JSON value; the backend's check_attr decides about the unusual ones
-ATTRS = {"step": 7, "time": 0.25, "name": "contract", "flags": [1, 2, 3], "on": True, "mixed": ["a", 1.5],
-         "nothing": None}
-UNUSUAL_ATTRS = {"nested": [[1, 2], ["a", None]], "nul": "a\x00b", "surrogate": "\udc80", "long": list(range(8200)),
-                 "empty_list": [], "big": 2**62, "nan": float("nan")}
-
-
-def storable_attrs(backend: Backend) -> dict[str, Any]:
-    """:data:`ATTRS` and those of :data:`UNUSUAL_ATTRS` that ``check_attr`` accepts (a refusal must be a
-    CapabilityError, checked by the contract's capability case), normalized as the Writer does."""
-    from ckptio.errors import CapabilityError
-
-    out = dict(ATTRS)
-    for key, value in UNUSUAL_ATTRS.items():
-        try:
-            backend.check_attr(key, value)
-        except CapabilityError:
-            continue
-        out[key] = value
-    return metamod.normalize_attrs(out)
-
-
-def standard_layout(nprocs: int, backend: Backend) -> Layout:
-    """The suite's main checkpoint (see the module docstring); with more than one rank, the last has no block."""
-    caps = backend.capabilities
-    writers = max(1, nprocs - 1)
-    lay = Layout(nprocs, attrs=storable_attrs(backend))
-    plane = lay.variable("plane", (64, 40), "<f8")
-    lay.described["plane"] = varmeta.declare("plane", 2, ["y", "x"], {"units": "m"}, 0)
-    cube = lay.variable("cube", (3, 4, 5 * writers + 1), "<i4")
-    for w in range(writers):
-        lo, hi = split(64, writers, w)
-        mid = (lo + hi) // 2
-        halo = np.zeros((mid - lo + 2, 42), plane.dtype)
-        halo[1:-1, 1:-1] = plane[lo:mid]
-        lay.block(w, "plane", halo[1:-1, 1:-1], (lo, 0))  # a strided view, written in place
-        lay.block(w, "plane", plane[mid:hi].copy(), (mid, 0))
-        lay.block(w, "plane", plane[lo:lo].copy(), (lo, 0))  # a zero-size block
-        a, b = split(cube.shape[2], writers, w)
-        lay.block(w, "cube", cube[:, :, a:b].copy(), (0, 0, a))
-    lay.block(0, "scalar", lay.variable("scalar", (), "<f8").copy(), ())
-    lay.block(0, "empty", lay.variable("empty", (0, 3), "<f4").copy(), (0, 0))
-    optional = {"flags": ("|b1", caps.bool_dtype), "wave": ("<c8", caps.complex_dtypes), "half": ("<f2", caps.float16),
-                "counts": ("<u2", caps.unsigned_dtypes), "big": (">i4", True)}
-    for name, (dtype, supported) in optional.items():
-        if supported:
-            g = lay.variable(name, (3 * writers,), dtype)
-            for w in range(writers):
-                lay.block(w, name, g[3 * w:3 * w + 3].copy(), (3 * w,))
-    if caps.segments:
-        lengths = [(2, 0, 3, 1)[w % 4] for w in range(writers)]
-        rows = lay.variable("particles", (sum(lengths), 2), "<f4")
-        for w in range(writers):
-            start = sum(lengths[:w])
-            lay.segment(w, "particles", rows[start:start + lengths[w]].copy())
-    if caps.compression:
-        packed = lay.variable("packed", (50 * writers,), "<f8", smooth=True)
-        lay.compression["packed"] = ("zstd", 1)
-        for w in range(writers):
-            lay.block(w, "packed", packed[50 * w:50 * w + 50].copy(), (50 * w,))
-    return lay
-
-
-def last_rank_layout(nprocs: int, backend: Backend) -> Layout:
-    """Only the last rank has blocks (the planning rank none): every rank must still make the same steps."""
-    lay = Layout(nprocs, attrs={"step": 1})
-    lay.block(nprocs - 1, "line", lay.variable("line", (10,), "<i8").copy(), (0,))
-    lay.block(nprocs - 1, "scalar", lay.variable("scalar", (), "<f8").copy(), ())
-    return lay
-
-
-def attrs_only_layout(nprocs: int, backend: Backend) -> Layout:
-    """No variable at all, only attributes."""
-    return Layout(nprocs, attrs={"step": 2, "note": "no variables"})
-
-
-@dataclass
-class Prepared:
-    """One rank's blocks as the engine's declare phase leaves them: each declaration (with its checksum, and its
-    stored size and codec when compressed) and what is handed to ``write`` (the elements, a strided view kept as
-    a view, or the compressed bytes)."""
-
-    decls: list[dict[str, Any]]
-    stored: list[np.ndarray]
-
-
-def prepare(layout: Layout, rank: int) -> Prepared:
-    """Local: rank ``rank``'s declarations of ``layout``, prepared as :func:`ckptio.engine.write.prepare_blocks`."""
-    out = Prepared([], [])
-    for b in layout.blocks[rank]:
-        data = memsel.gathered(b.data)
-        decl = {**declaration(b.var, data, b.offset, b.global_shape, rank), "checksum": memsel.checksum(data)}
-        if b.var in layout.compression:
-            codec, level = layout.compression[b.var]
-            data = np.frombuffer(codecs.compress(np.ascontiguousarray(data), codec, level), np.uint8)
-            decl = {**decl, "stored_nbytes": int(data.nbytes), "codec": f"{codec}:{level}"}
-        out.decls.append(decl)
-        out.stored.append(data)
-    return out
-
-
-def whole_plan(layout: Layout) -> dict[str, VariablePlan]:
-    """Pure, any rank: the write plan of every rank's blocks (what the planning rank plans)."""
-    return plan_packed([pack_declarations(prepare(layout, r).decls) for r in range(layout.nprocs)])
 
 
 # ------------------------------------------------------------------------------------------ the protocol
@@ -505,3 +330,67 @@ def _play(env: Environment, run: Run, stop: str, info: Any) -> None:
     env.each("sync the completion mark", lambda r: run.handles[r].sync())
     env.each("close", lambda r: run.handles[r].close())
     run.handles.clear()
+
+
+# ----------------------------------------------------------------------------- committing, closing
+@dataclass
+class Committed:
+    """A checkpoint the suite committed: the run, the document as read back (every rank) and the whole plan."""
+
+    run: Run
+    document: Any
+    plan: dict[str, VariablePlan]
+
+
+def _first_difference(a: bytes, b: bytes) -> str:
+    at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    return f"{len(a)} bytes written, {len(b)} read back, first difference at byte {at}: {a[at:at + 60]!r} vs " \
+           f"{b[at:at + 60]!r}"
+
+
+def committed(env: Environment, name: str = "checkpoint", make_layout=standard_layout) -> Committed:
+    """Collective: the checkpoint ``name`` of ``make_layout`` written through the whole protocol and its document
+    read back on the planning rank (byte-identical to the one written); once per environment."""
+    if name not in env.cache:
+        layout: Layout = make_layout(env.nprocs, env.backend)
+        run = run_protocol(env, name, layout)
+
+        def read_back() -> Any:
+            document = env.backend.read_document(run.path)
+            again = metamod.dumps(document)
+            if again != run.document:
+                raise ContractViolation("read_document() did not return the document written: "
+                                        + _first_difference(run.document, again))
+            return document
+
+        document = env.on_root("read_document", read_back)
+        env.cache[name] = Committed(run, document, env.once("the whole plan", lambda: whole_plan(layout)))
+    return env.cache[name]
+
+
+def expect_refused(backend: Backend, path: str, error: type[CheckpointError], why: str) -> None:
+    """``read_document(path)`` must raise ``error`` (a CheckpointError), since ``why``."""
+    try:
+        backend.read_document(path)
+    except error:
+        return
+    except CheckpointError as exc:
+        raise ContractViolation(f"read_document() of {why} raised {type(exc).__name__} ({exc}), not "
+                                f"{error.__name__}") from exc
+    raise ContractViolation(f"read_document() accepted {why}")
+
+
+def finish(env: Environment, run: Run, how: str) -> None:
+    """Collective: ``close`` (or ``abort``, twice: it must never raise) every open handle of ``run``."""
+    calls = (lambda h: h.close()) if how == "close" else (lambda h: (h.abort(), h.abort()))
+    try:
+        env.each(how, lambda r: calls(run.handles[r]))
+    except BaseException:
+        for handle in run.handles.values():
+            try:
+                handle.abort()
+            except BaseException:
+                pass
+        raise
+    finally:
+        run.handles.clear()
