@@ -6,6 +6,8 @@
   (pytest: subclass :class:`ckptio.testing.contract.StorageContractTests`).
 * :mod:`ckptio.testing.conformance`: the end-to-end suite through the public API (``ckptio.create`` /
   ``ckptio.open``): ``mpirun -n N python -m ckptio.testing --backend NAME --outdir DIR``.
+  Its parts: :mod:`ckptio.testing.harness` (the environment and the write protocol played call by call) and
+  :mod:`ckptio.testing.layouts` (the checkpoints it writes).
 * :mod:`ckptio.testing.memory`: the in-memory reference backend (``MemoryBackend``), which the contract suite
   runs on in milliseconds, without MPI or a file system. Not registered by default.
 """

@@ -70,6 +70,8 @@ CASES: list[tuple[str, Case]] = []
 
 
 def case(fn: Case) -> Case:
+    """Register a case. Every case is collective: every rank calls it with its environment, and every failure
+    inside it is agreed (the environment's phases), so all ranks leave it together."""
     CASES.append((fn.__name__, fn))
     return fn
 
@@ -120,10 +122,11 @@ def check_extents(backend: Backend, document: Any, plan: dict[str, VariablePlan]
 
 
 def check_read(reader: ExtentReader, extents: list[Extent], layout: Layout, plan: dict[str, VariablePlan]) -> None:
-    """``reader.read`` returns each extent's values bit-identically, shaped like its box, in the declared dtype in
-    native byte order; every block each extent verifies has its declared checksum. A collective reader reads once
-    (every rank the same number of calls); an independent one reads half the extents into slot 0 and half into
-    slot 1, and the first half must still hold after the second read."""
+    """Local (collective when the reader is): ``reader.read`` returns each extent's values bit-identically,
+    shaped like its box, in the declared dtype in native byte order; every block each extent verifies has its
+    declared checksum. A collective reader reads once (every rank the same number of calls); an independent one
+    reads half the extents into slot 0 and half into slot 1, and the first half must still hold after the
+    second read."""
     halves = [extents[::2], extents[1::2]] if reader.independent else [extents]
     results = [reader.read(part, slot) for slot, part in enumerate(halves)]
     for part, (arrays, calls) in zip(halves, results, strict=True):
