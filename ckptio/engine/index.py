@@ -52,6 +52,8 @@ class DocumentInputs:
     fs_layout: Any = None  # (path, what ckptio.fslayout.prepare did), or None: no layout set
     prepare_seconds: float = 0.0
     series_record: SeriesRecord | None = None
+    io_component: str | None = None  # None: asked of the MPI library (hints.io_component); a contract run
+    # without MPI (ckptio.testing.contract, comm None) names its own, so building a document never starts MPI
 
 
 def light_copy(document: Mapping[str, Any]) -> dict[str, Any]:
@@ -141,7 +143,7 @@ def build_document(variables: Mapping[str, VariablePlan], reports: Sequence[Mapp
         "attrs": dict(inputs.attrs),
         "layout": {"stripe_count": stripe_count, "stripe_unit": stripe_unit, **fslayout.recorded(inputs.fs_layout)},
         "hints": {"requested": dict(inputs.hints), "effective": dict(effective),
-                  "io_component": hintsmod.io_component()},
+                  "io_component": inputs.io_component or hintsmod.io_component()},
         "stats": {"write": {"seconds": seconds, "bytes": byte_summary([rep["bytes"] for rep in reports]),
                             "placement": placement_stats.summarize([rep["placement"] for rep in reports],
                                                                    [rep["bytes"] for rep in reports])}},
