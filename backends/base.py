@@ -1,9 +1,9 @@
 """The storage contract: what a file format must do for ckptio, and nothing more (issue 24).
 
 A backend knows one file format. It moves bytes and describes them; it never agrees, broadcasts, barriers or
-branches on rank 0. The engine (:mod:`ckptio.engine`) owns the protocol: it validates and plans the checkpoint,
+branches on rank 0. The engine (``ckptio.engine``) owns the protocol: it validates and plans the checkpoint,
 decides which rank does what, reserves space, runs every step below inside one agreed phase (an exception on any
-rank is the same error on every rank, see :mod:`ckptio.coord`) and commits. A backend enters only its own
+rank is the same error on every rank, see ``ckptio.coord``) and commits. A backend enters only its own
 library's collectives (``MPI_File_open``/``Write_all``, h5py's ``mpio`` driver and collective ``H5Dwrite``,
 PnetCDF's ``put_var_all``/``wait_all``), and only inside one of those steps, as torch.distributed.checkpoint's
 ``StorageWriter`` does inside the planner's steps.
@@ -38,13 +38,13 @@ The read side::
          Backend.open_extents(path, comm, info, doc)        collective over the aggregators' communicator
          Backend.serial_extents(path, doc)                  one process (``ckptio inspect --verify``)
 
-*Steps.* ``write``, ``write_document`` and ``mark_complete`` return an iterable of :data:`Step` s, each a label
+*Steps.* ``write``, ``write_document`` and ``mark_complete`` return an iterable of ``Step`` s, each a label
 and a function that makes at most one of the library's collective calls. The engine runs them one at a time, each
 inside an agreed phase, so an I/O error that reaches only some ranks (with collective buffering, ENOSPC reaches
 the aggregators alone) stops every rank before the next collective call. Every rank must produce the same number
 of steps (the engine checks it, and fails instead of hanging when a backend gets it wrong).
 
-To add a format: one module with a :class:`Backend` subclass, and one entry point in the group
+To add a format: one module with a ``Backend`` subclass, and one entry point in the group
 ``ckptio.backends`` naming it (``[project.entry-points."ckptio.backends"]`` in its package's pyproject.toml), see
 :mod:`ckptio.backends.registry`. ``ckptio.testing`` has the contract suite every backend must pass.
 """
@@ -70,7 +70,7 @@ Step = tuple[str, Callable[[], object]]
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What a backend can do; the API refuses requests beyond them with :class:`CapabilityError`."""
+    """What a backend can do; the API refuses requests beyond them with ``CapabilityError``."""
 
     compression: bool = False
     segments: bool = True
@@ -84,7 +84,7 @@ class Capabilities:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where the planning rank put every block (:meth:`Backend.place`): ``whole`` is what its own handle gets,
+    """Where the planning rank put every block (``Backend.place``): ``whole`` is what its own handle gets,
     ``shares[r]`` what rank ``r``'s handle gets (each rank receives only its own: nothing a rank receives may
     grow with the number of ranks unless its own blocks do). The contents are the backend's own."""
 
@@ -94,7 +94,7 @@ class Placement:
 
 @dataclass(frozen=True)
 class CreateOptions:
-    """What :meth:`Backend.create` needs besides the plan, the same on every rank."""
+    """What ``Backend.create`` needs besides the plan, the same on every rank."""
 
     hints: Mapping[str, str] = field(default_factory=dict)  # the MPI-IO hints ckptio resolved (striping...)
     stripe_unit: int = 1 << 20  # the alignment ckptio chose (whole storage objects where the file system says)
@@ -104,7 +104,7 @@ class CreateOptions:
 
 @dataclass(frozen=True)
 class BlockToWrite:
-    """One of this rank's blocks, as the engine hands it to :meth:`WriteHandle.write`."""
+    """One of this rank's blocks, as the engine hands it to ``WriteHandle.write``."""
 
     var: str
     local_index: int  # its position among this rank's declarations (what a placement share is indexed by)
@@ -132,7 +132,7 @@ class DocumentSlot:
 
 
 class WriteHandle(Protocol):
-    """An open checkpoint file being written (:meth:`Backend.create`). See the module docstring for the order of
+    """An open checkpoint file being written (``Backend.create``). See the module docstring for the order of
     the calls and which ranks make them."""
 
     def define(self) -> None:
@@ -144,24 +144,24 @@ class WriteHandle(Protocol):
 
     def reserved_ranges(self) -> list[tuple[int, int]]:
         """Local, on the planning rank: the byte ranges ``[start, end)`` that what this handle writes next will
-        occupy (after :meth:`define`: the data and the format's structures so far; after
-        :meth:`document_slot`: the document and the completion mark), so the engine reserves them first."""
+        occupy (after ``define``: the data and the format's structures so far; after
+        ``document_slot``: the document and the completion mark), so the engine reserves them first."""
 
     def write(self, blocks: Sequence[BlockToWrite], tables: tuple[np.ndarray, np.ndarray] | None
               ) -> Iterable[Step]:
         """The collective steps that write this rank's ``blocks`` (any count, zero included). ``tables``: the
         block table copy for tools that do not know ckptio (rows and checksums of
-        :func:`ckptio.block_table.user_table`) on the rank that holds it, None elsewhere. After the steps,
-        :meth:`written` says what each block became."""
+        ``ckptio.block_table.user_table``) on the rank that holds it, None elsewhere. After the steps,
+        ``written`` says what each block became."""
 
     def written(self) -> list[WrittenBlock]:
-        """Local, after :meth:`write`'s steps: per block given to it, in order, what was written."""
+        """Local, after ``write``'s steps: per block given to it, in order, what was written."""
 
     def sync(self) -> None:
         """Collective: everything written so far is durable (``MPI_File_sync`` or the library's flush)."""
 
     def storage_info(self) -> dict[str, dict[str, Any]]:
-        """Local, on the planning rank after :meth:`sync`: per variable, how the format stores it (e.g. the file
+        """Local, on the planning rank after ``sync``: per variable, how the format stores it (e.g. the file
         offset of an HDF5 dataset): the document's ``variables[name].storage``."""
 
     def effective_hints(self) -> dict[str, str]:
@@ -189,22 +189,30 @@ class WriteHandle(Protocol):
 class ExtentReader(Protocol):
     """A checkpoint opened by the restart aggregators (or one process)."""
 
-    #: True if :meth:`read` is local (no MPI: safe in a helper thread while the caller's thread uses MPI) and the
+    #: True if ``read`` is local (no MPI: safe in a helper thread while the caller's thread uses MPI) and the
     #: arrays it returns for one ``slot`` stay valid until the next read into that slot: the restart then reads
     #: round k+1 into one slot while round k, in the other, is exchanged. False: collective, one slot.
     independent: ClassVar[bool] = False
 
-    def read(self, extents: Sequence[Extent], slot: int = 0) -> tuple[list[np.ndarray], int]:
-        """Collective over the aggregators unless :attr:`independent`: read these extents (in file order) into
+    def read(self, extents: Sequence[Extent], slot: int = 0,
+             into: Sequence[Sequence[tuple[int, np.ndarray]] | None] | None = None) -> tuple[list[np.ndarray], int]:
+        """Collective over the aggregators unless ``independent``: read these extents (in file order) into
         buffer ``slot``; return one array per extent, shaped like its box, in native byte order (valid until
-        the next read into the same slot), and the number of file read calls issued."""
+        the next read into the same slot), and the number of file read calls issued.
+
+        ``into`` (only given to an ``independent`` reader): per extent, None or the stretches of it to read
+        straight into the caller's final memory, ``(byte offset in the extent, contiguous writable uint8 array)``,
+        in order and not overlapping; an extent that is one such stretch whole is returned as that memory, any
+        other as its place in the slot's buffer, where the bytes read elsewhere are left unwritten (the restart
+        then needs no copy for them: ``ckptio.backends.rawio.PosixExtentReader`` does it with one scattering
+        ``preadv``). A reader that cannot may ignore ``into`` only if it is not independent."""
 
     def close(self) -> None:
-        """Collective over the aggregators unless :attr:`independent`."""
+        """Collective over the aggregators unless ``independent``."""
 
 
 class Backend(Protocol):
-    """One file format. Subclass it (the defaults below apply) and register it (:mod:`.registry`)."""
+    """One file format. Subclass it (the defaults below apply) and register it (:mod:`ckptio.backends.registry`)."""
 
     name: ClassVar[str]
     format_version: ClassVar[int]
@@ -226,7 +234,7 @@ class Backend(Protocol):
 
     @classmethod
     def require_writable(cls) -> None:
-        """Local: CapabilityError naming the missing library and its install command (:meth:`write_problem`)."""
+        """Local: CapabilityError naming the missing library and its install command (``write_problem``)."""
         problem = cls.write_problem()
         if problem is not None:
             raise CapabilityError(f"backend {cls.name!r} cannot write here: {problem}")
@@ -260,7 +268,7 @@ class Backend(Protocol):
                options: CreateOptions) -> WriteHandle:
         """Collective: create the file at ``path`` (a temporary name) with the MPI hints ``info``. ``variables``
         is the whole plan on the planning rank and only this rank's own blocks elsewhere
-        (:attr:`VariablePlan.total_blocks` counts every rank's); ``placement`` is :attr:`Placement.whole` on the
+        (``VariablePlan.total_blocks`` counts every rank's); ``placement`` is ``Placement.whole`` on the
         planning rank and this rank's share elsewhere."""
         raise NotImplementedError
 
@@ -275,7 +283,7 @@ class Backend(Protocol):
         raise NotImplementedError
 
     def extent_table(self, meta: Any) -> ExtentTable:
-        """Pure: :meth:`extents` as columns, what the restart planner partitions. The default converts the list;
+        """Pure: ``extents`` as columns, what the restart planner partitions. The default converts the list;
         a backend overrides it with a vectorized builder."""
         from ckptio import extent_table
 

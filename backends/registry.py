@@ -1,5 +1,5 @@
 """The registry of file formats: built-in ones, ones installed through the entry-point group ``ckptio.backends``,
-and ones registered at run time with :func:`register` (h5py's ``register_driver`` pattern).
+and ones registered at run time with ``register`` (h5py's ``register_driver`` pattern).
 
 A fourth format is one module plus one entry point in the package that ships it::
 
@@ -116,5 +116,5 @@ def available_backends() -> list[str]:
 
 
 def missing_libraries() -> dict[str, str]:
-    """Format name -> why this process cannot write it (:meth:`Backend.write_problem`)."""
+    """Format name -> why this process cannot write it (``Backend.write_problem``)."""
     return {cls.name: why for cls in classes() if (why := cls.write_problem()) is not None}

@@ -62,9 +62,9 @@ def commit(comm, backend: Backend, handle: WriteHandle, tmp: str, path: str, doc
                           lambda: space.reserve_space(tmp, handle.reserved_ranges(), "the metadata document"),
                           root=ROOT)
     _faults.point("write index", comm)
-    run_steps(comm, f"{where}: write the metadata document", handle.write_document(encoded))
+    run_steps(comm, f"{where}: write the metadata document", lambda: handle.write_document(encoded))
     coord.run(comm, f"{where}: sync the metadata document", handle.sync)
-    run_steps(comm, f"{where}: write the completion mark", handle.mark_complete(root))
+    run_steps(comm, f"{where}: write the completion mark", lambda: handle.mark_complete(root))
     coord.run(comm, f"{where}: sync the completion mark", handle.sync)
     coord.run(comm, f"{where}: close", lambda: (handle.close(), _faults.point("commit vote", comm)))
     _faults.point("rename", comm)

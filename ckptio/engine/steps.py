@@ -11,23 +11,27 @@ entering a collective the finished ones never will).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from ckptio import coord
 from ckptio.backends.base import Step
 from ckptio.errors import CheckpointError
 
 
-def run_steps(comm, phase: str, steps: Iterable[Step]) -> int:
-    """Collective over ``comm``: run every step of ``steps`` (this rank's), each in one agreed phase (``phase``
-    names it; the step's own error names what failed); return how many ran. Raises the same error on every rank
-    when a step failed anywhere or when the ranks' numbers of steps differ."""
-    it = iter(steps)
+def run_steps(comm, phase: str, make_steps: Callable[[], Iterable[Step]]) -> int:
+    """Collective over ``comm``: run every step that ``make_steps()`` gives this rank, each in one agreed phase
+    (``phase`` names it; the step's own error names what failed); return how many ran. ``make_steps`` itself runs
+    inside the first agreed phase, so a backend that fails while preparing its steps (on any rank) is the same
+    error on every rank too. Raises the same error on every rank when a step failed anywhere or when the ranks'
+    numbers of steps differ."""
+    steps: list[Iterator[Step]] = []
     done = 0
     size = comm.Get_size()
 
     def step() -> tuple[bool]:
-        current = next(it, None)
+        if not steps:
+            steps.append(iter(make_steps()))
+        current = next(steps[0], None)
         if current is None:
             return (True,)
         _label, fn = current

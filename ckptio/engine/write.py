@@ -213,7 +213,7 @@ class _Job:
         tables = user_table(variables)[1:] if self.plan is not None else None  # the planning rank's whole plan
         _faults.point("write data", self.comm)
         io_mark = placement_stats.io_mark()  # what this rank really moves to the file (stats.write.placement)
-        run_steps(self.comm, f"{self.where}: write data", self.handle.write(blocks, tables))
+        run_steps(self.comm, f"{self.where}: write data", lambda: self.handle.write(blocks, tables))
         coord.run(self.comm, f"{self.where}: sync data", self.handle.sync)
         written = self.handle.written()
         return {"written": written_columns(written), "bytes": sum(w.stored_nbytes for w in written),

@@ -3,7 +3,7 @@
 ckptio's engine runs one write protocol and one commit protocol for every file format over the storage contract
 of :mod:`ckptio.backends.base`. This suite checks a backend against that contract as zarr's ``StoreTests``
 check a store: it calls the backend's methods itself, in the documented order, from the ranks the contract
-names, with no engine in between (:mod:`ckptio.testing.harness` plays the protocol), and checks what each call
+names, with no engine in between (``ckptio.testing.harness`` plays the protocol), and checks what each call
 promises: the document read back is the one written, byte for byte; the extents cover exactly the declared data
 and read back bit-identically through both readers, every block's checksum verified; the space reserved before
 the data covers every byte of it; a file without the completion mark is incomplete; ``abort`` never raises and
@@ -25,7 +25,7 @@ mpirun instead)::
     class TestMyFormat(StorageContractTests):
         backend_class = MyFormatBackend
 
-The in-memory reference backend (:mod:`ckptio.testing.memory`) passes it in a few milliseconds per case.
+The in-memory reference backend (``ckptio.testing.memory``) passes it in a few milliseconds per case.
 """
 
 from __future__ import annotations

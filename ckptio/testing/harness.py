@@ -151,8 +151,7 @@ class Environment:
         :func:`~ckptio.engine.steps.run_steps`, each step agreed); the number of steps. Every rank must make the
         same number: otherwise a ContractViolation (a CheckpointError from the engine) on every rank."""
         if self.comm is not None:
-            steps = coord.run(self.comm, f"{phase}: the backend's steps", lambda: make(self.comm.Get_rank()))
-            return run_steps(self.comm, phase, steps)
+            return run_steps(self.comm, phase, lambda: make(self.comm.Get_rank()))
         running = {r: iter(make(r)) for r in self.ranks}
         done = 0
         while True:
