@@ -42,7 +42,10 @@ The read side::
 and a function that makes at most one of the library's collective calls. The engine runs them one at a time, each
 inside an agreed phase, so an I/O error that reaches only some ranks (with collective buffering, ENOSPC reaches
 the aggregators alone) stops every rank before the next collective call. Every rank must produce the same number
-of steps (the engine checks it, and fails instead of hanging when a backend gets it wrong).
+of steps (the engine checks it, and fails instead of hanging when a backend gets it wrong). Prepare everything
+that can fail locally (buffers, dataspaces, datatypes, nonblocking posts) in the iterator, before returning or
+yielding a step: the engine agrees on that preparation before any rank makes the step's collective call. A step
+that fails on one rank BEFORE its collective call leaves the others inside the library's collective.
 
 To add a format: one module with a ``Backend`` subclass, and one entry point in the group
 ``ckptio.backends`` naming it (``[project.entry-points."ckptio.backends"]`` in its package's pyproject.toml), see

@@ -166,8 +166,9 @@ class HDF5WriteHandle:
             groups = write_groups([box for box, _ in mine])
             for k in range(self._ncalls[name]):
                 pieces = [mine[i] for i in groups[k]] if k < len(groups) else []
-                yield f"write {name!r}", lambda name=name, pieces=pieces: self._io(
-                    f"write of variable {name!r}", lambda: self._write(name, pieces))
+                args = self._selection(name, pieces)  # prepared here: the engine agrees before the collective call
+                yield f"write {name!r}", lambda name=name, args=args: self._io(
+                    f"write of variable {name!r}", lambda: self.datasets[name].id.write(*args, dxpl=self._dxpl))
 
     def written(self) -> list[WrittenBlock]:
         return list(self._written)
@@ -189,8 +190,9 @@ class HDF5WriteHandle:
                 free = ""
             raise CheckpointIOError(f"{self.path}: HDF5 {what} failed{free}: {exc}") from exc
 
-    def _write(self, name: str, pieces: Sequence[tuple[Box, np.ndarray]]) -> None:
-        """Collective: one H5Dwrite of these blocks (leading-axis disjoint; may be none) into dataset ``name``."""
+    def _selection(self, name: str, pieces: Sequence[tuple[Box, np.ndarray]]) -> tuple[Any, Any, np.ndarray]:
+        """Local: the memory and file dataspaces and the buffer of one collective H5Dwrite of these blocks
+        (leading-axis disjoint; may be none) into dataset ``name``."""
         dset = self.datasets[name]
         fspace = dset.id.get_space()
         if not pieces:
@@ -214,7 +216,7 @@ class HDF5WriteHandle:
                 flat = [np.ascontiguousarray(data).reshape(-1) for _, data in pieces]
                 buf = flat[0] if len(flat) == 1 else np.concatenate(flat)
                 mspace = h5py.h5s.create_simple((buf.size,))
-        dset.id.write(mspace, fspace, buf, dxpl=self._dxpl)
+        return mspace, fspace, buf
 
     def storage_info(self) -> dict[str, dict[str, Any]]:
         out = {}

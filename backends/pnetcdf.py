@@ -166,6 +166,7 @@ class _PnetCDFWriteHandle:
         self.described = options.described
         self.transfer, self._why_independent = transfer_mode()  # independent where OMPIO would corrupt collective
         self._written: list[WrittenBlock] = []
+        self._memtypes: list[Any] = []  # memory datatypes of strided views, until the data write completed
         self._slot: DocumentSlot | None = None
         file_info = info.Dup() if info is not None else MPI.Info.Create()
         align = _var_align(options.hints, variables)
@@ -234,23 +235,30 @@ class _PnetCDFWriteHandle:
         f.enddef()
 
     def write(self, blocks: Sequence[BlockToWrite], tables: tuple[np.ndarray, np.ndarray] | None) -> list[Step]:
-        """One step: post one ``iput_var`` per non-empty block (and the block tables, on the rank that holds them),
-        then one collective ``wait_all`` (or, for independent transfers, ``wait`` in independent data mode)."""
+        """One step: one collective ``wait_all`` (or, for independent transfers, ``wait`` in independent data mode)
+        of the nonblocking puts posted here, one ``iput_var`` per non-empty block (and the block tables, on the rank
+        that holds them; posting is local, so it is prepared before the step, where the engine agrees on it)."""
+        keep: list[np.ndarray] = []  # the buffers must live until wait_all
+        self._post(blocks, tables, keep, self._memtypes)
+
         def write() -> None:
-            keep: list[np.ndarray] = []  # the buffers must live until wait_all
-            memtypes: list[Any] = []  # memory datatypes of strided views (flexible API), freed after wait_all
             try:
-                self._post(blocks, tables, keep, memtypes)
                 if self.transfer == "independent":
                     self._independently(self._io_error(self.file.wait))
                 else:
                     self._io_error(self.file.wait_all)()
             finally:
-                for t in memtypes:
-                    t.Free()
+                self._free_memtypes()
+                keep.clear()
 
         self._written = [WrittenBlock(None, int(b.data.nbytes)) for b in blocks]
         return [("write the data (wait_all)", write)]
+
+    def _free_memtypes(self) -> None:
+        """The memory datatypes of strided views posted for the data write, freed once it completed (or failed)."""
+        types, self._memtypes = self._memtypes, []
+        for t in types:
+            t.Free()
 
     def _post(self, blocks: Sequence[BlockToWrite], tables: tuple[np.ndarray, np.ndarray] | None,
               keep: list[np.ndarray], memtypes: list[Any]) -> None:
@@ -371,8 +379,9 @@ class _PnetCDFWriteHandle:
         if file is not None:
             try:
                 file.close()
-            except Exception:  # best effort after a failure
+            except Exception:  # best effort after a failure (puts may still be pending: the file is discarded)
                 pass
+        self._free_memtypes()
 
 
 class PnetCDFBackend(Backend):

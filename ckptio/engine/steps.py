@@ -20,26 +20,29 @@ from ckptio.errors import CheckpointError
 
 def run_steps(comm, phase: str, make_steps: Callable[[], Iterable[Step]]) -> int:
     """Collective over ``comm``: run every step that ``make_steps()`` gives this rank, each in one agreed phase
-    (``phase`` names it; the step's own error names what failed); return how many ran. ``make_steps`` itself runs
-    inside the first agreed phase, so a backend that fails while preparing its steps (on any rank) is the same
-    error on every rank too. Raises the same error on every rank when a step failed anywhere or when the ranks'
-    numbers of steps differ."""
+    (``phase`` names it; the step's own error names what failed); return how many ran. Raises the same error on
+    every rank when a step failed anywhere or when the ranks' numbers of steps differ.
+
+    What a backend does to PREPARE a step (``make_steps()`` itself, and the code of a generator up to the step it
+    yields) runs in the agreed phase BEFORE the one that runs the step: a failure there, on any rank, stops every
+    rank before any of them enters the step's collective call. (A step that fails on one rank before making its
+    collective call cannot be rescued: the others are inside the library's collective by then. The contract says
+    so: prepare in the iterator, call the library in the step.) So ``n`` steps cost ``n + 1`` agreements."""
     steps: list[Iterator[Step]] = []
+    upcoming: list[Step | None] = [None]  # the step fetched (prepared) in the previous agreed phase
     done = 0
     size = comm.Get_size()
 
-    def step() -> tuple[bool]:
+    def advance() -> tuple[bool]:
         if not steps:
             steps.append(iter(make_steps()))
-        current = next(steps[0], None)
-        if current is None:
-            return (True,)
-        _label, fn = current
-        fn()
-        return (False,)
+        elif upcoming[0] is not None:
+            upcoming[0][1]()  # the step prepared in the previous phase, on every rank alike
+        upcoming[0] = next(steps[0], None)
+        return (upcoming[0] is None,)
 
     while True:
-        (finished,) = coord.count_ranks(comm, phase, step)
+        (finished,) = coord.count_ranks(comm, phase, advance)
         if finished == size:
             return done
         if finished:
