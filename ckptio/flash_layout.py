@@ -217,7 +217,7 @@ def grid_variables(source: Any, nblocks: int) -> tuple[list[str], list[str], tup
     grid, other, block = [], [], None
     for name in sorted(source.variables):
         shape = source.shape(name)
-        segment = source.variables[name]["kind"] == "segment"
+        segment = source.variables[name].is_segment
         if name == BBOX_VARIABLE:
             continue  # written as /bounding box
         if len(shape) != 4 or shape[0] != nblocks or segment:

@@ -33,6 +33,8 @@ import numpy as np
 
 from ..errors import CheckpointError, CorruptCheckpointError, IncompleteCheckpointError
 from ..layout import Box
+from ..model.block_table import BlockTable
+from ..model.document import VariableRecord
 from .common import EXIT_DIFFERENT, EXIT_OK, UsageError, error_exit, guarded, progress
 from .stream import Source
 
@@ -58,13 +60,23 @@ def _fill(source: Source, name: str, targets: list[tuple[Box, np.ndarray]]) -> N
             spool.flush()
 
 
-def _variable_metadata(writer, var: dict[str, Any]) -> dict[str, Any]:
+def _variable_metadata(writer, var: VariableRecord) -> dict[str, Any]:
     """Per-variable ``dims``/``attrs`` of SRC as keyword arguments of ``writer.write``, when both the checkpoint
     and this ckptio's Writer have them (a checkpoint without them gets none)."""
     import inspect
 
     accepted = inspect.signature(writer.write).parameters
-    return {k: var[k] for k in ("dims", "attrs") if var.get(k) and k in accepted}
+    declared = {"dims": list(var.dims or ()), "attrs": dict(var.attrs or {})}
+    return {k: v for k, v in declared.items() if v and k in accepted}
+
+
+def _block_boxes(blocks: BlockTable) -> list[Box]:
+    return [Box(tuple(o), tuple(s)) for o, s in zip(blocks.offset.tolist(), blocks.shape.tolist(), strict=True)]
+
+
+def _block_sums(blocks: BlockTable) -> list[tuple[tuple[int, ...], int]]:
+    """Every block's (offset, checksum), sorted: the decomposition and the data, whichever rank wrote what."""
+    return sorted(zip(map(tuple, blocks.offset.tolist()), blocks.checksum.tolist(), strict=True))
 
 
 def convert(src: str, dst: str, backend: str, force: bool = False) -> dict[str, Any]:
@@ -95,21 +107,19 @@ def convert(src: str, dst: str, backend: str, force: bool = False) -> dict[str, 
         meta = source.meta
         spool_dir = tempfile.mkdtemp(prefix=".ckptio-convert-", dir=os.path.dirname(os.path.abspath(dst)))
         try:
-            writer = create(dst, MPI.COMM_SELF, backend=backend, attrs=meta.get("attrs", {}))
+            writer = create(dst, MPI.COMM_SELF, backend=backend, attrs=dict(meta.attrs))
             with writer:
-                for name, var in progress(list(meta["variables"].items()), desc="convert", unit="var"):
+                for name, var in progress(list(meta.variables.items()), desc="convert", unit="var"):
                     shape, dtype = source.shape(name), source.dtype(name)
                     extra = _variable_metadata(writer, var)
-                    if var["kind"] == "segment":  # one rank here: the writers' segments become one
+                    if var.is_segment:  # one rank here: the writers' segments become one
                         targets = [(Box((0,) * len(shape), shape), _spool(dtype, shape, spool_dir, blocks_written))]
                         _fill(source, name, targets)
                         writer.write(name, targets[0][1], **extra)
                         blocks_written += 1
                         continue
-                    blocks = var["blocks"] or [{"offset": [0] * len(shape), "shape": list(shape)}]
                     targets = []
-                    for block in blocks:
-                        box = Box(tuple(block["offset"]), tuple(block["shape"]))
+                    for box in _block_boxes(var.block_table()) or [Box((0,) * len(shape), shape)]:
                         targets.append((box, _spool(dtype, box.shape, spool_dir, blocks_written)))
                         blocks_written += 1
                     _fill(source, name, targets)
@@ -126,18 +136,16 @@ def convert(src: str, dst: str, backend: str, force: bool = False) -> dict[str, 
                     pass
             except CheckpointError as exc:
                 problems.append(str(exc))
-    for name, var in meta["variables"].items():
-        if var["kind"] == "segment":
+    for name, var in meta.variables.items():
+        if var.is_segment:
             continue
-        new = out_meta["variables"].get(name)
+        new = out_meta.variables.get(name)
         if new is None:
             problems.append(f"variable {name!r} missing from {dst}")
             continue
-        old_sums = sorted((tuple(b["offset"]), b["checksum"]) for b in var["blocks"])
-        new_sums = sorted((tuple(b["offset"]), b["checksum"]) for b in new["blocks"])
-        if old_sums != new_sums:
+        if _block_sums(var.block_table()) != _block_sums(new.block_table()):
             problems.append(f"variable {name!r}: block checksums of {dst} differ from {src}'s")
-    return {"src": src, "dst": dst, "backend": backend, "variables": len(meta["variables"]),
+    return {"src": src, "dst": dst, "backend": backend, "variables": len(meta.variables),
             "blocks": blocks_written, "problems": problems}
 
 
