@@ -27,11 +27,13 @@ import os
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..errors import CheckpointError, CorruptCheckpointError, IncompleteCheckpointError
+from ..flash_layout import FlashSummary
 from ..layout import Box
 from ..model.block_table import BlockTable
 from ..model.document import VariableRecord
@@ -39,6 +41,19 @@ from .common import EXIT_DIFFERENT, EXIT_OK, UsageError, error_exit, guarded, pr
 from .stream import Source
 
 NAME = "convert"
+
+
+@dataclass(frozen=True)
+class ConvertSummary:
+    """What :func:`convert` wrote: ``variables`` and writer ``blocks`` of DST, and why DST does not check out
+    (``problems``, empty when every checksum of DST was read back and matches SRC's)."""
+
+    src: str
+    dst: str
+    backend: str
+    variables: int
+    blocks: int
+    problems: list[str]
 
 
 def _spool(dtype: np.dtype, shape: tuple[int, ...], directory: str, count: int) -> np.ndarray:
@@ -79,7 +94,7 @@ def _block_sums(blocks: BlockTable) -> list[tuple[tuple[int, ...], int]]:
     return sorted(zip(map(tuple, blocks.offset.tolist()), blocks.checksum.tolist(), strict=True))
 
 
-def convert(src: str, dst: str, backend: str, force: bool = False) -> dict[str, Any]:
+def convert(src: str, dst: str, backend: str, force: bool = False) -> ConvertSummary:
     """Local (one process): convert ``src`` to ``dst`` in ``backend``'s format and check it. Returns a summary.
     Raises UsageError / CheckpointError."""
     from mpi4py import MPI
@@ -145,11 +160,10 @@ def convert(src: str, dst: str, backend: str, force: bool = False) -> dict[str, 
             continue
         if _block_sums(var.block_table()) != _block_sums(new.block_table()):
             problems.append(f"variable {name!r}: block checksums of {dst} differ from {src}'s")
-    return {"src": src, "dst": dst, "backend": backend, "variables": len(meta.variables),
-            "blocks": blocks_written, "problems": problems}
+    return ConvertSummary(src, dst, backend, len(meta.variables), blocks_written, problems)
 
 
-def convert_to_flash(src: str, dst: str, force: bool = False) -> dict[str, Any]:
+def convert_to_flash(src: str, dst: str, force: bool = False) -> FlashSummary:
     """Local (one process): write ``src`` to ``dst`` in FLASH's layout (:func:`ckptio.flash_layout.write_flash`,
     every block checksum of SRC verified on the way). Raises UsageError / CheckpointError; DST is untouched then."""
     from ..flash_layout import is_flash_file, write_flash
@@ -170,8 +184,7 @@ def convert_to_flash(src: str, dst: str, force: bool = False) -> dict[str, Any]:
     if os.path.exists(src) and os.path.exists(dst) and os.path.samefile(src, dst):
         raise UsageError(f"{src} and {dst} are the same file")
     with Source(src) as source:
-        summary = write_flash(source, dst, progress=progress)
-    return {"src": src, "dst": dst, **summary}
+        return write_flash(source, dst, progress=progress)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -197,12 +210,12 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_DIFFERENT
     except (CheckpointError, OSError) as exc:
         return error_exit(NAME, exc)
-    if summary["problems"]:
+    if summary.problems:
         os.unlink(args.dst)  # this command created it: a result that does not check out is not left behind
         return error_exit(NAME, CheckpointError(f"{args.dst} was written but did not check out, so it was "
-                                                "removed: " + "; ".join(summary["problems"][:5])))
-    print(f"converted {args.src} -> {args.dst} ({args.backend}): {summary['variables']} variables, "
-          f"{summary['blocks']} blocks, every checksum checked")
+                                                "removed: " + "; ".join(summary.problems[:5])))
+    print(f"converted {args.src} -> {args.dst} ({args.backend}): {summary.variables} variables, "
+          f"{summary.blocks} blocks, every checksum checked")
     return EXIT_OK
 
 
@@ -214,7 +227,7 @@ def _run_flash(args: argparse.Namespace) -> int:
         return EXIT_DIFFERENT
     except (CheckpointError, OSError) as exc:
         return error_exit(NAME, exc)
-    skipped = f"; not converted (not grid variables): {', '.join(summary['skipped'])}" if summary["skipped"] else ""
-    print(f"converted {args.src} -> {args.dst} (FLASH layout): {len(summary['variables'])} grid variables "
-          f"({', '.join(summary['variables'])}), {summary['blocks']} blocks, every source checksum checked{skipped}")
+    skipped = f"; not converted (not grid variables): {', '.join(summary.skipped)}" if summary.skipped else ""
+    print(f"converted {args.src} -> {args.dst} (FLASH layout): {len(summary.variables)} grid variables "
+          f"({', '.join(summary.variables)}), {summary.blocks} blocks, every source checksum checked{skipped}")
     return EXIT_OK

@@ -33,8 +33,9 @@ Schema 1 (ckptio before format version 2) stored one JSON object per block in th
 
 Schema-1 documents are still read (their lists become tables); ``to_json`` writes schema 1 only for a document
 that says ``schema=1`` (tests of old files). ``dims`` and ``attrs`` of a variable are optional (older documents
-have none): see :mod:`ckptio.model.dims_attrs`. Keys this ckptio does not know (a newer minor addition) are kept
-in each record's ``extra`` and written back unchanged.
+have none): see :mod:`ckptio.model.dims_attrs`. The layout, hints, statistics and storage records are in
+:mod:`ckptio.model.records`. Keys this ckptio does not know (a newer minor addition) are kept in each record's
+``extra`` and written back unchanged.
 
 **Two ways to read a document.** Attribute access is the typed API (``doc.variables["dens"].shape``, a tuple;
 ``doc.hints.requested``); ckptio's own code uses it. ``doc[key]`` is the JSON-form view for user code and tests
@@ -60,6 +61,16 @@ from . import block_table
 from .block_table import BlockTable, as_table
 from .dims_attrs import default_dims
 from .fs_layout_record import FsLayoutRecord
+from .records import (
+    HintsRecord,
+    LayoutRecord,
+    StatsRecord,
+    StorageRecord,
+    WriteStatsRecord,
+    json_object,
+    string_keyed,
+    unknown_keys,
+)
 from .schema_checks import CHECKSUM_ALGORITHM, validate
 from .series_record import SeriesRecord
 
@@ -69,7 +80,8 @@ NO_CHECKSUM = "none"  # the ``checksum`` of a plain HDF5/netCDF file's document 
 
 __all__ = ["CHECKSUM_ALGORITHM", "CKPTIO_VERSION", "NO_CHECKSUM", "SCHEMA_VERSION", "CheckpointDocument",
            "FsLayoutRecord", "HintsRecord", "LayoutRecord", "SeriesRecord", "StatsRecord", "StorageRecord",
-           "VariableRecord", "WriteStatsRecord", "as_document", "check_schema", "light_dict", "stored_json"]
+           "VariableRecord", "WriteStatsRecord", "as_document", "check_schema", "light_dict", "stored_json",
+           "variables_of"]
 
 _ABSENT: Any = object()  # a view key the record does not have
 
@@ -83,24 +95,6 @@ def check_schema(meta: Mapping[str, Any]) -> None:
             f"checkpoint metadata schema version {version} is not supported by ckptio {CKPTIO_VERSION} "
             f"(supports schema 1..{SCHEMA_VERSION})"
         )
-
-
-def _object(value: Any, what: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ValueError(f"{what} is {type(value).__name__}, expected an object")
-    return value
-
-
-def _strings(value: Any, what: str) -> dict[str, Any]:
-    """An object whose keys are strings (MPI hints, a plain file's skipped variables)."""
-    value = _object(value, what)
-    if not all(isinstance(k, str) for k in value):
-        raise ValueError(f"{what} has keys that are not strings")
-    return dict(value)
-
-
-def _extra(value: Mapping[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
-    return {k: v for k, v in value.items() if k not in known}
 
 
 class _JsonView(Mapping):
@@ -128,31 +122,6 @@ class _JsonView(Mapping):
 
 
 # ---------------------------------------------------------------------------------------------- variables
-@dataclass(frozen=True)
-class StorageRecord:
-    """How a backend stored a variable as one array (HDF5, netCDF, plain files): the backend's own object
-    (``format``, ``dataset``, ``layout``... as it wrote them), of which the document defines two entries:
-    ``file_offset`` (where the array starts; None where it has no single place) and ``file_dtype`` (its dtype in
-    the file, e.g. big-endian in CDF files)."""
-
-    fields: Mapping[str, Any]
-
-    @property
-    def file_offset(self) -> int | None:
-        return self.fields.get("file_offset")
-
-    @property
-    def file_dtype(self) -> str | None:
-        return self.fields.get("file_dtype")
-
-    @property
-    def format(self) -> str | None:
-        return self.fields.get("format")
-
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.fields)
-
-
 @dataclass(frozen=True)
 class VariableRecord(_JsonView):
     """One variable of a checkpoint: its global array (``dtype`` as numpy's ``str`` of it, ``shape``), its kind
@@ -236,7 +205,7 @@ class VariableRecord(_JsonView):
         return cls(entry["dtype"], shape, entry["kind"], blocks, int(entry["nblocks"]) if light else len(blocks),
                    None if dims is None else tuple(dims), entry.get("attrs"),
                    None if storage is None else StorageRecord(dict(storage)),
-                   _extra(entry, (*cls._KNOWN, "nblocks") if light else cls._KNOWN))
+                   unknown_keys(entry, (*cls._KNOWN, "nblocks") if light else cls._KNOWN))
 
     _VIEW = {
         "dtype": lambda v: v.dtype,
@@ -248,115 +217,6 @@ class VariableRecord(_JsonView):
         "attrs": lambda v: _ABSENT if v.attrs is None else v.attrs,
         "storage": lambda v: _ABSENT if v.storage is None else v.storage.to_json(),
     }
-
-
-# ------------------------------------------------------------------------------------ layout, hints, stats
-@dataclass(frozen=True)
-class LayoutRecord:
-    """The file's stripe layout: what ckptio chose (the hints' ``striping_factor`` and ``striping_unit``) and,
-    where recorded, what the file system gave (``fs``)."""
-
-    stripe_count: int | None = None
-    stripe_unit: int | None = None
-    fs: FsLayoutRecord | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if self.stripe_count is not None:
-            out["stripe_count"] = self.stripe_count
-        if self.stripe_unit is not None:
-            out["stripe_unit"] = self.stripe_unit
-        if self.fs is not None:
-            out["fs"] = self.fs.to_json()
-        out.update(self.extra)
-        return out
-
-    @classmethod
-    def from_json(cls, value: Any) -> LayoutRecord:
-        """The record of a document's ``layout``; ValueError when it is not one."""
-        value = _object(value, "field 'layout'")
-        for key in ("stripe_count", "stripe_unit"):
-            n = value.get(key)
-            if n is not None and not (isinstance(n, int) and not isinstance(n, bool) and n >= 1):
-                raise ValueError(f"layout {key!r} is {n!r}, expected an integer >= 1")
-        fs = value.get("fs")
-        return cls(value.get("stripe_count"), value.get("stripe_unit"),
-                   None if fs is None else FsLayoutRecord.from_json(fs),
-                   _extra(value, ("stripe_count", "stripe_unit", "fs")))
-
-
-@dataclass(frozen=True)
-class HintsRecord:
-    """The MPI-IO hints: ``requested`` (what ckptio set), ``effective`` (what the MPI library reported for the
-    open file: an echo, not proof that a driver applied them) and ``io_component`` (which MPI-IO layer). All
-    three are written."""
-
-    requested: Mapping[str, str] = field(default_factory=dict)
-    effective: Mapping[str, str] = field(default_factory=dict)
-    io_component: str | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"requested": dict(self.requested), "effective": dict(self.effective),
-                "io_component": self.io_component, **self.extra}
-
-    @classmethod
-    def from_json(cls, value: Any) -> HintsRecord:
-        value = _object(value, "field 'hints'")
-        io = value.get("io_component")
-        if io is not None and not isinstance(io, str):
-            raise ValueError(f"hints 'io_component' is {io!r}, expected a string")
-        return cls(_strings(value.get("requested", {}), "hints 'requested'"),
-                   _strings(value.get("effective", {}), "hints 'effective'"), io,
-                   _extra(value, ("requested", "effective", "io_component")))
-
-
-@dataclass(frozen=True)
-class WriteStatsRecord:
-    """The write's statistics: ``seconds`` per phase (the slowest rank's), ``bytes`` handed to the write
-    (``total``, ``min`` and ``max`` of any rank) and ``placement`` (where the bytes went per node, see
-    :mod:`ckptio.placement_stats`; absent in a light copy). Format 1 kept other entries (``bytes_per_rank``):
-    in ``extra``."""
-
-    seconds: Mapping[str, float] = field(default_factory=dict)
-    bytes: Mapping[str, int] | None = None
-    placement: Mapping[str, Any] | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"seconds": dict(self.seconds)}
-        if self.bytes is not None:
-            out["bytes"] = dict(self.bytes)
-        if self.placement is not None:
-            out["placement"] = self.placement
-        out.update(self.extra)
-        return out
-
-    @classmethod
-    def from_json(cls, value: Any) -> WriteStatsRecord:
-        value = _object(value, "stats 'write'")
-        found = {key: None if value.get(key) is None else _object(value.get(key), f"stats write {key!r}")
-                 for key in ("seconds", "bytes", "placement")}
-        return cls(found["seconds"] or {}, found["bytes"], found["placement"],
-                   _extra(value, ("seconds", "bytes", "placement")))
-
-
-@dataclass(frozen=True)
-class StatsRecord:
-    """The document's ``stats``: the write's (:class:`WriteStatsRecord`)."""
-
-    write: WriteStatsRecord | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {**({"write": self.write.to_json()} if self.write is not None else {}), **self.extra}
-
-    @classmethod
-    def from_json(cls, value: Any) -> StatsRecord:
-        value = _object(value, "field 'stats'")
-        write = value.get("write")
-        return cls(None if write is None else WriteStatsRecord.from_json(write), _extra(value, ("write",)))
 
 
 # ------------------------------------------------------------------------------------------------ document
@@ -449,7 +309,7 @@ class CheckpointDocument(_JsonView):
         meta = dict(obj)
         if meta["schema"] >= 2:
             variables = {name: dict(var) if isinstance(var, dict) else var
-                         for name, var in _object(meta.get("variables"), "field 'variables'").items()}
+                         for name, var in json_object(meta.get("variables"), "field 'variables'").items()}
             for name, var in variables.items():
                 if not isinstance(var, dict) or "blocks" in var:
                     raise ValueError(f"variable {name!r}: the entry is not a schema-{meta['schema']} variable")
@@ -509,8 +369,8 @@ class CheckpointDocument(_JsonView):
                    meta.get("byteorder"), record("layout", LayoutRecord.from_json),
                    record("hints", HintsRecord.from_json), record("stats", StatsRecord.from_json),
                    record("series", SeriesRecord.from_json), plain,
-                   _strings(meta.get("plain_skipped") or {}, "field 'plain_skipped'") if plain else {},
-                   _extra(meta, _DOCUMENT_KEYS))
+                   string_keyed(meta.get("plain_skipped") or {}, "field 'plain_skipped'") if plain else {},
+                   unknown_keys(meta, _DOCUMENT_KEYS))
 
 
 # ------------------------------------------------------------------------------------ the dict form, for now
