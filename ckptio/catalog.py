@@ -33,12 +33,14 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from . import _warn
 from .backends import detect_backend
 from .errors import CapabilityError, CheckpointError, CheckpointIOError, DeclarationError
+from .model.document import CheckpointDocument
 from .model.series_record import Abandoned, SeriesRecord
 
 SEQ_ATTR = "ckptio_series_seq"
@@ -160,22 +162,28 @@ def scan(directory: str | os.PathLike, pattern: NamePattern, read: bool = True) 
     return sorted(entries, key=lambda e: e.step, reverse=True)
 
 
-def read_metadata(path: str) -> dict:
+def read_metadata(path: str) -> CheckpointDocument:
     return detect_backend(path).read_metadata(path)
 
 
-def describe(entry: Entry, meta: dict) -> Entry:
+def describe(entry: Entry, meta: CheckpointDocument) -> Entry:
     """Fill ``entry``'s identity from its metadata document ``meta`` (see the module docstring). A file ckptio did
     not write (a plain HDF5/netCDF document, no checksums) stays uncommitted: never chosen, never deleted."""
-    if meta.get("plain"):
+    if meta.plain:
         entry.problem = "not a ckptio checkpoint (an HDF5/netCDF file ckptio did not write)"
         return entry
-    entry.created = meta.get("created") if isinstance(meta.get("created"), str) else None
-    if "series" in meta:
-        entry.record = SeriesRecord.from_json(meta["series"])  # a damaged record: the file is unreadable
-        entry.series_id, entry.seq = entry.record.series_id, entry.record.seq
+    return identify(entry, meta.created, meta.series, meta.attrs)
+
+
+def identify(entry: Entry, created: str | None, record: SeriesRecord | None, attrs: Mapping[str, Any]) -> Entry:
+    """Fill ``entry``'s identity from what its document records: the commit time, the series record (None: the
+    checkpoint has none) and the attributes (older ckptio: the sequence number attribute ``SEQ_ATTR``)."""
+    entry.created = created
+    if record is not None:
+        entry.record = record
+        entry.series_id, entry.seq = record.series_id, record.seq
         return entry
-    value = (meta.get("attrs") or {}).get(SEQ_ATTR, 0)
+    value = attrs.get(SEQ_ATTR, 0)
     legacy = value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
     entry.seq, entry.series_id = legacy, (LEGACY_SERIES if legacy else None)
     return entry

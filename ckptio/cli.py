@@ -83,29 +83,24 @@ def inspect_report(path: str, verify: bool) -> tuple[int, dict[str, Any]]:
     except CheckpointError as exc:
         report.update(status="corrupt", error=str(exc))
         return EXIT_BAD, report
-    from .meta import variable_dims
-
     variables, dimensions = {}, {}
-    for name, var in meta["variables"].items():
-        import numpy as np
-
-        nbytes = int(np.prod(var["shape"], dtype=np.int64)) * np.dtype(var["dtype"]).itemsize
-        stored = sum(int(b.get("stored_nbytes") or 0) for b in var["blocks"])
-        codecs = sorted({b.get("codec") for b in var["blocks"] if b.get("codec")})
-        dims = list(variable_dims(name, var))  # declared, or the defaults <name>_d0, ... the files show
-        for dim, length in zip(dims, var["shape"], strict=True):
+    for name, var in meta.variables.items():
+        blocks = var.block_table()
+        stored = int(blocks.stored_nbytes.sum())
+        codecs = sorted({c for c in blocks.codec_names() if c})
+        dims = list(var.dim_names(name))  # declared, or the defaults <name>_d0, ... the files show
+        for dim, length in zip(dims, var.shape, strict=True):
             dimensions.setdefault(dim, int(length))
-        variables[name] = {"dtype": var["dtype"], "shape": var["shape"], "kind": var["kind"],
-                           "nblocks": len(var["blocks"]), "nbytes": nbytes, "stored_nbytes": stored,
-                           "codec": codecs[0] if codecs else None,
-                           "compression_ratio": (nbytes / stored) if codecs and stored else None,
-                           "dims": dims, "dims_declared": bool(var.get("dims")), "attrs": var.get("attrs", {})}
+        variables[name] = {"dtype": var.dtype, "shape": list(var.shape), "kind": var.kind, "nblocks": var.nblocks,
+                           "nbytes": var.nbytes, "stored_nbytes": stored, "codec": codecs[0] if codecs else None,
+                           "compression_ratio": (var.nbytes / stored) if codecs and stored else None,
+                           "dims": dims, "dims_declared": bool(var.dims), "attrs": dict(var.attrs or {})}
     report.update(dimensions=dimensions)
-    report.update(status="complete", format_version=meta.get("backend_format_version"), schema=meta["schema"],
-                  ckptio_version=meta.get("ckptio_version"), created=meta.get("created"), nprocs=meta.get("nprocs"),
-                  byteorder=meta.get("byteorder"), checksum=meta.get("checksum"), attrs=meta.get("attrs", {}),
-                  layout=meta.get("layout", {}), hints=meta.get("hints", {}), variables=variables,
-                  stats=meta.get("stats", {}))
+    report.update(status="complete", format_version=meta.backend_format_version, schema=meta.schema,
+                  ckptio_version=meta.ckptio_version, created=meta.created, nprocs=meta.nprocs,
+                  byteorder=meta.byteorder, checksum=meta.checksum, attrs=dict(meta.attrs),
+                  layout=_json_or_empty(meta.layout), hints=_json_or_empty(meta.hints), variables=variables,
+                  stats=_json_or_empty(meta.stats))
     if verify:
         try:
             problems = verify_blocks(backend, path, meta)
@@ -120,6 +115,11 @@ def inspect_report(path: str, verify: bool) -> tuple[int, dict[str, Any]]:
             report.update(status="corrupt", error=f"{len(problems)} block(s) failed verification: {problems[0]}")
             return EXIT_BAD, report
     return EXIT_OK, report
+
+
+def _json_or_empty(record: Any) -> dict[str, Any]:
+    """A record of the document in its JSON form for the report (``{}`` where the checkpoint has none)."""
+    return {} if record is None else record.to_json()
 
 
 def _print_inspect(report: dict[str, Any], show_stats: bool) -> None:

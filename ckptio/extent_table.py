@@ -23,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from .block_table import BlockTable, as_table
 from .layout import Box
+from .model.block_table import BlockTable
+from .model.document import CheckpointDocument, VariableRecord, variables_of
 from .plan import Extent
 
 _I64 = np.int64
@@ -119,10 +120,10 @@ def _checksum_ints(hexes: Sequence[str]) -> np.ndarray:
 class _Builder:
     """Accumulates per-variable column chunks, then concatenates them once."""
 
-    def __init__(self, variables: Mapping[str, Any]):
+    def __init__(self, variables: Mapping[str, VariableRecord]):
         self.names = list(variables)
         self.index = {n: i for i, n in enumerate(self.names)}
-        self.var_ndim = np.array([len(variables[n]["shape"]) for n in self.names], np.int32)
+        self.var_ndim = np.array([len(v.shape) for v in variables.values()], np.int32)
         self.ndim = max(1, int(self.var_ndim.max())) if len(self.names) else 1
         self.codecs: list[str] = []
         self.chunks: dict[str, list[np.ndarray]] = {k: [] for k in (
@@ -204,12 +205,13 @@ def _block_columns(b: _Builder, t: BlockTable) -> tuple[np.ndarray, ...]:
             t.checksum[keep])
 
 
-def from_blocks(meta: Mapping[str, Any]) -> ExtentTable:
-    """The native format: every non-empty block is one extent at its ``file_offset`` (possibly compressed)."""
-    b = _Builder(meta["variables"])
-    for vi, name in enumerate(b.names):
-        var = meta["variables"][name]
-        t = as_table(var["blocks"], len(var["shape"]))
+def from_blocks(meta: CheckpointDocument | Mapping[str, Any]) -> ExtentTable:
+    """The native format: every non-empty block is one extent at its ``file_offset`` (possibly compressed).
+    ``meta``: the document (its ``variables`` are all that is read; the dict form too)."""
+    variables = variables_of(meta)
+    b = _Builder(variables)
+    for vi, var in enumerate(variables.values()):
+        t = var.block_table()
         idx, rank, lo, shape, sums = _block_columns(b, t)
         n = len(idx)
         b.add(var=np.full(n, vi, np.int32), lo=lo, shape=shape, file_offset=t.file_offset[idx],
@@ -218,19 +220,19 @@ def from_blocks(meta: Mapping[str, Any]) -> ExtentTable:
     return b.build()
 
 
-def from_bands(meta: Mapping[str, Any]) -> ExtentTable:
+def from_bands(meta: CheckpointDocument | Mapping[str, Any]) -> ExtentTable:
     """Variables stored as one C-ordered array at ``storage.file_offset`` (HDF5, netCDF): the columnar form of
     :func:`backends.rawio.leading_axis_bands` (same bands, same verify lists), vectorized: writer blocks whose
     leading-axis intervals overlap share a band (connected components of the sorted intervals)."""
-    b = _Builder(meta["variables"])
-    for vi, name in enumerate(b.names):
-        var = meta["variables"][name]
-        gshape = tuple(int(s) for s in var["shape"])
-        base = var.get("storage", {}).get("file_offset")
+    variables = variables_of(meta)
+    b = _Builder(variables)
+    for vi, var in enumerate(variables.values()):
+        gshape = var.shape
+        base = None if var.storage is None else var.storage.file_offset
         if math.prod(gshape) == 0 or base is None:
             continue
-        itemsize = np.dtype(var["dtype"]).itemsize
-        idx, rank, lo, shape, sums = _block_columns(b, as_table(var["blocks"], len(gshape)))
+        itemsize = np.dtype(var.dtype).itemsize
+        idx, rank, lo, shape, sums = _block_columns(b, var.block_table())
         if not gshape:  # a scalar: one element, one extent holding its block(s)
             b.add(var=np.full(1, vi, np.int32), lo=b.pad(np.zeros((1, 0), _I64), 0),
                   shape=b.pad(np.zeros((1, 0), _I64), 1),
@@ -256,13 +258,11 @@ def from_bands(meta: Mapping[str, Any]) -> ExtentTable:
     return b.build()
 
 
-def from_extents(meta: Mapping[str, Any], extents: Sequence[Extent]) -> ExtentTable:
+def from_extents(meta: CheckpointDocument | Mapping[str, Any], extents: Sequence[Extent]) -> ExtentTable:
     """Any backend: the columnar form of its :meth:`Backend.extents` list (the slow generic path)."""
-    b = _Builder(meta["variables"])
-    rank_of = {}
-    for name, var in meta["variables"].items():
-        for i, blk in enumerate(var["blocks"]):
-            rank_of[(name, i)] = blk["rank"]
+    variables = variables_of(meta)
+    b = _Builder(variables)
+    writers = {name: var.block_table().rank for name, var in variables.items()}
     for e in extents:
         vi = b.index[e.var]
         nd, nv = e.box.ndim, len(e.verify)
@@ -270,7 +270,7 @@ def from_extents(meta: Mapping[str, Any], extents: Sequence[Extent]) -> ExtentTa
               shape=b.pad(np.array(e.box.shape, _I64).reshape(1, nd), 1), file_offset=np.array([e.file_offset], _I64),
               nbytes=np.array([e.nbytes], _I64), codec=b.codec_ids([e.codec]), vcount=np.array([len(e.verify)], _I64),
               vblock=np.array([v[0] for v in e.verify], _I64),
-              vrank=np.array([rank_of[(e.var, v[0])] for v in e.verify], np.int32),
+              vrank=np.array([writers[e.var][v[0]] for v in e.verify], np.int32),
               vlo=b.pad(np.array([v[1].offset for v in e.verify], _I64).reshape(nv, nd), 0),
               vshape=b.pad(np.array([v[1].shape for v in e.verify], _I64).reshape(nv, nd), 1),
               vsum=_checksum_ints([v[2] for v in e.verify]))

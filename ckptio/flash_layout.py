@@ -217,7 +217,7 @@ def grid_variables(source: Any, nblocks: int) -> tuple[list[str], list[str], tup
     grid, other, block = [], [], None
     for name in sorted(source.variables):
         shape = source.shape(name)
-        segment = source.variables[name]["kind"] == "segment"
+        segment = source.variables[name].is_segment
         if name == BBOX_VARIABLE:
             continue  # written as /bounding box
         if len(shape) != 4 or shape[0] != nblocks or segment:
@@ -247,10 +247,22 @@ def is_flash_file(path: str) -> bool:
         return False
 
 
-def write_flash(source: Any, dst: str, progress: Any = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class FlashSummary:
+    """What :func:`write_flash` wrote: the grid ``variables`` converted, the variables ``skipped`` (not grid
+    variables), the number of ``blocks``."""
+
+    src: str
+    dst: str
+    variables: list[str]
+    skipped: list[str]
+    blocks: int
+
+
+def write_flash(source: Any, dst: str, progress: Any = None) -> FlashSummary:
     """Local: write the checkpoint opened as ``source`` (:class:`~ckptio.commands.stream.Source`) to ``dst`` in
     FLASH's checkpoint layout, through a temporary file next to ``dst`` renamed at the end (never a partial
-    ``dst``). Returns {"variables": converted names, "skipped": names not converted, "blocks": nblocks}.
+    ``dst``). Returns what it wrote.
     Raises FlashLayoutError (nothing written) or the source's CheckpointError (temporary removed)."""
     import h5py
 
@@ -294,4 +306,4 @@ def write_flash(source: Any, dst: str, progress: Any = None) -> dict[str, Any]:
         if os.path.exists(tmp):
             os.unlink(tmp)  # our own temporary, never dst
         raise
-    return {"variables": names, "skipped": skipped, "blocks": grid.nblocks}
+    return FlashSummary(source.path, dst, names, skipped, grid.nblocks)

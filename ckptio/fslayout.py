@@ -27,7 +27,8 @@ anything else (ext4, xfs, tmpfs, NFS, plain FUSE ...)
 layout, e.g. a site default, and record it: the restart aggregators then follow it) or ``off`` (neither set
 nor record). Setting a layout never fails a checkpoint: when it cannot be done the record says why.
 
-The record, ``meta["layout"]["fs"]`` (typed JSON; older files have none)::
+The record, ``layout.fs`` of the document (:class:`ckptio.model.fs_layout_record.FsLayoutRecord`; older files
+have none)::
 
     {"type": "cephfs", "mode": "set", "method": "ceph.file.layout xattr",
      "asked": {"stripe_count": 4, "stripe_unit": 1048576, "object_size": 4194304},
@@ -49,6 +50,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import hints as hintsmod
+from .model.document import CheckpointDocument, LayoutRecord
+from .model.fs_layout_record import FsLayoutRecord, StripeLayout
 
 ENV_LAYOUT = "CKPTIO_LAYOUT"
 MODES = ("set", "inherit", "off")
@@ -293,41 +296,28 @@ def prepare(path: str, hints: Mapping[str, str]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------- using the record
-def got_layout(meta: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The layout the file system gave the checkpoint (``meta["layout"]["fs"]["got"]``), None when not recorded
-    (older files, file systems without one). Tolerates damaged records (None)."""
-    layout = meta.get("layout")
-    fs = layout.get("fs") if isinstance(layout, Mapping) else None
-    got = fs.get("got") if isinstance(fs, Mapping) else None
-    if not isinstance(got, Mapping):
-        return None
-    if not all(isinstance(got.get(k), int) and got[k] > 0 for k in ("stripe_count", "stripe_unit")):
-        return None
-    return dict(got)
-
-
 def granule(layout: Mapping[str, Any]) -> int:
-    """The smallest file range made of whole storage objects: a contiguous range aligned to it touches no
-    object (CephFS) or stripe (Lustre) that a range aligned the same way next to it touches. CephFS with
-    ``stripe_count`` S > 1 interleaves units over S objects of ``object_size`` each: an object set is S x
-    ``object_size`` bytes; S = 1: one object; Lustre: one stripe unit (one OST object piece)."""
-    count, unit = int(layout["stripe_count"]), int(layout["stripe_unit"])
-    size = int(layout.get("object_size") or unit)
-    if size == unit:
-        return unit
-    return size if count == 1 else count * size
+    """The smallest file range made of whole storage objects of a stripe layout (``stripe_count``,
+    ``stripe_unit``, CephFS's ``object_size``): :meth:`ckptio.model.fs_layout_record.StripeLayout.granule`.
+    ValueError when the layout has no positive count and unit."""
+    size = StripeLayout(dict(layout)).granule()
+    if size is None:
+        raise ValueError(f"layout {dict(layout)} has no stripe count and unit")
+    return size
 
 
-def restart_layout(meta: Mapping[str, Any]) -> tuple[int, int]:
-    """(stripe count, alignment in bytes) the restart uses to choose aggregators and cut their file domains:
-    the real layout where it was recorded (domains then cover whole objects, see :func:`granule`), else
-    what ckptio chose at write (the hints)."""
-    got = got_layout(meta)
+def restart_layout(source: CheckpointDocument | LayoutRecord | None) -> tuple[int, int]:
+    """(stripe count, alignment in bytes) the restart uses to choose aggregators and cut their file domains, from
+    a checkpoint's document (or its layout record): the real layout where the file system reported one (domains
+    then cover whole objects, see :meth:`StripeLayout.granule`; a damaged report is ignored), else what ckptio
+    chose at write (the hints)."""
+    layout = source.layout if isinstance(source, CheckpointDocument) else source
+    got = None if layout is None or layout.fs is None else layout.fs.got_layout()
     if got is not None:
-        return int(got["stripe_count"]), granule(got)
-    layout = meta.get("layout", {})
-    return (int(layout.get("stripe_count", 1)),
-            int(layout.get("stripe_unit", hintsmod.DEFAULT_STRIPING_UNIT)))
+        return got.stripe_count, got.granule()  # type: ignore[return-value]
+    if layout is None:
+        return 1, hintsmod.DEFAULT_STRIPING_UNIT
+    return layout.stripe_count or 1, layout.stripe_unit or hintsmod.DEFAULT_STRIPING_UNIT
 
 
 def write_alignment(path: str, hints: Mapping[str, str]) -> int:
@@ -353,30 +343,20 @@ def write_alignment(path: str, hints: Mapping[str, str]) -> int:
 
 
 def check_record(fs: Any) -> None:
-    """ValueError when ``meta["layout"]["fs"]`` is not the typed record described in the module docstring."""
-    if not isinstance(fs, Mapping):
-        raise ValueError(f"layout 'fs' is {fs!r}, expected an object")
-    for key in ("type", "mode", "method", "reason"):
-        if fs.get(key) is not None and not isinstance(fs[key], str):
-            raise ValueError(f"layout fs {key!r} is {fs[key]!r}, expected a string or null")
-    for key in ("asked", "got"):
-        value = fs.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, Mapping) or not all(isinstance(v, (int, str)) and not isinstance(v, bool)
-                                                     for v in value.values()):
-            raise ValueError(f"layout fs {key!r} is {value!r}, expected an object of integers and strings")
+    """ValueError when ``meta["layout"]["fs"]`` is not the typed record (:class:`FsLayoutRecord`)."""
+    FsLayoutRecord.from_json(fs)
 
 
 def show(fs: Mapping[str, Any] | None) -> str:
-    """One line for ``ckptio inspect``'s "layout got"."""
+    """One line for ``ckptio inspect``'s "layout got" (``fs``: the record in its JSON form, as the report has it)."""
     if not fs:
         return "(not recorded)"
-    got = fs.get("got")
-    text = " ".join(f"{k}={v}" for k, v in got.items()) if isinstance(got, Mapping) else "(none)"
-    text += f"  [{fs.get('type')}, {fs.get('method') or 'not set'}]"
-    if fs.get("reason"):
-        text += f"  why: {fs['reason']}"
+    record = FsLayoutRecord.from_json(fs)
+    got = record.got
+    text = " ".join(f"{k}={v}" for k, v in got.values.items()) if got is not None else "(none)"
+    text += f"  [{record.type}, {record.method or 'not set'}]"
+    if record.reason:
+        text += f"  why: {record.reason}"
     return text
 
 
@@ -402,8 +382,8 @@ def planned_layout(directory: str, count: int, unit: int) -> tuple[int, int, str
     sets_itself = chosen == "set" and (fs == "cephfs" or (fs == "lustre" and shutil.which("lfs") is not None))
     if sets_itself:
         return count, unit, f"ckptio's choice, which it sets on {fs}"
-    got = directory_layout(directory) if chosen != "off" else None
-    if got and "stripe_count" in got and "stripe_unit" in got:
+    got = StripeLayout(directory_layout(directory) or {}) if chosen != "off" else StripeLayout({})
+    if got.stripe_count is not None and got.stripe_unit is not None:
         why = f"{ENV_LAYOUT}={chosen}" if chosen != "set" else "ckptio cannot set it there"
-        return int(got["stripe_count"]), int(got["stripe_unit"]), f"the directory layout of {directory} on {fs} ({why})"
+        return got.stripe_count, got.stripe_unit, f"the directory layout of {directory} on {fs} ({why})"
     return count, unit, f"ckptio's choice (no directory layout to read on {fs})"

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ClosedCheckpointError, ReadRequestError
+from .model.document import as_document
 from .units import format_bytes
 
 MAX_REPR_VARIABLES = 40
@@ -153,10 +154,11 @@ def describe_reader(reader: Any) -> str:
         variables, attrs = reader.variables, reader.attrs
     except ClosedCheckpointError:
         return f"<ckptio.{kind} {reader.path} (closed)>"
-    meta = getattr(reader, "meta", None) or {}
+    meta = getattr(reader, "meta", None)  # a staged reader has none (no file index)
+    doc = None if meta is None else as_document(meta)
     where = getattr(reader, "source", None) or (reader.backend.name if hasattr(reader, "backend") else "?")
-    written = f", written on {meta['nprocs']} rank(s)" if "nprocs" in meta else ""
-    written += f" at {meta['created']}" if "created" in meta else ""
+    written = f", written on {doc.nprocs} rank(s)" if doc is not None else ""
+    written += f" at {doc.created}" if doc is not None and doc.created is not None else ""
     lines = [f"<ckptio.{kind} {reader.path}: {where}{written}, open on {reader.comm.Get_size()} rank(s)>"]
     if attrs:
         lines.append(f"attributes: {_attrs_text(attrs, limit=4 * MAX_REPR_TEXT)}")

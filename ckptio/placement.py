@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import coord
+from .model.document import as_document
 from .placement_stats import aggregators_per_node, rank_placement
 
 
@@ -68,8 +69,9 @@ def write_report(writer) -> dict[str, Any] | None:
     meta = getattr(writer, "meta", None)  # set on every rank by a successful synchronous close(), or on none
 
     def recorded() -> dict[str, Any] | None:  # rank 0: the document it committed, or the checkpoint's own
-        document = meta if meta is not None else writer.backend.read_metadata(writer.path)
-        return document.get("stats", {}).get("write", {}).get("placement")
+        document = as_document(meta) if meta is not None else writer.backend.read_metadata(writer.path)
+        stats = None if document.stats is None else document.stats.write
+        return None if stats is None or stats.placement is None else dict(stats.placement)
 
     # only rank 0 keeps the whole document (the others hold a light copy): it sends the O(nodes) placement
     placement = coord.bcast_from_root(writer.comm, f"checkpoint {writer.path}: placement report", recorded)

@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from .block_table import BlockTable
 from .errors import CapabilityError, UnknownFormatError
+from .model.block_table import BlockTable
+from .model.document import NO_CHECKSUM, CheckpointDocument, StorageRecord, VariableRecord
 
-NO_CHECKSUM = "none"
 _NUMERIC = "biufc"
 
 
@@ -37,16 +37,17 @@ def _one_block(shape: tuple[int, ...]) -> BlockTable:
                       np.zeros(1, np.uint64), np.full(1, -1, np.int64), z, np.full(1, -1, np.int64), [])
 
 
-def _variable(shape: tuple[int, ...], file_dtype: np.dtype, file_offset: int, attrs: dict[str, Any]) -> dict[str, Any]:
+def _variable(shape: tuple[int, ...], file_dtype: np.dtype, file_offset: int, attrs: dict[str, Any],
+              dims: tuple[str, ...] | None = None) -> VariableRecord:
     native = file_dtype.newbyteorder("=")
-    return {"dtype": native.str, "shape": list(shape), "kind": "array", "attrs": attrs,
-            "storage": {"file_offset": int(file_offset), "file_dtype": file_dtype.str, "format": "plain"},
-            "blocks": _one_block(shape)}
+    storage = StorageRecord({"file_offset": int(file_offset), "file_dtype": file_dtype.str, "format": "plain"})
+    return VariableRecord(native.str, tuple(int(n) for n in shape), "array", _one_block(shape), 1, dims, attrs,
+                          storage)
 
 
-def _document(backend: str, variables: dict[str, Any], skipped: dict[str, str], attrs: dict[str, Any]) -> dict:
-    return {"schema": 2, "backend": backend, "nprocs": 1, "attrs": attrs, "checksum": NO_CHECKSUM,
-            "plain": True, "plain_skipped": skipped, "variables": variables}
+def _document(backend: str, variables: dict[str, VariableRecord], skipped: dict[str, str],
+              attrs: dict[str, Any]) -> CheckpointDocument:
+    return CheckpointDocument(2, backend, 1, NO_CHECKSUM, attrs, variables, plain=True, plain_skipped=skipped)
 
 
 def _json_value(value: Any) -> Any:
@@ -68,14 +69,14 @@ def _attrs(raw: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in ((str(k), _json_value(v)) for k, v in raw.items()) if v is not None}
 
 
-def hdf5_document(path: str) -> dict[str, Any]:
+def hdf5_document(path: str) -> CheckpointDocument:
     """Rank 0: the document of a plain HDF5 file (see the module docstring)."""
     try:
         import h5py
     except ImportError:
         raise CapabilityError(f"{path}: reading an HDF5 file ckptio did not write needs h5py (pip install h5py)") \
             from None
-    variables: dict[str, Any] = {}
+    variables: dict[str, VariableRecord] = {}
     skipped: dict[str, str] = {}
     from .backends.hdf5 import open_for_reading
 
@@ -139,12 +140,12 @@ def packed_problem(attrs: Any) -> str | None:
             f"xarray, which unpack")
 
 
-def netcdf_document(path: str) -> dict[str, Any]:
+def netcdf_document(path: str) -> CheckpointDocument:
     """Rank 0: the document of a plain classic netCDF file (CDF-1, CDF-2 or CDF-5)."""
     from .backends.cdf import NC_TYPES, read_header
 
     header = read_header(path)
-    variables: dict[str, Any] = {}
+    variables: dict[str, VariableRecord] = {}
     skipped: dict[str, str] = {}
     for name, var in header.vars.items():
         if var.is_record:
@@ -158,12 +159,12 @@ def netcdf_document(path: str) -> dict[str, Any]:
             skipped[name] = why
             continue
         shape = tuple(header.dims[d][1] for d in var.dimids)
-        variables[name] = _variable(shape, dtype, var.begin, _attrs(var.attrs))
-        variables[name]["dims"] = [header.dims[d][0] for d in var.dimids]  # netCDF's shared dimensions
+        dims = tuple(header.dims[d][0] for d in var.dimids)  # netCDF's shared dimensions
+        variables[name] = _variable(shape, dtype, var.begin, _attrs(var.attrs), dims)
     return _document("pnetcdf", variables, skipped, _attrs(header.attrs))
 
 
-def plain_document(path: str, backend: str) -> dict[str, Any]:
+def plain_document(path: str, backend: str) -> CheckpointDocument:
     """Rank 0: the document of a file in ``backend``'s container format that ckptio did not write."""
     if backend == "hdf5":
         return hdf5_document(path)

@@ -35,8 +35,9 @@ import numpy as np
 
 from . import extent_table, readplan
 from . import meta as metamod
-from .block_table import BlockTable
 from .extent_table import ExtentTable
+from .model.block_table import BlockTable
+from .model.document import CHECKSUM_ALGORITHM, SCHEMA_VERSION, CheckpointDocument, LayoutRecord, VariableRecord
 from .plan import choose_aggregators
 
 ROW_BYTES = 16 * 16 * 16 * 8  # one FLASH block of one variable (16^3 doubles)
@@ -105,7 +106,7 @@ def _checksums(ranks: int, nvars: int) -> np.ndarray:
 
 
 def flash_like_document(ranks: int, total_bytes: int, nvars: int = 24, data_start: int = 1 << 20,
-                        schema: int = metamod.SCHEMA_VERSION) -> bytes:
+                        schema: int = SCHEMA_VERSION) -> bytes:
     """The native metadata document of the FLASH-like job (as rank 0 reads it from the file's index), in the
     current schema (columnar block table) or, with ``schema=1``, one JSON object per block as before."""
     rows = _rows(ranks, total_bytes, nvars)
@@ -120,10 +121,9 @@ def flash_like_document(ranks: int, total_bytes: int, nvars: int = 24, data_star
         table = BlockTable(r, offset, shape, sums[(r * nvars + v) % len(sums)],
                            data_start + (r * nvars + v) * block, np.full(ranks, block, np.int64),
                            np.full(ranks, -1, np.int64), [])
-        variables[f"var{v:02d}"] = {"dtype": "<f8", "kind": "array", "shape": [ranks * rows, 16, 16, 16],
-                                    "blocks": table if schema >= 2 else table.to_dicts()}
-    doc = {"schema": schema, "backend": "mpiio", "nprocs": ranks, "attrs": {}, "checksum":
-           metamod.CHECKSUM_ALGORITHM, "layout": {"stripe_count": 80, "stripe_unit": 1 << 20}, "variables": variables}
+        variables[f"var{v:02d}"] = VariableRecord("<f8", (ranks * rows, 16, 16, 16), "array", table, ranks)
+    doc = CheckpointDocument(schema, "mpiio", ranks, CHECKSUM_ALGORITHM, {}, variables,
+                             layout=LayoutRecord(stripe_count=80, stripe_unit=1 << 20))
     return metamod.dumps(doc)
 
 

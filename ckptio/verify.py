@@ -3,7 +3,7 @@ every checksum. Runs in one process, with no MPI job needed for the native forma
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +11,7 @@ import numpy as np
 
 from . import meta as metamod
 from .errors import CheckpointError
+from .model.document import CheckpointDocument, as_document
 from .plan import Extent
 
 if TYPE_CHECKING:  # (an annotation only: backends/rawio.py imports this module)
@@ -34,28 +35,31 @@ class Problem:
         return f"{where}: {self.message}"
 
 
-def verify_blocks(backend: Backend, path: str, meta: dict[str, Any], max_bytes: int = 256 << 20,
-                  extents: Sequence[Extent] | None = None) -> list[Problem]:
+def verify_blocks(backend: Backend, path: str, meta: CheckpointDocument | Mapping[str, Any],
+                  max_bytes: int = 256 << 20, extents: Sequence[Extent] | None = None) -> list[Problem]:
     """Read every extent (or only ``extents``, some of ``backend.extents(meta)``) and compare the checksum of
-    every writer block it holds. Local, serial. Returns the problems."""
+    every writer block it holds. Local, serial. Returns the problems. ``meta``: the checkpoint's document (the
+    write side's dict form too, until it builds a CheckpointDocument)."""
+    doc = as_document(meta)
     problems: list[Problem] = []
     reader = backend.serial_extent_reader(path, meta)
     try:
         for extent in backend.extents(meta) if extents is None else extents:
-            var = meta["variables"][extent.var]
-            declared = np.dtype(var["dtype"])
+            var = doc.variables[extent.var]
+            declared = np.dtype(var.dtype)
+            writers = var.block_table().rank
             try:
                 (arr,), _ = reader.read([extent])
             except CheckpointError as exc:
                 for index, _box, _ in extent.verify or ((None, None, None),):
-                    rank = var["blocks"][index]["rank"] if index is not None else None
+                    rank = int(writers[index]) if index is not None else None
                     problems.append(Problem(extent.var, index, rank, str(exc)))
                 continue
             for index, box, expected in extent.verify:
                 sub = np.ascontiguousarray(arr[box.relative_to(extent.box)], dtype=declared)
                 digest = metamod.checksum(sub)
                 if digest != expected:
-                    problems.append(Problem(extent.var, index, var["blocks"][index]["rank"],
+                    problems.append(Problem(extent.var, index, int(writers[index]),
                                             f"checksum mismatch (stored {expected}, computed {digest})"))
     finally:
         reader.close()

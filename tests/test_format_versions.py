@@ -7,7 +7,7 @@ counts, and verified by ``ckptio inspect``. New files say version 2 in every pla
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import json
 import shutil
 import struct
@@ -189,8 +189,7 @@ def test_damaged_columns_in_a_file_are_a_corrupt_checkpoint(tmp_path: Path) -> N
     t = len(raw) - mpiio.TRAILER_SIZE
     magic, _tver, flags, ioff, _ilen, _ihash, data_end, reserved = mpiio._TRAILER.unpack(raw[t:])
     doc = json.loads(bytes(raw[ioff:t]))
-    meta = metamod.loads(json.dumps(doc))
-    meta["schema"] = 2  # as format 2 writes it, then damaged
+    meta = dataclasses.replace(metamod.loads(json.dumps(doc)), schema=2)  # as format 2 writes it, then damaged
     doc2 = json.loads(metamod.dumps(meta))
     doc2["variable_blocks"]["columns"]["file_offset"]["count"] = 1
     index = json.dumps(doc2, sort_keys=True, separators=(",", ":")).encode()
@@ -214,8 +213,7 @@ def test_a_newer_schema_is_refused_as_newer() -> None:
 def test_schema_1_documents_still_dump_as_schema_1() -> None:
     """Tests of old files write schema 1 on purpose: one JSON object per block, and they load to tables."""
     meta = metamod.loads(_small_v2())
-    old = copy.deepcopy(meta)
-    old["schema"] = 1
+    old = dataclasses.replace(meta, schema=1)
     text = json.loads(metamod.dumps(old))
     assert "variable_blocks" not in text and isinstance(text["variables"]["a"]["blocks"], list)
     again = metamod.loads(json.dumps(text))

@@ -11,6 +11,7 @@ import pytest
 
 from ckptio import fslayout
 from ckptio import meta as metamod
+from ckptio.model.document import LayoutRecord
 
 MIB = 1 << 20
 FIXTURES = Path(__file__).resolve().parent / "data"
@@ -53,14 +54,14 @@ def test_granule_is_whole_objects():
 
 
 def test_restart_layout_prefers_what_the_file_system_gave():
-    hinted = {"layout": {"stripe_count": 8, "stripe_unit": MIB}}
+    hinted = LayoutRecord.from_json({"stripe_count": 8, "stripe_unit": MIB})
     assert fslayout.restart_layout(hinted) == (8, MIB)
-    got = {"layout": {"stripe_count": 8, "stripe_unit": MIB,
-                      "fs": {"got": {"stripe_count": 2, "stripe_unit": MIB, "object_size": 4 * MIB}}}}
+    got = LayoutRecord.from_json({"stripe_count": 8, "stripe_unit": MIB,
+                                  "fs": {"got": {"stripe_count": 2, "stripe_unit": MIB, "object_size": 4 * MIB}}})
     assert fslayout.restart_layout(got) == (2, 8 * MIB)
-    damaged = {"layout": {"stripe_count": 8, "stripe_unit": MIB, "fs": {"got": {"stripe_count": "two"}}}}
+    damaged = LayoutRecord.from_json({"stripe_count": 8, "stripe_unit": MIB, "fs": {"got": {"stripe_count": "two"}}})
     assert fslayout.restart_layout(damaged) == (8, MIB)
-    assert fslayout.restart_layout({}) == (1, MIB)
+    assert fslayout.restart_layout(None) == (1, MIB)
 
 
 @pytest.mark.parametrize("bad", [[1], {"type": 3}, {"got": [4]}, {"asked": {"stripe_count": 1.5}},

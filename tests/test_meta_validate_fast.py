@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from ckptio import meta
 from ckptio.block_table import BlockTable
+from ckptio.model import schema_checks
 
 ODD_VALUES = st.one_of(st.booleans(), st.floats(allow_nan=True), st.text(max_size=3), st.none(),
                        st.integers(-2**70, 2**70), st.lists(st.integers(-3, 3), max_size=3), st.just({}))
@@ -84,7 +85,7 @@ def damaged(draw, values=ODD_VALUES, actions=("set", "delete", "duplicate", "ele
 def test_fast_checks_agree_with_the_block_by_block_checks(doc):
     fast = _verdict(copy.deepcopy(doc))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(meta, "_blocks_valid_fast", lambda *a: False)
+        mp.setattr(schema_checks, "_blocks_valid_fast", lambda *a: False)
         slow = _verdict(copy.deepcopy(doc))
     assert fast == slow
 
@@ -94,7 +95,7 @@ def test_valid_documents_take_the_fast_path(segments, ndim):
     for seed in range(20):
         doc = _document(seed, segments, ndim, 4)
         var = doc["variables"]["v"]
-        assert meta._blocks_valid_fast(var["blocks"], tuple(var["shape"]), 4, segments), doc
+        assert schema_checks._blocks_valid_fast(var["blocks"], tuple(var["shape"]), 4, segments), doc
 
 
 def damaged_integers():
@@ -119,7 +120,7 @@ def test_table_checks_agree_with_the_list_checks(doc):
     listed = _verdict(copy.deepcopy(doc))
     assert _verdict(_as_table(doc)) == listed
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(meta, "_table_valid_fast", lambda *a: False)
+        mp.setattr(schema_checks, "_table_valid_fast", lambda *a: False)
         assert _verdict(_as_table(doc)) == listed
 
 
@@ -128,4 +129,4 @@ def test_valid_tables_take_the_fast_path(segments, ndim):
     for seed in range(20):
         doc = _as_table(_document(seed, segments, ndim, 4))
         var = doc["variables"]["v"]
-        assert meta._table_valid_fast(var["blocks"], tuple(var["shape"]), 4, segments), doc
+        assert schema_checks._table_valid_fast(var["blocks"], tuple(var["shape"]), 4, segments), doc

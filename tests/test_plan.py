@@ -32,7 +32,8 @@ def _tiling(n: int, writers: int, row: int, stripe: int, rng) -> extent_table.Ex
         blocks.append({"rank": i, "offset": [bounds[i], 0], "shape": [bounds[i + 1] - bounds[i], row],
                        "checksum": "0" * 16, "codec": None, "file_offset": pos, "stored_nbytes": nbytes})
         pos += nbytes
-    return extent_table.from_blocks({"variables": {"v": {"dtype": "<f8", "shape": [n, row], "blocks": blocks}}})
+    return extent_table.from_blocks({"variables": {"v": {"dtype": "<f8", "shape": [n, row], "kind": "array",
+                                                         "blocks": blocks}}})
 
 
 @settings(max_examples=8, deadline=None)

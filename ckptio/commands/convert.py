@@ -27,16 +27,33 @@ import os
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..errors import CheckpointError, CorruptCheckpointError, IncompleteCheckpointError
+from ..flash_layout import FlashSummary
 from ..layout import Box
+from ..model.block_table import BlockTable
+from ..model.document import VariableRecord
 from .common import EXIT_DIFFERENT, EXIT_OK, UsageError, error_exit, guarded, progress
 from .stream import Source
 
 NAME = "convert"
+
+
+@dataclass(frozen=True)
+class ConvertSummary:
+    """What :func:`convert` wrote: ``variables`` and writer ``blocks`` of DST, and why DST does not check out
+    (``problems``, empty when every checksum of DST was read back and matches SRC's)."""
+
+    src: str
+    dst: str
+    backend: str
+    variables: int
+    blocks: int
+    problems: list[str]
 
 
 def _spool(dtype: np.dtype, shape: tuple[int, ...], directory: str, count: int) -> np.ndarray:
@@ -58,16 +75,26 @@ def _fill(source: Source, name: str, targets: list[tuple[Box, np.ndarray]]) -> N
             spool.flush()
 
 
-def _variable_metadata(writer, var: dict[str, Any]) -> dict[str, Any]:
+def _variable_metadata(writer, var: VariableRecord) -> dict[str, Any]:
     """Per-variable ``dims``/``attrs`` of SRC as keyword arguments of ``writer.write``, when both the checkpoint
     and this ckptio's Writer have them (a checkpoint without them gets none)."""
     import inspect
 
     accepted = inspect.signature(writer.write).parameters
-    return {k: var[k] for k in ("dims", "attrs") if var.get(k) and k in accepted}
+    declared = {"dims": list(var.dims or ()), "attrs": dict(var.attrs or {})}
+    return {k: v for k, v in declared.items() if v and k in accepted}
 
 
-def convert(src: str, dst: str, backend: str, force: bool = False) -> dict[str, Any]:
+def _block_boxes(blocks: BlockTable) -> list[Box]:
+    return [Box(tuple(o), tuple(s)) for o, s in zip(blocks.offset.tolist(), blocks.shape.tolist(), strict=True)]
+
+
+def _block_sums(blocks: BlockTable) -> list[tuple[tuple[int, ...], int]]:
+    """Every block's (offset, checksum), sorted: the decomposition and the data, whichever rank wrote what."""
+    return sorted(zip(map(tuple, blocks.offset.tolist()), blocks.checksum.tolist(), strict=True))
+
+
+def convert(src: str, dst: str, backend: str, force: bool = False) -> ConvertSummary:
     """Local (one process): convert ``src`` to ``dst`` in ``backend``'s format and check it. Returns a summary.
     Raises UsageError / CheckpointError."""
     from mpi4py import MPI
@@ -95,21 +122,19 @@ def convert(src: str, dst: str, backend: str, force: bool = False) -> dict[str, 
         meta = source.meta
         spool_dir = tempfile.mkdtemp(prefix=".ckptio-convert-", dir=os.path.dirname(os.path.abspath(dst)))
         try:
-            writer = create(dst, MPI.COMM_SELF, backend=backend, attrs=meta.get("attrs", {}))
+            writer = create(dst, MPI.COMM_SELF, backend=backend, attrs=dict(meta.attrs))
             with writer:
-                for name, var in progress(list(meta["variables"].items()), desc="convert", unit="var"):
+                for name, var in progress(list(meta.variables.items()), desc="convert", unit="var"):
                     shape, dtype = source.shape(name), source.dtype(name)
                     extra = _variable_metadata(writer, var)
-                    if var["kind"] == "segment":  # one rank here: the writers' segments become one
+                    if var.is_segment:  # one rank here: the writers' segments become one
                         targets = [(Box((0,) * len(shape), shape), _spool(dtype, shape, spool_dir, blocks_written))]
                         _fill(source, name, targets)
                         writer.write(name, targets[0][1], **extra)
                         blocks_written += 1
                         continue
-                    blocks = var["blocks"] or [{"offset": [0] * len(shape), "shape": list(shape)}]
                     targets = []
-                    for block in blocks:
-                        box = Box(tuple(block["offset"]), tuple(block["shape"]))
+                    for box in _block_boxes(var.block_table()) or [Box((0,) * len(shape), shape)]:
                         targets.append((box, _spool(dtype, box.shape, spool_dir, blocks_written)))
                         blocks_written += 1
                     _fill(source, name, targets)
@@ -126,22 +151,19 @@ def convert(src: str, dst: str, backend: str, force: bool = False) -> dict[str, 
                     pass
             except CheckpointError as exc:
                 problems.append(str(exc))
-    for name, var in meta["variables"].items():
-        if var["kind"] == "segment":
+    for name, var in meta.variables.items():
+        if var.is_segment:
             continue
-        new = out_meta["variables"].get(name)
+        new = out_meta.variables.get(name)
         if new is None:
             problems.append(f"variable {name!r} missing from {dst}")
             continue
-        old_sums = sorted((tuple(b["offset"]), b["checksum"]) for b in var["blocks"])
-        new_sums = sorted((tuple(b["offset"]), b["checksum"]) for b in new["blocks"])
-        if old_sums != new_sums:
+        if _block_sums(var.block_table()) != _block_sums(new.block_table()):
             problems.append(f"variable {name!r}: block checksums of {dst} differ from {src}'s")
-    return {"src": src, "dst": dst, "backend": backend, "variables": len(meta["variables"]),
-            "blocks": blocks_written, "problems": problems}
+    return ConvertSummary(src, dst, backend, len(meta.variables), blocks_written, problems)
 
 
-def convert_to_flash(src: str, dst: str, force: bool = False) -> dict[str, Any]:
+def convert_to_flash(src: str, dst: str, force: bool = False) -> FlashSummary:
     """Local (one process): write ``src`` to ``dst`` in FLASH's layout (:func:`ckptio.flash_layout.write_flash`,
     every block checksum of SRC verified on the way). Raises UsageError / CheckpointError; DST is untouched then."""
     from ..flash_layout import is_flash_file, write_flash
@@ -162,8 +184,7 @@ def convert_to_flash(src: str, dst: str, force: bool = False) -> dict[str, Any]:
     if os.path.exists(src) and os.path.exists(dst) and os.path.samefile(src, dst):
         raise UsageError(f"{src} and {dst} are the same file")
     with Source(src) as source:
-        summary = write_flash(source, dst, progress=progress)
-    return {"src": src, "dst": dst, **summary}
+        return write_flash(source, dst, progress=progress)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -189,12 +210,12 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_DIFFERENT
     except (CheckpointError, OSError) as exc:
         return error_exit(NAME, exc)
-    if summary["problems"]:
+    if summary.problems:
         os.unlink(args.dst)  # this command created it: a result that does not check out is not left behind
         return error_exit(NAME, CheckpointError(f"{args.dst} was written but did not check out, so it was "
-                                                "removed: " + "; ".join(summary["problems"][:5])))
-    print(f"converted {args.src} -> {args.dst} ({args.backend}): {summary['variables']} variables, "
-          f"{summary['blocks']} blocks, every checksum checked")
+                                                "removed: " + "; ".join(summary.problems[:5])))
+    print(f"converted {args.src} -> {args.dst} ({args.backend}): {summary.variables} variables, "
+          f"{summary.blocks} blocks, every checksum checked")
     return EXIT_OK
 
 
@@ -206,7 +227,7 @@ def _run_flash(args: argparse.Namespace) -> int:
         return EXIT_DIFFERENT
     except (CheckpointError, OSError) as exc:
         return error_exit(NAME, exc)
-    skipped = f"; not converted (not grid variables): {', '.join(summary['skipped'])}" if summary["skipped"] else ""
-    print(f"converted {args.src} -> {args.dst} (FLASH layout): {len(summary['variables'])} grid variables "
-          f"({', '.join(summary['variables'])}), {summary['blocks']} blocks, every source checksum checked{skipped}")
+    skipped = f"; not converted (not grid variables): {', '.join(summary.skipped)}" if summary.skipped else ""
+    print(f"converted {args.src} -> {args.dst} (FLASH layout): {len(summary.variables)} grid variables "
+          f"({', '.join(summary.variables)}), {summary.blocks} blocks, every source checksum checked{skipped}")
     return EXIT_OK

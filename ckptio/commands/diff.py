@@ -35,7 +35,8 @@ import numpy as np
 from ..catalog import SEQ_ATTR
 from ..errors import CheckpointError
 from ..layout import Box
-from ..meta import attrs_identical, variable_dims
+from ..model.dims_attrs import attrs_identical
+from ..model.document import VariableRecord
 from .common import CHUNK_BYTES, EXIT_DIFFERENT, EXIT_OK, UsageError, error_exit, guarded, progress
 from .stream import Source, nbytes_of
 
@@ -100,15 +101,15 @@ def diff_variable(sa: Source, sb: Source, name: str, rtol: float, atol: float,
     shape = sa.shape(name)
     if shape != sb.shape(name):
         return VariableDiff(name, f"shape {shape} in A, {sb.shape(name)} in B")
-    if va["kind"] != vb["kind"]:
-        return VariableDiff(name, f"kind {va['kind']} in A, {vb['kind']} in B")
+    if va.kind != vb.kind:
+        return VariableDiff(name, f"kind {va.kind} in A, {vb.kind} in B")
     out = VariableDiff(name, size=math.prod(shape))
     problems = []
     if sa.dtype(name) != sb.dtype(name):
         problems.append(f"dtype {sa.dtype(name)} in A, {sb.dtype(name)} in B")
     if (dims := _dims_difference(name, va, vb)) is not None:
         problems.append(dims)
-    wa, wb = va.get("attrs", {}), vb.get("attrs", {})
+    wa, wb = dict(va.attrs or {}), dict(vb.attrs or {})
     if not attrs_identical(wa, wb):
         problems.append(f"attributes differ ({_attr_diff(wa, wb)})")
     if sa.piece_boxes(name) == sb.piece_boxes(name):
@@ -153,10 +154,10 @@ def _finished(out: VariableDiff, problems: list[str]) -> VariableDiff | None:
     return None
 
 
-def _dims_difference(name: str, va: dict[str, Any], vb: dict[str, Any]) -> str | None:
+def _dims_difference(name: str, va: VariableRecord, vb: VariableRecord) -> str | None:
     """Pure: how the dimension names of ``name`` differ between A and B (declared ``dims=`` or the defaults
     ``<name>_d0``, ...; the names HDF5 and netCDF files show), or None. Issue 23: they were not compared."""
-    da, db = variable_dims(name, va), variable_dims(name, vb)
+    da, db = va.dim_names(name), vb.dim_names(name)
     return None if da == db else f"dims {list(da)} in A, {list(db)} in B"
 
 
@@ -190,8 +191,8 @@ class Key:
         if var is None:
             raise UsageError(f"--key {self}: no variable {self.var!r} in {which} ({src.path})")
         shape = src.shape(self.var)
-        if var["kind"] != "segment":
-            raise UsageError(f"--key {self}: {self.var!r} is a {var['kind']} variable, not a per-rank segment "
+        if not var.is_segment:
+            raise UsageError(f"--key {self}: {self.var!r} is a {var.kind} variable, not a per-rank segment "
                              "(write(name, rows) without offset/global_shape)")
         want = 1 if self.column is None else 2
         if len(shape) != want or (self.column is not None and self.column >= shape[1]):
@@ -292,7 +293,7 @@ def diff_checkpoints(path_a: str, path_b: str, rtol: float = 0.0, atol: float = 
             *matched, missing = keyed_rows(key, sa, sb)
             rows = tuple(matched)
             na, nb = sa.shape(key.var)[0], sb.shape(key.var)[0]
-            keyed = [n for n in common if sa.variables[n]["kind"] == sb.variables[n]["kind"] == "segment"
+            keyed = [n for n in common if sa.variables[n].is_segment and sb.variables[n].is_segment
                      and sa.shape(n)[0] == na and sb.shape(n)[0] == nb]
         diffs = []
         for name in progress(common, desc="diff", unit="var"):

@@ -23,7 +23,7 @@ import stat
 import sys
 from typing import Any
 
-from ..catalog import _TEMP, describe, list_directory, superseded
+from ..catalog import _TEMP, identify, list_directory, superseded
 from ..catalog import Entry as CatalogEntry
 from ..errors import (
     CapabilityError,
@@ -83,8 +83,8 @@ def examine(path: str, verify: bool) -> dict[str, Any]:
     except (CheckpointError, OSError, ValueError) as exc:
         info.update(status="corrupt", error=str(exc))
         return info
-    info.update(status="valid+verified" if verify else "valid", attrs=meta.get("attrs", {}),
-                nprocs=meta.get("nprocs"), created=meta.get("created"), _identity=meta.get("series"))
+    info.update(status="valid+verified" if verify else "valid", attrs=dict(meta.attrs), nprocs=meta.nprocs,
+                created=meta.created, _identity=meta.series)
     return info
 
 
@@ -133,16 +133,10 @@ def _mark_timeline(rows: list[dict[str, Any]]) -> None:
             series.setdefault(row["series"], []).append(row)
     for members in series.values():
         entries = {}
-        for r in members:  # the timeline as ckptio.latest sees it: catalog.describe reads the series identity
+        for r in members:  # the timeline as ckptio.latest sees it (catalog.identify)
             entry = CatalogEntry(r["path"], r["step"], None, r["mtime_ns"])
-            if r["status"] in VALID:
-                document = {"attrs": r.get("attrs") or {}, "created": r.get("created")}
-                if r.get("_identity") is not None:
-                    document["series"] = r["_identity"]
-                try:
-                    describe(entry, document)
-                except ValueError:  # a damaged series record: like latest(), such a file is never chosen
-                    pass
+            if r["status"] in VALID:  # (a damaged series record failed the read: "corrupt", never chosen)
+                identify(entry, r.get("created"), r.get("_identity"), r.get("attrs") or {})
             entries[r["path"]] = entry
         gone = superseded(list(entries.values()))
         for r in members:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ import numpy as np
 from .. import meta as metamod
 from ..errors import CorruptCheckpointError
 from ..layout import Box, split_leading_axis
+from ..model.document import CheckpointDocument, VariableRecord
 from ..plan import Extent
 from .common import CHUNK_BYTES, checkpoint_backend
 
@@ -32,7 +33,7 @@ class Source:
     def __init__(self, path: str):
         self.backend = checkpoint_backend(path)
         self.path = path
-        self.meta: dict[str, Any] = self.backend.read_metadata(path)
+        self.meta: CheckpointDocument = self.backend.read_metadata(path)
         self._extents: dict[str, list[Extent]] = defaultdict(list)
         for extent in self.backend.extents(self.meta):
             self._extents[extent.var].append(extent)
@@ -41,19 +42,19 @@ class Source:
 
     # ------------------------------------------------------------------------------------------ metadata
     @property
-    def variables(self) -> dict[str, dict[str, Any]]:
-        return self.meta["variables"]
+    def variables(self) -> Mapping[str, VariableRecord]:
+        return self.meta.variables
 
     @property
-    def attrs(self) -> dict[str, Any]:
-        return self.meta.get("attrs", {})
+    def attrs(self) -> Mapping[str, Any]:
+        return self.meta.attrs
 
     def dtype(self, name: str) -> np.dtype:
         """The variable's dtype in native byte order (what reads return)."""
-        return np.dtype(self.variables[name]["dtype"]).newbyteorder("=")
+        return np.dtype(self.variables[name].dtype).newbyteorder("=")
 
     def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(int(s) for s in self.variables[name]["shape"])
+        return self.variables[name].shape
 
     def piece_boxes(self, name: str, limit: int = CHUNK_BYTES) -> list[Box]:
         """Pure: the boxes :meth:`pieces` yields, in order (no data read)."""
@@ -65,7 +66,7 @@ class Source:
         one row of an extent; a compressed block whole). Raises CorruptCheckpointError (naming the block and
         its writer rank) after the last part of a block whose checksum does not match."""
         var = self.variables[name]
-        declared = np.dtype(var["dtype"])
+        declared = np.dtype(var.dtype)
         for extent in self._extents[name]:
             hashes = {index: (box, expected, metamod.StreamingChecksum()) for index, box, expected in extent.verify}
             for part in self._parts(name, extent, limit):
@@ -78,7 +79,7 @@ class Source:
                 yield part.box, arr
             for index, (_box, expected, digest) in hashes.items():
                 if digest.hexdigest() != expected:
-                    rank = var["blocks"][index]["rank"]
+                    rank = int(var.block_table().rank[index])
                     raise CorruptCheckpointError(f"{self.path}: variable {name!r} block {index} (written by rank "
                                                  f"{rank}): checksum mismatch (stored {expected}, computed "
                                                  f"{digest.hexdigest()})")

@@ -211,11 +211,12 @@ def hints_requested_and_recorded(ctx: Ctx) -> None:
     with ckptio.create(path, ctx.comm, backend=ctx.backend, hints={"cb_buffer_size": 1 << 20}) as ck:
         ck.write("x", np.zeros(3), offset=(3 * ctx.rank,), global_shape=(3 * ctx.size,))
     with ckptio.open(path, ctx.comm) as ck:
-        requested = ck.meta["hints"]["requested"]
+        hints = ck.meta.hints
+        requested = hints.requested
         assert requested["striping_factor"] == str(min(ctx.size, 80)), requested
         assert requested["cb_buffer_size"] == str(1 << 20)
         assert requested["romio_cb_write"] == "enable"
-        assert isinstance(ck.meta["hints"]["effective"], dict)
+        assert isinstance(hints.effective, dict)
 
 
 @case
