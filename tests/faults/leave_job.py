@@ -90,7 +90,7 @@ class SigintAt:
     """Wrap the ckptio.coord functions so that ``target`` sends itself SIGINT just before the (first) phase
     whose name ends with ``suffix`` (a prefix for the open phase): a signal at a known point of the protocol."""
 
-    NAMES = ("run", "agree", "gather_and_plan", "bcast_from_root")
+    NAMES = ("run", "agree", "count_ranks", "gather_and_plan", "bcast_from_root")
 
     def __init__(self, suffix: str, target: int):
         self.suffix, self.target, self.fired = suffix, target, False

@@ -16,8 +16,10 @@ from mpi_helpers import run_mpi  # noqa: E402
 JOB = HERE / "leave_job.py"
 # the phases before which leave_job.py sends SIGINT to one rank (suffixes of ckptio.coord phase names; a
 # trailing space: a prefix)
+# the engine's phases (ckptio/engine/write.py, commit.py), in order; "write data" and the document and mark writes
+# are the backend's steps, run through coord.count_ranks (ckptio/engine/steps.py)
 WRITE_PHASES = ("declare (arguments)", ": declare", "create file", "reserve space", "write data", "build index",
-                ": commit", "check and rename")
+                "write the metadata document", ": close", "check and rename")
 READ_PHASES = ("open ", "requests", "allocate", "open file on aggregators", "round 1 of 1", "close ")
 
 
