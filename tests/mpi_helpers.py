@@ -18,6 +18,9 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+# The MPI programs the tests run, one module per test file (tests/programs/read_out.py for tests/test_read_out.py):
+# ``run_mpi(n, [str(PROGRAMS / "read_out.py"), CASE, *args])``.
+PROGRAMS = REPO / "tests" / "programs"
 OMPI_ENV = {
     "OMPI_ALLOW_RUN_AS_ROOT": "1",
     "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
