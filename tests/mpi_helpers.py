@@ -106,13 +106,6 @@ def run_mpi(nprocs: int, args: list[str], timeout: float = 240, env: dict[str, s
     return run_program(nprocs, [sys.executable, *args], timeout=timeout, env=env, check=check)
 
 
-def run_script(nprocs: int, script: str, tmp_path: Path, *args: str, **kw) -> subprocess.CompletedProcess:
-    """Write ``script`` into tmp_path and run it under mpirun (for one-off MPI test programs)."""
-    path = tmp_path / f"script_{abs(hash(script)) % 10**8}.py"
-    path.write_text(script)
-    return run_mpi(nprocs, [str(path), *args], **kw)
-
-
 def parse_cases(stdout: str) -> dict[str, str]:
     """``CASE name PASS|FAIL reason`` lines of ckptio.testing -> {name: "PASS" or the failure}."""
     out = {}
