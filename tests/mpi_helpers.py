@@ -18,6 +18,9 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+# The MPI programs the tests run, one module per test file (tests/programs/read_out.py for tests/test_read_out.py):
+# ``run_mpi(n, [str(PROGRAMS / "read_out.py"), CASE, *args])``.
+PROGRAMS = REPO / "tests" / "programs"
 OMPI_ENV = {
     "OMPI_ALLOW_RUN_AS_ROOT": "1",
     "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
@@ -101,13 +104,6 @@ def run_mpi(nprocs: int, args: list[str], timeout: float = 240, env: dict[str, s
             check: bool = True) -> subprocess.CompletedProcess:
     """Run ``python ARGS`` on ``nprocs`` ranks (see :func:`run_program`)."""
     return run_program(nprocs, [sys.executable, *args], timeout=timeout, env=env, check=check)
-
-
-def run_script(nprocs: int, script: str, tmp_path: Path, *args: str, **kw) -> subprocess.CompletedProcess:
-    """Write ``script`` into tmp_path and run it under mpirun (for one-off MPI test programs)."""
-    path = tmp_path / f"script_{abs(hash(script)) % 10**8}.py"
-    path.write_text(script)
-    return run_mpi(nprocs, [str(path), *args], **kw)
 
 
 def parse_cases(stdout: str) -> dict[str, str]:

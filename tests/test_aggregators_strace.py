@@ -9,31 +9,9 @@ import subprocess
 import sys
 
 import pytest
-from mpi_helpers import BACKENDS, REPO, mpi_env, run_script
+from mpi_helpers import BACKENDS, PROGRAMS, REPO, mpi_env, run_mpi
 
-WRITE = """
-import sys, numpy as np, ckptio
-from mpi4py import MPI
-comm = MPI.COMM_WORLD
-r, n = comm.Get_rank(), comm.Get_size()
-with ckptio.create(sys.argv[1], comm, backend=sys.argv[2]) as ck:
-    ck.write("u", np.full((50, 100), r, np.float64), offset=(50 * r, 0), global_shape=(50 * n, 100))
-"""
-
-READ = """
-import os, sys, json, numpy as np, ckptio
-from mpi4py import MPI
-comm = MPI.COMM_WORLD
-r, n = comm.Get_rank(), comm.Get_size()
-with ckptio.open(sys.argv[1], comm, aggregators=2) as ck:
-    rows = ck.variables["u"].shape[0]
-    lo, hi = r * rows // n, (r + 1) * rows // n
-    got = ck.read("u", offset=(lo, 0), shape=(hi - lo, 100))
-    assert (got == (np.arange(lo, hi) // 50)[:, None]).all()
-    info = {"rank": r, "pid": os.getpid(), "aggregator": r in ck.aggregators, "stats": ck.stats.to_json()}
-with open(os.path.join(os.path.dirname(sys.argv[1]), f"info.{r}.json"), "w") as f:
-    json.dump(info, f)
-"""
+PROGRAM = str(PROGRAMS / "aggregators_strace.py")  # the MPI programs of this test
 
 
 @pytest.mark.mpi
@@ -43,12 +21,10 @@ with open(os.path.join(os.path.dirname(sys.argv[1]), f"info.{r}.json"), "w") as 
 @pytest.mark.parametrize("nprocs", [4, 8])
 def test_only_aggregators_open_and_read_the_file(backend, nprocs, tmp_path):
     path = tmp_path / "chk_000001"
-    run_script(4, WRITE, tmp_path, str(path), backend)
-    script = tmp_path / "read.py"
-    script.write_text(READ)
+    run_mpi(4, [PROGRAM, "write", str(path), backend])
     prefix = tmp_path / "trace"
     cmd = ["strace", "-f", "-qq", "-e", "trace=openat,open,read,pread64,preadv,preadv2", "-ff", "-o", str(prefix),
-           "mpirun", "-n", str(nprocs), sys.executable, str(script), str(path)]
+           "mpirun", "-n", str(nprocs), sys.executable, PROGRAM, "read", str(path)]
     proc = subprocess.run(cmd, cwd=REPO, env=mpi_env(), capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     import json

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from mpi_helpers import mpi_env, run_mpi, run_script
+from mpi_helpers import mpi_env, run_mpi
 
 from ckptio import meta as metamod
 
@@ -495,38 +495,39 @@ def test_leading_axis_bands_group_overlapping_blocks() -> None:
     _run_snippet(code, "BANDS OK")
 
 
-if __name__ == "__main__":
-    command, *rest = sys.argv[1:]
-    {"write": lambda: write_job(rest[0], rest[1]), "read": lambda: read_job(rest[0], int(rest[1])),
-     "check-h5py": lambda: check_h5py(rest[0]), "check-netcdf4": lambda: check_netcdf4(rest[0]),
-     "check-netcdf4-h5": lambda: check_netcdf4_reads_hdf5_tables(rest[0]),
-     "damage": lambda: damage(rest[1], rest[0])}[command]()
-
-
-MANY_VARIABLES = r'''
-import sys
-from mpi4py import MPI
-import numpy as np
-import ckptio
-
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
-nvars, path = int(sys.argv[1]), sys.argv[2]
-with ckptio.create(path, comm, backend=sys.argv[3]) as ck:
-    for i in range(rank, nvars, size):
-        ck.write(f"v{i:05d}", np.arange(128.0) + i, offset=(0,), global_shape=(128,))
-with ckptio.open(path, comm) as ck:
-    got = ck.read_many([(f"v{i:05d}", None, None) for i in range((rank + 1) % size, nvars, size)])
-ok = all(np.array_equal(g, np.arange(128.0) + i) for g, i in zip(got, range((rank + 1) % size, nvars, size)))
-print("MANY", comm.allreduce(int(ok)) == size)
-'''
-
-
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("backend", ("mpiio", *BACKENDS))
 def test_thousands_of_small_variables(tmp_path: Path, backend: str) -> None:
     """2,500 variables of 1 KiB: HDF5's metadata cache starts writing while the datasets are created, which
     used to break the end-of-file query behind the space reservation ("driver get_eof request failed")."""
-    out = run_script(2, MANY_VARIABLES, tmp_path, "2500", str(tmp_path / "many"), backend).stdout
+    out = run_mpi(2, [str(HERE), "many", "2500", str(tmp_path / "many"), backend]).stdout
     assert "MANY True" in out, out
+
+
+def many_variables_job(nvars: int, path: str, backend: str) -> None:
+    """Under mpirun: ``nvars`` variables of 128 float64, spread round robin over the ranks, each read back by the
+    next rank; prints ``MANY True`` when every rank read every one right."""
+    from mpi4py import MPI
+
+    import ckptio
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    with ckptio.create(path, comm, backend=backend) as ck:
+        for i in range(rank, nvars, size):
+            ck.write(f"v{i:05d}", np.arange(128.0) + i, offset=(0,), global_shape=(128,))
+    with ckptio.open(path, comm) as ck:
+        got = ck.read_many([(f"v{i:05d}", None, None) for i in range((rank + 1) % size, nvars, size)])
+    mine = range((rank + 1) % size, nvars, size)
+    ok = all(np.array_equal(g, np.arange(128.0) + i) for g, i in zip(got, mine, strict=True))
+    print("MANY", comm.allreduce(int(ok)) == size)
+
+
+if __name__ == "__main__":
+    command, *rest = sys.argv[1:]
+    {"write": lambda: write_job(rest[0], rest[1]), "read": lambda: read_job(rest[0], int(rest[1])),
+     "check-h5py": lambda: check_h5py(rest[0]), "check-netcdf4": lambda: check_netcdf4(rest[0]),
+     "check-netcdf4-h5": lambda: check_netcdf4_reads_hdf5_tables(rest[0]),
+     "damage": lambda: damage(rest[1], rest[0]),
+     "many": lambda: many_variables_job(int(rest[0]), rest[1], rest[2])}[command]()

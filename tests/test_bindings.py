@@ -22,12 +22,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from mpi_helpers import FORTRAN_BUILD, REPO, run_mpi, run_program, run_script
+from mpi_helpers import FORTRAN_BUILD, PROGRAMS, REPO, run_mpi, run_program
 
 SRC = REPO / "fortran_bindings"
 BUILD = FORTRAN_BUILD  # build/fortran, or build/fortran-mpich in the MPICH stack's venv
 FLASH_PY = str(REPO / "examples" / "flash_like" / "flash_like.py")
 SMALL = ["--nblocks", "13", "--nxb", "8", "--checkpoint-every", "5", "--quiet"]
+# What the compiled programs wrote, as Python reads it (for every test_bindings*.py)
+PROGRAM = str(PROGRAMS / "bindings.py")
 
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(600)]
 
@@ -97,59 +99,14 @@ def status_codes() -> dict[str, int]:
 
 CODES = status_codes()
 
-# Compare every variable and attribute of checkpoints, bit for bit (run on 1 rank, COMM_SELF).
-COMPARE = r"""
-import sys
-from mpi4py import MPI
-import ckptio
-first, *others = sys.argv[1:]
-SERIES_ONLY = "ckptio_series_seq"  # the commit counter an older ckptio.Series added as an attribute (Fortran: none)
-with ckptio.open(first, MPI.COMM_SELF) as a:
-    ref = {n: a.read(n) for n in a.variables}
-    attrs = {k: v for k, v in a.attrs.items() if k != SERIES_ONLY}
-for other in others:
-    with ckptio.open(other, MPI.COMM_SELF) as b:
-        assert sorted(b.variables) == sorted(ref), (other, sorted(b.variables), sorted(ref))
-        assert {k: v for k, v in b.attrs.items() if k != SERIES_ONLY} == attrs, (other, b.attrs, attrs)
-        for n, x in ref.items():
-            y = b.read(n)
-            assert x.dtype == y.dtype and x.shape == y.shape, (other, n, x.dtype, y.dtype, x.shape, y.shape)
-            assert x.tobytes() == y.tobytes(), f"{other}: variable {n} differs from {first}"
-print("IDENTICAL", len(ref), "variables")
-"""
 
-
-def assert_identical(tmp_path: Path, *paths) -> None:
-    proc = run_script(1, COMPARE, tmp_path, *map(str, paths))
+def assert_identical(*paths) -> None:
+    """Every variable and attribute of the checkpoints ``paths`` is the first one's, bit for bit (1 rank)."""
+    proc = run_mpi(1, [PROGRAM, "compare", *map(str, paths)])
     assert "IDENTICAL" in proc.stdout
 
 
 # ------------------------------------------------------------------------------------------------- C API
-# The checkpoint of ckptio_test_c roundtrip, as Python sees it (on another rank count than the writer's).
-CHECK_C_FILE = r"""
-import sys
-import numpy as np
-from mpi4py import MPI
-import ckptio
-path, writers = sys.argv[1], int(sys.argv[2])
-comm = MPI.COMM_WORLD
-with ckptio.open(path, comm) as ck:
-    assert ck.attrs["step"] == 7 and ck.attrs["time"] == 0.125
-    label = ck.attrs["label"]
-    assert (label.decode() if isinstance(label, bytes) else label) == "c roundtrip"
-    rows = ck.read("rows")
-    i, j = np.indices((3 * writers, 5))
-    assert rows.dtype == np.float64 and (rows == 1000.0 * i + j + 0.25).all()
-    f3 = ck.read("fortran3d")   # Fortran a(i,j,k), column-major: stored with the reversed shape (k, j, i)
-    k, j, i = np.indices((2 * writers, 3, 4))
-    assert f3.dtype == np.int32 and f3.shape == (2 * writers, 3, 4)
-    assert (f3 == 10000 * k + 100 * j + i).all()
-    seg = ck.read("seg", offset=(0,), shape=(writers * (writers + 1) // 2,))
-    assert seg.tolist() == [100 * r + q for r in range(writers) for q in range(r + 1)]
-if comm.rank == 0:
-    print("PYTHON OK")
-"""
-
 
 @pytest.mark.parametrize("nprocs", [2, 4])
 @pytest.mark.parametrize("backend", ["mpiio", "hdf5", "pnetcdf"])
@@ -159,7 +116,7 @@ def test_c_roundtrip(build, tmp_path, nprocs, backend):
     proc = run_program(nprocs, [build / "ckptio_test_c", "roundtrip", tmp_path, backend])
     assert f"ROUNDTRIP OK {nprocs} ranks backend {backend}" in proc.stdout
     other = 3 if nprocs != 3 else 2
-    proc = run_script(other, CHECK_C_FILE, tmp_path, str(tmp_path / "chk_000007"), str(nprocs))
+    proc = run_mpi(other, [PROGRAM, "c_roundtrip", str(tmp_path / "chk_000007"), str(nprocs)])
     assert "PYTHON OK" in proc.stdout
 
 
@@ -213,48 +170,12 @@ def test_status_codes_match_fortran_module():
 
 
 # --------------------------------------------------------------------------------------------------- Fortran
-CHECK_F_LAYOUT = r"""
-import sys
-import numpy as np
-from mpi4py import MPI
-import ckptio
-d, writers = sys.argv[1], int(sys.argv[2])
-N1, N2, NK = 4, 3, 2
-with ckptio.open(f"{d}/chk_000003", MPI.COMM_WORLD) as ck:
-    # Fortran a(N1, N2, NK*writers) -> C-order global shape (NK*writers, N2, N1); a(i,j,k) == x[k-1, j-1, i-1]
-    assert ck.variables["a"].shape == (NK * writers, N2, N1), ck.variables["a"].shape
-    x = ck.read("a")
-    k, j, i = np.indices(x.shape) + 1
-    assert x.dtype == np.float64 and (x == i + 100.0 * j + 10000.0 * k + 0.5).all()
-    r4 = ck.read("r4")
-    assert r4.dtype == np.float32 and r4.shape == (5 * writers,)
-    assert (r4 == np.repeat(np.arange(writers), 5) + 0.25 * np.tile(np.arange(1, 6), writers)).all()
-    seg = ck.read("seg", offset=(0,), shape=(writers * (writers + 1) // 2,))
-    assert seg.tolist() == [100 * r + q for r in range(writers) for q in range(r + 1)]
-    # Fortran tr(3, n) with rows=.true.: Python's (n, 3) rows, every writer's in rank order
-    want = [[10.0 * r + 0.5 * (3 * q + c + 1) for c in range(3)] for r in range(writers) for q in range(r % 3)]
-    assert ck.variables["tr"].shape == (len(want), 3)
-    assert ck.read("tr", offset=(0, 0), shape=(len(want), 3)).tolist() == want
-    assert ck.attrs["step"] == 3 and ck.attrs["big"] == 9000000000 and ck.attrs["time"] == 0.375
-    assert ck.attrs["label"] == "fortran layout"
-    # slice of the middle: Python hyperslabs map to Fortran index ranges
-    part = ck.read("a", offset=(1, 1, 2), shape=(2, 2, 2))
-    assert (part == x[1:3, 1:3, 2:4]).all()
-with ckptio.open(f"{d}/ints_000001", MPI.COMM_WORLD) as ck:
-    b = ck.read("b")   # Fortran b(4, 2*writers) -> (2*writers, 4)
-    assert b.dtype == np.int32 and b.shape == (2 * writers, 4)
-    r, c = np.indices(b.shape)
-    assert (b == (r % 2) * 4 + c + 1 + 10 * (r // 2)).all()
-if MPI.COMM_WORLD.rank == 0:
-    print("PYTHON OK")
-"""
-
 
 @pytest.mark.parametrize("nprocs", [2, 3])
 def test_fortran_layout_seen_from_python(build, tmp_path, nprocs):
     proc = run_program(nprocs, [build / "ckptio_test_f", "layout", tmp_path])
     assert f"LAYOUT OK {nprocs} ranks" in proc.stdout
-    proc = run_script(2, CHECK_F_LAYOUT, tmp_path, str(tmp_path), str(nprocs))
+    proc = run_mpi(2, [PROGRAM, "fortran_layout", str(tmp_path), str(nprocs)])
     assert "PYTHON OK" in proc.stdout
 
 
@@ -305,7 +226,7 @@ def test_flash_like_fortran_matches_python(build, tmp_path):
     run_program(4, [build / "flash_like", "--outdir", tmp_path / "f", "--steps", "10", "--backend", "hdf5", *SMALL])
     run_mpi(2, [FLASH_PY, "--outdir", str(tmp_path / "p"), "--steps", "10", *SMALL])
     for step in ("000005", "000010"):
-        assert_identical(tmp_path, tmp_path / "p" / f"chk_{step}", tmp_path / "f" / f"chk_{step}")
+        assert_identical(tmp_path / "p" / f"chk_{step}", tmp_path / "f" / f"chk_{step}")
 
 
 def test_flash_like_restart_across_languages(build, tmp_path):
@@ -319,7 +240,7 @@ def test_flash_like_restart_across_languages(build, tmp_path):
     proc = run_program(3, [build / "flash_like", "--outdir", p2f, "--steps", "20", "--restart",
                       "--checkpoint-every", "5", "--nblocks", "13"])
     assert "restarted from" in proc.stdout and "chk_000010" in proc.stdout
-    assert_identical(tmp_path, ref / "chk_000020", f2p / "chk_000020", p2f / "chk_000020")
+    assert_identical(ref / "chk_000020", f2p / "chk_000020", p2f / "chk_000020")
     assert sorted(p.name for p in p2f.iterdir()) == ["chk_000010", "chk_000015", "chk_000020"]  # retention
 
 
@@ -379,30 +300,7 @@ def test_ckptio_python_selects_the_interpreter(build, tmp_path):
 
 
 # --------------------------------------------------------------------------------- host program is Python
-HOST_IS_PYTHON = r"""
-import ctypes, sys
-import numpy as np
-from mpi4py import MPI
-lib = ctypes.CDLL(sys.argv[1])       # CDLL releases the GIL around calls: the library takes it itself
-comm_t = ctypes.c_void_p if MPI._sizeof(MPI.Comm) == ctypes.sizeof(ctypes.c_void_p) else ctypes.c_int
-lib.ckptio_create.argtypes = [ctypes.c_char_p, comm_t, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
-lib.ckptio_write_segment.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int64, ctypes.c_void_p]
-lib.ckptio_close.argtypes = [ctypes.c_void_p]
-comm = MPI.COMM_WORLD
-data = np.arange(comm.rank + 2, dtype=np.float64)
-f = ctypes.c_void_p()
-path = sys.argv[2].encode()
-assert lib.ckptio_create(path, comm_t(MPI._handleof(comm)), b"mpiio", ctypes.byref(f)) == 0
-assert lib.ckptio_write_segment(f, b"x", 10, data.size, data.ctypes.data) == 0
-assert lib.ckptio_close(f) == 0
-assert lib.ckptio_finalize() == 0     # not our interpreter: it keeps running
-import ckptio
-with ckptio.open(sys.argv[2], comm) as ck:
-    assert ck.read("x").tolist() == data.tolist()
-print("HOST OK", comm.rank)
-"""
-
 
 def test_library_reuses_a_running_interpreter(build, tmp_path):
-    proc = run_script(2, HOST_IS_PYTHON, tmp_path, str(build / "libckptio_c.so"), str(tmp_path / "chk_000001"))
+    proc = run_mpi(2, [PROGRAM, "host_is_python", str(build / "libckptio_c.so"), str(tmp_path / "chk_000001")])
     assert proc.stdout.count("HOST OK") == 2

@@ -11,20 +11,13 @@ The programs check the data they read back themselves; this module checks the ER
 from __future__ import annotations
 
 import pytest
-from mpi_helpers import run_program, run_script
-from test_bindings import CODES, ensure_build, error_lines, same_everywhere
+from mpi_helpers import run_mpi, run_program
+from test_bindings import CODES, PROGRAM, ensure_build, error_lines, same_everywhere
 
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(600)]
 
 DECL, ARG, CAP, OK = (CODES[c] for c in ("CKPTIO_ERR_DECLARATION", "CKPTIO_ERR_ARGUMENT",
                                          "CKPTIO_ERR_CAPABILITY", "CKPTIO_OK"))
-
-CODEC = r"""
-import sys, ckptio
-from mpi4py import MPI
-with ckptio.open(sys.argv[1], MPI.COMM_SELF) as ck:
-    print("CODEC", sorted({b["codec"] for b in ck.backend.read_metadata(sys.argv[1])["variables"]["x"]["blocks"]}))
-"""
 
 
 @pytest.fixture(scope="session")
@@ -54,7 +47,7 @@ def check_files(tmp_path) -> None:
     for good in ("async_000001", "staged_000002", "zstd_000003"):
         assert good in names, names
     assert not [n for n in names if n.startswith(("fail_", "mixed_"))], names
-    codec = run_script(1, CODEC, tmp_path, str(tmp_path / "zstd_000003")).stdout
+    codec = run_mpi(1, [PROGRAM, "codec", str(tmp_path / "zstd_000003")]).stdout
     assert "CODEC ['zstd+shuffle:3']" in codec, codec
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from mpi_helpers import run_program, run_script
-from test_bindings import CODES, ensure_build, error_lines
+from mpi_helpers import run_mpi, run_program
+from test_bindings import CODES, PROGRAM, ensure_build, error_lines
 
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(600)]
 
@@ -56,26 +56,11 @@ def test_fortran_read_many(build, tmp_path, nprocs):
     assert f'rank {nprocs - 1}: ArgumentError: the array to read "r002" into is not contiguous' in message
 
 
-CORRUPT_NEWEST = r"""
-import sys
-from ckptio.backends import detect_backend
-path = sys.argv[1]
-backend = detect_backend(path)
-extent = backend.extents(backend.read_metadata(path))[-1]
-with open(path, "r+b") as f:
-    f.seek(extent.file_offset + extent.nbytes // 2)
-    byte = f.read(1)
-    f.seek(-1, 1)
-    f.write(bytes([byte[0] ^ 0x40]))
-print("CORRUPTED")
-"""
-
-
 def test_latest_verified_falls_back_past_a_corrupt_checkpoint(build, tmp_path):
     run_program(2, [build / "ckptio_test_c", "many", tmp_path, "20"], timeout=300)   # chk_000001, chk_000002
     proc = run_program(2, [build / "ckptio_test_c", "latest", tmp_path])
     assert f"LATEST {tmp_path}/chk_000002" in proc.stdout and f"VERIFIED {tmp_path}/chk_000002" in proc.stdout
-    assert "CORRUPTED" in run_script(1, CORRUPT_NEWEST, tmp_path, str(tmp_path / "chk_000002")).stdout
+    assert "CORRUPTED" in run_mpi(1, [PROGRAM, "corrupt_newest", str(tmp_path / "chk_000002")]).stdout
     proc = run_program(2, [build / "ckptio_test_c", "latest", tmp_path])
     assert f"LATEST {tmp_path}/chk_000002" in proc.stdout          # metadata only: does not see it
     assert f"VERIFIED {tmp_path}/chk_000001" in proc.stdout        # checksums: falls back

@@ -17,8 +17,8 @@ Compiled test programs (fortran_bindings/tests/) under mpirun, checked from Pyth
 from __future__ import annotations
 
 import pytest
-from mpi_helpers import run_program, run_script
-from test_bindings import CODES, ensure_build, error_lines, same_everywhere
+from mpi_helpers import run_mpi, run_program
+from test_bindings import CODES, PROGRAM, ensure_build, error_lines, same_everywhere
 
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(600)]
 
@@ -29,25 +29,6 @@ def build():
 
 
 # ------------------------------------------------------------------------------------ item 1: memory lifetime
-CHECK_TEMPORARIES = r"""
-import sys
-import numpy as np
-from mpi4py import MPI
-import ckptio
-d, writers = sys.argv[1], int(sys.argv[2])
-n = 1000
-with ckptio.open(f"{d}/chk_000001", MPI.COMM_WORLD) as ck:
-    i = np.arange(n * writers)
-    assert (ck.read("expr") == 2.0 * (i + 1)).all()
-    r, k = np.divmod(i, n)
-    assert (ck.read("explicit") == r * 2 * n + 2 * k + 1 + 0.25).all()
-    assert (ck.read("contig") == r * 2 * n + 2 * k + 2 + 0.25).all()
-    big = ck.read("big", offset=(ck.variables["big"].shape[0] - 3,), shape=(3,))
-    assert (big == np.arange(ck.variables["big"].shape[0] - 2, ck.variables["big"].shape[0] + 1) + 0.5).all()
-if MPI.COMM_WORLD.rank == 0:
-    print("PYTHON OK")
-"""
-
 
 @pytest.mark.parametrize("nprocs", [2, 4])
 def test_fortran_temporaries_are_copied(build, tmp_path, nprocs):
@@ -59,7 +40,7 @@ def test_fortran_temporaries_are_copied(build, tmp_path, nprocs):
     assert "rank 0: ArgumentError: the memory of ckptio_write(\"a\") changed" in message, message
     assert "nothing was committed" in message
     assert not (tmp_path / "chk_000003").exists()
-    proc = run_script(3, CHECK_TEMPORARIES, tmp_path, str(tmp_path), str(nprocs))
+    proc = run_mpi(3, [PROGRAM, "temporaries", str(tmp_path), str(nprocs)])
     assert "PYTHON OK" in proc.stdout
 
 
@@ -129,38 +110,12 @@ def test_c_messages_keep_c_names_and_order(build, tmp_path):
 
 
 # ------------------------------------------------------------------------------------ item 5: element types
-CHECK_TYPES = r"""
-import sys
-import numpy as np
-from mpi4py import MPI
-import ckptio
-d, writers = sys.argv[1], int(sys.argv[2])
-with ckptio.open(f"{d}/chk_000001", MPI.COMM_WORLD) as ck:
-    l = ck.read("l")                     # Fortran l(3, 2*writers) -> (2*writers, 3)
-    assert l.dtype == np.bool_ and l.shape == (2 * writers, 3), (l.dtype, l.shape)
-    j, i = np.indices(l.shape) + 1       # global column j, row i; rank r owns columns 2r+1..2r+2
-    r, jl = np.divmod(j - 1, 2)
-    assert (l == ((i + jl + 1 + r) % 2 == 0)).all()
-    c4 = ck.read("c4")
-    assert c4.dtype == np.complex64
-    assert (c4 == np.repeat(np.arange(writers), 5) + 1j * np.tile(np.arange(1, 6), writers)).all()
-    c8 = ck.read("c8")                   # Fortran c8(2, 3*writers) -> (3*writers, 2)
-    assert c8.dtype == np.complex128 and c8.shape == (3 * writers, 2)
-    jj, ii = np.indices(c8.shape)
-    assert (c8 == (jj // 3) + 0.5 * (ii + 1) - 1j * (jj % 3 + 1)).all()
-    seg = ck.read("lseg", offset=(0,), shape=(writers * (writers + 1) // 2,))
-    assert seg.dtype == np.bool_ and seg.tolist() == [q > 0 for r in range(writers) for q in range(r + 1)]
-    assert ck.attrs["r4"] == float(np.float32(0.1))
-if MPI.COMM_WORLD.rank == 0:
-    print("PYTHON OK")
-"""
-
 
 @pytest.mark.parametrize("nprocs", [2, 4])
 def test_fortran_logical_complex_real32_attr(build, tmp_path, nprocs):
     proc = run_program(nprocs, [build / "ckptio_test_f", "types", tmp_path], timeout=180)
     assert f"TYPES OK {nprocs} ranks" in proc.stdout
-    proc = run_script(3, CHECK_TYPES, tmp_path, str(tmp_path), str(nprocs))
+    proc = run_mpi(3, [PROGRAM, "types", str(tmp_path), str(nprocs)])
     assert "PYTHON OK" in proc.stdout
 
 

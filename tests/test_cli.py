@@ -9,19 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from mpi_helpers import BACKENDS, mpi_env, run_script
+from mpi_helpers import BACKENDS, PROGRAMS, mpi_env, run_mpi
 
 CKPTIO = str(Path(sys.executable).parent / "ckptio")
-
-WRITE = """
-import sys, numpy as np, ckptio
-from mpi4py import MPI
-comm = MPI.COMM_WORLD
-r, n = comm.Get_rank(), comm.Get_size()
-with ckptio.create(sys.argv[1], comm, backend=sys.argv[2], attrs={"step": 7, "time": 0.5}) as ck:
-    ck.write("dens", np.full((4, 64), r, np.float64), offset=(4 * r, 0), global_shape=(4 * n, 64))
-    ck.write("ids", np.arange(r + 1, dtype=np.int64))
-"""
+PROGRAM = str(PROGRAMS / "cli.py")  # the programs that write the checkpoints these tests read
 
 
 def inspect(*args: str) -> subprocess.CompletedProcess:
@@ -31,7 +22,7 @@ def inspect(*args: str) -> subprocess.CompletedProcess:
 @pytest.fixture(params=BACKENDS)
 def checkpoint(request, tmp_path):
     path = tmp_path / f"chk_{request.param}"
-    run_script(2, WRITE, tmp_path, str(path), request.param)
+    run_mpi(2, [PROGRAM, "inspected", str(path), request.param])
     return path, request.param
 
 
@@ -190,7 +181,7 @@ def test_fifo_does_not_block_and_says_what_it_is(tmp_path):
 @pytest.mark.mpi
 def test_several_paths_worst_status_and_closed_pipe(tmp_path):
     good = tmp_path / "chk_good"
-    run_script(2, WRITE, tmp_path, str(good), "mpiio")
+    run_mpi(2, [PROGRAM, "inspected", str(good), "mpiio"])
     junk = tmp_path / "junk"
     junk.write_bytes(os.urandom(4096))
     bad = tmp_path / "chk_bad"
@@ -210,19 +201,11 @@ def test_several_paths_worst_status_and_closed_pipe(tmp_path):
         assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
 
 
-BIG = """
-import sys, numpy as np, ckptio
-from mpi4py import MPI
-with ckptio.create(sys.argv[1], MPI.COMM_WORLD) as ck:
-    ck.write("x", np.arange(20000, dtype=np.float64), offset=(0,), global_shape=(20000,))
-"""
-
-
 def test_every_command_into_a_closed_pipe_ends_quietly_with_the_sigpipe_status(tmp_path):
     """``ckptio ... | head -1`` under ``set -o pipefail``: no traceback, and status 141 (128 + SIGPIPE) or 0 (the
     output fitted the pipe), never 1 or 2, which mean "corrupt"/"different" and "error" (issue 11 item 12)."""
     big = tmp_path / "chk_000001"
-    run_script(1, BIG, tmp_path, str(big))
+    run_mpi(1, [PROGRAM, "big", str(big)])
     for i in range(2, 400):  # names that look like checkpoints: one line each in `ls`
         (tmp_path / f"chk_{i:06d}").write_bytes(b"not a checkpoint")
     commands = [f"inspect --verify {' '.join([str(big)] * 60)}", f"ls {tmp_path}", f"dump {big} x --full",
@@ -236,7 +219,7 @@ def test_every_command_into_a_closed_pipe_ends_quietly_with_the_sigpipe_status(t
 
 def test_directory_scan_reads_a_few_bytes_of_other_files(tmp_path, monkeypatch):
     """latest() over files that are not checkpoints: a few KiB read per file, not up to 64 MiB."""
-    from ckptio.backends import base, looks_like_checkpoint
+    from ckptio.backends import detect, looks_like_checkpoint
 
     import ckptio
 
@@ -244,8 +227,8 @@ def test_directory_scan_reads_a_few_bytes_of_other_files(tmp_path, monkeypatch):
         (tmp_path / f"chk_{i:06d}").write_bytes(os.urandom(3 << 20))
     (tmp_path / "chk_notes.txt").write_text("notes\n" * 1000)
     scanned: list[int] = []
-    find = base._find_document
-    monkeypatch.setattr(base, "_find_document", lambda f, size: scanned.append(size) or find(f, size))
+    find = detect._find_document
+    monkeypatch.setattr(detect, "_find_document", lambda f, size: scanned.append(size) or find(f, size))
     with pytest.warns(UserWarning):
         assert ckptio.latest(tmp_path) is None
     assert scanned == [], "the tails of files that are plainly not checkpoints were searched"
@@ -254,5 +237,5 @@ def test_directory_scan_reads_a_few_bytes_of_other_files(tmp_path, monkeypatch):
     zeroed.write_bytes(bytes(8192))
     assert looks_like_checkpoint(str(zeroed))
     with pytest.raises(ckptio.UnknownFormatError):
-        base.detect_backend(str(zeroed))
+        detect.detect_backend(str(zeroed))
     assert scanned, "a zeroed header is searched for a metadata document"

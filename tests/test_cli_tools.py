@@ -14,32 +14,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from mpi_helpers import mpi_env, run_script
+from mpi_helpers import PROGRAMS, mpi_env, run_mpi
 
 CKPTIO = str(Path(sys.executable).parent / "ckptio")
+# The programs that write the checkpoints (see "tools" and "particles" there for their contents)
+PROGRAM = str(PROGRAMS / "cli.py")
 
-# dens: (12, 5, 3) float64 split along the first axis over the ranks; ids: a per-rank segment; scal: 0-d.
-# argv: path backend modify(0/1) time
-WRITE = """
-import sys, numpy as np, ckptio
-from mpi4py import MPI
-comm = MPI.COMM_WORLD
-r, n = comm.Get_rank(), comm.Get_size()
-path, backend, modify, time = sys.argv[1], sys.argv[2], sys.argv[3] == "1", float(sys.argv[4])
-g = np.arange(12 * 5 * 3, dtype=np.float64).reshape(12, 5, 3) * 0.5
-if modify:
-    g[5, 2, 1] += 1e-3
-rows = [12 * k // n for k in range(n + 1)]
-ids = np.arange(40, dtype=np.int64)
-seg = [40 * k // n for k in range(n + 1)]
-with ckptio.create(path, comm, backend=backend, attrs={"time": time, "units": "cgs"}) as ck:
-    ck.write("dens", g[rows[r]:rows[r + 1]].copy(), offset=(rows[r], 0, 0), global_shape=g.shape)
-    ck.write("ids", ids[seg[r]:seg[r + 1]].copy())
-    if r == 0:
-        ck.write("scal", np.array(3.5), offset=(), global_shape=())
-    if len(sys.argv) > 5:
-        ck.write(sys.argv[5], np.zeros(2, np.int32), offset=(2 * r,), global_shape=(2 * n,))
-"""
+
 DENS = np.arange(12 * 5 * 3, dtype=np.float64).reshape(12, 5, 3) * 0.5
 
 
@@ -55,13 +36,11 @@ def run(tmp_path_factory) -> dict[str, Path]:
     attribute and an extra variable (one process, no mpirun)."""
     d = tmp_path_factory.mktemp("cli_tools")
     paths = {"a": d / "a.ck", "b": d / "b.h5", "c": d / "c.nc", "mod": d / "mod.ck", "attr": d / "attr.ck"}
-    run_script(2, WRITE, d, str(paths["a"]), "mpiio", "0", "0.5")
-    run_script(3, WRITE, d, str(paths["b"]), "hdf5", "0", "0.5")
-    run_script(3, WRITE, d, str(paths["c"]), "pnetcdf", "0", "0.5")
-    run_script(2, WRITE, d, str(paths["mod"]), "mpiio", "1", "0.5")
-    script = d / "write_serial.py"
-    script.write_text(WRITE)
-    subprocess.run([sys.executable, str(script), str(paths["attr"]), "mpiio", "0", "0.75", "extra"], check=True,
+    run_mpi(2, [PROGRAM, "tools", str(paths["a"]), "mpiio", "0", "0.5"])
+    run_mpi(3, [PROGRAM, "tools", str(paths["b"]), "hdf5", "0", "0.5"])
+    run_mpi(3, [PROGRAM, "tools", str(paths["c"]), "pnetcdf", "0", "0.5"])
+    run_mpi(2, [PROGRAM, "tools", str(paths["mod"]), "mpiio", "1", "0.5"])
+    subprocess.run([sys.executable, PROGRAM, "tools", str(paths["attr"]), "mpiio", "0", "0.75", "extra"], check=True,
                    env=mpi_env(), timeout=120, capture_output=True)
     (d / "junk").write_text("not a checkpoint\n")
     return {**paths, "dir": d, "junk": d / "junk"}
@@ -372,18 +351,7 @@ def test_stream_and_diff_detect_a_damaged_block_split_into_pieces(run, tmp_path)
 def test_ls_marks_superseded_checkpoints_of_a_series_identity_like_latest(tmp_path):
     """The same with today's Series, which records its identity in the document (not the old attribute): a rerun
     from step 90 after step 100 existed supersedes 100 in `ckptio ls` as in ckptio.latest."""
-    script = tmp_path / "series.py"
-    script.write_text("""
-import sys, numpy as np, ckptio
-from mpi4py import MPI
-for first, steps in ((90, (90, 100)), (95, (95,))):
-    series = ckptio.Series(sys.argv[1], MPI.COMM_SELF, keep=10)
-    for step in steps:
-        with series.create(step) as ck:
-            ck.write("x", np.arange(4.0), offset=(0,), global_shape=(4,))
-print(ckptio.latest(sys.argv[1]))
-""")
-    latest = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
+    latest = subprocess.run([sys.executable, PROGRAM, "rerun_series", str(tmp_path)], capture_output=True, text=True,
                             env=mpi_env(), timeout=120, check=True).stdout.strip()
     assert latest == str(tmp_path / "chk_000095")
     rows = {r["name"]: r for r in json.loads(ckptio("ls", str(tmp_path), "--json").stdout)["files"]}
@@ -395,16 +363,8 @@ print(ckptio.latest(sys.argv[1]))
 def test_ls_marks_superseded_checkpoints_like_latest(tmp_path):
     """A run that restarted from step 90 after step 100 existed wrote chk_000095 later (higher series sequence):
     chk_000100 is superseded and chk_000095 is the newest valid, as ckptio.latest says. One process, no mpirun."""
-    script = tmp_path / "series.py"
-    script.write_text("""
-import sys, numpy as np, ckptio
-from mpi4py import MPI
-for step, seq in ((90, 1), (100, 2), (95, 3)):
-    with ckptio.create(f"{sys.argv[1]}/chk_{step:06d}", MPI.COMM_SELF, attrs={"ckptio_series_seq": seq}) as ck:
-        ck.write("x", np.arange(4.0), offset=(0,), global_shape=(4,))
-print(ckptio.latest(sys.argv[1]))
-""")
-    latest = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
+    (tmp_path / "series.py").write_text("# not a checkpoint\n")  # a file beside them that ls must not list
+    latest = subprocess.run([sys.executable, PROGRAM, "rerun_attribute", str(tmp_path)], capture_output=True, text=True,
                             env=mpi_env(), timeout=120, check=True).stdout.strip()
     assert latest == str(tmp_path / "chk_000095")
     proc = ckptio("ls", str(tmp_path), "--json")
@@ -438,27 +398,6 @@ def test_diff_compares_dimension_names(tmp_path):
 
 
 # ------------------------------------------------------------ particles: diff --key, dims and attrs (issue 27)
-# 30 particles; rank r owns those with (7 * id) % n == r, so the segments' concatenation (rank order) differs
-# between rank counts. argv: path backend change (an id whose x changes, -1: none) drop (an id left out, -1: none)
-PARTICLES = """
-import sys, numpy as np, ckptio
-from mpi4py import MPI
-comm = MPI.COMM_WORLD
-r, n = comm.Get_rank(), comm.Get_size()
-path, backend, change, drop = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-ids = np.array([i for i in range(30) if (7 * i) % n == r and i != drop], dtype=np.int64)
-parts = np.stack([ids * 1.0, np.sin(ids), np.cos(ids)], axis=1)
-parts[ids == change, 1] += 1e-3
-rows = [12 * k // n for k in range(n + 1)]
-dens = np.arange(12 * 4, dtype=np.float64).reshape(12, 4)[rows[r]:rows[r + 1]].copy()
-with ckptio.create(path, comm, backend=backend, attrs={"time": 0.5}) as ck:
-    ck.write("dens", dens, offset=(rows[r], 0), global_shape=(12, 4), dims=("x", "y"),
-             attrs={"units": "g/cm**3", "long_name": "density"})
-    ck.write("pid", ids)
-    ck.write("kind", ids % 3)  # a segment whose values repeat: no key
-    ck.write("parts", parts, dims=("particle", "component"), attrs={"units": "cm"})
-"""
-
 
 @pytest.fixture(scope="module")
 def particles(tmp_path_factory) -> dict[str, Path]:
@@ -466,10 +405,10 @@ def particles(tmp_path_factory) -> dict[str, Path]:
     component 1 changed; lost: b without particle 7."""
     d = tmp_path_factory.mktemp("particles")
     paths = {"a": d / "a.ck", "b": d / "b.h5", "moved": d / "moved.ck", "lost": d / "lost.ck"}
-    run_script(2, PARTICLES, d, str(paths["a"]), "mpiio", "-1", "-1")
-    run_script(3, PARTICLES, d, str(paths["b"]), "hdf5", "-1", "-1")
-    run_script(3, PARTICLES, d, str(paths["moved"]), "mpiio", "5", "-1")
-    run_script(3, PARTICLES, d, str(paths["lost"]), "mpiio", "-1", "7")
+    run_mpi(2, [PROGRAM, "particles", str(paths["a"]), "mpiio", "-1", "-1"])
+    run_mpi(3, [PROGRAM, "particles", str(paths["b"]), "hdf5", "-1", "-1"])
+    run_mpi(3, [PROGRAM, "particles", str(paths["moved"]), "mpiio", "5", "-1"])
+    run_mpi(3, [PROGRAM, "particles", str(paths["lost"]), "mpiio", "-1", "7"])
     return paths
 
 

@@ -12,33 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from mpi_helpers import REPO, mpi_env, run_mpi
+from mpi_helpers import PROGRAMS, REPO, mpi_env, run_mpi
 
 APP = str(REPO / "examples" / "flash_like" / "flash_like.py")
 CKPTIO = str(Path(sys.executable).parent / "ckptio")
 NB, NXB = 8, 8  # a 2 x 2 x 2 lattice of root blocks of 8^3 cells over the unit cube
-
-# A checkpoint written by one process (no mpirun). argv: path, case. Cases: "refined" (one root block and its 8
-# children), "no-geometry" (the attribute missing), "no-bbox" (the variable missing).
-WRITE = """
-import sys, numpy as np, ckptio
-from mpi4py import MPI
-path, case = sys.argv[1], sys.argv[2]
-attrs = {"time": 0.25, "geometry": "cartesian", "xmin": 0.0, "xmax": 2.0, "ymin": 0.0, "ymax": 2.0,
-         "zmin": 0.0, "zmax": 2.0, "nblockx": 1, "nblocky": 1, "nblockz": 1}
-if case == "no-geometry":
-    del attrs["geometry"]
-lo = [np.zeros(3)] + [np.array([(c >> a) & 1 for a in range(3)], float) for c in range(8)]
-width = [2.0] + [1.0] * 8
-bbox = np.array([[[l[a], l[a] + w] for a in range(3)] for l, w in zip(lo, width)])
-dens = np.empty((9, 4, 4, 4))
-dens[0] = 100.0  # the parent: covered by its children everywhere, so never seen in yt's leaf data
-dens[1:] = np.arange(8 * 64, dtype=float).reshape(8, 4, 4, 4)
-with ckptio.create(path, MPI.COMM_SELF, backend="mpiio", attrs=attrs) as ck:
-    ck.write("dens", dens, offset=(0, 0, 0, 0), global_shape=dens.shape)
-    if case != "no-bbox":
-        ck.write("bbox", bbox, offset=(0, 0, 0), global_shape=bbox.shape)
-"""
+PROGRAM = str(PROGRAMS / "flash_layout.py")  # writes a small checkpoint of each case, one process
 
 
 def ckptio(*args: str) -> subprocess.CompletedProcess:
@@ -47,9 +26,10 @@ def ckptio(*args: str) -> subprocess.CompletedProcess:
 
 
 def write_serial(tmp_path: Path, case: str) -> Path:
-    script, path = tmp_path / "write.py", tmp_path / f"{case}.ck"
-    script.write_text(WRITE)
-    subprocess.run([sys.executable, str(script), str(path), case], check=True, env=mpi_env(), timeout=120,
+    """A checkpoint of ``case`` written by one process (no mpirun): "refined" (one root block and its 8 children),
+    "no-geometry" (the attribute missing), "no-bbox" (the variable missing)."""
+    path = tmp_path / f"{case}.ck"
+    subprocess.run([sys.executable, PROGRAM, "write", str(path), case], check=True, env=mpi_env(), timeout=120,
                    capture_output=True)
     return path
 
@@ -142,7 +122,7 @@ def test_what_a_flash_file_needs_is_named_and_nothing_is_written(tmp_path, case,
     proc = ckptio("convert", str(src), str(dst), "--to", "flash")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert named in proc.stderr and str(src) in proc.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["write.py", src.name])  # no DST, no temporary
+    assert sorted(p.name for p in tmp_path.iterdir()) == [src.name]  # no DST, no temporary
 
 
 @pytest.mark.mpi
@@ -173,7 +153,7 @@ def test_a_damaged_source_is_reported_and_leaves_nothing_behind(tmp_path):
     proc = ckptio("convert", str(src), str(dst), "--to", "flash")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "is damaged, nothing written" in proc.stderr and "checksum mismatch" in proc.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["write.py", src.name])  # no DST, no temporary
+    assert sorted(p.name for p in tmp_path.iterdir()) == [src.name]  # no DST, no temporary
 
 
 def test_blocks_off_the_flash_tree_are_named():

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xxhash
-from mpi_helpers import mpi_env, run_script
+from mpi_helpers import PROGRAMS, mpi_env, run_mpi
 
 import ckptio
 from ckptio import meta as metamod
@@ -30,6 +30,7 @@ FIXTURES = Path(__file__).resolve().parent / "data" / "format1"
 FORMAT1 = {"v1_mpiio.ckpt": True, "v1_mpiio_zstd.ckpt": True, "v1_hdf5.h5": False, "v1_pnetcdf.nc": True}
 DENS = np.arange(30, dtype=np.float64).reshape(6, 5)  # written as two 3-row blocks by 2 ranks
 TRACERS = np.array([0, 1, 10, 11, 12], np.int32)
+PROGRAM = str(PROGRAMS / "format_versions.py")  # the MPI programs of these tests
 
 
 @pytest.mark.parametrize("name", sorted(FORMAT1))
@@ -45,31 +46,10 @@ def test_format1_file_reads_serially(name: str) -> None:
             np.testing.assert_array_equal(ck.read("tracers", (0,), (5,)), TRACERS)
 
 
-READ_ANY_COUNT = """
-import sys
-import numpy as np
-from mpi4py import MPI
-import ckptio
-
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
-dens = np.arange(30, dtype=np.float64).reshape(6, 5)
-for path in sys.argv[1:]:
-    with ckptio.open(path, comm) as ck:
-        lo, hi = rank * 6 // size, (rank + 1) * 6 // size
-        got, energy = ck.read_many([("dens", (lo, 0), (hi - lo, 5)), ("energy", None, None)])
-        assert np.array_equal(got, dens[lo:hi]), (path, rank, got)
-        assert float(energy) == 2.5
-        if "tracers" in ck.variables:
-            np.testing.assert_array_equal(ck.read("tracers", (0,), (5,)), [0, 1, 10, 11, 12])
-print("OK", rank)
-"""
-
-
 @pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [1, 2, 3])
 def test_format1_files_restart_on_any_rank_count(tmp_path: Path, nprocs: int) -> None:
-    proc = run_script(nprocs, READ_ANY_COUNT, tmp_path, *(str(FIXTURES / n) for n in sorted(FORMAT1)))
+    proc = run_mpi(nprocs, [PROGRAM, "read_any_count", *(str(FIXTURES / n) for n in sorted(FORMAT1))])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("OK") == nprocs
 
@@ -84,23 +64,9 @@ def test_format1_file_passes_inspect_verify(tmp_path: Path, name: str) -> None:
     assert "verified" in proc.stdout, proc.stdout
 
 
-WRITE_EVERY_BACKEND = """
-import sys
-import numpy as np
-from mpi4py import MPI
-import ckptio
-
-comm = MPI.COMM_WORLD
-rank = comm.Get_rank()
-for backend in ("mpiio", "hdf5", "pnetcdf"):
-    with ckptio.create(f"{sys.argv[1]}/new_{backend}", comm, backend=backend) as w:
-        w.write("dens", np.full((2, 3), rank, np.float64), offset=(2 * rank, 0), global_shape=(4, 3))
-"""
-
-
 @pytest.mark.mpi
 def test_new_files_are_format_2_everywhere_a_reader_looks_first(tmp_path: Path) -> None:
-    proc = run_script(2, WRITE_EVERY_BACKEND, tmp_path, str(tmp_path))
+    proc = run_mpi(2, [PROGRAM, "write_every_backend", str(tmp_path)])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     native = (tmp_path / "new_mpiio").read_bytes()
     assert struct.unpack_from("<I", native, 8)[0] == 2  # header
@@ -237,26 +203,10 @@ def test_a_cdf_dimension_that_disagrees_with_the_document_is_damage(tmp_path: Pa
         ckptio.open(path)
 
 
-EMPTY = """
-import sys
-from mpi4py import MPI
-import ckptio
-
-comm = MPI.COMM_WORLD
-for backend in ("mpiio", "hdf5", "pnetcdf"):
-    path = f"{sys.argv[1]}/empty_{backend}"
-    with ckptio.create(path, comm, backend=backend, attrs={"step": 3}):
-        pass  # attributes only: no variable, no block
-    with ckptio.open(path, comm) as ck:
-        assert ck.variables == {} and ck.attrs == {"step": 3}, (ck.variables, ck.attrs)
-print("OK", comm.Get_rank())
-"""
-
-
 @pytest.mark.mpi
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_a_checkpoint_without_variables_commits_and_reads(tmp_path: Path) -> None:
     """Format 2 wrote no block table for a checkpoint without variables, and then refused its own document."""
-    proc = run_script(2, EMPTY, tmp_path, str(tmp_path))
+    proc = run_mpi(2, [PROGRAM, "empty", str(tmp_path)])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("OK") == 2

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mpi_helpers import BACKENDS, run_program, run_script
+from mpi_helpers import BACKENDS, PROGRAMS, run_mpi, run_program
 
 from ckptio import memsel
 from ckptio.meta import checksum
 
 pytestmark = pytest.mark.timeout(600)
+PROGRAM = str(PROGRAMS / "memory_selections.py")  # the MPI programs of these tests
 
 
 # ----------------------------------------------------------------------------------------------- local, pure
@@ -74,87 +75,20 @@ def test_hdf5_selection_selects_the_view():
 
 
 # ------------------------------------------------------------------------------------------ under mpirun
-HALO = r"""
-import sys, numpy as np
-from mpi4py import MPI
-import ckptio
-from ckptio import verify
-from ckptio.backends import detect_backend
-
-comm = MPI.COMM_WORLD
-r, p = comm.rank, comm.size
-backend, path, mode = sys.argv[1], sys.argv[2], sys.argv[3]
-g, n = 2, (3, 4, 5)
-full = np.full((n[0] + 2 * g, n[1] + 2 * g, n[2] + 2 * g), -7.0)  # guard cells hold -7: must not be stored
-interior = full[g:-g, g:-g, g:-g]
-interior[...] = np.arange(np.prod(n)).reshape(n) + 1000 * r
-cols = np.full((6, 10), -1, np.int32)[1:5, 2:9]
-cols[...] = np.arange(28).reshape(4, 7) + 100 * r
-planes = np.zeros((2 * n[0], 2, 5))[::2, :, 1:4]  # every other plane: runs of one row
-planes[...] = r + np.arange(planes.size).reshape(planes.shape)
-fortran = np.asfortranarray(np.arange(12.0).reshape(3, 4) + r)  # gathered (one C-order copy)
-options = {"async": {"mode": "async"}, "zstd": {"compression": "zstd"}, "staged": {"stage_dir": path + ".stage"}}
-kw = options.get(mode, {})
-ck = ckptio.create(path, comm, backend=backend, **kw)
-ck.write("u", interior, offset=(r * n[0], 0, 0), global_shape=(p * n[0], n[1], n[2]), dims=("z", "y", "x"),
-         attrs={"units": "K"})
-ck.write("cols", cols, offset=(0, 7 * r), global_shape=(4, 7 * p))
-ck.write("planes", planes, offset=(r * n[0], 0, 0), global_shape=(p * n[0], 2, 3))
-ck.write("f", fortran, offset=(3 * r, 0), global_shape=(3 * p, 4))
-ck.close()
-ck.wait()
-rd = ckptio.open(path, comm)
-assert (rd.read("u", (r * n[0], 0, 0), n) == interior).all()
-assert (rd.read("cols", (0, 7 * r), (4, 7)) == cols).all()
-assert (rd.read("planes", (r * n[0], 0, 0), planes.shape) == planes).all()
-assert (rd.read("f", (3 * r, 0), (3, 4)) == fortran).all()
-assert rd.variables["u"].attrs == {"units": "K"}, rd.variables["u"].attrs
-rd.close()
-if r == 0:
-    b = detect_backend(path)
-    problems = verify.verify_blocks(b, path, b.read_metadata(path))
-    assert not problems, problems
-    u = ckptio.open(path).read("u")
-    assert (u >= 0).all()  # no guard cell in the file
-print("OK", backend, mode, r)
-"""
-
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [1, 2, 4])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_halo_interiors_written_in_place(backend, nprocs, tmp_path):
-    proc = run_script(nprocs, HALO, tmp_path, backend, str(tmp_path / "chk"), "sync")
+    proc = run_mpi(nprocs, [PROGRAM, "halo", backend, str(tmp_path / "chk"), "sync"])
     assert proc.stdout.count("OK") == nprocs, proc.stdout + proc.stderr
 
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("mode", ["async", "zstd", "staged"])
 def test_halo_interiors_async_compressed_staged(mode, tmp_path):
-    proc = run_script(2, HALO, tmp_path, "mpiio", str(tmp_path / "chk"), mode)
+    proc = run_mpi(2, [PROGRAM, "halo", "mpiio", str(tmp_path / "chk"), mode])
     assert proc.stdout.count("OK") == 2, proc.stdout + proc.stderr
-
-
-NO_COPY = r"""
-import sys, tracemalloc, numpy as np
-from mpi4py import MPI
-import ckptio
-
-backend, path = sys.argv[1], sys.argv[2]
-comm = MPI.COMM_WORLD
-g, n = 2, 128
-full = np.ones((n + 2 * g, n + 2 * g, 64 + 2 * g))  # interior 128 x 128 x 64 float64: 8 MiB
-interior = full[g:-g, g:-g, g:-g]
-interior[...] = np.arange(interior.size, dtype=np.float64).reshape(interior.shape)
-ckptio.create(path + ".warm", comm, backend=backend).close()  # imports and first-use caches before measuring
-tracemalloc.start()
-with ckptio.create(path, comm, backend=backend) as ck:
-    ck.write("u", interior, offset=(0, 0, 0), global_shape=interior.shape)
-peak = tracemalloc.get_traced_memory()[1]
-tracemalloc.stop()
-assert (ckptio.open(path, comm).read("u") == interior).all()
-print("PEAK", peak, interior.nbytes)
-"""
 
 
 @pytest.mark.mpi
@@ -162,7 +96,7 @@ print("PEAK", peak, interior.nbytes)
 def test_no_copy_of_the_interior(backend, tmp_path):
     """Python-side allocations while an 8 MiB interior is written stay far below its size (a gathered copy, or
     a full-size checksum buffer, would show up here: numpy reports its allocations to tracemalloc)."""
-    proc = run_script(1, NO_COPY, tmp_path, backend, str(tmp_path / "chk"))
+    proc = run_mpi(1, [PROGRAM, "no_copy", backend, str(tmp_path / "chk")])
     peak, size = (int(x) for x in proc.stdout.split("PEAK", 1)[1].split()[:2])
     assert peak < size // 4, f"{peak:,} bytes allocated while writing an interior of {size:,} bytes"
 
@@ -177,9 +111,7 @@ def test_halo_interiors_under_mpich(backend, tmp_path):
     venv = require_stack("mpich")
     if backend not in stack_backends(venv):
         pytest.skip(f"{backend} not available in {venv}")
-    script = tmp_path / "halo.py"
-    script.write_text(HALO)
     env = {"CKPTIO_MPIEXEC": stack_launcher(venv), "PATH": f"{venv / 'bin'}:/usr/bin:/bin"}
-    proc = run_program(2, [str(venv / "bin" / "python"), str(script), backend, str(tmp_path / "chk"), "sync"],
+    proc = run_program(2, [str(venv / "bin" / "python"), PROGRAM, "halo", backend, str(tmp_path / "chk"), "sync"],
                        env=env, timeout=400, check=False)
     assert proc.stdout.count("OK") == 2, proc.stdout + proc.stderr

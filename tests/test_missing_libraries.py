@@ -16,81 +16,26 @@ import sys
 import warnings
 
 import pytest
-from mpi_helpers import REPO, mpi_env, run_script
+from mpi_helpers import PROGRAMS, REPO, mpi_env, run_mpi
 
 import ckptio
 
-WRITE = r'''
-import sys
-import numpy as np
-from mpi4py import MPI
-import ckptio
-comm = MPI.COMM_WORLD
-r, d = comm.rank, sys.argv[1]
-for step, b in ((1, "mpiio"), (2, "pnetcdf"), (3, "hdf5")):
-    with ckptio.create(f"{d}/chk_{step:06d}", comm, backend=b, attrs={"step": step, "backend": b}) as ck:
-        ck.write("dens", np.arange(40.0).reshape(10, 4)[5 * r:5 * r + 5] + step, offset=(5 * r, 0),
-                 global_shape=(10, 4))
-        ck.write("seg", np.full(3 + r, r, dtype="i4"))
-'''
-
-BLOCK = {"none": "", "serial-h5py": "h5py.get_config = lambda: types.SimpleNamespace(mpi=False)",
-         "no-h5py": "sys.modules['h5py'] = None", "no-pnetcdf": "sys.modules['pnetcdf'] = None"}
-BOTH = "sys.modules['h5py'] = None; sys.modules['pnetcdf'] = None"
-
-
-def prelude(block: str) -> str:
-    """Python source that makes a library unavailable before anything imports ckptio."""
-    return f"import sys, types\nimport h5py\n{block}\n" if "h5py.get_config" in block else f"import sys\n{block}\n"
-
-
-RESTART = r'''
-import sys
-import numpy as np
-from mpi4py import MPI
-import ckptio
-comm = MPI.COMM_WORLD
-d, out = sys.argv[1], sys.argv[2]
-lines = []
-for step in (2, 3):
-    with ckptio.open(f"{d}/chk_{step:06d}", comm) as ck:
-        cols = ck.read("dens", offset=(0, 2 * comm.rank), shape=(10, 2))
-        ok = np.array_equal(cols, np.arange(40.0).reshape(10, 4)[:, 2 * comm.rank:2 * comm.rank + 2] + step)
-        lines.append(f"read {ck.attrs['backend']} {ok}")
-for b in ("hdf5", "pnetcdf"):
-    try:
-        with ckptio.create(f"{d}/new_{b}", comm, backend=b) as ck:
-            ck.write("x", np.zeros(2), offset=(2 * comm.rank,), global_shape=(2 * comm.size,))
-        lines.append(f"write {b} OK")
-    except ckptio.CheckpointError as exc:
-        message = str(exc).replace("\n", " ")
-        lines.append(f"write {b} {' '.join(c.__name__ for c in type(exc).__mro__)} | {message}")
-with open(f"{out}/rank{comm.rank}", "w") as f:
-    f.write("\n".join(lines))
-'''
+# The programs of these tests; each blocks the libraries a test names (see "block" there) before it imports ckptio
+PROGRAM = str(PROGRAMS / "missing_libraries.py")
+PNETCDF_BLOCKED = ("no-pnetcdf", "both")
 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
     d = tmp_path_factory.mktemp("ckpts")
-    run_script(2, WRITE, d, str(d), timeout=180)
+    run_mpi(2, [PROGRAM, "write", str(d)], timeout=180)
     return d
 
 
-def run_blocked(block: str, code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", prelude(block) + code], capture_output=True, text=True, timeout=120,
-                          env=mpi_env(), cwd=REPO, stdin=subprocess.DEVNULL)
-
-
-@pytest.mark.parametrize("block", [BOTH, BLOCK["serial-h5py"], BLOCK["no-h5py"], BLOCK["no-pnetcdf"]])
+@pytest.mark.parametrize("block", ["both", "serial-h5py", "no-h5py", "no-pnetcdf"])
 def test_inspect_and_latest_need_no_format_library(checkpoints, block):
-    code = (
-        "import json, warnings\nwarnings.simplefilter('error')\n"
-        "from ckptio.cli import inspect_report\nimport ckptio\n"
-        f"d = {str(checkpoints)!r}\n"
-        "print(json.dumps({'inspect': [inspect_report(f'{d}/chk_{s:06d}', verify=True)[0] for s in (1, 2, 3)],"
-        " 'latest': ckptio.latest(d)}))\n")
-    proc = run_blocked(block, code)
+    proc = subprocess.run([sys.executable, PROGRAM, "inspect_latest", block, str(checkpoints)], capture_output=True,
+                          text=True, timeout=120, env=mpi_env(), cwd=REPO, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout.splitlines()[-1])
     assert got == {"inspect": [0, 0, 0], "latest": str(checkpoints / "chk_000003")}, got
@@ -116,12 +61,11 @@ def test_h5lite_reads_what_h5py_reads(checkpoints):
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("block", [BOTH, BLOCK["serial-h5py"]])
+@pytest.mark.parametrize("block", ["both", "serial-h5py"])
 def test_restart_without_libraries_and_writes_say_what_to_install(checkpoints, tmp_path, block):
     out = tmp_path / "out"
     out.mkdir()
-    script = prelude(block) + RESTART
-    run_script(2, script, tmp_path, str(checkpoints), str(out), timeout=180)
+    run_mpi(2, [PROGRAM, "restart", block, str(checkpoints), str(out)], timeout=180)
     for rank in (0, 1):
         lines = (out / f"rank{rank}").read_text().splitlines()
         assert lines[:2] == ["read pnetcdf True", "read hdf5 True"], lines
@@ -130,7 +74,7 @@ def test_restart_without_libraries_and_writes_say_what_to_install(checkpoints, t
         assert "CapabilityError" in hdf5.split("|")[0] and "Corrupt" not in hdf5, hdf5
         assert "h5py" in hdf5 and "`ckptio-install-parallel hdf5`" in hdf5 and "make install" in hdf5, hdf5
         assert "`HDF5_PKGCONFIG_NAME=hdf5-openmpi ckptio-install-parallel hdf5`" in hdf5, hdf5  # Debian, exactly
-        if "pnetcdf" in block:
+        if block in PNETCDF_BLOCKED:
             assert "CapabilityError" in writes["pnetcdf"].split("|")[0], writes["pnetcdf"]
             assert "`ckptio-install-parallel pnetcdf`" in writes["pnetcdf"], writes["pnetcdf"]
         else:

@@ -23,13 +23,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from mpi_helpers import BACKENDS, REPO, mpi_env, mpi_flavour, parse_cases, run_mpi, run_program, run_script
+from mpi_helpers import BACKENDS, PROGRAMS, REPO, mpi_env, mpi_flavour, parse_cases, run_mpi, run_program
 
 from ckptio.testing import CASES
 
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(900)]
 
 STACKS = ("openmpi", "mpich")
+PROGRAM = str(PROGRAMS / "mpi_stacks.py")  # the MPI programs of these tests
 
 
 def stack_venv(name: str) -> Path:
@@ -71,41 +72,11 @@ def run_on_stack(venv: Path, nprocs: int, args: list[str]) -> subprocess.Complet
 
 
 # --------------------------------------------------------------------------------- datatypes and views
-DATATYPES = r"""
-import sys, numpy as np
-from mpi4py import MPI
-from ckptio.backends import rawio
-comm = MPI.COMM_WORLD
-r = comm.rank
-# classic constructor: no large-count arguments in the type's envelope, whatever mpi4py would have used
-t = rawio.hindexed([4, 8, (1 << 30) + 5], [0, 16, 64])
-ni, na, nc, nd, combiner = t.Get_envelope()
-assert combiner == MPI.COMBINER_HINDEXED and nc == 0, t.Get_envelope()
-assert t.Get_size() == (1 << 30) + 17, t.Get_size()
-t.Free()
-# pieces handed over in reverse file order: each buffer must still land in its own range
-fh = MPI.File.Open(comm, sys.argv[1], MPI.MODE_CREATE | MPI.MODE_RDWR)
-base = 1000 * r
-bufs = [np.full(10, 3 * r + k, np.uint8) for k in range(3)]
-pieces = [(base + 200, 10), (base + 100, 10), (base, 10)]
-rawio.transfer(fh, pieces, bufs, write=True)
-fh.Sync(); comm.Barrier(); fh.Sync()
-back = [np.zeros(10, np.uint8) for _ in range(3)]
-rawio.transfer(fh, pieces[::-1], back[::-1], write=False)
-fh.Close()
-for k in range(3):
-    assert (back[k] == 3 * r + k).all(), (k, back[k])
-raw = np.fromfile(sys.argv[1], np.uint8)
-for k, (off, n) in enumerate(pieces):
-    assert (raw[off:off + n] == 3 * r + k).all(), (r, k, raw[off:off + n])
-print("OK", MPI.Get_library_version().split(",")[0].split("\n")[0])
-"""
-
 
 @pytest.mark.parametrize("nprocs", [1, 2, 4])
 def test_classic_datatypes_and_file_order(nprocs, tmp_path):
     """Under MPICH 4.0 the old code (mpi4py's Create_hindexed) aborted in ROMIO's flatten.c here."""
-    proc = run_script(nprocs, DATATYPES, tmp_path, str(tmp_path / "f.bin"))
+    proc = run_mpi(nprocs, [PROGRAM, "datatypes", str(tmp_path / "f.bin")])
     assert proc.stdout.count("OK") == nprocs, proc.stdout + proc.stderr
 
 
@@ -184,7 +155,7 @@ def test_mpich_venv_is_self_consistent():
 def test_launcher_matches_this_interpreter():
     """tests/mpi_helpers.py launches with the mpiexec of the MPI this venv's mpi4py uses (one job of N ranks,
     not N singletons): the selection point every MPI test goes through."""
-    proc = run_mpi(2, ["-c", "from mpi4py import MPI; c = MPI.COMM_WORLD; print('SIZE', c.size, c.rank)"])
+    proc = run_mpi(2, [PROGRAM, "size"])
     assert sorted(proc.stdout.split("\n"))[-2:] == ["SIZE 2 0", "SIZE 2 1"], proc.stdout
     flavour = mpi_flavour()
     launcher = Path(mpi_env()["PATH"].split(":")[0]) / "mpirun"
@@ -195,31 +166,10 @@ def test_launcher_matches_this_interpreter():
     assert sys.executable.startswith(str(Path(mpi_env()["PATH"].split(":")[0]).parent))
 
 
-NO_PNETCDF = r"""
-import sys
-sys.modules["pnetcdf"] = None          # as on a cluster installed without PNETCDF_DIR: the import fails
-import numpy as np
-from mpi4py import MPI
-import ckptio
-from ckptio.backends import MISSING
-assert "pnetcdf" in MISSING, MISSING
-try:
-    with ckptio.create(sys.argv[1] + "/nc", MPI.COMM_WORLD, backend="pnetcdf") as ck:
-        ck.write("x", np.zeros(4))
-except ckptio.CapabilityError as exc:
-    print("REFUSED", exc)
-with ckptio.create(sys.argv[1] + "/h5", MPI.COMM_WORLD, backend="hdf5") as ck:   # everything else works
-    ck.write("x", np.arange(4.0))
-with ckptio.open(sys.argv[1] + "/h5", MPI.COMM_WORLD) as ck:
-    assert (ck.read("x") == np.arange(4.0)).all()
-print("OK")
-"""
-
-
 def test_missing_pnetcdf_is_reported_clearly(tmp_path):
     """Without PnetCDF (cluster install without PNETCDF_DIR) the pnetcdf backend is refused on every rank with the
     reason, and the other backends work."""
-    proc = run_script(2, NO_PNETCDF, tmp_path, str(tmp_path))
+    proc = run_mpi(2, [PROGRAM, "no_pnetcdf", str(tmp_path)])
     # on every rank, in close() (a rank that raised in create() would leave); counted, not split into lines:
     # MPICH's Hydra may interleave two ranks' output on one line
     assert proc.stdout.count("REFUSED checkpoint") == 2, proc.stdout

@@ -16,19 +16,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from mpi_helpers import REPO, mpi_env, run_program
+from mpi_helpers import PROGRAMS, REPO, mpi_env, run_program
 
-# argv: path backend. Every rank writes 4 values and reads the whole array back.
-WRITE = """
-import sys, numpy as np, ckptio
-from mpi4py import MPI
-comm = MPI.COMM_WORLD; r, n = comm.rank, comm.size
-with ckptio.create(sys.argv[1], comm, backend=sys.argv[2], attrs={"time": 1.5}) as ck:
-    ck.write("x", np.arange(4.0) + 4 * r, offset=(4 * r,), global_shape=(4 * n,))
-with ckptio.open(sys.argv[1], comm) as ck:
-    assert (ck.read("x", offset=(0,), shape=(4 * n,)) == np.arange(4.0 * n)).all()
-print("OK", ckptio.__file__)
-"""
+# Run by the fresh venv's Python: every rank writes 4 values and reads the whole array back
+PROGRAM = str(PROGRAMS / "pip_install.py")
+
+
 NOT_SOURCE = shutil.ignore_patterns(".venv*", "build", ".git", "__pycache__", ".pytest_cache", ".ruff_cache",
                                     ".hypothesis", "bench_results", "*.egg-info")
 
@@ -71,9 +64,8 @@ def venv_env(venv: Path, **extra: str) -> dict[str, str]:
 
 
 def write_under_mpirun(venv: Path, tmp_path: Path, backend: str) -> Path:
-    script, path = tmp_path / "write.py", tmp_path / f"ck.{backend}"
-    script.write_text(WRITE)
-    proc = run_program(2, [str(venv / "bin" / "python"), str(script), str(path), backend], env=venv_env(venv),
+    path = tmp_path / f"ck.{backend}"
+    proc = run_program(2, [str(venv / "bin" / "python"), PROGRAM, "write", str(path), backend], env=venv_env(venv),
                        cwd=tmp_path)
     assert proc.stdout.count("OK") == 2, proc.stdout + proc.stderr
     assert f"OK {venv}/lib/" in proc.stdout  # the pip-installed copy, not the source tree

@@ -11,13 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from mpi_helpers import mpi_env, run_script
+from mpi_helpers import PROGRAMS, mpi_env, run_mpi
 
 from ckptio.cli import main as cli_main
 from ckptio.commands.stats_view import stats_lines
 from ckptio.placement_stats import storage_bytes_written, summarize
 
 CKPTIO = str(Path(sys.executable).parent / "ckptio")
+PROGRAM = str(PROGRAMS / "placement_stats.py")  # the MPI program of these tests
 
 
 def _human(n: float) -> str:
@@ -69,23 +70,6 @@ def test_stats_view_shows_aggregators_and_bytes_per_node():
 
 
 # --------------------------------------------------------------------------------- measured in a real job
-WRITE = """
-import json, sys, numpy as np, ckptio
-from mpi4py import MPI
-from ckptio import placement
-comm = MPI.COMM_WORLD
-r, n = comm.Get_rank(), comm.Get_size()
-ck = ckptio.create(sys.argv[1], comm, mode=sys.argv[2])
-ck.write("u", np.full((128, 1024), r, np.float64), offset=(128 * r, 0), global_shape=(128 * n, 1024))
-ck.close()
-ck.wait()
-written = placement.write_report(ck)
-with ckptio.open(sys.argv[1], comm, aggregators=1) as rd:
-    rd.read("u")
-    read = placement.read_report(rd)
-print("JSON " + json.dumps({"rank": r, "written": written, "read": read}), flush=True)
-"""
-
 
 def _accounted(directory: Path) -> bool:
     before = storage_bytes_written()
@@ -109,7 +93,7 @@ def test_write_records_the_bytes_moved_to_the_file_and_inspect_shows_them(where,
     directory.mkdir(exist_ok=True)
     path = directory / "chk"
     try:
-        proc = run_script(2, WRITE, tmp_path, str(path), mode)
+        proc = run_mpi(2, [PROGRAM, "write", str(path), mode])
         got = sorted((json.loads(line[5:]) for line in proc.stdout.splitlines() if line.startswith("JSON ")),
                      key=lambda r: r["rank"])
         assert len(got) == 2 and got[0]["written"] == got[1]["written"]

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from mpi_helpers import mpi_env, run_script
+from mpi_helpers import PROGRAMS, mpi_env, run_mpi
 
 import ckptio
 
 DENS = np.arange(7 * 10, dtype=np.float64).reshape(7, 10)
 IDS = np.arange(12, dtype=">i4").reshape(3, 4)  # big-endian in the file
+PROGRAM = str(PROGRAMS / "plain_files.py")  # the MPI program of these tests
 
 
 def _write_hdf5(path: Path) -> None:
@@ -80,32 +81,10 @@ def test_plain_file_reads_serially_unchecked(plain_files, kind: str) -> None:
                 ck.read(name)
 
 
-READ = """
-import sys
-import numpy as np
-from mpi4py import MPI
-import ckptio
-
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
-dens = np.arange(70, dtype=np.float64).reshape(7, 10)
-for path in sys.argv[1:]:
-    with ckptio.open(path, comm, aggregators=min(2, size)) as ck:
-        lo, hi = rank * 7 // size, (rank + 1) * 7 // size
-        cols = slice(rank % 3, 10)
-        got, ids = ck.read_many([("dens", (lo, cols.start), (hi - lo, 10 - cols.start)), ("ids", None, None)])
-        assert np.array_equal(got, dens[lo:hi, cols]), (path, rank)
-        assert np.array_equal(ids, np.arange(12).reshape(3, 4)), (path, rank)
-        assert not ck.checksummed
-        assert ck.stats.opened_file == (rank in ck.aggregators), (rank, ck.aggregators)
-print("OK", rank)
-"""
-
-
 @pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [1, 2, 3])
 def test_plain_files_restart_through_the_aggregators(plain_files, tmp_path: Path, nprocs: int) -> None:
-    proc = run_script(nprocs, READ, tmp_path, *(str(p) for p in plain_files.values()))
+    proc = run_mpi(nprocs, [PROGRAM, "read", *(str(p) for p in plain_files.values())])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("OK") == nprocs
 

@@ -9,43 +9,12 @@ import json
 import numpy as np
 import pytest
 from ckptio.backends import rawio
-from mpi_helpers import BACKENDS, run_script
+from mpi_helpers import BACKENDS, PROGRAMS, run_mpi
 
 from ckptio.layout import Box
 from ckptio.plan import Extent
 
-SPLIT = r"""
-import json, sys, numpy as np, ckptio
-from mpi4py import MPI
-from ckptio.backends import get_backend
-comm = MPI.COMM_WORLD
-r, n = comm.Get_rank(), comm.Get_size()
-path, backend, buffer, corrupt = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-ROW = 16 * 64 * 8  # bytes per row of u
-G = (64, 16, 64)
-full = np.arange(np.prod(G), dtype=np.float64).reshape(G)
-with ckptio.create(path, comm, backend=backend) as ck:
-    for lo in range(r * 64 // n, (r + 1) * 64 // n, 8):  # blocks of 8 rows
-        ck.write("u", full[lo:lo + 8], offset=(lo, 0, 0), global_shape=G)
-cuts = [0] + [64 * q // n + 4 for q in range(1, n)] + [64]  # every reader's rows end inside a block
-if corrupt != "none" and r == 0:
-    row = cuts[1] - 2 if corrupt == "own" else cuts[1] + 1  # read straight into rank 0's output / the buffer
-    b = get_backend(backend)
-    t = b.extent_table(b.read_metadata(path))
-    i = int(np.flatnonzero((t.lo[:, 0] <= row) & (row < t.lo[:, 0] + t.shape[:, 0]))[0])
-    with open(path, "r+b") as f:
-        f.seek(int(t.file_offset[i]) + (row - int(t.lo[i, 0])) * ROW + 100)
-        f.write(b"\x7f")
-comm.Barrier()
-with ckptio.open(path, comm, buffer_bytes=buffer, aggregators=1) as ck:  # rank 0 reads every part
-    try:
-        u = ck.read("u", offset=(cuts[r], 0, 0), shape=(cuts[r + 1] - cuts[r], 16, 64))
-        assert np.array_equal(u, full[cuts[r]:cuts[r + 1]]), r
-        print("STATS", json.dumps({"rank": r, "own": (cuts[r + 1] - cuts[r]) * ROW, **ck.stats.to_json()}),
-              flush=True)
-    except ckptio.CorruptCheckpointError as exc:
-        print("CORRUPT", r, "checksum mismatch" in str(exc) and "'u'" in str(exc), flush=True)
-"""
+PROGRAM = str(PROGRAMS / "read_split.py")  # the MPI program of these tests
 
 
 def _stats(stdout: str) -> list[dict]:
@@ -59,7 +28,7 @@ def _stats(stdout: str) -> list[dict]:
 def test_an_aggregator_reads_its_whole_share_straight_into_its_output(tmp_path, backend, buffer, nprocs):
     """The one aggregator's own rows end inside a block whose other rows go to another rank: all of its own
     bytes still go straight into its output (before: only parts that were exactly one of its pieces)."""
-    proc = run_script(nprocs, SPLIT, tmp_path, str(tmp_path / "chk"), backend, buffer, "none", timeout=300)
+    proc = run_mpi(nprocs, [PROGRAM, "split", str(tmp_path / "chk"), backend, buffer, "none"], timeout=300)
     stats = {s["rank"]: s for s in _stats(proc.stdout)}
     assert sorted(stats) == list(range(nprocs)), proc.stdout + proc.stderr
     assert stats[0]["direct_bytes"] == stats[0]["own"], stats[0]
@@ -74,7 +43,7 @@ def test_an_aggregator_reads_its_whole_share_straight_into_its_output(tmp_path, 
 def test_corruption_in_a_split_part_fails_every_rank(tmp_path, backend, buffer, where):
     """A flipped byte in the rows read straight into the aggregator's output, or in the rows of the same block
     that went through the buffer to another rank: a CorruptCheckpointError naming the variable on every rank."""
-    proc = run_script(2, SPLIT, tmp_path, str(tmp_path / "chk"), backend, buffer, where, timeout=300)
+    proc = run_mpi(2, [PROGRAM, "split", str(tmp_path / "chk"), backend, buffer, where], timeout=300)
     lines = sorted(line for line in proc.stdout.splitlines() if line.startswith(("CORRUPT", "STATS")))
     assert lines == ["CORRUPT 0 True", "CORRUPT 1 True"], proc.stdout + proc.stderr
 

@@ -2,7 +2,8 @@
 needs it; each rank of a large job then opens and stats far fewer files at startup (figures in
 ``benchmarks/README.md``, measured by ``benchmarks/startup.py``).
 
-Every check runs in a fresh interpreter (``sys.modules`` of the test process already holds h5py). No timing.
+Every check runs in a fresh interpreter (``sys.modules`` of the test process already holds h5py): a case of
+``tests/programs/startup.py``. No timing.
 """
 
 from __future__ import annotations
@@ -14,55 +15,35 @@ import subprocess
 import sys
 
 import pytest
-from mpi_helpers import REPO
+from mpi_helpers import PROGRAMS, REPO
 
-HEAVY = ("h5py", "pnetcdf", "netCDF4", "matplotlib", "tqdm", "xarray")
+PROGRAM = str(PROGRAMS / "startup.py")
 
 
-def loaded_after(code: str) -> list[str]:
-    """The HEAVY modules in ``sys.modules`` after ``code`` ran in a fresh interpreter."""
-    probe = f"import json, sys\n{code}\nprint(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
-    proc = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
+def loaded_after(*case: str) -> list[str]:
+    """The heavy modules (``HEAVY`` of the program) in ``sys.modules`` after the program's ``case`` ran in a fresh
+    interpreter."""
+    proc = subprocess.run([sys.executable, PROGRAM, *case], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("code", [
-    "import ckptio",
-    "import ckptio, ckptio.backends, ckptio.cli, ckptio.commands, ckptio.series, ckptio.catalog",
-    "from ckptio.backends import get_backend, known_backends; known_backends(); get_backend('hdf5')",
-])
-def test_import_loads_no_format_library(code):
-    assert loaded_after(code) == []
+@pytest.mark.parametrize("case", ["import_ckptio", "import_tool_modules", "get_backend"])
+def test_import_loads_no_format_library(case):
+    assert loaded_after(case) == []
 
 
 def test_missing_is_computed_on_first_use():
     """``ckptio.backends.MISSING`` still answers (the backends' libraries are imported to find out) and agrees with
     ``available_backends``; the h5py module then is loaded, because asking about hdf5 needs it."""
-    code = ("from ckptio.backends import MISSING, available_backends, known_backends\n"
-            "assert sorted(set(known_backends()) - set(MISSING)) == available_backends(), (MISSING,)\n"
-            "import ckptio.backends.hdf5_lib as h\n"
-            "assert (h.h5py is None) == ('h5py' not in sys.modules)")
-    loaded = loaded_after(code)
+    loaded = loaded_after("missing")
     hdf5_writable = subprocess.run([sys.executable, "-c", "import h5py"], capture_output=True).returncode == 0
     assert ("h5py" in loaded) == hdf5_writable
 
 
 def test_hdf5_written_by_ckptio_reads_without_h5py_in_sys_modules_first(tmp_path):
     """A write through the hdf5 backend imports h5py on demand (the first ``create``), and the file reads back."""
-    code = f"""
-import numpy as np
-from mpi4py import MPI
-import ckptio
-import ckptio.backends
-assert 'h5py' not in sys.modules
-if 'hdf5' in ckptio.backends.available_backends():
-    with ckptio.create({str(tmp_path / 'c')!r}, MPI.COMM_SELF, backend='hdf5') as ck:
-        ck.write('x', np.arange(6.0), offset=(0,), global_shape=(6,))
-    with ckptio.open({str(tmp_path / 'c')!r}, MPI.COMM_SELF) as ck:
-        assert np.array_equal(ck.read('x'), np.arange(6.0))
-"""
-    loaded_after(code)
+    loaded_after("hdf5_roundtrip", str(tmp_path / "c"))
 
 
 @pytest.mark.mpi

@@ -16,42 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from mpi_helpers import mpi_flavour, run_script
+from mpi_helpers import PROGRAMS, mpi_flavour, run_mpi
 
-TILES = r'''
-import json, sys, warnings
-import mpi4py
-mpi4py.rc.thread_level = sys.argv[1]
-from mpi4py import MPI
-import numpy as np
-import ckptio
-
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
-rng = np.random.default_rng(rank)
-bad = 0
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    for trial in range(4):
-        path = f"{sys.argv[2]}/tiles{trial}"
-        w = ckptio.create(path, comm, backend=sys.argv[3])
-        mine = {}
-        for v, (rows, cols) in enumerate([(8, 8), (16, 24), (3, 5), (100, 7)]):
-            left, right = rng.random((rows, cols)), rng.random((rows, cols))
-            w.write(f"v{v}", left, offset=(rows * rank, 0), global_shape=(rows * size, 2 * cols))
-            w.write(f"v{v}", right, offset=(rows * rank, cols), global_shape=(rows * size, 2 * cols))
-            mine[f"v{v}"] = np.concatenate([left, right], axis=1)
-        w.close()
-        with ckptio.open(path, comm) as r:
-            ok = all(np.array_equal(r.read(k, offset=(x.shape[0] * rank, 0), shape=x.shape), x)
-                     for k, x in mine.items())
-            transfer = r.meta["hints"]["effective"].get(f"ckptio_{sys.argv[3]}_transfer")
-        bad += comm.allreduce(0 if ok else 1)
-if rank == 0:
-    print("RESULT", json.dumps({"thread": MPI.Query_thread(), "bad": bad, "transfer": transfer,
-                                "warned": any("independent data transfers" in str(c.message) for c in caught)}))
-'''
-
+PROGRAM = str(PROGRAMS / "thread_levels.py")  # the MPI program of these tests
 
 
 def _result(stdout: str) -> dict:
@@ -75,7 +42,7 @@ def test_tiles_round_trip_at_every_thread_level(tmp_path: Path, backend: str, th
     env = {"OMPI_MCA_io": io} if io else {}
     if mpi_flavour() != "openmpi":
         transfer = "collective"  # the hazard is Open MPI's OMPIO: MPICH-family MPIs run ROMIO at any thread level
-    out = _result(run_script(4, TILES, tmp_path, thread_level, str(tmp_path), backend, env=env).stdout)
+    out = _result(run_mpi(4, [PROGRAM, "tiles", thread_level, str(tmp_path), backend], env=env).stdout)
     assert out["bad"] == 0, out
     assert out["transfer"] == transfer, out
     assert out["warned"] == (transfer == "independent"), out

@@ -15,8 +15,8 @@ dimensions and carry attributes; then
   before any file exists; local mistakes fail at ``write()`` on the rank that made them;
 * ``ckptio.meta.validate`` checks the optional fields (no MPI).
 
-The MPI programs are this file (``python test_variable_metadata.py write|errors ...``); the pytest process
-never initializes MPI.
+The MPI programs are this file (``python test_variable_metadata.py write|errors|crowded ...``); the pytest
+process never initializes MPI.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from mpi_helpers import mpi_env, run_mpi, run_script
+from mpi_helpers import mpi_env, run_mpi
 
 HERE = Path(__file__).resolve()
 NB = 6  # blocks along the leading axis
@@ -90,6 +90,28 @@ ERROR_CASES = {
     # outside trial o1: a variable named like another's DEFAULT dimension showed in xarray as its coordinate
     "default dimension named like a variable": "default dimension 'dens_d1' is also the name of variable 'dens_d1'",
 }
+
+
+def crowded_job(out_dir: str) -> None:
+    """Under mpirun (2 ranks): three hdf5 variables share the dimension "n", one more than the (lowered) number of
+    datasets an HDF5 dimension scale may serve: CapabilityError at close, nothing left in ``out_dir``. Prints
+    ``REFUSED`` (``NOERROR`` or ``BAD <error>`` otherwise) and ``LEFT <what out_dir holds>``."""
+    from mpi4py import MPI
+    from programs import internals
+
+    import ckptio
+
+    comm = MPI.COMM_WORLD
+    internals.lower_hdf5_dimension_scale_users(2)  # the real limit (4000) would need 4001 datasets
+    ck = ckptio.create(os.path.join(out_dir, "chk"), comm, backend="hdf5")
+    for name in ("a", "b", "c"):
+        ck.write(name, np.zeros((1, 4)), offset=(comm.Get_rank(), 0), global_shape=(2, 4), dims=("n", "x"))
+    try:
+        ck.close()
+        print("NOERROR", flush=True)
+    except ckptio.CapabilityError as exc:
+        print("REFUSED" if "dimension 'n' is shared by 3 variables" in str(exc) else f"BAD {exc!r}", flush=True)
+    print("LEFT", sorted(os.listdir(out_dir)), flush=True)
 
 
 def errors_job(directory: str) -> None:
@@ -266,30 +288,12 @@ def test_declarations_that_differ_fail_on_every_rank(tmp_path: Path, backend: st
             assert results[(kind, case)] == {"0:OK", "1:OK"}, (case, out)
 
 
-CROWDED_SCALE = """
-import os, sys, numpy as np, ckptio
-import ckptio.backends.hdf5_write as h5backend
-from mpi4py import MPI
-comm = MPI.COMM_WORLD
-h5backend.MAX_SCALE_USERS = 2  # the real limit (4000) would need 4001 datasets
-ck = ckptio.create(os.path.join(sys.argv[1], "chk"), comm, backend="hdf5")
-for name in ("a", "b", "c"):
-    ck.write(name, np.zeros((1, 4)), offset=(comm.Get_rank(), 0), global_shape=(2, 4), dims=("n", "x"))
-try:
-    ck.close()
-    print("NOERROR", flush=True)
-except ckptio.CapabilityError as exc:
-    print("REFUSED" if "dimension 'n' is shared by 3 variables" in str(exc) else f"BAD {exc!r}", flush=True)
-print("LEFT", sorted(os.listdir(sys.argv[1])), flush=True)
-"""
-
-
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
 def test_hdf5_refuses_a_dimension_scale_beyond_its_attribute_limit(tmp_path: Path) -> None:
     out_dir = tmp_path / "out"
     out_dir.mkdir()
-    out = run_script(2, CROWDED_SCALE, tmp_path, str(out_dir), timeout=240).stdout.split("\n")
+    out = run_mpi(2, [str(HERE), "crowded", str(out_dir)], timeout=240).stdout.split("\n")
     assert sorted(line for line in out if line) == ["LEFT []", "LEFT []", "REFUSED", "REFUSED"], out
 
 
@@ -353,3 +357,5 @@ if __name__ == "__main__":
         write_job(sys.argv[2], sys.argv[3], sys.argv[4])
     elif sys.argv[1] == "errors":
         errors_job(sys.argv[2])
+    elif sys.argv[1] == "crowded":
+        crowded_job(sys.argv[2])

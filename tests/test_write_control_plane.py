@@ -9,10 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from ckptio.backends.mpiio import NativeBackend
-from mpi_helpers import run_script
+from mpi_helpers import PROGRAMS, run_mpi
 
 from ckptio import scale
 from ckptio.plan import own_plan, plan_headers, plan_write, segment_starts
+
+PROGRAM = str(PROGRAMS / "write_control_plane.py")  # the MPI program of these tests
 
 
 def _declarations(seed: int, nprocs: int) -> list[list[dict]]:
@@ -77,43 +79,9 @@ def test_what_a_rank_receives_does_not_grow_with_the_job() -> None:
     assert large["metadata_document_bytes"] > 4 * small["metadata_document_bytes"]  # what rank 0 keeps grows
 
 
-WRITE_AND_LOOK = """
-import sys
-import numpy as np
-from mpi4py import MPI
-import ckptio
-from ckptio.block_table import BlockTable
-
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
-for backend in ("mpiio", "hdf5", "pnetcdf"):
-    w = ckptio.create(f"{sys.argv[1]}/chk_{backend}", comm, backend=backend)
-    w.write("dens", np.full((2, 3), rank, np.float64), offset=(2 * rank, 0), global_shape=(2 * size, 3))
-    segments = backend != "hdf5"  # the hdf5 backend has no per-rank segments
-    if segments:
-        w.write("parts", np.arange(rank, dtype=np.int32))
-    w.close()
-    var = w.meta["variables"]["dens"]
-    if rank == 0:
-        assert isinstance(var["blocks"], BlockTable) and len(var["blocks"]) == size, var
-        assert "placement" in w.meta["stats"]["write"]
-    else:
-        assert "blocks" not in var and var["nblocks"] == size, var
-        assert "placement" not in w.meta["stats"]["write"]
-    extra = 4 if segments else 0
-    total = 48 * size + extra * sum(range(size))
-    assert (w.stats.bytes_total, w.stats.bytes_min, w.stats.bytes_max) == (total, 48, 48 + extra * (size - 1)), w.stats
-    with ckptio.open(f"{sys.argv[1]}/chk_{backend}", comm) as ck:
-        assert np.array_equal(ck.read("dens", (2 * rank, 0), (2, 3)), np.full((2, 3), rank))
-        if segments:
-            assert np.array_equal(ck.read("parts"), np.arange(rank))
-print("OK", rank)
-"""
-
-
 @pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [1, 3])
 def test_only_rank_0_holds_the_document_after_a_write(tmp_path: Path, nprocs: int) -> None:
-    proc = run_script(nprocs, WRITE_AND_LOOK, tmp_path, str(tmp_path))
+    proc = run_mpi(nprocs, [PROGRAM, "write_and_look", str(tmp_path)])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("OK") == nprocs

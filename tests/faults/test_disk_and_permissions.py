@@ -24,12 +24,13 @@ from pathlib import Path
 
 import pytest
 from conftest import NPROCS, assert_every_rank_failed, needs_root, remount, require_backend, run_job, tmpfs
-from mpi_helpers import run_script
+from mpi_helpers import PROGRAMS, run_mpi
 
 import ckptio
 from ckptio.cli import inspect_report
 
 FILL_TIMEOUT = 45
+PROGRAM = str(PROGRAMS / "disk_and_permissions.py")  # the MPI program of the full-stage test
 SPACE_WORDS = re.compile(r"space|full|ENOSPC|quota", re.IGNORECASE)
 
 
@@ -130,31 +131,6 @@ def test_impossible_paths(backend, corpus, tmp_path):
         assert os.listdir(tmp_path / "adir") == []
 
 
-STAGE_FILL = """
-import os, sys, numpy as np, ckptio
-from mpi4py import MPI
-comm = MPI.COMM_WORLD
-r, n = comm.Get_rank(), comm.Get_size()
-d, stage = sys.argv[1], sys.argv[2]
-series = ckptio.Series(d, comm, keep=1, stage_dir=stage)
-for step, count in ((1, 200000), (2, 200000), (3, 2000)):     # 2 x 1.5 MiB do not fit a 2 MiB stage; 16 KiB do
-    try:
-        with series.create(step) as ck:
-            ck.write("x", np.full(count, step, np.float64), offset=(count * r,), global_shape=(count * n,))
-        ck.wait()
-        print("STEP", step, "OK", r, flush=True)
-    except ckptio.CheckpointError as exc:
-        assert "No space left" in str(exc) or "no space" in str(exc).lower(), exc
-        print("STEP", step, "FULL", r, flush=True)
-series.wait()
-comm.Barrier()
-if r == 0:
-    left = [os.path.join(p, f) for p, _, fs in os.walk(stage) for f in fs if not f.startswith(".ckptio-probe")]
-    probes = [f for p, _, fs in os.walk(stage) for f in fs if f.startswith(".ckptio-probe")]
-    print("PROBES", len(probes), "FILES", len(left), flush=True)
-"""
-
-
 @pytest.mark.mpi
 @needs_root
 def test_a_full_stage_is_emptied_so_the_next_staged_checkpoint_fits(tmp_path):
@@ -163,7 +139,7 @@ def test_a_full_stage_is_emptied_so_the_next_staged_checkpoint_fits(tmp_path):
     d = tmp_path / "run"
     d.mkdir()
     with tmpfs(tmp_path / "stage", "2m") as stage:
-        proc = run_script(2, STAGE_FILL, tmp_path, str(d), str(stage), timeout=180)
+        proc = run_mpi(2, [PROGRAM, "stage_fill", str(d), str(stage)], timeout=180)
         out, describe = proc.stdout, proc.stdout + proc.stderr[-3000:]
         assert out.count("STEP 1 FULL") == 2 and out.count("STEP 2 FULL") == 2, describe
         assert out.count("STEP 3 OK") == 2, describe

@@ -27,48 +27,12 @@ import pytest
 from ckptio.backends import detect_backend
 from conftest import needs_root, require_backend, tmpfs
 from mpi4py import MPI
-from mpi_helpers import BACKENDS, run_script
+from mpi_helpers import BACKENDS, PROGRAMS, run_mpi
 
 import ckptio
 from ckptio.engine.space import NO_FALLOCATE_ENV, holes, missing_data
 
-JOB = r'''
-import os, sys
-import numpy as np
-from mpi4py import MPI
-from mpi4py import MPI
-import ckptio
-from ckptio.backends import get_backend
-
-comm = MPI.COMM_WORLD
-fs, backend, out = sys.argv[1], sys.argv[2], sys.argv[3]
-filler = os.path.join(fs, "filler")
-cls = type(get_backend(backend))
-create = cls.create
-
-def create_then_free_space_before_commit(self, *args, **kw):
-    """The backend's handle, which deletes the filler once the data is written (written() is asked for after the
-    data's sync, before the index): space comes back before the index."""
-    handle = create(self, *args, **kw)
-    written = handle.written
-    def written_then_space_came_back():
-        if comm.Get_rank() == 0:
-            os.unlink(filler)
-        return written()
-    handle.written = written_then_space_came_back
-    return handle
-
-cls.create = create_then_free_space_before_commit
-n = 3_000_000 // 8 // comm.size
-try:
-    with ckptio.create(os.path.join(fs, "chk_000020"), comm, backend=backend) as ck:
-        ck.write("big", np.full(n, float(comm.rank + 1)), offset=(n * comm.rank,), global_shape=(n * comm.size,))
-    line = "OK"
-except ckptio.CheckpointError as exc:
-    line = f"ERR {' '.join(c.__name__ for c in type(exc).__mro__)} | {exc}"
-with open(os.path.join(out, f"rank{comm.rank}"), "w") as f:
-    f.write(line)
-'''
+PROGRAM = str(PROGRAMS / "lost_writes.py")  # the MPI program of test_commit_refuses_lost_data
 
 
 @needs_root
@@ -81,8 +45,8 @@ def test_commit_refuses_lost_data(backend, nprocs, tmp_path):
         (fs / "filler").write_bytes(bytes(1_200_000))
         out = tmp_path / "outcomes"
         out.mkdir()
-        proc = run_script(nprocs, JOB, tmp_path, str(fs), backend, str(out), timeout=120,
-                          env={NO_FALLOCATE_ENV: "1"})
+        proc = run_mpi(nprocs, [PROGRAM, "commit", str(fs), backend, str(out)], timeout=120,
+                       env={NO_FALLOCATE_ENV: "1"})
         lines = {p.name[4:]: p.read_text() for p in out.iterdir()}
         assert sorted(map(int, lines)) == list(range(nprocs)), proc.stdout + proc.stderr
         for rank, line in lines.items():

@@ -1,0 +1,181 @@
+"""The MPI programs of ``tests/test_staging.py`` (``mpirun -n P python staging.py CASE ARGS...``).
+
+* ``two_runs BASE STAGE``: two series share one stage; each keeps its own staged copies (retention at each
+  commit), recovers its own lost final copy and refuses the other's copy moved under its name; ``OK <rank>``;
+* ``bad_stage OUT STAGE``: a stage that is a file fails a staged checkpoint and a staged Series on every rank
+  (``OK <rank>`` twice per rank, ``NOERROR <rank>`` where it did not);
+* ``one_rank_fails OUT STAGE``: a bad declaration on the last rank (``DECL <rank>``), an exception on rank 0
+  inside the with block (``RAISED`` on rank 0, ``OTHERS`` elsewhere); nothing is staged; ``OK <rank>``;
+* ``corrupt_piece OUT STAGE``: the restart reads the stage, then falls back past one flipped byte in the last
+  rank's piece with a warning naming it; ``OK <rank>``;
+* ``staged_reader PATH STAGE``: the staged restart reader reads like a Reader (out=, slicing, a bad request on one
+  rank, a rank leaving its with block); ``STAGED READER OK <rank>``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import warnings
+
+import internals
+import numpy as np
+
+import ckptio
+from ckptio import CollectiveError, ReadRequestError
+
+
+def two_runs(comm, base: str, stage: str) -> None:
+    r, n = comm.Get_rank(), comm.Get_size()
+    runs = {name: ckptio.Series(os.path.join(base, name), comm, keep=2, stage_dir=stage) for name in ("A", "B")}
+    for step in range(1, 7):                     # interleaved: both runs write the same names into one stage
+        for name, series in runs.items():
+            with series.create(step, attrs={"run": name}) as ck:
+                ck.write("x", np.full(4, step + (100 if name == "B" else 0) + 1000 * r, np.int64),
+                         offset=(4 * r,), global_shape=(4 * n,))
+    for series in runs.values():
+        series.wait()
+    # each run has its own key directory, holding only its newest drained checkpoint (retention at each commit)
+    keys = {name: internals.staged_key_dir(stage, series.path(1)) for name, series in runs.items()}
+    assert keys["A"] != keys["B"] and sorted(os.listdir(stage)) == sorted(os.path.basename(k) for k in keys.values())
+    for key in keys.values():
+        assert os.listdir(key) == ["chk_000006"], os.listdir(key)
+        assert len(os.listdir(os.path.join(key, "chk_000006"))) == 1
+    # A's final copy of step 6 is lost: A recovers its own staged copy, never B's
+    a6 = runs["A"].path(6)
+    if r == 0:
+        os.unlink(a6)
+    comm.Barrier()
+    assert runs["A"].latest() == a6
+    with ckptio.open(a6, comm) as ck:
+        assert ck.attrs["run"] == "A" and (ck.read("x", offset=(4 * r,), shape=(4,)) == 6 + 1000 * r).all()
+    # a staged copy moved under A's name (B's pieces) is refused: its manifest names B's final path
+    if r == 0:
+        os.unlink(a6)
+        shutil.rmtree(os.path.join(keys["A"], "chk_000006"))
+        shutil.copytree(os.path.join(keys["B"], "chk_000006"), os.path.join(keys["A"], "chk_000006"))
+    comm.Barrier()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        found = runs["A"].latest()
+    assert found == runs["A"].path(5), found
+    if r == 0:
+        assert any("belongs to" in str(w.message) and "/B/chk_000006" in str(w.message) for w in caught), caught
+    print("OK", r, flush=True)
+
+
+def bad_stage(comm, out: str, stage: str) -> None:
+    r = comm.Get_rank()
+    try:
+        with ckptio.create(os.path.join(out, "chk_000001"), comm, stage_dir=stage) as ck:
+            ck.write("x", np.zeros(3), offset=(3 * r,), global_shape=(3 * comm.Get_size(),))
+        print("NOERROR", r, flush=True)
+    except ckptio.CheckpointIOError as exc:
+        assert stage in str(exc), exc
+        assert not os.path.exists(os.path.join(out, "chk_000001"))
+        print("OK", r, flush=True)
+    series = ckptio.Series(os.path.join(out, "series"), comm, stage_dir=stage)  # the stage is checked at close
+    try:
+        with series.create(1) as ck:
+            ck.write("x", np.zeros(3), offset=(3 * r,), global_shape=(3 * comm.Get_size(),))
+        print("NOERROR", r, flush=True)
+    except ckptio.CheckpointIOError as exc:
+        assert stage in str(exc), exc
+        print("OK", r, flush=True)
+
+
+def one_rank_fails(comm, out: str, stage: str) -> None:
+    r, n = comm.Get_rank(), comm.Get_size()
+    try:                                           # a bad declaration on the last rank only
+        with ckptio.create(os.path.join(out, "chk_000001"), comm, stage_dir=stage) as ck:
+            ck.write("x", np.zeros(3), offset=(3 * r + (1 if r == n - 1 else 0),), global_shape=(3 * n,))
+    except ckptio.CheckpointError as exc:
+        assert "x" in str(exc), exc
+        print("DECL", r, flush=True)
+    try:                                           # an exception inside the with-block on rank 0 only
+        with ckptio.create(os.path.join(out, "chk_000002"), comm, stage_dir=stage) as ck:
+            ck.write("x", np.zeros(3), offset=(3 * r,), global_shape=(3 * n,))
+            if r == 0:
+                raise RuntimeError("simulation failed")
+    except RuntimeError:
+        print("RAISED", r, flush=True)
+    except ckptio.CheckpointError:
+        print("OTHERS", r, flush=True)
+    assert not os.listdir(out), os.listdir(out)
+    staged = [f for _, _, files in os.walk(stage) for f in files if f.endswith(".json")]
+    assert not staged, staged
+    print("OK", r, flush=True)
+
+
+def corrupt_piece(comm, out: str, stage: str) -> None:
+    r, n = comm.Get_rank(), comm.Get_size()
+    path = os.path.join(out, "chk_000001")
+    ck = ckptio.create(path, comm, stage_dir=stage, attrs={"step": 1})
+    ck.write("x", np.arange(6, dtype=np.float32) + 10 * r, offset=(6 * r,), global_shape=(6 * n,))
+    ck.close()
+    ck.wait()
+    with ckptio.open(path, comm, stage_dir=stage) as rd:   # every piece fine: read from the stage
+        assert rd.source == "stage" and rd.attrs == {"step": 1}
+        assert (rd.read("x") == np.concatenate([np.arange(6, dtype=np.float32) + 10 * q for q in range(n)])).all()
+    if r == n - 1:                                          # one flipped byte in the last rank's piece
+        internals.flip_byte(internals.staged_data_pieces(stage, r)[0], 5)
+    comm.Barrier()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rd = ckptio.open(path, comm, stage_dir=stage)
+    assert isinstance(rd, ckptio.Reader), type(rd)
+    if r == 0:
+        assert any(f"rank {n - 1}" in str(w.message) and "checksum" in str(w.message) for w in caught), caught
+    assert (rd.read("x", offset=(6 * r,), shape=(6,)) == np.arange(6, dtype=np.float32) + 10 * r).all()
+    rd.close()
+    print("OK", r, flush=True)
+
+
+def staged_reader(comm, path: str, stage: str) -> None:
+    r, n = comm.Get_rank(), comm.Get_size()
+    rows = np.arange((r + 1) * 4, dtype=np.float64).reshape(r + 1, 4) + 100 * r  # an N-d per-rank segment
+    with ckptio.create(path, comm, stage_dir=stage) as w:
+        w.write("tracers", rows)
+    w.wait()
+    every = np.concatenate([np.arange((q + 1) * 4, dtype=np.float64).reshape(q + 1, 4) + 100 * q for q in range(n)])
+    with ckptio.open(path, comm, stage_dir=stage) as ck:
+        assert type(ck).__name__ == "StagedReader"
+        # out= on one rank only (a strided view), the others allocate
+        halo = np.zeros((r + 3, 6))
+        got = ck.read("tracers", out=halo[1:-1, 1:-1] if r == 0 else None)
+        assert (got == rows).all() and (r != 0 or (halo[1:-1, 1:-1] == rows).all())
+        assert (ck["tracers"][1:3] == every[1:3]).all() and "StagedReader" in repr(ck)
+        # a bad request on one rank: ReadRequestError on every rank, nothing hangs
+        try:
+            ck.read("tracers", offset=(0,) if r == n - 1 else (0, 0), shape=None if r == n - 1 else (1, 4))
+            raise AssertionError("no error")
+        except ReadRequestError as exc:
+            assert isinstance(exc, CollectiveError) and f"rank {n - 1}" in str(exc) and "2 dimension(s)" in str(exc)
+    # rank 0 leaves the with block with its own exception while the others read: they raise, naming it
+    try:
+        with ckptio.open(path, comm, stage_dir=stage) as ck:
+            if r == 0:
+                raise ValueError("rank 0 bails out")
+            ck.read("tracers")
+            raise AssertionError("read went on")
+    except ValueError as exc:
+        assert r == 0 and "bails out" in str(exc)
+    except CollectiveError as exc:
+        assert r != 0 and "rank 0: ValueError: rank 0 bails out" in str(exc), exc
+    print("STAGED READER OK", r, flush=True)
+
+
+CASES = {"two_runs": two_runs, "bad_stage": bad_stage, "one_rank_fails": one_rank_fails,
+         "corrupt_piece": corrupt_piece, "staged_reader": staged_reader}
+
+
+def main(argv: list[str]) -> int:
+    from mpi4py import MPI
+
+    CASES[argv[0]](MPI.COMM_WORLD, *argv[1:])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
