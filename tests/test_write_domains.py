@@ -6,6 +6,7 @@ the number of ranks."""
 
 from __future__ import annotations
 
+import itertools
 import pickle
 import time
 
@@ -43,7 +44,7 @@ def native_spans(sizes: list[int], unit: int) -> tuple[np.ndarray, list[tuple[in
 def pieces_of_rank(rank: int, blocks: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
     off, n = blocks[rank]
     offs, lens = ([0], [HEADER_SIZE]) if rank == 0 else ([], [])
-    return offs + [off], lens + [n]
+    return [*offs, off], [*lens, n]
 
 
 def all_parts(domains: WriteDomains, blocks, own: list[RankDomain] | None):
@@ -68,7 +69,7 @@ def check_places(domains: WriteDomains, parts) -> None:
         by_agg.setdefault(a, []).append((p, p + n))
     for a, spans in by_agg.items():
         spans.sort()
-        for (_, e1), (s2, _) in zip(spans, spans[1:], strict=False):
+        for (_, e1), (s2, _) in itertools.pairwise(spans):
             assert e1 <= s2, f"aggregator {a}: two parts share a place"
 
 

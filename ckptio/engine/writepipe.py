@@ -46,14 +46,11 @@ class RoundWriter:
         self._seconds = seconds
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="ckptio-write") if (
             threaded and writer.independent) else None
+        self.threaded = self._pool is not None  # (stays as it was after close)
         self._pending: dict[int, Future] = {}
         self.file_bytes = 0
         self.file_calls = 0
         self.storage_bytes: int | None = 0
-
-    @property
-    def threaded(self) -> bool:
-        return self._pool is not None
 
     def _write(self, runs: Sequence[Run]) -> None:
         """Local, in the writing thread: one round's runs, timed and accounted."""
