@@ -13,9 +13,9 @@ cyclic:...`` makes the planning rank see a striped layout (stripe count S, unit,
 file system, so stripe-cyclic domains are exercised without CephFS. ``--info DIR``: every rank writes
 ``DIR/info.<rank>.json`` (its pid, whether it is a write aggregator, the aggregation record). ``--fail-round K``:
 rank 1's byte-range writer raises ENOSPC at its K-th write call (an injected failure of one aggregator in the
-middle of the pipeline); every rank then prints ``RAISED <rank> <error class> | <message>`` and ``LEFT <rank>
-<names in the directory>``. ``read`` restarts on M ranks (rank r reads rows [r*G/M, (r+1)*G/M)) and checks
-every value; rank 0 prints ``READ OK <M>``.
+middle of the pipeline; 0: nothing injected); every rank then prints ``RAISED <rank> <error class> | <message>``
+and ``LEFT <rank> <names in the directory>``. ``read`` restarts on M ranks (rank r reads rows [r*G/M, (r+1)*G/M))
+and checks every value; rank 0 prints ``READ OK <M>``.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def write(args) -> None:
         outcome = "OK"
     except ckptio.CheckpointError as exc:
         outcome = f"RAISED {rank} {type(exc).__name__} | {' '.join(str(exc).split())}"
-    if args.fail_round:
+    if args.fail_round is not None:
         print(outcome, flush=True)
         comm.Barrier()
         print(f"LEFT {rank} {sorted(os.listdir(os.path.dirname(os.path.abspath(args.path))))}", flush=True)
@@ -157,7 +157,7 @@ def main() -> None:
     parser.add_argument("--stage")
     parser.add_argument("--compression")
     parser.add_argument("--info")
-    parser.add_argument("--fail-round", type=int, default=0)
+    parser.add_argument("--fail-round", type=int)  # 0: nothing injected, the outcome reported as for a failure
     args = parser.parse_args()
     (write if args.what == "write" else read)(args)
 
