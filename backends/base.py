@@ -32,7 +32,7 @@ the writing communicator, in the same order)::
 
 *Bytes placed by ckptio* (``Capabilities.placed_bytes``, the native format; issue 29). Where the format puts
 every byte is known before anything is written (``place``), so the engine does the collective buffering itself
-(:mod:`ckptio.engine.write_aggregate`) unless ``CKPTIO_WRITE_IO=write_all`` keeps the table above. Then:
+(``ckptio.engine.write_aggregate``) unless ``CKPTIO_WRITE_IO=write_all`` keeps the table above. Then::
 
    step  call                                               ranks
    ----  -------------------------------------------------  --------------------------------------------------
@@ -168,9 +168,9 @@ Run = tuple[int, Sequence[np.ndarray]]
 
 class RangeWriter(Protocol):
     """A write aggregator's byte-range writer (``WriteHandle.ranges``), opened by ``Backend.create`` with
-    ``options.range_io`` (:mod:`ckptio.backends.rangeio`)."""
+    ``options.range_io`` (``ckptio.backends.rangeio``)."""
 
-    #: True: ``write`` is local, no MPI (safe in a helper thread while the calling thread uses MPI)
+    #: Whether ``write`` is local, without MPI (then safe in a helper thread while the calling thread uses MPI)
     independent: ClassVar[bool] = True
 
     def write(self, runs: Sequence[Run]) -> int:
