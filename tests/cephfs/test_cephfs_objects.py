@@ -97,7 +97,9 @@ def test_domains_cover_whole_objects(cephdir, ceph, ceph_env):
 
 # ------------------------------------------------------------------------------------------ the write side
 _CLONE = re.compile(r"^clone3?\(.*CLONE_THREAD.*\) = (\d+)$", re.M)
-_PWRITE = re.compile(r"^pwrite(?:64|v|v2)\((\d+), .*, (\d+)(?:, \d+)?\) = (\d+)$", re.M)
+# pwrite64(fd, buf, count, offset), pwritev(fd, iov, iovcnt, offset), pwritev2(fd, iov, iovcnt, offset, flags)
+_PWRITE = re.compile(r"^pwrite(?:64|v)\((\d+), .*, (\d+)\) = (\d+)$|^pwritev2\((\d+), .*, (\d+), \d+\) = (\d+)$",
+                     re.M)
 
 
 def traced_writes(prefix: Path, path: Path) -> dict[int, list[tuple[int, int]]]:
@@ -126,8 +128,11 @@ def traced_writes(prefix: Path, path: Path) -> dict[int, list[tuple[int, int]]]:
     out: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for tid, text in texts.items():
         pid = leader(tid)
-        out[pid] += [(int(off), int(n)) for fd, off, n in _PWRITE.findall(text) if fd in fds[pid]]
-    return out
+        for match in _PWRITE.findall(text):
+            fd, off, n = match[:3] if match[0] else match[3:]
+            if fd in fds[pid]:
+                out[pid].append((int(off), int(n)))
+    return {pid: done for pid, done in out.items() if done}
 
 
 @pytest.mark.timeout(600)
