@@ -30,6 +30,24 @@ the writing communicator, in the same order)::
          WriteHandle.abort()                                after an agreed failure, every rank that holds a
                                                             handle (collective where the library's close is)
 
+*Bytes placed by ckptio* (``Capabilities.placed_bytes``, the native format; issue 29). Where the format puts
+every byte is known before anything is written (``place``), so the engine does the collective buffering itself
+(``ckptio.engine.write_aggregate``) unless ``CKPTIO_WRITE_IO=write_all`` keeps the table above. Then::
+
+   step  call                                               ranks
+   ----  -------------------------------------------------  --------------------------------------------------
+   2     Backend.place(...)                                 as above, and ``Placement.rank_spans``
+   3     Backend.create(path, comm, info, plan, options)    the write AGGREGATORS only, ``options.range_io``
+                                                            "posix" (``comm`` None: each opens on its own) or
+                                                            "mpiio" (``comm``: the aggregators' communicator)
+   4, 5  define(), reserved_ranges()                        the aggregators; the planning rank is one of them
+   6     Backend.placed_pieces(blocks, share)               every rank, local: its bytes and where they go;
+                                                            the engine moves them to the aggregators, which
+                                                            write them through WriteHandle.ranges()
+   7-13  sync ... close, abort                              the aggregators only (collective over their
+                                                            communicator for "mpiio"); the other ranks hold no
+                                                            handle and still join every agreement
+
 The read side::
 
          Backend.sniff(head)                                any rank, pure
@@ -83,6 +101,9 @@ class Capabilities:
     float16: bool = True
     nonblocking: bool = False
     readable_by: tuple[str, ...] = ()
+    # Where every byte of the data goes is the format's fixed placement (Backend.placed_pieces), and a handle can
+    # write byte ranges (WriteHandle.ranges): the engine aggregates the data write itself (issue 29)
+    placed_bytes: bool = False
 
 
 @dataclass(frozen=True)
@@ -93,6 +114,10 @@ class Placement:
 
     whole: Mapping[str, Any]
     shares: Sequence[Mapping[str, Any]]
+    # placed_bytes backends: every rank's [start, end) of the bytes it writes (int64, nprocs x 2; start == end
+    # for none), the format's own bytes included (the header on its rank): what the engine's write aggregators
+    # are planned over
+    rank_spans: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +128,9 @@ class CreateOptions:
     stripe_unit: int = 1 << 20  # the alignment ckptio chose (whole storage objects where the file system says)
     attrs: Mapping[str, Any] = field(default_factory=dict)  # the checkpoint's attributes (JSON values)
     described: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # per variable: its dims, attrs
+    # placed_bytes backends: None, the handle writes the data itself (WriteHandle.write); "posix" or "mpiio":
+    # the handle is created on the write aggregators only and writes byte ranges (WriteHandle.ranges) of that kind
+    range_io: str | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +162,34 @@ class DocumentSlot:
     checksum: str
 
 
+#: A run of bytes to write: a file offset and the contiguous uint8 arrays that go there one after the other.
+Run = tuple[int, Sequence[np.ndarray]]
+
+
+class RangeWriter(Protocol):
+    """A write aggregator's byte-range writer (``WriteHandle.ranges``), opened by ``Backend.create`` with
+    ``options.range_io`` (``ckptio.backends.rangeio``)."""
+
+    #: Whether ``write`` is local, without MPI (then safe in a helper thread while the calling thread uses MPI)
+    independent: ClassVar[bool] = True
+
+    def write(self, runs: Sequence[Run]) -> int:
+        """Local: write every run at its file offset; the number of file system (or MPI-IO) calls made.
+        CheckpointIOError naming the file and the cause (no space left, quota) when a write fails."""
+
+    def sync(self) -> None:
+        """Local, or collective over the aggregators for an MPI-IO file: this writer's bytes are durable."""
+
+    def hints(self) -> dict[str, str]:
+        """Local: the hints the MPI library reports for the open file ({} when none was opened)."""
+
+    def close(self) -> None:
+        """Local, or collective over the aggregators for an MPI-IO file."""
+
+    def abort(self) -> None:
+        """Best effort, never raises (as ``close``)."""
+
+
 class WriteHandle(Protocol):
     """An open checkpoint file being written (``Backend.create``). See the module docstring for the order of
     the calls and which ranks make them."""
@@ -159,6 +215,10 @@ class WriteHandle(Protocol):
 
     def written(self) -> list[WrittenBlock]:
         """Local, after ``write``'s steps: per block given to it, in order, what was written."""
+
+    def ranges(self) -> RangeWriter:
+        """Local, on a write aggregator of a handle created with ``options.range_io``: its byte-range writer
+        (the data's rounds, and the document and completion mark on the rank that holds them, go through it)."""
 
     def sync(self) -> None:
         """Collective: everything written so far is durable (``MPI_File_sync`` or the library's flush)."""
@@ -272,7 +332,18 @@ class Backend(Protocol):
         """Collective: create the file at ``path`` (a temporary name) with the MPI hints ``info``. ``variables``
         is the whole plan on the planning rank and only this rank's own blocks elsewhere
         (``VariablePlan.total_blocks`` counts every rank's); ``placement`` is ``Placement.whole`` on the
-        planning rank and this rank's share elsewhere."""
+        planning rank and this rank's share elsewhere. With ``options.range_io`` (placed_bytes backends): called
+        on the write aggregators only, ``comm`` their communicator ("mpiio") or None ("posix"); the file exists
+        (the planning rank created it empty, with its stripe layout)."""
+        raise NotImplementedError
+
+    def placed_pieces(self, blocks: Sequence[BlockToWrite], share: Mapping[str, Any]
+                      ) -> tuple[list[tuple[int, np.ndarray]], list[WrittenBlock]]:
+        """Local, every rank (placed_bytes backends): this rank's bytes and where they go, as ``(file offset,
+        array)`` pieces (its blocks' data as handed in: C order, a strided view of it, or compressed bytes; and
+        the format's own bytes at fixed places on the rank whose ``share`` says so), and what each block becomes
+        (as ``WriteHandle.written`` reports it). ``share``: this rank's placement share (the whole placement on
+        the planning rank)."""
         raise NotImplementedError
 
     def read_document(self, path: str) -> Any:

@@ -23,11 +23,16 @@ checksum existed (the same format version 1: the field was zero padding, which o
 directions stay compatible) have 0 there; for them the version is trusted only when the trailer, written
 separately, states the same one. A checksum that happens to be 0 is treated the same way (a chance of 2**-64).
 
-Data is written with one collective ``MPI_File_write_all`` per checkpoint: each rank's file view is an
-hindexed type over its blocks' file offsets, its memory type an hindexed type over its arrays' addresses,
-so there is no packing copy; collective buffering (``romio_cb_write``) lets ``cb_nodes`` aggregators do
-the file I/O. The engine reserves the header and every rank's region before it (not the alignment holes), and
-the index and trailer before they are written (:mod:`ckptio.engine.space`).
+Where every byte goes is fixed by the placement before anything is written (``capabilities.placed_bytes``), so
+by default ckptio does the collective buffering itself (:mod:`ckptio.engine.write_aggregate`, issue 29): every
+rank describes its pieces (:meth:`NativeBackend.placed_pieces`), only the write aggregators create a handle, and
+they write their file domains, the header, the index and the trailer through a byte-range writer
+(:mod:`ckptio.backends.rangeio`: ``pwritev``, or ``MPI_File_write_at`` on their sub-communicator).
+``CKPTIO_WRITE_IO=write_all`` keeps the MPI-IO path: one collective ``MPI_File_write_all`` per checkpoint, each
+rank's file view an hindexed type over its blocks' file offsets, its memory type an hindexed type over its arrays'
+addresses (no packing copy), MPI-IO's collective buffering (``romio_cb_write``, ``cb_nodes``) doing the file I/O.
+Either way the engine reserves the header and every rank's region before the data (not the alignment holes),
+and the index and trailer before they are written (:mod:`ckptio.engine.space`).
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from ckptio.errors import CheckpointIOError, CorruptCheckpointError, FormatVersi
 from ckptio.hints import COLLECTIVE_ONLY_HINTS, info_to_dict
 from ckptio.plan import Extent, VariablePlan
 
-from . import rawio
+from . import rangeio, rawio
 from .base import (
     Backend,
     BlockToWrite,
@@ -109,6 +114,21 @@ def place_blocks(rank: np.ndarray, local_index: np.ndarray, stored: np.ndarray,
     return offsets, pos, regions
 
 
+def rank_spans(rank: np.ndarray, offsets: np.ndarray, stored: np.ndarray, nprocs: int) -> np.ndarray:
+    """Pure: every rank's ``[start, end)`` of the bytes it writes (nprocs x 2, int64; ``[0, 0)`` for none): its
+    non-empty blocks, and for rank 0 the header from offset 0. Vectorized."""
+    spans = np.zeros((nprocs, 2), np.int64)
+    spans[:, 0] = np.iinfo(np.int64).max
+    live = np.asarray(stored, np.int64) > 0
+    np.minimum.at(spans[:, 0], rank[live], offsets[live])
+    np.maximum.at(spans[:, 1], rank[live], offsets[live] + stored[live])
+    if nprocs:
+        spans[0] = (0, max(int(spans[0, 1]), HEADER_SIZE))
+    none = spans[:, 0] > spans[:, 1]
+    spans[none] = 0
+    return spans
+
+
 def header_checksum(header: bytes) -> int:
     """xxh3-64 of the ``HEADER_SIZE`` bytes ``header`` with the checksum field (bytes 16-24) zeroed."""
     return xxhash.xxh3_64_intdigest(header[:16] + bytes(8) + header[24:HEADER_SIZE])
@@ -121,16 +141,25 @@ def header_bytes(version: int = FORMAT_VERSION) -> bytes:
 
 
 class _NativeWriteHandle:
-    """The native format's :class:`~ckptio.backends.base.WriteHandle` (see there for who calls what): one MPI file
-    opened collectively; data, index and trailer each one collective write at offsets every rank knows from its
-    placement share (the index offset is the end of the data, aligned; the trailer follows the index)."""
+    """The native format's :class:`~ckptio.backends.base.WriteHandle` (see there for who calls what).
 
-    def __init__(self, path: str, comm, info, share: Mapping[str, Any]):
+    ``range_io`` None: one MPI file opened collectively by every rank; data, index and trailer each one collective
+    write at offsets every rank knows from its placement share (the index offset is the end of the data, aligned;
+    the trailer follows the index). ``range_io`` "posix"/"mpiio": a write aggregator's handle (only they open
+    the file): its byte-range writer (:meth:`ranges`) writes the rounds of its domain for the engine, and the
+    index and trailer on the rank that holds them."""
+
+    def __init__(self, path: str, comm, info, share: Mapping[str, Any], range_io: str | None = None):
         from mpi4py import MPI
 
         self.path, self.share = path, share
-        self.fh = MPI.File.Open(comm, path, MPI.MODE_CREATE | MPI.MODE_WRONLY,
-                                info if info is not None else MPI.INFO_NULL)
+        self._ranges = None
+        if range_io is None:
+            self.fh = MPI.File.Open(comm, path, MPI.MODE_CREATE | MPI.MODE_WRONLY,
+                                    info if info is not None else MPI.INFO_NULL)
+        else:
+            self._ranges = rangeio.open_range_writer(range_io, path, comm, info)
+            self.fh = getattr(self._ranges, "fh", None)
         self.index_offset = _align(share["data_end"], BLOCK_ALIGN)
         self._slot: DocumentSlot | None = None
         self._written: list[WrittenBlock] = []
@@ -151,31 +180,31 @@ class _NativeWriteHandle:
     def write(self, blocks: Sequence[BlockToWrite], tables: Any = None) -> list[Step]:
         """One step: one collective ``Write_all`` of this rank's blocks (and of the header, on the rank whose
         share holds it) through an hindexed file view (see :func:`~ckptio.backends.rawio.transfer`)."""
-        offsets = self.share["offsets"]
-        pieces: list[tuple[int, int]] = []
-        buffers: list[Any] = []
-        if self.share.get("header"):
-            pieces.append((0, HEADER_SIZE))
-            buffers.append(np.frombuffer(header_bytes(), dtype=np.uint8))
-        self._written = []
-        for block in blocks:
-            off = offsets[block.local_index]
-            buf = block.data if isinstance(block.data, np.ndarray) else np.frombuffer(block.data, dtype=np.uint8)
-            pieces.append((off, buf.nbytes))
-            buffers.append(buf)
-            self._written.append(WrittenBlock(off, buf.nbytes, block.codec))
+        placed, self._written = pieces_of(blocks, self.share)
+        pieces = [(off, buf.nbytes) for off, buf in placed]
+        buffers = [buf for _, buf in placed]
         return [("write data", lambda: transfer(self.fh, pieces, buffers, write=True))]
 
     def written(self) -> list[WrittenBlock]:
         return list(self._written)
 
+    def ranges(self) -> rangeio.PosixRangeWriter | rangeio.MpiRangeWriter:
+        if self._ranges is None:
+            raise RuntimeError("a native handle created without range_io has no byte-range writer")
+        return self._ranges
+
     def sync(self) -> None:
-        self.fh.Sync()
+        if self._ranges is not None:
+            self._ranges.sync()
+        else:
+            self.fh.Sync()
 
     def storage_info(self) -> dict[str, dict[str, Any]]:
         return {}  # every block's place is in the block table
 
     def effective_hints(self) -> dict[str, str]:
+        if self._ranges is not None:
+            return self._ranges.hints()
         info = self.fh.Get_info()
         try:
             return info_to_dict(info)
@@ -187,7 +216,8 @@ class _NativeWriteHandle:
         from mpi4py import MPI
 
         self._slot = slot
-        self.fh.Set_view(0, MPI.BYTE, MPI.BYTE)
+        if self._ranges is None:
+            self.fh.Set_view(0, MPI.BYTE, MPI.BYTE)
 
     def write_document(self, document: bytes | None) -> list[Step]:
         return [("write index", lambda: self._write_at(self.index_offset, document or b"", "index"))]
@@ -203,20 +233,32 @@ class _NativeWriteHandle:
     def _write_at(self, offset: int, payload: bytes, what: str) -> None:
         """Collective even when only one rank has bytes (the others write nothing): with
         ``romio_no_indep_rw=true`` (deferred open) only the aggregators have the file open, so independent
-        writes are not allowed."""
+        writes are not allowed. With a byte-range writer: only the rank with bytes writes (independently)."""
         from mpi4py import MPI
 
         mine = np.frombuffer(payload, np.uint8)
+        if self._ranges is not None:
+            if mine.size:
+                self._ranges.write([(offset, [mine])])
+            return
         status = MPI.Status()
         self.fh.Write_at_all(offset, [mine, mine.size, MPI.BYTE], status)
         if status.Get_count(MPI.BYTE) != mine.size:
             raise CheckpointIOError(f"short write of the checkpoint {what} (file system full?)")
 
     def close(self) -> None:
+        if self._ranges is not None:
+            self._ranges.close()
+            self.fh = None
+            return
         fh, self.fh = self.fh, None
         fh.Close()
 
     def abort(self) -> None:
+        if self._ranges is not None:
+            self._ranges.abort()
+            self.fh = None
+            return
         fh, self.fh = self.fh, None
         if fh is not None:
             try:
@@ -225,10 +267,27 @@ class _NativeWriteHandle:
                 pass
 
 
+def pieces_of(blocks: Sequence[BlockToWrite], share: Mapping[str, Any]
+              ) -> tuple[list[tuple[int, np.ndarray]], list[WrittenBlock]]:
+    """Local: a rank's ``(file offset, array)`` pieces (the header first on the rank whose share holds it, then
+    its blocks at their placed offsets) and what each block becomes."""
+    offsets = share["offsets"]
+    pieces: list[tuple[int, np.ndarray]] = []
+    if share.get("header"):
+        pieces.append((0, np.frombuffer(header_bytes(), dtype=np.uint8)))
+    written = []
+    for block in blocks:
+        off = offsets[block.local_index]
+        buf = block.data if isinstance(block.data, np.ndarray) else np.frombuffer(block.data, dtype=np.uint8)
+        pieces.append((off, buf))
+        written.append(WrittenBlock(off, buf.nbytes, block.codec))
+    return pieces, written
+
+
 class NativeBackend(Backend):
     name = "mpiio"
     format_version = FORMAT_VERSION
-    capabilities = Capabilities(compression=True, segments=True, readable_by=("ckptio",))
+    capabilities = Capabilities(compression=True, segments=True, readable_by=("ckptio",), placed_bytes=True)
     extra_hints = COLLECTIVE_ONLY_HINTS  # every access is collective: ROMIO may open on the aggregators only
 
     signature = MAGIC
@@ -263,11 +322,15 @@ class NativeBackend(Backend):
             by_rank.append(in_order[start:start + count])
             start += count
         shares = [{"offsets": by_rank[r], "data_end": end, "header": r == 0} for r in range(nprocs)]
-        return Placement({**shares[0], "regions": regions}, shares)
+        return Placement({**shares[0], "regions": regions}, shares, rank_spans(rank, offsets, stored, nprocs))
 
     def create(self, path: str, comm, info, variables: Mapping[str, VariablePlan], placement: Mapping[str, Any],
                options: CreateOptions) -> _NativeWriteHandle:
-        return _NativeWriteHandle(path, comm, info, placement)
+        return _NativeWriteHandle(path, comm, info, placement, options.range_io)
+
+    def placed_pieces(self, blocks: Sequence[BlockToWrite], share: Mapping[str, Any]
+                      ) -> tuple[list[tuple[int, np.ndarray]], list[WrittenBlock]]:
+        return pieces_of(blocks, share)
 
     def read_document(self, path: str) -> dict[str, Any]:
         try:

@@ -56,6 +56,27 @@ def _verbatim(text: str) -> str:
     return text
 
 
+def _optional_count(text: str) -> int | None:
+    """``""`` -> None (automatic); otherwise a positive integer."""
+    if not text.strip():
+        return None
+    if not text.strip().isdigit() or int(text) <= 0:
+        raise ValueError("expected a positive integer (or nothing: the automatic choice)")
+    return int(text)
+
+
+def _optional_size(text: str) -> int | None:
+    """``""`` -> None (the default); otherwise a size in bytes (64M, 1G, ...: ckptio.units)."""
+    if not text.strip():
+        return None
+    from .units import parse_size
+
+    try:
+        return parse_size(text, "size")
+    except Exception as exc:  # DeclarationError: a ValueError here, so get() names the variable
+        raise ValueError(str(exc)) from None
+
+
 def parse_signals(text: str) -> tuple[int, ...]:
     """``"USR1,TERM"`` -> ``(SIGUSR1, SIGTERM)``; ``""``/``"none"`` -> ``()``."""
     out = []
@@ -79,6 +100,16 @@ TABLE: dict[str, Setting] = {s.name: s for s in (
     Setting("CKPTIO_BUFFER_BYTES", "", _verbatim, True,
             "restart buffer per aggregator and round (a size: 64M, 1G, ...; parsed by ckptio.units)"),
     Setting("CKPTIO_AGGREGATORS", "", _verbatim, True, "restart aggregator count (overrides the automatic choice)"),
+    Setting("CKPTIO_WRITE_IO", "posix", _choice("posix", "mpiio", "write_all"), True,
+            "native checkpoints: ckptio's write aggregators write their file domains with pwritev (posix) or "
+            "MPI_File_write_at on their sub-communicator (mpiio); write_all: one collective MPI_File_write_all, "
+            "MPI-IO's own collective buffering (before issue 29)"),
+    Setting("CKPTIO_WRITE_AGGREGATORS", "", _optional_count, True,
+            "write aggregator count (overrides the automatic choice, as does an explicit cb_nodes hint)"),
+    Setting("CKPTIO_WRITE_BUFFER_BYTES", "", _optional_size, True,
+            "write buffer per aggregator and round (a size: 64M, 1G, ...; default 64 MiB), two per aggregator"),
+    Setting("CKPTIO_WRITE_THREAD", "1", _choice("0", "1"), True,
+            "1: a write aggregator writes round k in a helper thread while round k+1 is exchanged; 0: no thread"),
     Setting("CKPTIO_HINTS", "", _verbatim, True, "MPI-IO hints 'key=value;key=value' (see ckptio.hints)"),
     Setting("CKPTIO_SIGNAL_GRACE", "60", _seconds, False,
             "seconds a signal may stay held inside a collective operation (Writer.close, a read) before the "

@@ -312,7 +312,8 @@ class Writer:
         """Collective: write and commit through the engine (:func:`ckptio.engine.write.write_checkpoint`)."""
         self._closed = True
         request = WriteRequest(self.path, self.comm, self.backend, self.hints, self.compression, self.attrs,
-                               self._pending, self._described, self.series_record, self.before_rename, self._error)
+                               self._pending, self._described, self.series_record, self.before_rename, self._error,
+                               self._user_hints)
         self._pending = []
         result = write_checkpoint(request)
         self.stats, self.meta = result.stats, result.meta

@@ -8,6 +8,10 @@ storage during the collective write, measured by the kernel (``write_bytes`` of 
 ``ckptio/placement_stats.py``), summed per node. ``cb_config_list=*:*`` (any number per node) is the control:
 the same measurement then finds two writing ranks on the first node of 2+1+1.
 
+These tests are about ROMIO's own write aggregators, so they ask for the single collective write through MPI-IO
+(``CKPTIO_WRITE_IO=write_all``); ckptio's own write aggregators across nodes are checked by
+``tests/test_multinode_write_aggregators.py``.
+
 Skipped where emulated nodes cannot run, or where the test directory's file system does not account storage
 writes to the writing thread (tmpfs): then nothing would be measured.
 """
@@ -52,7 +56,7 @@ def placement_job(layout: tuple[int, ...], config_list: str, root: Path) -> dict
     out = root / "out"
     out.mkdir()
     proc = run_nodes(layout, [sys.executable, APP, "placement-write", out, config_list], root,
-                     env={"OMPI_MCA_io": "romio321"}, timeout=240)
+                     env={"OMPI_MCA_io": "romio321", "CKPTIO_WRITE_IO": "write_all"}, timeout=240)
     got = sorted((json.loads(line[5:]) for line in proc.stdout.splitlines() if line.startswith("JSON ")),
                  key=lambda r: r["rank"])
     assert len(got) == sum(layout) and all(r["ok"] for r in got), proc.stdout

@@ -15,6 +15,10 @@ any rank is the same error on every rank and no rank goes on into a collective t
       -> check and rename         planning rank: read the document back from the file as the file system has
                                   it, then rename the temporary file to the final name and sync the directory
 
+When the engine aggregated the data write itself (:mod:`ckptio.engine.write_aggregate`), only the write
+aggregators hold a handle (the planning rank is one of them): the others pass None and still join every agreed
+phase (a bystander of the backend's steps, :func:`ckptio.engine.steps.run_steps`).
+
 A failure at any arrow leaves the previous checkpoint of that name untouched: :func:`abort` releases the file on
 every rank (the planning rank truncates it first, so that a format whose close must write, HDF5, finds room) and
 the planning rank removes it. Nothing at the final name ever claims to be complete unless it is.
@@ -37,10 +41,11 @@ from .steps import run_steps
 ROOT = 0  # the planning rank: it holds the whole plan and the document, reserves space and renames
 
 
-def commit(comm, backend: Backend, handle: WriteHandle, tmp: str, path: str, document: dict[str, Any] | None,
-           before_rename: Callable[[], None] | None = None) -> None:
+def commit(comm, backend: Backend, handle: WriteHandle | None, tmp: str, path: str,
+           document: dict[str, Any] | None, before_rename: Callable[[], None] | None = None) -> None:
     """Collective: commit the temporary file ``tmp`` (data written and synced) as the checkpoint ``path``.
-    ``document`` is the metadata document on the planning rank and None elsewhere. ``before_rename`` runs on the
+    ``document`` is the metadata document on the planning rank and None elsewhere; ``handle`` None on a rank
+    that holds none (not a write aggregator). ``before_rename`` runs on the
     planning rank right before the rename (a Series checks its lease there). Raises the same error on every rank;
     the caller then calls :func:`abort`."""
     where = f"checkpoint {path}"
@@ -57,19 +62,26 @@ def commit(comm, backend: Backend, handle: WriteHandle, tmp: str, path: str, doc
     encoded = metamod.dumps(document) if root else None
     slot = coord.bcast_from_root(comm, f"{where}: encode the metadata document",
                                  lambda: DocumentSlot(len(encoded), metamod.checksum(encoded)), root=ROOT)
-    coord.run(comm, f"{where}: make room for the metadata document", lambda: handle.document_slot(slot))
+    coord.run(comm, f"{where}: make room for the metadata document", lambda: held(handle, "document_slot", slot))
     coord.bcast_from_root(comm, f"{where}: reserve space for the metadata document",
                           lambda: space.reserve_space(tmp, handle.reserved_ranges(), "the metadata document"),
                           root=ROOT)
     _faults.point("write index", comm)
-    run_steps(comm, f"{where}: write the metadata document", lambda: handle.write_document(encoded))
-    coord.run(comm, f"{where}: sync the metadata document", handle.sync)
-    run_steps(comm, f"{where}: write the completion mark", lambda: handle.mark_complete(root))
-    coord.run(comm, f"{where}: sync the completion mark", handle.sync)
-    coord.run(comm, f"{where}: close", lambda: (handle.close(), _faults.point("commit vote", comm)))
+    run_steps(comm, f"{where}: write the metadata document",
+              None if handle is None else lambda: handle.write_document(encoded))
+    coord.run(comm, f"{where}: sync the metadata document", lambda: held(handle, "sync"))
+    run_steps(comm, f"{where}: write the completion mark",
+              None if handle is None else lambda: handle.mark_complete(root))
+    coord.run(comm, f"{where}: sync the completion mark", lambda: held(handle, "sync"))
+    coord.run(comm, f"{where}: close", lambda: (held(handle, "close"), _faults.point("commit vote", comm)))
     _faults.point("rename", comm)
     coord.bcast_from_root(comm, f"{where}: check and rename", lambda: (
         check_written(backend, tmp), before_rename and before_rename(), rename_durably(tmp, path)), root=ROOT)
+
+
+def held(handle: WriteHandle | None, method: str, *args: Any) -> Any:
+    """Local: ``handle.method(*args)`` on a rank that holds a handle; nothing on one that holds none."""
+    return None if handle is None else getattr(handle, method)(*args)
 
 
 def abort(comm, handle: WriteHandle | None, tmp: str) -> None:

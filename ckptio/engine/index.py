@@ -92,6 +92,16 @@ def byte_summary(per_rank: Sequence[int]) -> dict[str, int]:
     return {"total": int(sum(per_rank)), "min": int(min(per_rank, default=0)), "max": int(max(per_rank, default=0))}
 
 
+def aggregation_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Planning rank, pure: how ckptio's own collective buffering wrote the data (engine.write_aggregate), from
+    every rank's figures: the domains (the planning rank's record: kind, aggregators, stripe unit or cell, round
+    size) and the sums over the ranks (bytes sent between ranks, messages, file calls, rounds). O(aggregators)."""
+    total = {k: int(sum(r[k] for r in records)) for k in ("bytes_sent", "messages", "file_bytes", "file_calls",
+                                                          "own_bytes")}
+    return {"io": records[0]["io"], **records[0]["domains"], "rounds": int(max(r["rounds"] for r in records)),
+            "threaded": any(r["threaded"] for r in records), **total}
+
+
 def created_now() -> str:
     """The commit time a document records (UTC, microseconds)."""
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -131,6 +141,13 @@ def build_document(variables: Mapping[str, VariablePlan], reports: Sequence[Mapp
     seconds = {"prepare": inputs.prepare_seconds}
     for phase in ("declare", "open", "write"):
         seconds[phase] = max(rep["timings"].get(phase, 0.0) for rep in reports)
+    for phase in sorted({k for rep in reports for k in rep["timings"]} - set(seconds)):  # e.g. write_exchange
+        seconds[phase] = max(rep["timings"].get(phase, 0.0) for rep in reports)
+    write_stats = {"seconds": seconds, "bytes": byte_summary([rep["bytes"] for rep in reports]),
+                   "placement": placement_stats.summarize([rep["placement"] for rep in reports],
+                                                          [rep["bytes"] for rep in reports])}
+    if "aggregation" in reports[0]:
+        write_stats["aggregation"] = aggregation_summary([rep["aggregation"] for rep in reports])
     return {
         "schema": metamod.SCHEMA_VERSION,
         "ckptio_version": metamod.__version__,
@@ -144,9 +161,7 @@ def build_document(variables: Mapping[str, VariablePlan], reports: Sequence[Mapp
         "layout": {"stripe_count": stripe_count, "stripe_unit": stripe_unit, **fslayout.recorded(inputs.fs_layout)},
         "hints": {"requested": dict(inputs.hints), "effective": dict(effective),
                   "io_component": inputs.io_component or hintsmod.io_component()},
-        "stats": {"write": {"seconds": seconds, "bytes": byte_summary([rep["bytes"] for rep in reports]),
-                            "placement": placement_stats.summarize([rep["placement"] for rep in reports],
-                                                                   [rep["bytes"] for rep in reports])}},
+        "stats": {"write": write_stats},
         "variables": out_vars,
         **({"series": inputs.series_record.to_json()} if inputs.series_record is not None else {}),
     }

@@ -6,7 +6,9 @@ only (with collective buffering, ENOSPC reaches the aggregators) stops every ran
 
 Every rank must make the same number of steps. The engine does not trust that: each agreement also counts the
 ranks whose steps ran out, and when some ran out while others did not, every rank raises (instead of the others
-entering a collective the finished ones never will).
+entering a collective the finished ones never will). A rank that holds no handle (not a write aggregator, when
+the engine aggregates the data itself: ckptio.engine.write_aggregate) is a *bystander*: it makes no step, joins
+every agreement and is not counted among the ranks that must make the same number.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ from ckptio.backends.base import Step
 from ckptio.errors import CheckpointError
 
 
-def run_steps(comm, phase: str, make_steps: Callable[[], Iterable[Step]]) -> int:
+def run_steps(comm, phase: str, make_steps: Callable[[], Iterable[Step]] | None) -> int:
     """Collective over ``comm``: run every step that ``make_steps()`` gives this rank, each in one agreed phase
     (``phase`` names it; the step's own error names what failed); return how many ran. Raises the same error on
-    every rank when a step failed anywhere or when the ranks' numbers of steps differ.
+    every rank when a step failed anywhere or when the numbers of steps of the ranks that make steps differ.
+    ``make_steps`` None: this rank is a bystander (it holds no handle): it takes part in every agreement only.
 
     What a backend does to PREPARE a step (``make_steps()`` itself, and the code of a generator up to the step it
     yields) runs in the agreed phase BEFORE the one that runs the step: a failure there, on any rank, stops every
@@ -33,20 +36,22 @@ def run_steps(comm, phase: str, make_steps: Callable[[], Iterable[Step]]) -> int
     done = 0
     size = comm.Get_size()
 
-    def advance() -> tuple[bool]:
+    def advance() -> tuple[bool, bool]:
+        if make_steps is None:
+            return False, True
         if not steps:
             steps.append(iter(make_steps()))
         elif upcoming[0] is not None:
             upcoming[0][1]()  # the step prepared in the previous phase, on every rank alike
         upcoming[0] = next(steps[0], None)
-        return (upcoming[0] is None,)
+        return upcoming[0] is None, False
 
     while True:
-        (finished,) = coord.count_ranks(comm, phase, advance)
-        if finished == size:
+        finished, bystanders = coord.count_ranks(comm, phase, advance)
+        if finished == size - bystanders:
             return done
         if finished:
             raise CheckpointError(f"{phase}: the storage backend made {done} collective step(s) on {finished} of "
-                                  f"{size} ranks and more on the others (a backend defect: every rank must make the "
-                                  "same calls); the checkpoint is abandoned")
+                                  f"{size - bystanders} ranks and more on the others (a backend defect: every rank "
+                                  "must make the same calls); the checkpoint is abandoned")
         done += 1

@@ -12,7 +12,9 @@ backend only moves bytes inside them (:mod:`ckptio.backends.base` says which of 
  -> create      the backend's library creates the file with the MPI hints; then the format's own structures
  -> reserve     the planning rank reserves the data's space (fallocate), so a full file system is one clean
                 error here and not inside a collective write
- -> write       the backend's collective steps, each agreed; then sync
+ -> write       the backend's collective steps, each agreed; or, for a format whose bytes ckptio places (the
+                native one), ckptio's own collective buffering (engine.write_aggregate: the write aggregators,
+                chosen as the restart's, write their file domains; only they open the file); then sync
  -> index       every rank reports what it wrote; the planning rank builds the document (engine.index)
  -> commit      engine.commit: document, completion mark, vote, rename
 
@@ -37,6 +39,7 @@ from ckptio import hints as hintsmod
 from ckptio import meta as metamod
 from ckptio.backends.base import Backend, BlockToWrite, CreateOptions, WriteHandle
 from ckptio.block_table import user_table
+from ckptio.coord import comms
 from ckptio.errors import CheckpointIOError, DeclarationError
 from ckptio.model.series_record import SeriesRecord
 from ckptio.pathcheck import symlink_problem
@@ -44,6 +47,7 @@ from ckptio.plan import VariablePlan, own_plan, pack_declarations, plan_headers,
 
 from . import commit as commitmod
 from . import space
+from . import write_aggregate as aggregate
 from .index import DocumentInputs, WriteStats, build_document, gc_paused, light_copy, written_columns
 from .steps import run_steps
 
@@ -75,6 +79,7 @@ class WriteRequest:
     series_record: SeriesRecord | None = None
     before_rename: Callable[[], None] | None = None  # planning rank, right before the rename (a Series' lease)
     error: BaseException | None = None  # a declaration error of this rank, raised in the declare phase (agreed)
+    user_hints: Mapping[str, Any] | None = None  # hints= as given (an explicit cb_nodes sets the write aggregators)
 
 
 @dataclass
@@ -102,8 +107,10 @@ def prepare_blocks(request: WriteRequest) -> dict[str, Any]:
             p.decl["stored_nbytes"], p.decl["codec"] = int(p.stored.nbytes), f"{codec}:{level}"
         else:
             p.stored = data
+    from mpi4py import MPI
+
     return {"decls": pack_declarations([p.decl for p in request.blocks]), "attrs": request.attrs,
-            "described": varmeta.pack(request.described),
+            "described": varmeta.pack(request.described), "host": MPI.Get_processor_name(),
             "dir_problem": directory_problem(request.path) if request.comm.Get_rank() == commitmod.ROOT else None,
             "prepare_seconds": time.perf_counter() - t}
 
@@ -117,6 +124,7 @@ class GlobalPlan:
     tmp: str
     stripe_unit: int
     prepare_seconds: float
+    hosts: list[str] = field(default_factory=list)  # every rank's MPI_Get_processor_name (its node)
 
 
 def plan_globally(request: WriteRequest, gathered: list[dict[str, Any]]) -> GlobalPlan:
@@ -132,6 +140,7 @@ def plan_globally(request: WriteRequest, gathered: list[dict[str, Any]]) -> Glob
             raise DeclarationError(f"attribute {key!r} differs between rank 0 ({a0.get(key, '<unset>')!r}) and "
                                    f"rank {r} ({ar.get(key, '<unset>')!r}); attrs must be identical on every rank")
     variables = plan_packed([g["decls"] for g in gathered])
+    hosts = [g.get("host", "") for g in gathered]  # (the staged check of the declarations has none)
     described = varmeta.agree([g["described"] for g in gathered])
     varmeta.check_dimensions({name: var.shape for name, var in variables.items()}, described)
     if not variables and not gathered[0]["attrs"]:
@@ -140,7 +149,7 @@ def plan_globally(request: WriteRequest, gathered: list[dict[str, Any]]) -> Glob
     tmp = os.path.join(directory, f".{base}{TMP_MARK}{uuid.uuid4().hex[:12]}")
     return GlobalPlan(variables, {name: d for name, d in described.items() if d}, tmp,
                       fslayout.write_alignment(request.path, request.hints),  # whole storage objects where known
-                      max(g["prepare_seconds"] for g in gathered))
+                      max(g["prepare_seconds"] for g in gathered), hosts)
 
 
 class _Job:
@@ -156,6 +165,15 @@ class _Job:
         self.placement: Any = None
         self.handle: WriteHandle | None = None
         self.fs_layout: Any = None
+        # ckptio's own collective buffering (engine.write_aggregate), when the backend's bytes are placed by ckptio
+        self.write_io: str | None = None  # "posix"/"mpiio" (agreed: the planning rank's choice), None: the backend's
+        self.contiguous: Any = None  # the planning rank's contiguous domains and every rank's RankDomain
+        self.domains: Any = None  # the write domains every rank follows (after the layout phase)
+        self.own_domain: Any = None  # this rank's RankDomain (contiguous domains)
+        self.p2p = None  # the exchange's communicator (a duplicate of comm)
+        self.agg_comm = None  # the aggregators' communicator (CKPTIO_WRITE_IO=mpiio)
+        self.aggregation: aggregate.AggregatedWrite | None = None
+        self.placement_share: Mapping[str, Any] = {}  # this rank's placement share (the whole one on rank 0)
 
     # -------------------------------------------------------------------------------------------- declare
     def declare(self) -> tuple[dict[str, VariablePlan], Mapping[str, Any], str, dict[str, Any]]:
@@ -166,39 +184,61 @@ class _Job:
         def plan_common(gathered: list[dict[str, Any]]):
             self.plan = plan_globally(request, gathered)
             self.placement = request.backend.place(self.plan.variables, self.plan.stripe_unit, len(gathered))
-            return plan_headers(self.plan.variables), self.plan.tmp, self.plan.described, self.plan.stripe_unit
+            io = aggregate.aggregated_io(request.backend)
+            if io is not None:
+                self.contiguous = aggregate.planned_contiguous(self.placement.rank_spans, self.plan.hosts,
+                                                               request.hints, self.plan.stripe_unit,
+                                                               request.user_hints)
+            return (plan_headers(self.plan.variables), self.plan.tmp, self.plan.described, self.plan.stripe_unit,
+                    io)
 
         def shares() -> list[dict[str, Any]]:
             nprocs = self.comm.Get_size()
             segments = segment_starts(self.plan.variables, nprocs)
-            return [{"segments": segments[r], "placement": self.placement.shares[r]} for r in range(nprocs)]
+            own = self.contiguous[1] if self.contiguous is not None else [None] * nprocs
+            return [{"segments": segments[r], "placement": self.placement.shares[r], "write_domain": own[r]}
+                    for r in range(nprocs)]
 
         _faults.point("declare", self.comm)
         with gc_paused():  # the planning rank unpickles and plans every rank's declarations
-            headers, tmp, described, self.stripe_unit = coord.gather_and_plan(
+            headers, tmp, described, self.stripe_unit, self.write_io = coord.gather_and_plan(
                 self.comm, f"{self.where}: declare", lambda: prepare_blocks(request), plan_common)
         share = coord.scatter_from_root(self.comm, f"{self.where}: declare (each rank's share)", shares)
+        self.own_domain = share["write_domain"]
         if self.plan is not None:  # the planning rank: the whole plan
+            self.placement_share = self.placement.whole
             return self.plan.variables, self.placement.whole, tmp, described
         variables = own_plan(headers, [p.decl for p in request.blocks], self.rank, share["segments"])
-        return variables, share["placement"], tmp, described
+        self.placement_share = share["placement"]
+        return variables, self.placement_share, tmp, described
 
     # ----------------------------------------------------------------------------------- create, reserve
     def create(self, tmp: str, variables: Mapping[str, VariablePlan], placement: Mapping[str, Any],
                described: Mapping[str, Any], info) -> None:
-        """Collective: the layout, the file, the format's structures, the data's space."""
+        """Collective: the layout, the file, the format's structures, the data's space. With ckptio's own
+        collective buffering, the write domains are planned once the file has its layout (the planning rank reads
+        it back) and only the write aggregators create the file's handle."""
         request = self.request
-        self.fs_layout = (tmp, coord.bcast_from_root(self.comm, f"{self.where}: set layout",
-                                                     lambda: fslayout.prepare(tmp, request.hints)))
+        layout, self.domains = coord.bcast_from_root(self.comm, f"{self.where}: set layout",
+                                                     lambda: self._layout(tmp))
+        self.fs_layout = (tmp, layout)
         _faults.point("create file", self.comm)
-        options = CreateOptions(request.hints, self.stripe_unit, request.attrs, described)
+        options = CreateOptions(request.hints, self.stripe_unit, request.attrs, described, self.write_io)
+        comm = self.comm
+        holder = True
+        if self.write_io is not None:  # (after an agreed phase, on every rank alike)
+            self.p2p = comms.duplicate(self.comm)
+            holder = self.rank in self.domains.aggregators
+            self.agg_comm = comms.subset(self.comm, holder) if self.write_io == "mpiio" else None
+            comm = self.agg_comm
         created: list[WriteHandle] = []
         try:
             coord.run(self.comm, f"{self.where}: create file", lambda: created.append(
-                request.backend.create(tmp, self.comm, info, variables, placement, options)))
+                request.backend.create(tmp, comm, info, variables, placement, options)) if holder else None)
         finally:
             self.handle = created[0] if created else None  # also when another rank failed: aborted by the caller
-        coord.run(self.comm, f"{self.where}: define the file's structures", self.handle.define)
+        coord.run(self.comm, f"{self.where}: define the file's structures", lambda: commitmod.held(self.handle,
+                                                                                                    "define"))
         if self.rank == commitmod.ROOT:
             for note in self.handle.notes():
                 _warn.warn(note, RuntimeWarning)
@@ -206,18 +246,61 @@ class _Job:
         coord.bcast_from_root(self.comm, f"{self.where}: reserve space",
                               lambda: space.reserve_space(tmp, self.handle.reserved_ranges(), "its data"))
 
+    def _layout(self, tmp: str) -> tuple[Any, Any]:
+        """The planning rank: the empty file with ckptio's stripe layout (:func:`ckptio.fslayout.prepare`) and, with
+        ckptio's own collective buffering, the write domains over the layout the file system reports for it."""
+        record = fslayout.prepare(tmp, self.request.hints)
+        if self.write_io is None:
+            return record, None
+        return record, aggregate.domains_for_file(tmp, record, self.plan.hosts, self.contiguous[0],
+                                                  self.request.user_hints)
+
+    def release(self) -> None:
+        """Collective, at the end (after the commit or the abort, every rank): free the derived communicators."""
+        comms.free(self.agg_comm)
+        self.agg_comm = None
+        comms.free(self.p2p)
+        self.p2p = None
+
     # ------------------------------------------------------------------------------------------ write
     def write(self, variables: Mapping[str, VariablePlan]) -> dict[str, Any]:
-        """Collective: the backend's write steps, then sync; returns this rank's report for the index."""
+        """Collective: the backend's write steps, or ckptio's own collective buffering; then sync; returns this
+        rank's report for the index."""
         blocks = self._blocks(variables)
         tables = user_table(variables)[1:] if self.plan is not None else None  # the planning rank's whole plan
         _faults.point("write data", self.comm)
         io_mark = placement_stats.io_mark()  # what this rank really moves to the file (stats.write.placement)
-        run_steps(self.comm, f"{self.where}: write data", lambda: self.handle.write(blocks, tables))
-        coord.run(self.comm, f"{self.where}: sync data", self.handle.sync)
-        written = self.handle.written()
-        return {"written": written_columns(written), "bytes": sum(w.stored_nbytes for w in written),
-                "timings": self.timings, "placement": placement_stats.local_record(io_mark)}
+        if self.write_io is None:
+            run_steps(self.comm, f"{self.where}: write data", lambda: self.handle.write(blocks, tables))
+        else:
+            written_here: list[Any] = []
+            share = self.placement_share
+
+            def describe() -> list[tuple[int, np.ndarray]]:
+                pieces, written = self.request.backend.placed_pieces(blocks, share)
+                written_here.extend(written)
+                return pieces
+
+            self.aggregation = aggregate.AggregatedWrite(
+                self.comm, self.p2p, self.domains, self.own_domain,
+                self.handle.ranges() if self.handle is not None else None, f"{self.where}")
+            self.aggregation.run(describe)
+        coord.run(self.comm, f"{self.where}: sync data", lambda: commitmod.held(self.handle, "sync"))
+        placement = placement_stats.local_record(io_mark)
+        if self.write_io is None:
+            written = self.handle.written()
+        else:
+            written = written_here
+            self.timings.update(self.aggregation.seconds)
+            extra = self.aggregation.storage_bytes  # the helper thread's writes (not this thread's counter)
+            placement["file_bytes"] = (None if extra is None or placement["file_bytes"] is None
+                                       else placement["file_bytes"] + extra)
+        report = {"written": written_columns(written), "bytes": sum(w.stored_nbytes for w in written),
+                  "timings": self.timings, "placement": placement}
+        if self.aggregation is not None:
+            report["aggregation"] = {**self.aggregation.statistics(), "io": self.write_io,
+                                     "domains": aggregate.describe(self.domains) if self.rank == 0 else None}
+        return report
 
     def _blocks(self, variables: Mapping[str, VariablePlan]) -> list[BlockToWrite]:
         """This rank's blocks in declaration order, with their variable and box from the plan."""
@@ -276,6 +359,7 @@ def write_checkpoint(request: WriteRequest) -> WriteResult:
             commitmod.abort(job.comm, job.handle, tmp)
         raise
     finally:
+        job.release()
         if info is not None:
             info.Free()
         request.blocks.clear()

@@ -5,7 +5,8 @@
 
 Every rank of ``write`` declares one block of the 1-D variable ``u`` (MIB MiB of float64 per rank, values that
 say where they belong) and a 2-D variable ``small``; rank 0 prints ``JSON {...}`` with the checkpoint's metadata
-``layout`` entry and the ``ceph.file.layout`` the file system reports for the committed file.
+``layout`` entry, the ``ceph.file.layout`` the file system reports for the committed file, every rank's pid and
+how ckptio's write aggregators wrote it (``stats.write.aggregation``: their ranks, the kind of file domains).
 Every rank of ``read`` reads its own share of ``u`` (an uneven decomposition) and ``small`` and checks them;
 rank 0 prints ``JSON {...}`` with the restart's aggregators and, for the native backend, each aggregator's file
 domains of ``u`` as byte ranges ``[aggregator rank, start, end)`` (from the reader's routing and the block
@@ -42,13 +43,15 @@ def write(path: str, backend: str, mode: str, mib: int, stage_dir: str | None) -
     w.wait()
     # which file system client each rank went through: every ceph-fuse mount is its own device
     clients = comm.gather([MPI.Get_processor_name(), os.stat(os.path.dirname(os.path.abspath(path))).st_dev])
+    pids = comm.gather(os.getpid())  # which process is which rank (the strace of the write aggregators)
     if rank == 0:
         try:
             xattr = os.getxattr(path, "ceph.file.layout").decode()
         except OSError as exc:
             xattr = f"ERROR {exc}"
         print("JSON " + json.dumps({"layout": w.meta["layout"], "xattr": xattr, "inode": os.stat(path).st_ino,
-                                    "size": os.path.getsize(path), "clients": clients}), flush=True)
+                                    "size": os.path.getsize(path), "clients": clients, "pids": pids,
+                                    "aggregation": w.meta["stats"]["write"].get("aggregation")}), flush=True)
 
 
 def read(path: str) -> None:

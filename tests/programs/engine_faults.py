@@ -1,6 +1,7 @@
 """The MPI program of ``tests/test_engine_steps.py``: the engine facing a storage backend that breaks the contract
 on one rank only. The native format is subclassed (registered in this process only, :func:`ckptio.backends.register`)
-with its handle's ``write`` changed:
+with its handle's ``write`` changed, and without ``placed_bytes`` (so the engine runs the handle's own collective
+steps, as for every format whose bytes ckptio does not place, instead of its own collective buffering):
 
 ``raise-preparing``        rank 1's ``write()`` raises before it returns its steps (it once hung every other rank);
 ``raise-preparing-later``  rank 1's steps are a generator that raises while preparing its second step;
@@ -12,6 +13,7 @@ with its handle's ``write`` changed:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -26,6 +28,7 @@ import ckptio
 def faulty_backend(case: str) -> type[NativeBackend]:
     class Faulty(NativeBackend):
         name = f"faulty-{case}"
+        capabilities = dataclasses.replace(NativeBackend.capabilities, placed_bytes=False)
 
         def create(self, *args, **kw):
             handle = super().create(*args, **kw)

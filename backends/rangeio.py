@@ -1,0 +1,232 @@
+"""Byte-range writers: how a write aggregator puts its file domain into the file, for ckptio's own collective
+buffering (:mod:`ckptio.engine.write_aggregate`). A *run* is a file offset and the contiguous byte arrays
+written there one after the other (a round buffer's bytes, or the caller's own arrays): one aligned write each.
+
+* :class:`PosixRangeWriter` (``CKPTIO_WRITE_IO=posix``, the default): ``pwritev`` on the aggregator's own file
+  descriptor, no MPI: ``independent``, so the engine writes round k in a helper thread while round k+1 is
+  exchanged;
+* :class:`MpiRangeWriter` (``CKPTIO_WRITE_IO=mpiio``): the file opened by the aggregators' sub-communicator
+  (``MPI_File_open``, collective over it), each run one independent ``MPI_File_write_at`` with an hindexed
+  memory type over its arrays (no packing); for file systems reached only through an MPI-IO driver.
+
+Which ranks call what: opening, ``sync`` and ``close`` of an :class:`MpiRangeWriter` are collective over the
+aggregators' communicator; everything else is local to one aggregator.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from ckptio.errors import CheckpointIOError
+
+from .base import Run
+
+_MAX_IOV = 512  # arrays per pwritev call (well under IOV_MAX, 1024 on Linux)
+_MAX_CALL = 1 << 30  # bytes per call (Linux moves at most 0x7ffff000 per call; MPI counts are C ints)
+
+
+def _address(arr: np.ndarray) -> int:
+    return int(arr.__array_interface__["data"][0])
+
+
+def joined(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Consecutive uint8 arrays that follow one another in memory joined into one (fewer iovec entries, larger
+    MPI writes). The joined array views the same memory: the caller keeps the originals alive. Local."""
+    out: list[np.ndarray] = []
+    for a in arrays:
+        if not a.nbytes:
+            continue
+        if out and _address(a) == _address(out[-1]) + out[-1].nbytes:
+            size = out[-1].nbytes + a.nbytes
+            out[-1] = np.frombuffer((ctypes.c_char * size).from_address(_address(out[-1])), np.uint8)
+        else:
+            out.append(a)
+    return out
+
+
+def _space_error(path: str, exc: OSError, nbytes: int, offset: int) -> CheckpointIOError:
+    why = os.strerror(exc.errno) if exc.errno else str(exc)
+    more = ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        more = f" (no space left for the checkpoint on the file system of {os.path.dirname(os.path.abspath(path))})"
+    return CheckpointIOError(f"{path}: writing {nbytes:,} bytes at offset {offset:,} failed: {why}{more}")
+
+
+class PosixRangeWriter:
+    """An aggregator's independent writer: ``pwritev`` of each run, short writes continued. No MPI (a helper
+    thread may write while the calling thread exchanges). Opening is local (the file exists: the planning rank
+    created it with its layout, :mod:`ckptio.fslayout`)."""
+
+    independent = True
+
+    def __init__(self, path: str):
+        self.path = path
+        self.fd: int | None = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+
+    def write(self, runs: Sequence[Run]) -> int:
+        """Local: every run's arrays at its file offset; the number of ``pwritev`` calls. CheckpointIOError
+        naming the file, the offset and the cause (no space left, quota) when one fails."""
+        calls = 0
+        for offset, arrays in runs:
+            calls += self._pwritev(joined(arrays), int(offset))
+        return calls
+
+    def _pwritev(self, arrays: list[np.ndarray], offset: int) -> int:
+        views = [memoryview(a).cast("B") for a in arrays if a.nbytes]
+        total = sum(len(v) for v in views)
+        calls, done, k, skip = 0, 0, 0, 0  # views[k][skip:] is the next memory to write
+        while k < len(views):
+            batch, room = [], _MAX_CALL
+            for v in views[k:k + _MAX_IOV]:
+                v = v[skip:] if not batch else v
+                batch.append(v[:room])
+                room -= len(batch[-1])
+                if not room:
+                    break
+            try:
+                put = os.pwritev(self.fd, batch, offset + done)
+            except OSError as exc:
+                raise _space_error(self.path, exc, total - done, offset + done) from None
+            calls += 1
+            if put == 0:
+                raise _space_error(self.path, OSError(errno.ENOSPC, "short write"), total - done, offset + done)
+            done += put
+            while put:
+                left = len(views[k]) - skip
+                if put >= left:
+                    put -= left
+                    k, skip = k + 1, 0
+                else:
+                    skip, put = skip + put, 0
+        return calls
+
+    def sync(self) -> None:
+        """Local: this aggregator's writes are durable (``fsync``)."""
+        try:
+            os.fsync(self.fd)
+        except OSError as exc:
+            raise CheckpointIOError(f"{self.path}: fsync failed: {os.strerror(exc.errno or 0)}") from None
+
+    def hints(self) -> dict[str, str]:
+        """No MPI-IO file: no hints took effect."""
+        return {}
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def abort(self) -> None:
+        try:
+            self.close()
+        except OSError:
+            pass
+
+
+class MpiRangeWriter:
+    """The aggregators' MPI-IO file: opened collectively by their sub-communicator (``comm``), written with one
+    independent ``MPI_File_write_at`` per run (memory described by an hindexed type: no packing)."""
+
+    independent = False  # MPI calls: made in the engine's calling thread
+
+    def __init__(self, path: str, comm, info):
+        from mpi4py import MPI
+
+        self.path = path
+        own = info.Dup() if info is not None and info != MPI.INFO_NULL else MPI.Info.Create()
+        try:
+            own.Set("romio_no_indep_rw", "false")  # every aggregator writes on its own (independent writes)
+            self.fh = MPI.File.Open(comm, path, MPI.MODE_CREATE | MPI.MODE_WRONLY, own)
+        finally:
+            own.Free()
+
+    def write(self, runs: Sequence[Run]) -> int:
+        """Local: each run with ``MPI_File_write_at`` (pieces of at most 1 GiB: C int counts); the number of calls.
+        CheckpointIOError when the library wrote less than asked or failed."""
+        from mpi4py import MPI
+
+        from .rawio import hindexed
+
+        calls = 0
+        for offset, arrays in runs:
+            for at, chunk in _chunks(int(offset), joined(arrays)):
+                n = sum(a.nbytes for a in chunk)
+                status = MPI.Status()
+                try:
+                    if len(chunk) == 1:
+                        self.fh.Write_at(at, [chunk[0], n, MPI.BYTE], status)
+                    else:
+                        memtype = hindexed([a.nbytes for a in chunk], [_address(a) for a in chunk])
+                        try:
+                            self.fh.Write_at(at, [MPI.BOTTOM, 1, memtype], status)
+                        finally:
+                            memtype.Free()
+                except MPI.Exception as exc:
+                    raise CheckpointIOError(f"{self.path}: MPI_File_write_at of {n:,} bytes at offset {at:,} "
+                                            f"failed: {exc.Get_error_string()}") from None
+                calls += 1
+                if status.Get_count(MPI.BYTE) != n:
+                    raise CheckpointIOError(f"{self.path}: MPI-IO wrote {status.Get_count(MPI.BYTE):,} of {n:,} "
+                                            f"bytes at offset {at:,} (file system full?)")
+        return calls
+
+    def sync(self) -> None:
+        """Collective over the aggregators: ``MPI_File_sync``."""
+        self.fh.Sync()
+
+    def hints(self) -> dict[str, str]:
+        from ckptio.hints import info_to_dict
+
+        info = self.fh.Get_info()
+        try:
+            return info_to_dict(info)
+        finally:
+            info.Free()
+
+    def close(self) -> None:
+        """Collective over the aggregators."""
+        fh, self.fh = self.fh, None
+        if fh is not None:
+            fh.Close()
+
+    def abort(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _chunks(offset: int, arrays: list[np.ndarray]) -> list[tuple[int, list[np.ndarray]]]:
+    """The arrays of one run regrouped into consecutive chunks of at most ``_MAX_CALL`` bytes (an array split
+    where a chunk ends), each with its file offset. Local."""
+    out: list[tuple[int, list[np.ndarray]]] = []
+    current: list[np.ndarray] = []
+    room, at = _MAX_CALL, offset
+    for a in arrays:
+        while a.nbytes:
+            take = a[:room]
+            current.append(take)
+            room -= take.nbytes
+            a = a[take.nbytes:]
+            if not room:
+                out.append((at, current))
+                at += _MAX_CALL
+                current, room = [], _MAX_CALL
+    if current:
+        out.append((at, current))
+    return out
+
+
+def open_range_writer(io: str, path: str, comm, info) -> PosixRangeWriter | MpiRangeWriter:
+    """The range writer ``io`` selects (``"posix"``: local; ``"mpiio"``: collective over ``comm``, the
+    aggregators)."""
+    if io == "posix":
+        return PosixRangeWriter(path)
+    if io == "mpiio":
+        return MpiRangeWriter(path, comm, info)
+    raise ValueError(f"unknown byte-range I/O {io!r} (expected posix or mpiio)")

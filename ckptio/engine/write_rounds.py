@@ -1,0 +1,230 @@
+"""What one rank does locally for the aggregated write (:mod:`ckptio.engine.write_aggregate`), between its
+collectives: its pieces cut onto the aggregators' domains (:class:`SenderPlan`), an aggregator's rounds
+(:class:`AggregatorPlan`), and the memory of each round's messages and writes.
+
+Both sides of every message describe it alike (:class:`ckptio.memtypes.Stream`): the sender's pieces of one
+round for one aggregator in domain-position order, as runs of the caller's arrays (a strided view gives one run
+per contiguous row: MPI reads them in place through an hindexed datatype); the aggregator's as the places of the
+same pieces in its round buffer (position modulo the round size: the buffer holds the file's bytes at their file
+alignment). An aggregator's own pieces never go through MPI: a contiguous one is written straight from the
+caller's array (one ``pwritev`` iovec), a strided one copied into the round buffer first.
+
+Everything here is local; a descriptor row is ``[file offset, domain position, length]`` (int64).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from .. import memsel, memtypes, pagealign
+from ..backends.base import Run
+from ..model.write_domains import PieceCut, RankDomain, WriteDomains
+
+_I64 = np.int64
+WIDTH = 3  # a descriptor row: file offset, domain position, length
+
+
+def byte_view(array: np.ndarray) -> np.ndarray:
+    """The bytes of a C-contiguous array as a 1-D uint8 view (no copy)."""
+    return array.reshape(-1).view(np.uint8)
+
+
+def copy_bytes(src: np.ndarray, start: int, stop: int, dst: np.ndarray) -> None:
+    """Bytes ``[start, stop)`` of ``src``'s elements in C order (a strided view: a memory selection) into the uint8
+    array ``dst``, a slab of rows at a time (no per-row Python loop)."""
+    if stop <= start:
+        return
+    if src.flags.c_contiguous:
+        dst[:stop - start] = byte_view(src)[start:stop]
+        return
+    row = src.nbytes // src.shape[0]
+
+    def sub(i: int) -> np.ndarray:
+        return src[i] if src.ndim > 1 else src[i:i + 1]
+
+    first, last = start // row, (stop - 1) // row
+    if first == last:
+        copy_bytes(sub(first), start - first * row, stop - first * row, dst)
+        return
+    pos, full_from = 0, first
+    if start % row:
+        copy_bytes(sub(first), start % row, row, dst)
+        pos, full_from = row - start % row, first + 1
+    full_to = last + 1 if stop - last * row == row else last
+    if full_to > full_from:
+        slab = src[full_from:full_to]
+        dst[pos:pos + slab.nbytes].view(src.dtype).reshape(slab.shape)[...] = slab
+        pos += slab.nbytes
+    if full_to == last:
+        copy_bytes(sub(last), 0, stop - last * row, dst[pos:])
+
+
+class SenderPlan:
+    """A rank's pieces (``(file offset, array)``, from ``Backend.placed_pieces``) cut onto the domains: the parts
+    for other aggregators by round and destination, and its own parts (an aggregator's)."""
+
+    def __init__(self, pieces: Sequence[tuple[int, np.ndarray]], domains: WriteDomains, own: RankDomain | None,
+                 me: int):
+        self.arrays = [a for _, a in pieces]
+        self.starts = np.array([o for o, _ in pieces], _I64)
+        cut = domains.cut(self.starts, [a.nbytes for a in self.arrays], own)
+        dest = np.asarray(domains.aggregators, _I64)[cut.aggregator] if len(cut) else np.zeros(0, _I64)
+        mine = dest == me
+        self.own = cut.take(np.flatnonzero(mine))
+        order = np.lexsort((cut.position, dest, cut.round))
+        order = order[~mine[order]]
+        self.sent = cut.take(order)
+        self.dest = dest[order]
+        self.nrounds = cut.nrounds
+        self._runs: dict[int, tuple[np.ndarray, int]] = {}  # strided pieces: their runs (computed once)
+
+    def descriptors(self) -> dict[int, np.ndarray]:
+        """By destination rank, the rows ``[file offset, position, length]`` of what this rank sends it (in
+        round and position order, the order of the messages)."""
+        if not len(self.sent):
+            return {}
+        rows = np.column_stack([self.sent.offset, self.sent.position, self.sent.length]).astype(_I64)
+        order = np.argsort(self.dest, kind="stable")
+        dests, first = np.unique(self.dest[order], return_index=True)
+        last = np.append(first[1:], len(order))
+        return {int(d): rows[order[a:b]] for d, a, b in zip(dests.tolist(), first.tolist(), last.tolist(),
+                                                              strict=True)}
+
+    def streams(self, k: int) -> dict[int, memtypes.Stream]:
+        """Round ``k``'s messages to other aggregators, by destination rank: runs of the caller's arrays."""
+        lo, hi = np.searchsorted(self.sent.round, [k, k + 1]).tolist()
+        if lo == hi:
+            return {}
+        rows = self.sent.take(np.arange(lo, hi))
+        dests = self.dest[lo:hi]
+        addrs, lens = self.memory(rows)
+        counts = np.array([len(a) for a in addrs], _I64)
+        flat_a, flat_n = np.concatenate(addrs), np.concatenate(lens)
+        ends = np.cumsum(counts)
+        out = {}
+        uniq, first = np.unique(dests, return_index=True)
+        last = np.append(first[1:], len(dests))
+        for d, a, b in zip(uniq.tolist(), first.tolist(), last.tolist(), strict=True):
+            ra, rb = (int(ends[a - 1]) if a else 0), int(ends[b - 1])
+            out[int(d)] = memtypes.Stream(*memtypes.merge(flat_a[ra:rb], flat_n[ra:rb]), rows.length[a:b],
+                                          np.zeros(b - a, _I64))
+        return out
+
+    def memory(self, rows: PieceCut) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Per row, the runs ``(addresses, lengths)`` of its bytes in the caller's memory."""
+        addrs, lens = [], []
+        for p, off, n in zip(rows.piece.tolist(), rows.offset.tolist(), rows.length.tolist(), strict=True):
+            arr = self.arrays[p]
+            start = off - int(self.starts[p])
+            if arr.flags.c_contiguous:
+                addrs.append(np.array([memtypes.address(arr) + start], _I64))
+                lens.append(np.array([n], _I64))
+                continue
+            a, m = self._strided(p, start, start + n)
+            addrs.append(a)
+            lens.append(m)
+        return addrs, lens
+
+    def _strided(self, p: int, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """The runs of bytes ``[start, stop)`` of strided piece ``p`` (runs of equal length: index arithmetic)."""
+        if p not in self._runs:
+            offsets, run = memsel.runs(self.arrays[p])
+            self._runs[p] = (offsets + memsel.address(self.arrays[p]), run)
+        starts, run = self._runs[p]
+        first, last = start // run, (stop - 1) // run
+        addrs = starts[first:last + 1].copy()
+        lens = np.full(len(addrs), run, _I64)
+        addrs[0] += start - first * run
+        lens[0] -= start - first * run
+        lens[-1] -= (last + 1) * run - stop
+        return addrs, lens
+
+    def own_bytes(self, row: int, slot: np.ndarray, position: int) -> np.ndarray:
+        """Own part ``row``'s bytes for the write: a view of the caller's contiguous array, or (strided) copied
+        into ``slot`` at ``position`` and that view."""
+        p = int(self.own.piece[row])
+        start = int(self.own.offset[row]) - int(self.starts[p])
+        n = int(self.own.length[row])
+        arr = self.arrays[p]
+        if arr.flags.c_contiguous:
+            return byte_view(arr)[start:start + n]
+        dst = slot[position:position + n]
+        copy_bytes(arr, start, start + n, dst)
+        return dst
+
+
+class AggregatorPlan:
+    """What an aggregator writes: the rows it received (``received``: by source rank) and its own parts, by
+    round; its two round buffers (allocated only when something lands in them)."""
+
+    def __init__(self, received: Mapping[int, np.ndarray], sender: SenderPlan, round_bytes: int):
+        self.round_bytes = round_bytes
+        srcs = sorted(s for s, rows in received.items() if len(rows))
+        rows = (np.concatenate([received[s] for s in srcs]) if srcs else np.zeros((0, 3), _I64)).reshape(-1, 3)
+        src = np.repeat(np.array(srcs, _I64), [len(received[s]) for s in srcs]) if srcs else np.zeros(0, _I64)
+        rnd = rows[:, 1] // round_bytes
+        order = np.lexsort((rows[:, 1], src, rnd))
+        self.rows, self.src, self.round = rows[order], src[order], rnd[order]
+        self.sender = sender
+        strided_own = [i for i in range(len(sender.own)) if
+                       not sender.arrays[int(sender.own.piece[i])].flags.c_contiguous]
+        needs = [int(r[1] % round_bytes + r[2]) for r in self.rows] + [
+            int(sender.own.position[i] % round_bytes + sender.own.length[i]) for i in strided_own]
+        self.slot_bytes = min(round_bytes, max(needs, default=0))
+        self.nrounds = max(int(self.round.max()) + 1 if len(self.round) else 0, sender.own.nrounds)
+        self._slots: dict[int, np.ndarray] = {}
+
+    def slot(self, k: int) -> np.ndarray:
+        """Round ``k``'s buffer (slot ``k % 2``, page-aligned, allocated once)."""
+        s = k % 2
+        if s not in self._slots:
+            self._slots[s] = pagealign.page_aligned_bytes(self.slot_bytes)
+        return self._slots[s]
+
+    def receives(self, k: int) -> dict[int, memtypes.Stream]:
+        """Round ``k``'s messages from other ranks, by source: places in the round buffer."""
+        lo, hi = np.searchsorted(self.round, [k, k + 1]).tolist()
+        if lo == hi:
+            return {}
+        base = memtypes.address(self.slot(k))
+        rows, src = self.rows[lo:hi], self.src[lo:hi]
+        out = {}
+        uniq, first = np.unique(src, return_index=True)
+        last = np.append(first[1:], len(src))
+        for s, a, b in zip(uniq.tolist(), first.tolist(), last.tolist(), strict=True):
+            part = rows[a:b]
+            addrs = base + part[:, 1] % self.round_bytes
+            out[int(s)] = memtypes.Stream(*memtypes.merge(addrs, part[:, 2].copy()), part[:, 2],
+                                          np.zeros(b - a, _I64))
+        return out
+
+    def runs(self, k: int) -> list[Run]:
+        """Round ``k``'s writes, in file order: the received rows (from the round buffer) and the own parts
+        (the caller's memory, or copied into the buffer), consecutive file ranges joined into one run."""
+        entries: list[tuple[int, np.ndarray]] = []
+        lo, hi = np.searchsorted(self.round, [k, k + 1]).tolist()
+        if hi > lo:
+            buf = self.slot(k)
+            for off, pos, n in self.rows[lo:hi].tolist():
+                at = pos % self.round_bytes
+                entries.append((off, buf[at:at + n]))
+        own = self.sender.own
+        for i in np.flatnonzero(own.round == k).tolist():
+            pos = int(own.position[i] % self.round_bytes)
+            entries.append((int(own.offset[i]), self.sender.own_bytes(i, self.slot(k) if self._needs_slot(i)
+                                                                       else np.zeros(0, np.uint8), pos)))
+        entries.sort(key=lambda e: e[0])
+        out: list[tuple[int, list[np.ndarray]]] = []
+        end = -1
+        for off, mem in entries:
+            if off == end:
+                out[-1][1].append(mem)
+            else:
+                out.append((off, [mem]))
+            end = off + mem.nbytes
+        return out
+
+    def _needs_slot(self, i: int) -> bool:
+        return not self.sender.arrays[int(self.sender.own.piece[i])].flags.c_contiguous

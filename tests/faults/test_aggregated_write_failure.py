@@ -1,0 +1,66 @@
+"""A write that fails on ONE write aggregator in the middle of ckptio's own collective buffering (issue 29 item 1):
+every rank raises the same CheckpointIOError, no rank hangs, and no file is left.
+
+* ``test_a_failed_write_on_one_aggregator_fails_every_rank``: rank 1's byte-range writer fails (ENOSPC, injected
+  by ``tests/programs/write_aggregation.py --fail-round``) at its second or fourth round, while the others go on
+  writing: with the helper thread (the failure surfaces two rounds later, at the slot's reuse, or at the last
+  writes), without it, and through MPI-IO (``MPI_File_write_at`` in the calling thread).
+* ``test_a_full_file_system_mid_write_fails_every_rank``: a tmpfs too small for the checkpoint, space reservation
+  disabled (as where ``fallocate`` is unsupported): the aggregators' ``pwritev`` run out of space in the middle of
+  the rounds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import needs_root, tmpfs
+from mpi_helpers import run_mpi
+
+from ckptio.engine.space import NO_FALLOCATE_ENV
+
+PROGRAM = str(Path(__file__).resolve().parent.parent / "programs" / "write_aggregation.py")
+ROUNDS = {"CKPTIO_WRITE_BUFFER_BYTES": "16K"}  # one 16 KiB stripe unit per round: many rounds per aggregator
+CYCLIC = ["--layout", "cyclic:4:16384:16384"]
+
+
+def outcomes(out: str, nprocs: int) -> tuple[dict[int, str], dict[int, str]]:
+    raised = {int(line.split()[1]): line for line in out.splitlines() if line.startswith("RAISED ")}
+    left = {int(line.split()[1]): line.split(" ", 2)[2] for line in out.splitlines() if line.startswith("LEFT ")}
+    assert sorted(left) == list(range(nprocs)), out
+    return raised, left
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("io", "thread", "call"), [("posix", "1", 2), ("posix", "1", 4), ("posix", "0", 2),
+                                                    ("mpiio", "1", 2)])
+def test_a_failed_write_on_one_aggregator_fails_every_rank(io, thread, call, tmp_path):
+    path = tmp_path / "chk_000001"
+    env = {**ROUNDS, "CKPTIO_WRITE_IO": io, "CKPTIO_WRITE_THREAD": thread}
+    out = run_mpi(4, [PROGRAM, "write", str(path), *CYCLIC, "--fail-round", str(call)], timeout=200, env=env).stdout
+    raised, left = outcomes(out, 4)
+    assert sorted(raised) == [0, 1, 2, 3], f"not every rank raised:\n{out}"
+    for line in raised.values():
+        kind, message = line.split(" | ", 1)
+        assert "CheckpointIOError" in kind and "injected" in message and "rank 1" in message, line
+        assert str(path) in message and "write data" in message, line
+    assert all(names == "[]" for names in left.values()), f"files left behind: {left}"
+
+
+@needs_root
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+def test_a_full_file_system_mid_write_fails_every_rank(tmp_path):
+    with tmpfs(tmp_path / "fs", "192k") as fs:
+        path = fs / "chk_000001"
+        env = {**ROUNDS, NO_FALLOCATE_ENV: "1"}
+        out = run_mpi(4, [PROGRAM, "write", str(path), *CYCLIC, "--fail-round", "0"], timeout=200,
+                      env=env, check=False).stdout
+        raised = {int(line.split()[1]): line for line in out.splitlines() if line.startswith("RAISED ")}
+        assert sorted(raised) == [0, 1, 2, 3], f"not every rank raised:\n{out}"
+        for line in raised.values():
+            kind, message = line.split(" | ", 1)
+            assert "CheckpointIOError" in kind and "No space left" in message and str(path) in message, line
+        assert sorted(p.name for p in fs.iterdir()) == [], "the temporary file was left behind"
