@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import coord, memtypes, pagealign, placement_stats, plain, readpipe, readplan
+from .. import coord, memtypes, placement_stats, plain, readpipe, readplan
 from .. import hints as hintsmod
 from .. import meta as metamod
 from ..backends import get_backend
@@ -38,6 +38,7 @@ from ..errors import CheckpointIOError
 from ..extent_table import ExtentTable
 from ..model.requests import VariableInfo
 from ..plan import Request
+from . import restart_memory
 from . import restart_parts as parts
 from .restart_plan import ReadOptions, file_identity, plan_open, stripe_unit
 
@@ -154,7 +155,7 @@ class Restart:
         nrounds = exchange.max_over_ranks(comm, plan.nrounds if plan is not None else 0)
         incoming = readplan.parse_descriptors(descriptors, nd, nrounds)
         outputs = coord.run(comm, f"read {self.path}: allocate", lambda: [
-            g if g is not None else pagealign.restart_empty(q.box.shape, self.variables[q.var].dtype)
+            g if g is not None else restart_memory.empty(q.box.shape, self.variables[q.var].dtype)
             for q, g in zip(mine, given, strict=True)])
         self.stats.seconds["plan"] += time.perf_counter() - t
         self.stats.seconds["cpu_plan"] += time.process_time() - c
@@ -208,10 +209,10 @@ class Restart:
             try:
                 info = hintsmod.to_info(self.hints)
                 try:
-                    self._check_identity()
+                    self.check_identity()
                     self._extent_reader = self.backend.open_extent_reader(self.path, self._agg_comm, info, self.meta)
                     self.stats.opened_file = True
-                    self._check_identity()  # what was opened is what rank 0 described (the file is held from now on)
+                    self.check_identity()  # what was opened is what rank 0 described (the file is held from now on)
                 finally:
                     info.Free()
             except BaseException as exc:  # agreed on by every rank just below
@@ -219,7 +220,7 @@ class Restart:
         coord.agree(self.comm, f"read {self.path}: open file on aggregators", error)
         self._opened = True
 
-    def _check_identity(self) -> None:
+    def check_identity(self) -> None:
         """Local, on an aggregator: the file at the path is still the one whose metadata rank 0 read at open
         (same inode, size and modification time). A checkpoint replaced by a rename in between (a rerun
         rewriting the same step, a simulation rewriting while analysis reads) would be read with the old metadata:
