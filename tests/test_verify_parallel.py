@@ -116,6 +116,38 @@ def test_an_extent_past_the_end_of_the_file_is_reported_per_block(tmp_path):
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("window", [None, 4096])
+def test_a_file_that_shrinks_during_the_verification_reports_what_it_lost(tmp_path, monkeypatch, window):
+    """The file ends earlier than when the scan began (reads return 0 past a point): the blocks it lost are
+    problems with the message a verification of the shorter file gives them, also in a row read in pieces."""
+    import os
+    import shutil
+
+    path = tmp_path / "chk"
+    write(2, path)
+    b = detect_backend(str(path))
+    meta = b.read_metadata(str(path))
+    rows = sorted(b.extents(meta), key=lambda e: e.file_offset)
+    cut = rows[len(rows) * 2 // 3].file_offset + 100  # inside a row
+    shorter = tmp_path / "shorter"
+    shutil.copy(path, shorter)
+    os.truncate(shorter, cut)
+    want = [p.to_json() for p in _per_extent(str(shorter), meta).problems]
+    real = os.preadv
+
+    def ends_at_cut(fd, buffers, offset):
+        if offset >= cut:
+            return 0
+        return real(fd, [memoryview(buffers[0])[:cut - offset]], offset)
+
+    if window is not None:
+        monkeypatch.setattr(verify_scan, "WINDOW", window)
+    monkeypatch.setattr(os, "preadv", ends_at_cut)
+    got = [p.to_json() for p in verify.verify_blocks(b, str(path), meta)]
+    assert got == want and got, got
+
+
+@pytest.mark.mpi
 @pytest.mark.parametrize("nprocs,backend,window", [(1, "mpiio", None), (2, "mpiio", 8192), (4, "mpiio", None),
                                                     (2, "hdf5", None), (2, "pnetcdf", 8192)])
 def test_parallel_verification_names_every_damaged_block_on_every_rank(tmp_path, nprocs, backend, window):

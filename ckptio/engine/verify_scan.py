@@ -8,7 +8,8 @@ How (issue 29: the per-extent ``pread`` and per-block numpy work of the first ve
 sequential read of the file):
 
 * the rows are read in file order, in *windows* of consecutive rows of up to :data:`WINDOW` bytes (holes of up to
-  :data:`GAP` bytes read through), one large ``preadv`` each into one of two reusable page-aligned buffers,
+  :data:`GAP` bytes read through; a larger row in pieces of that size, its blocks' checksums running across
+  them), one large ``preadv`` each into one of two reusable page-aligned buffers,
   placed so that the kernel's copy from the page cache runs at a fast page shift (:mod:`ckptio.pagealign`);
 * a helper thread reads window k+1 while the calling thread checks window k (``preadv`` and xxhash release the
   GIL, so both run at once);
@@ -39,7 +40,7 @@ from .. import pagealign
 from ..errors import CheckpointError
 from ..extent_table import ExtentTable
 
-WINDOW = 32 << 20  # bytes per read (a larger extent is read whole)
+WINDOW = 32 << 20  # bytes per read (a larger extent is read in pieces of this size)
 GAP = 256 << 10  # a hole between two extents up to this size is read through (one request instead of two)
 _MAX_CALL = 1 << 30
 
@@ -57,11 +58,13 @@ class Finding(NamedTuple):
 
 @dataclass
 class _Window:
-    """Rows (file order) and the file range ``[start, end)`` that holds them."""
+    """Rows (file order) and the file range ``[start, end)`` that holds them; ``piece``: the window is part of
+    one row larger than WINDOW (rows[0]), whose blocks are hashed across its pieces, in order."""
 
     rows: np.ndarray
     start: int
     end: int
+    piece: bool = False
 
 
 @dataclass
@@ -163,7 +166,10 @@ class _Plan:
         exact = t.shape.prod(axis=1) * itemsize[t.var] == t.nbytes  # stored raw: the box's bytes exactly
         self.direct = (t.codec < 0) & raw_ok[t.var] & whole & exact  # hashed straight from the buffer
         direct = self.order[self.direct[self.order]]  # (file order)
-        self.windows = list(_windows(direct, t.file_offset[direct], t.nbytes[direct], self.inside[direct]))
+        self.windows = list(_windows(direct, t.file_offset[direct], t.nbytes[direct], self.inside[direct],
+                                     int(np.lcm.reduce(itemsize))))
+        self.running: dict[int, Any] = {}  # block -> its running checksum, in a row read in pieces
+        self.cut_short: set[int] = set()  # rows read in pieces whose end the file no longer has
 
     def through_reader(self, reader: Any, rows: np.ndarray) -> Iterator[Finding]:
         """Check ``rows`` one at a time, each read and decoded by the backend's serial extent ``reader`` (the first
@@ -186,6 +192,8 @@ class _Plan:
     def check(self, w: _Window, buf: np.ndarray, base: int, got: int) -> list[Finding]:
         """The findings of window ``w``, whose file range starts at ``buf[base]`` (``got`` bytes of it were read:
         fewer when the file shrank since the scan began)."""
+        if w.piece:
+            return self._check_piece(w, buf[base:base + got], got < w.end - w.start)
         t = self.table
         rows = w.rows
         short = t.file_offset[rows] + t.nbytes[rows] > w.start + got
@@ -198,6 +206,39 @@ class _Plan:
             out.extend(self._check_direct(rows, buf, base - w.start))
             if self.ranges is not None:
                 self._range_direct(rows, buf, base - w.start)
+        return out
+
+    def _check_piece(self, w: _Window, data: np.ndarray, short: bool) -> list[Finding]:
+        """One piece of a row larger than WINDOW: each block it meets fed to its running checksum, checked where
+        the block ends (a row's blocks are contiguous byte ranges of it, in any order)."""
+        t = self.table
+        i = int(w.rows[0])
+        at = w.start - int(t.file_offset[i])  # the piece's first byte in the row
+        out: list[Finding] = []
+        if i in self.cut_short:  # an earlier piece found the end of the file
+            return out
+        if short:  # the file shrank while it was read: every block of the row not checked yet
+            self.cut_short.add(i)
+            pending = [j for j in range(int(t.vptr[i]), int(t.vptr[i + 1])) if self.spans[j].sum() > at]
+            for j in pending:
+                self.running.pop(j, None)
+                out.append(Finding(int(t.file_offset[i]), self._name(i), int(t.vblock[j]), int(t.vrank[j]),
+                                   f"variable {self._name(i)!r}: file ends inside the data at offset "
+                                   f"{int(t.file_offset[i])}"))
+            return out
+        view = memoryview(data)
+        for j in range(int(t.vptr[i]), int(t.vptr[i + 1])):
+            lo, hi = int(self.spans[j, 0]), int(self.spans[j].sum())
+            if hi <= at or lo >= at + len(view):
+                continue
+            h = self.running.setdefault(j, xxhash.xxh3_64())
+            h.update(view[max(lo, at) - at:min(hi, at + len(view)) - at])
+            if hi <= at + len(view):
+                digest = self.running.pop(j).intdigest()
+                if digest != int(t.vsum[j]):
+                    out.append(self._mismatch(i, j, digest))
+        if self.ranges is not None:
+            self.ranges.add(self._name(i), data.view(self.declared[int(t.var[i])]))
         return out
 
     def _range_direct(self, rows: np.ndarray, buf: np.ndarray, shift: int) -> None:
@@ -298,15 +339,23 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.repeat(starts - (ends - counts), counts) + np.arange(total, dtype=np.int64)
 
 
-def _windows(rows: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, inside: np.ndarray) -> Iterator[_Window]:
+def _windows(rows: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, inside: np.ndarray,
+             unit: int) -> Iterator[_Window]:
     """``rows`` (file order; their offsets and lengths) grouped into file ranges of up to WINDOW bytes, through
-    holes up to GAP; rows past the end of the file (``inside`` False) belong to no window."""
+    holes up to GAP; a row larger than WINDOW alone, in pieces of WINDOW bytes (rounded down to a multiple of
+    ``unit``, so that each piece holds whole elements); rows past the end of the file (``inside`` False) belong
+    to no window."""
     rows, offsets, lengths = rows[inside], offsets[inside], lengths[inside]
+    step = max(unit, WINDOW - WINDOW % unit)
     first, start, end = None, 0, 0
     for k, (off, length) in enumerate(zip(offsets.tolist(), lengths.tolist(), strict=True)):
-        if first is not None and (off - end > GAP or max(end, off + length) - start > WINDOW):
+        if first is not None and (off - end > GAP or max(end, off + length) - start > WINDOW or length > WINDOW):
             yield _Window(rows[first:k], start, end)
             first = None
+        if length > WINDOW:
+            for at in range(off, off + length, step):
+                yield _Window(rows[k:k + 1], at, min(at + step, off + length), piece=True)
+            continue
         if first is None:
             first, start, end = k, off, off + length
         else:
