@@ -22,6 +22,7 @@ exchange); the local work lives in :mod:`ckptio.engine.restart_plan` (rank 0 at 
 
 from __future__ import annotations
 
+import resource
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -63,6 +64,10 @@ class ReadStats:
     seconds: dict[str, float] = field(default_factory=lambda: {
         "plan": 0.0, "io": 0.0, "verify": 0.0, "exchange": 0.0, "data": 0.0, "wait": 0.0,
         "cpu_plan": 0.0, "cpu_io": 0.0, "cpu_verify": 0.0, "cpu_exchange": 0.0, "cpu_data": 0.0})
+    # page faults of this process during the reads (getrusage: every thread, the reading thread included): minor
+    # ones are mostly the first touch of fresh memory (outputs a read allocates, buffers), major ones file pages
+    page_faults: int = 0
+    major_faults: int = 0
     opened_file: bool = False
     host: str = ""  # where this rank runs (MPI_Get_processor_name)
     aggregator: bool = False  # whether this rank is a restart aggregator (one of reader.aggregators)
@@ -71,7 +76,7 @@ class ReadStats:
     def to_json(self) -> dict[str, Any]:
         return {"file_bytes": self.file_bytes, "file_calls": self.file_calls, "bytes_sent": self.bytes_sent,
                 "bytes_received": self.bytes_received, "rounds": self.rounds, "messages": self.messages,
-                "direct_bytes": self.direct_bytes,
+                "direct_bytes": self.direct_bytes, "page_faults": self.page_faults, "major_faults": self.major_faults,
                 "seconds": dict(self.seconds), "opened_file": self.opened_file, "host": self.host,
                 "aggregator": self.aggregator, "read_ahead": self.read_ahead}
 
@@ -141,6 +146,16 @@ class Restart:
         the read's first phase), route the requests, let the aggregators plan, then read and exchange round by
         round, reading round k+1 while round k is exchanged where the extent reader allows
         (:mod:`ckptio.readpipe`)."""
+        faults = resource.getrusage(resource.RUSAGE_SELF)
+        try:
+            return self._read(check)
+        finally:
+            now = resource.getrusage(resource.RUSAGE_SELF)
+            self.stats.page_faults += now.ru_minflt - faults.ru_minflt
+            self.stats.major_faults += now.ru_majflt - faults.ru_majflt
+
+    def _read(self, check: Callable[[], tuple[list[Request], list[np.ndarray | None]]]) -> list[np.ndarray]:
+        """Collective over ``comm``: :meth:`read` (page faults not counted)."""
         comm = self.comm
         t, c = time.perf_counter(), time.process_time()
         mine, given = coord.run(comm, f"read {self.path}: requests", check)
