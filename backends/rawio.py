@@ -387,6 +387,11 @@ class PosixExtentReader(ExtentReader):
 class SerialRawReader(ExtentReader):
     """One process reading extents with pread (``ckptio inspect --verify``): no MPI needed."""
 
+    # an extent's stored bytes are the file's own bytes at its offset: a verification may read many extents at
+    # once straight from the file (ckptio.engine.verify_scan) and leave only the others (compressed, foreign
+    # byte order) to this reader
+    file_bytes = True
+
     def __init__(self, path: str, meta: Mapping[str, Any]):
         self.meta = meta
         self.fd = os.open(path, os.O_RDONLY)

@@ -150,8 +150,18 @@ def one_read(world, ctx: Context, file_case: Case, read, prepare, entry: dict[st
     entry["read_cold_seconds"].append(reported(world, t_cold, cinfo or {}, entry, "read_cold"))
     entry["read_hot_seconds"].append(reported(world, t_hot, hinfo or {}, entry, "read_hot"))
     if file_case.group == "ckptio":  # the same on every rank: _max_over_ranks is collective
-        entry.setdefault("cold_phases", []).append(_max_over_ranks(world, _read_phases(cinfo or {})))
-        entry.setdefault("hot_phases", []).append(_max_over_ranks(world, _read_phases(hinfo or {})))
+        entry.setdefault("cold_phases", []).append(_max_over_ranks(world, _phases_and_faults(cinfo or {})))
+        entry.setdefault("hot_phases", []).append(_max_over_ranks(world, _phases_and_faults(hinfo or {})))
+
+
+def _phases_and_faults(info: dict[str, Any]) -> dict[str, float]:
+    """A reader's phases (benchmarks.bandwidth) and its page faults during the read (``faults``: minor ones, the
+    first touch of fresh memory; ckptio versions that do not count them give none)."""
+    phases = _read_phases(info)
+    stats = info.get("stats") or {}
+    if "page_faults" in stats:
+        phases["faults"] = float(stats["page_faults"])
+    return phases
 
 
 def finish(entry: dict[str, Any], nbytes: int) -> None:

@@ -38,6 +38,14 @@ def parallel_verifier() -> tuple[str, Callable[..., Any] | None]:
     return "ckptio.verify." + "/".join(PARALLEL_NAMES) + "(path, comm)", None
 
 
+def clean(result: Any) -> None:
+    """BenchError unless a parallel verification's result (a list of problems, or an object with ``problems``)
+    found nothing: the file was just written, so a problem is a bug, not a measurement."""
+    problems = getattr(result, "problems", result)
+    if problems:
+        raise BenchError(f"the parallel verification found {len(problems)} problem(s): {problems[0]}")
+
+
 def sequential_read(path: str) -> int:
     """Rank 0: read the whole file in CHUNK pieces into one reused aligned buffer; returns the bytes."""
     buf, done = aligned_empty(CHUNK), 0
@@ -89,7 +97,7 @@ def run(world, ctx: Context, repeats: int, log) -> dict[str, Any]:
                 for n in counts:
                     if rank0:
                         evict([path])
-                    t = on_first(world, n, lambda sub: timed(sub, lambda: parallel(path, sub))[0])
+                    t = on_first(world, n, lambda sub: timed(sub, lambda: clean(parallel(path, sub)))[0])
                     out["parallel"].setdefault(str(n), []).append(t)
             log(f"  [{rep + 1}/{repeats}] verify: cold sequential read {out['sequential_read_seconds'][-1]:.2f} s, "
                 f"inspect --verify {out['inspect_verify_seconds'][-1]:.2f} s")

@@ -44,7 +44,7 @@ def inspect_report(path: str, verify: bool) -> tuple[int, dict[str, Any]]:
         RewrittenCheckpointError,
         UnknownFormatError,
     )
-    from .verify import verify_blocks
+    from .verify import verify_checkpoint
 
     report: dict[str, Any] = {"path": path, "format": None, "status": None, "error": None, "verified": False,
                               "problems": []}
@@ -102,13 +102,17 @@ def inspect_report(path: str, verify: bool) -> tuple[int, dict[str, Any]]:
                   layout=_json_or_empty(meta.layout), hints=_json_or_empty(meta.hints), variables=variables,
                   stats=_json_or_empty(meta.stats))
     if verify:
-        try:
-            problems = verify_blocks(backend, path, meta)
+        try:  # each variable's min and max come from the same pass (printed by inspect --verify)
+            checked = verify_checkpoint(backend, path, meta, ranges=True)
+            problems, ranges = checked.problems, checked.ranges
         except CorruptCheckpointError as exc:
-            problems = [exc]
+            problems, ranges = [exc], {}
         except IncompleteCheckpointError as exc:
             report.update(status="incomplete", error=str(exc))
             return EXIT_BAD, report
+        if not problems:
+            for name, r in ranges.items():
+                report["variables"][name].update(r)
         report["verified"] = True
         report["problems"] = [p.to_json() if hasattr(p, "to_json") else {"message": str(p)} for p in problems]
         if problems:
@@ -139,6 +143,14 @@ def _print_inspect(report: dict[str, Any], show_stats: bool) -> None:
     if report["verified"] and status == "complete":
         status += f" and verified ({report['checksum']} of every block)"
     print(f"status      {status}" + (f": {report['error']}" if report["error"] else ""), file=out)
+    if report["verified"] and "verified_on" not in report:  # (the parallel form says how many ranks it used)
+        from .verify import PARALLEL_HINT
+
+        print(f"            in parallel (each restart aggregator its file domains): "
+              f"{PARALLEL_HINT.replace('PATH', report['path'])}", file=out)
+    elif report["verified"]:
+        print(f"            verified on {report['verified_on']['ranks']} ranks, "
+              f"{report['verified_on']['aggregators']} of them reading", file=out)
     for p in report["problems"][:20]:
         print(f"  PROBLEM   {p.get('variable', '')} block {p.get('block')} (rank {p.get('rank')}): {p['message']}",
               file=out)

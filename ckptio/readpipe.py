@@ -32,6 +32,20 @@ def threads_allowed() -> bool:
     return MPI.Query_thread() > MPI.THREAD_SINGLE
 
 
+def helper_thread_allowed() -> bool:
+    """:func:`threads_allowed` without initialising MPI: in a process where MPI is not (or no longer) initialised
+    (``ckptio inspect``, a serial tool, an array freed after ``MPI_Finalize``) only ``CKPTIO_READ_THREAD`` decides;
+    nothing else is there for a helper thread to disturb. Local."""
+    import sys
+
+    if settings.get(THREAD_ENV) == "0":
+        return False
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
+        return True
+    return mpi.Query_thread() > mpi.THREAD_SINGLE
+
+
 class RoundLoader:
     """Rounds ``0..nrounds-1`` of ``load(k, slot) -> arrays``, read ahead by one round in a helper thread when
     ``independent`` (the loader makes no MPI calls) and threads are allowed.

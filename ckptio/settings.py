@@ -121,6 +121,9 @@ TABLE: dict[str, Setting] = {s.name: s for s in (
     Setting("CKPTIO_LAYOUT", "set", _verbatim, False,
             "stripe layout on file systems that take one: set, inherit or off (ckptio.fslayout; an unknown value is "
             "recorded in the checkpoint and taken as set: a layout never fails a checkpoint)"),
+    Setting("CKPTIO_RECYCLE_SECONDS", "60", _seconds, False,
+            "seconds the memory of a restart's returned arrays (4 MiB and more) is kept, pages mapped, for the next "
+            "read after the caller dropped them (ckptio.engine.restart_memory); 0: returned to the system at once"),
     Setting("CKPTIO_EXIT_STATUS_ON_LOST_FAILURE", "1", _choice("0", "1"), False,
             "1: a background failure nobody asked about makes the exit status 1 where that is safe"),
 )}

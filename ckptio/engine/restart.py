@@ -22,6 +22,7 @@ exchange); the local work lives in :mod:`ckptio.engine.restart_plan` (rank 0 at 
 
 from __future__ import annotations
 
+import resource
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import coord, memtypes, pagealign, placement_stats, plain, readpipe, readplan
+from .. import coord, memtypes, placement_stats, plain, readpipe, readplan
 from .. import hints as hintsmod
 from .. import meta as metamod
 from ..backends import get_backend
@@ -38,6 +39,7 @@ from ..errors import CheckpointIOError
 from ..extent_table import ExtentTable
 from ..model.requests import VariableInfo
 from ..plan import Request
+from . import restart_memory
 from . import restart_parts as parts
 from .restart_plan import ReadOptions, file_identity, plan_open, stripe_unit
 
@@ -62,6 +64,10 @@ class ReadStats:
     seconds: dict[str, float] = field(default_factory=lambda: {
         "plan": 0.0, "io": 0.0, "verify": 0.0, "exchange": 0.0, "data": 0.0, "wait": 0.0,
         "cpu_plan": 0.0, "cpu_io": 0.0, "cpu_verify": 0.0, "cpu_exchange": 0.0, "cpu_data": 0.0})
+    # page faults of this process during the reads (getrusage: every thread, the reading thread included): minor
+    # ones are mostly the first touch of fresh memory (outputs a read allocates, buffers), major ones file pages
+    page_faults: int = 0
+    major_faults: int = 0
     opened_file: bool = False
     host: str = ""  # where this rank runs (MPI_Get_processor_name)
     aggregator: bool = False  # whether this rank is a restart aggregator (one of reader.aggregators)
@@ -70,7 +76,7 @@ class ReadStats:
     def to_json(self) -> dict[str, Any]:
         return {"file_bytes": self.file_bytes, "file_calls": self.file_calls, "bytes_sent": self.bytes_sent,
                 "bytes_received": self.bytes_received, "rounds": self.rounds, "messages": self.messages,
-                "direct_bytes": self.direct_bytes,
+                "direct_bytes": self.direct_bytes, "page_faults": self.page_faults, "major_faults": self.major_faults,
                 "seconds": dict(self.seconds), "opened_file": self.opened_file, "host": self.host,
                 "aggregator": self.aggregator, "read_ahead": self.read_ahead}
 
@@ -140,6 +146,16 @@ class Restart:
         the read's first phase), route the requests, let the aggregators plan, then read and exchange round by
         round, reading round k+1 while round k is exchanged where the extent reader allows
         (:mod:`ckptio.readpipe`)."""
+        faults = resource.getrusage(resource.RUSAGE_SELF)
+        try:
+            return self._read(check)
+        finally:
+            now = resource.getrusage(resource.RUSAGE_SELF)
+            self.stats.page_faults += now.ru_minflt - faults.ru_minflt
+            self.stats.major_faults += now.ru_majflt - faults.ru_majflt
+
+    def _read(self, check: Callable[[], tuple[list[Request], list[np.ndarray | None]]]) -> list[np.ndarray]:
+        """Collective over ``comm``: :meth:`read` (page faults not counted)."""
         comm = self.comm
         t, c = time.perf_counter(), time.process_time()
         mine, given = coord.run(comm, f"read {self.path}: requests", check)
@@ -154,7 +170,7 @@ class Restart:
         nrounds = exchange.max_over_ranks(comm, plan.nrounds if plan is not None else 0)
         incoming = readplan.parse_descriptors(descriptors, nd, nrounds)
         outputs = coord.run(comm, f"read {self.path}: allocate", lambda: [
-            g if g is not None else pagealign.restart_empty(q.box.shape, self.variables[q.var].dtype)
+            g if g is not None else restart_memory.empty(q.box.shape, self.variables[q.var].dtype)
             for q, g in zip(mine, given, strict=True)])
         self.stats.seconds["plan"] += time.perf_counter() - t
         self.stats.seconds["cpu_plan"] += time.process_time() - c
@@ -208,10 +224,10 @@ class Restart:
             try:
                 info = hintsmod.to_info(self.hints)
                 try:
-                    self._check_identity()
+                    self.check_identity()
                     self._extent_reader = self.backend.open_extent_reader(self.path, self._agg_comm, info, self.meta)
                     self.stats.opened_file = True
-                    self._check_identity()  # what was opened is what rank 0 described (the file is held from now on)
+                    self.check_identity()  # what was opened is what rank 0 described (the file is held from now on)
                 finally:
                     info.Free()
             except BaseException as exc:  # agreed on by every rank just below
@@ -219,7 +235,7 @@ class Restart:
         coord.agree(self.comm, f"read {self.path}: open file on aggregators", error)
         self._opened = True
 
-    def _check_identity(self) -> None:
+    def check_identity(self) -> None:
         """Local, on an aggregator: the file at the path is still the one whose metadata rank 0 read at open
         (same inode, size and modification time). A checkpoint replaced by a rename in between (a rerun
         rewriting the same step, a simulation rewriting while analysis reads) would be read with the old metadata:

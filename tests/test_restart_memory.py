@@ -1,0 +1,151 @@
+"""The memory of a restart's own outputs (``ckptio.engine.restart_memory``): whole huge pages, recycled.
+
+What is tested is the mechanism (where the pages are, whether they are mapped before a read touches them, when
+they go back to the system), not a speed: issue 29 measured that the first touch of fresh outputs, inside the
+restart's kernel copies, was what made the allocating restart slower than one into ``out=`` arrays."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import json
+import mmap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mpi_helpers import run_mpi
+
+from ckptio.engine import restart_memory
+from ckptio.engine.restart_memory import HUGE_PAGE, MIN_BYTES, RecycledMemory
+
+PROGRAM = Path(__file__).resolve().parent / "programs" / "recycled_reads.py"
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+
+
+def resident_fraction(a: np.ndarray) -> float:
+    """The fraction of ``a``'s pages that are mapped in this process (mincore)."""
+    page = mmap.PAGESIZE
+    start = a.ctypes.data - a.ctypes.data % page
+    npages = (a.ctypes.data + a.nbytes - start + page - 1) // page
+    vec = (ctypes.c_ubyte * npages)()
+    assert _libc.mincore(start, npages * page, vec) == 0, ctypes.get_errno()
+    return sum(b & 1 for b in bytes(vec)) / npages
+
+
+def vm_flags(a: np.ndarray) -> list[str]:
+    """The VmFlags of the mapping that holds ``a`` (/proc/self/smaps)."""
+    addr, flags, inside = a.ctypes.data, None, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            inside = lo <= addr < hi
+        elif inside and head == "VmFlags:":
+            flags = line.split()[1:]
+    assert flags is not None
+    return flags
+
+
+@pytest.fixture
+def recycled(monkeypatch):
+    monkeypatch.setenv("CKPTIO_RECYCLE_SECONDS", "60")
+    monkeypatch.delenv("CKPTIO_READ_THREAD", raising=False)
+    pool = RecycledMemory()
+    monkeypatch.setattr(restart_memory, "RECYCLED", pool)
+    yield pool
+    pool.release()
+
+
+def test_large_outputs_are_2mib_aligned_and_advised_huge_pages_small_ones_are_numpys(recycled):
+    a = restart_memory.empty((5, 1000, 1000), np.float64)
+    assert a.shape == (5, 1000, 1000) and a.dtype == np.float64 and a.flags.c_contiguous and a.flags.writeable
+    assert a.ctypes.data % HUGE_PAGE == 0
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        assert "hg" in vm_flags(a)  # MADV_HUGEPAGE: the kernel backs it with 2 MiB pages where it has them
+    small = restart_memory.empty((100, 100), np.float64)  # below MIN_BYTES: as before (page-aligned from 64 KiB)
+    assert small.nbytes < MIN_BYTES and small.ctypes.data % 4096 == 0 and recycled.fresh == 1
+
+
+def test_a_dropped_output_is_reused_with_its_pages_already_mapped(recycled):
+    a = restart_memory.empty((MIN_BYTES // 8 * 3,), np.float64)
+    a[...] = 1.5  # the read fills it: its pages are mapped now
+    where = a.ctypes.data
+    del a
+    gc.collect()
+    assert recycled.kept_bytes >= 3 * MIN_BYTES
+    b = restart_memory.empty((MIN_BYTES // 8 * 3 - 1000,), np.float64)  # a little smaller: still fits
+    assert b.ctypes.data == where and recycled.reused == 1 and recycled.fresh == 1
+    assert resident_fraction(b) == 1.0  # mapped before anything touched it: the read will not fault on it
+    fresh = restart_memory.empty((MIN_BYTES // 8 * 3,), np.float64)  # b holds the kept one
+    assert fresh.ctypes.data != where and recycled.fresh == 2 and resident_fraction(fresh) < 0.5
+
+
+def test_a_view_keeps_the_memory_and_its_contents(recycled):
+    a = restart_memory.empty((MIN_BYTES // 8 * 2,), np.float64)
+    a[...] = np.arange(a.size)
+    view = a[10:20]
+    del a
+    gc.collect()
+    assert recycled.kept_bytes == 0  # the view still uses it
+    other = restart_memory.empty((MIN_BYTES // 8 * 2,), np.float64)
+    other[...] = -1
+    assert np.array_equal(view, np.arange(10, 20))
+    del view, other
+    gc.collect()
+    assert recycled.kept_bytes == 2 * (2 * MIN_BYTES)
+
+
+def test_a_much_larger_kept_mapping_is_not_used_for_a_small_output(recycled):
+    big = restart_memory.empty((8 * MIN_BYTES,), np.uint8)
+    del big
+    small = restart_memory.empty((MIN_BYTES,), np.uint8)
+    assert recycled.reused == 0 and recycled.fresh == 2 and small.nbytes == MIN_BYTES
+
+
+def test_kept_memory_goes_back_to_the_system_after_the_retention_time(recycled, monkeypatch):
+    monkeypatch.setenv("CKPTIO_RECYCLE_SECONDS", "0.3")
+    a = restart_memory.empty((2 * MIN_BYTES,), np.uint8)
+    del a
+    assert recycled.kept_bytes == 2 * MIN_BYTES
+    deadline = time.monotonic() + 10
+    while recycled.kept_bytes and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert recycled.kept_bytes == 0  # unmapped by the helper thread, without another call
+
+
+@pytest.mark.parametrize("env", [{"CKPTIO_RECYCLE_SECONDS": "0"}, {"CKPTIO_READ_THREAD": "0"}])
+def test_nothing_is_kept_when_recycling_or_helper_threads_are_off(recycled, monkeypatch, env):
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    a = restart_memory.empty((2 * MIN_BYTES,), np.uint8)
+    del a
+    assert recycled.kept_bytes == 0
+
+
+def test_never_more_is_kept_than_was_in_use_at_once(recycled):
+    for _ in range(5):  # one at a time: the peak in use is one of them
+        a = restart_memory.empty((2 * MIN_BYTES,), np.uint8)
+        del a
+    assert recycled.kept_bytes == 2 * MIN_BYTES and recycled.fresh == 1
+    arrays = [restart_memory.empty((2 * MIN_BYTES,), np.uint8) for _ in range(3)]
+    del arrays
+    assert recycled.kept_bytes == 3 * 2 * MIN_BYTES
+
+
+@pytest.mark.mpi
+def test_allocating_reads_reuse_dropped_outputs_and_return_the_right_values(tmp_path):
+    """Under mpirun (3 ranks, shifted requests): a second allocating read of the same sizes is made in the first
+    one's memory (no fresh mapping, pages mapped before the read), and every value is right, also where the
+    recycled memory held another variable before."""
+    proc = run_mpi(3, [str(PROGRAM), str(tmp_path / "chk")], timeout=300)
+    lines = [json.loads(x.split(" ", 1)[1]) for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    assert len(lines) == 3, proc.stdout + proc.stderr
+    for r in lines:
+        assert r["values_ok"], r
+        assert r["first"]["fresh"] >= 1, r
+        assert r["second"]["fresh"] == 0 and r["second"]["reused"] >= 1, r  # nothing fresh the second time
+        assert r["second"]["resident_before"] == 1.0, r
+        assert r["second"]["addresses"] == r["first"]["addresses"], r
