@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Backend, Capabilities, ExtentReader, WriteHandle, WrittenBlock
-from .detect import detect_backend, looks_like_checkpoint
-from .registry import available_backends, get_backend, known_backends, missing_libraries, register
+from ckptio.backends.base import Backend, Capabilities, ExtentReader, WriteHandle, WrittenBlock
+from ckptio.backends.detect import detect_backend, looks_like_checkpoint
+from ckptio.backends.registry import available_backends, get_backend, known_backends, missing_libraries, register
 
 
 def __getattr__(name: str) -> Any:

@@ -81,9 +81,9 @@ import numpy as np
 from ckptio.errors import CapabilityError
 
 if TYPE_CHECKING:
-    from ckptio.extent_table import ExtentTable
-    from ckptio.layout import Box
-    from ckptio.plan import Extent, VariablePlan
+    from ckptio.model.extent_table import ExtentTable
+    from ckptio.model.layout import Box
+    from ckptio.model.plan import Extent, VariablePlan
 
 #: One collective step of a backend: a label for messages and the function that makes the call.
 Step = tuple[str, Callable[[], object]]
@@ -140,7 +140,7 @@ class BlockToWrite:
     var: str
     local_index: int  # its position among this rank's declarations (what a placement share is indexed by)
     box: Box
-    data: np.ndarray  # the elements in C order (a strided view of them, see ckptio.memsel), or compressed bytes
+    data: np.ndarray  # the elements in C order (a strided view of them, see ckptio.model.memsel), or compressed bytes
     codec: str | None = None  # how ``data`` is compressed (native format only), None: raw elements
 
 
@@ -210,7 +210,7 @@ class WriteHandle(Protocol):
               ) -> Iterable[Step]:
         """The collective steps that write this rank's ``blocks`` (any count, zero included). ``tables``: the
         block table copy for tools that do not know ckptio (rows and checksums of
-        ``ckptio.block_table.user_table``) on the rank that holds it, None elsewhere. After the steps,
+        ``ckptio.model.block_table.user_table``) on the rank that holds it, None elsewhere. After the steps,
         ``written`` says what each block became."""
 
     def written(self) -> list[WrittenBlock]:
@@ -359,7 +359,7 @@ class Backend(Protocol):
     def extent_table(self, meta: Any) -> ExtentTable:
         """Pure: ``extents`` as columns, what the restart planner partitions. The default converts the list;
         a backend overrides it with a vectorized builder."""
-        from ckptio import extent_table
+        from ckptio.model import extent_table
 
         return extent_table.from_extents(meta, self.extents(meta))
 

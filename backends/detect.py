@@ -13,15 +13,15 @@ import re
 import stat
 from typing import BinaryIO
 
+from ckptio.backends import registry
+from ckptio.backends.base import Backend
+
 from ckptio.errors import CheckpointError, CorruptCheckpointError, UnknownFormatError
 from ckptio.pathcheck import unfollowable
 
-from . import registry
-from .base import Backend
-
 SNIFF_BYTES = 512  # what detect_backend reads first
 DOCUMENT_SCAN_BYTES = 64 << 20  # how much of a file's tail a damaged-checkpoint diagnosis searches
-# The start of every ckptio metadata document's backend fields (ckptio.meta.dumps: sorted keys, compact);
+# The start of every ckptio metadata document's backend fields (ckptio.model.meta.dumps: sorted keys, compact);
 # no other file has these bytes, in particular not a random one.
 _DOCUMENT_MARKER = re.compile(rb'"backend":"([A-Za-z0-9_]{1,32})","backend_format_version":[0-9]{1,9},"byteorder":"')
 

@@ -19,7 +19,7 @@ File layout::
     /ckptio                  group: attributes ``format_version``, ``ckptio_version``,
                              ``metadata_checksum`` (xxh3-64 of the document) and ``complete`` (= 1, the
                              completion mark, written last)
-    /ckptio/metadata         the metadata document of ckptio.meta (JSON), a scalar fixed-length string
+    /ckptio/metadata         the metadata document of ckptio.model.meta (JSON), a scalar fixed-length string
                              dataset: not a variable-length string attribute, because HDF5 1.10 trusts the
                              lengths stored in its global heap and a damaged one crashes the reader
     /ckptio/block_table      int64 (blocks, 2 + 2n): every block of every variable, ``variable, rank,
@@ -64,8 +64,22 @@ from struct import error as struct_error
 from typing import Any
 
 import numpy as np
+from ckptio.backends import hdf5_lib as lib
+from ckptio.backends import hdf5_write, rawio
+from ckptio.backends.base import Backend, Capabilities, CreateOptions, ExtentReader, Placement
+from ckptio.backends.detect import not_ckptio
+from ckptio.backends.hdf5_lib import (
+    ATTR_MESSAGE_LIMIT,
+    COMPLETE,
+    FORMAT_VERSION,
+    GROUP,
+    SIGNATURE,
+    attr_value,
+    utf8,
+    write_calls,
+)
+from ckptio.backends.rawio import SerialRawReader, leading_axis_bands
 
-from ckptio import meta as metamod
 from ckptio.errors import (
     CapabilityError,
     CheckpointError,
@@ -75,20 +89,8 @@ from ckptio.errors import (
     IncompleteCheckpointError,
     RewrittenCheckpointError,
 )
-from ckptio.plan import Extent, VariablePlan
-
-from . import hdf5_lib as lib
-from . import hdf5_write, rawio
-from .base import (
-    Backend,
-    Capabilities,
-    CreateOptions,
-    ExtentReader,
-    Placement,
-)
-from .detect import not_ckptio
-from .hdf5_lib import ATTR_MESSAGE_LIMIT, COMPLETE, FORMAT_VERSION, GROUP, SIGNATURE, attr_value, utf8, write_calls
-from .rawio import SerialRawReader, leading_axis_bands
+from ckptio.model import meta as metamod
+from ckptio.model.plan import Extent, VariablePlan
 
 h5py: Any = None  # the module, once load_h5py() found it (every use below comes after a call)
 
@@ -198,7 +200,7 @@ class HDF5Backend(Backend):
         return leading_axis_bands(meta)
 
     def extent_table(self, meta: Mapping[str, Any]):
-        from ckptio import extent_table
+        from ckptio.model import extent_table
 
         return extent_table.from_bands(meta)
 
@@ -212,7 +214,7 @@ class HDF5Backend(Backend):
 def _read_metadata_lite(path: str) -> dict[str, Any]:
     """:meth:`HDF5Backend.read_metadata` without h5py: the same checks, through :mod:`.h5lite`. A structure the
     parser does not implement raises CapabilityError naming h5py (never CorruptCheckpointError)."""
-    from . import h5lite
+    from ckptio.backends import h5lite
 
     try:
         size = os.path.getsize(path)

@@ -8,9 +8,9 @@ File layout (all integers little-endian)::
                   C order (or compressed), 8-byte aligned; a rank's region starts on a stripe boundary when
                   it is at least one stripe long, so no two ranks' large writes share a stripe (no lock
                   ping-pong on Lustre)
-    index_offset  index: the metadata document (JSON, see ckptio.meta), with every block's file offset,
+    index_offset  index: the metadata document (JSON, see ckptio.model.meta), with every block's file offset,
                   stored size, codec and checksum (format version 2: as the integer columns of
-                  ckptio.block_table; version 1, still read: one JSON object per block)
+                  ckptio.model.block_table; version 1, still read: one JSON object per block)
     EOF - 64      trailer: magic b"CKPTEND\\0", u32 format version, u32 flags, u64 index offset,
                   u64 index length, u64 xxh3-64 of the index, u64 data end, 16 reserved bytes
 
@@ -44,15 +44,8 @@ from typing import Any
 
 import numpy as np
 import xxhash
-
-from ckptio import meta as metamod
-from ckptio.block_table import BlockTable, as_table
-from ckptio.errors import CheckpointIOError, CorruptCheckpointError, FormatVersionError, IncompleteCheckpointError
-from ckptio.hints import COLLECTIVE_ONLY_HINTS, info_to_dict
-from ckptio.plan import Extent, VariablePlan
-
-from . import rangeio, rawio
-from .base import (
+from ckptio.backends import rangeio, rawio
+from ckptio.backends.base import (
     Backend,
     BlockToWrite,
     Capabilities,
@@ -63,7 +56,13 @@ from .base import (
     Step,
     WrittenBlock,
 )
-from .rawio import SerialRawReader, transfer
+from ckptio.backends.rawio import SerialRawReader, transfer
+
+from ckptio.coord.hints import COLLECTIVE_ONLY_HINTS, info_to_dict
+from ckptio.errors import CheckpointIOError, CorruptCheckpointError, FormatVersionError, IncompleteCheckpointError
+from ckptio.model import meta as metamod
+from ckptio.model.block_table import BlockTable, as_table
+from ckptio.model.plan import Extent, VariablePlan
 
 MAGIC = b"\x89CKPTIO\n"
 TRAILER_MAGIC = b"CKPTEND\x00"
@@ -86,7 +85,7 @@ def place_blocks(rank: np.ndarray, local_index: np.ndarray, stored: np.ndarray,
     end and every rank's ``[start, end)`` region. Each rank's blocks in declaration order, 8-byte aligned; a
     rank's region starts on a stripe boundary when it is at least one stripe long. One Python step per rank,
     none per block (the write plan at 100,000 ranks has 2.4 million blocks); ``ckptio plan`` models the file
-    with it too (:mod:`ckptio.simulate`)."""
+    with it too (:mod:`ckptio.tools.simulate`)."""
     rank, local_index, stored = (np.asarray(a, np.int64) for a in (rank, local_index, stored))
     offsets = np.zeros(len(rank), np.int64)
     if not len(rank):
@@ -379,7 +378,7 @@ class NativeBackend(Backend):
         return meta
 
     def extents(self, meta: Mapping[str, Any]) -> list[Extent]:
-        from ckptio.layout import Box
+        from ckptio.model.layout import Box
 
         out = []
         for name, var in meta["variables"].items():
@@ -393,7 +392,7 @@ class NativeBackend(Backend):
         return out
 
     def extent_table(self, meta: Mapping[str, Any]):
-        from ckptio import extent_table
+        from ckptio.model import extent_table
 
         return extent_table.from_blocks(meta)
 
@@ -415,7 +414,7 @@ def _blocks_in_data_region(blocks: BlockTable, itemsize: int, data_start: int, d
 
 
 def check_block_table(path: str, meta: Mapping[str, Any], data_start: int, data_end: int) -> None:
-    """The native format's own checks of a document that passed :func:`ckptio.meta.validate` (types, tiling):
+    """The native format's own checks of a document that passed :func:`ckptio.model.meta.validate` (types, tiling):
     every block lies in the data region and stores exactly its bytes unless compressed, so a damaged index
     fails here and not deep in a read."""
     if meta.get("backend") != NativeBackend.name:

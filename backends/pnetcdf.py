@@ -22,7 +22,7 @@ File layout (CDF-5, ``NC_64BIT_DATA``; all data big-endian, as the format requir
                          the xxh3-64 of the metadata document
     ckptio_complete      int scalar: 1 once the checkpoint is committed (the completion mark, written last)
     ckptio_metadata(ckptio_metadata_len = UNLIMITED)
-                         char: the metadata document of ckptio.meta (JSON), as the only record variable,
+                         char: the metadata document of ckptio.model.meta (JSON), as the only record variable,
                          so it can be written after the data, at any length, without a header change
     global attributes    ``ckptio_format_version``, ``ckptio_version``, ``ckptio_note`` and the
                          checkpoint's attributes (numbers, strings and numeric lists natively, other values
@@ -63,24 +63,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-
-from ckptio import install_hints, memsel
-from ckptio import meta as metamod
-from ckptio.block_table import USER_TABLE_NOTE, user_table_shape
-from ckptio.errors import (
-    CapabilityError,
-    CheckpointError,
-    CheckpointIOError,
-    CorruptCheckpointError,
-    FormatVersionError,
-    IncompleteCheckpointError,
-    RewrittenCheckpointError,
-)
-from ckptio.hints import DEFAULT_STRIPING_UNIT, info_to_dict, transfer_mode
-from ckptio.plan import Extent, VariablePlan
-
-from . import rawio
-from .base import (
+from ckptio.backends import install_hints, rawio
+from ckptio.backends.base import (
     Backend,
     BlockToWrite,
     Capabilities,
@@ -90,9 +74,24 @@ from .base import (
     Step,
     WrittenBlock,
 )
-from .cdf import NC_TYPES, CDFHeader, read_header
-from .detect import not_ckptio
-from .rawio import SerialRawReader, hindexed, leading_axis_bands
+from ckptio.backends.cdf import NC_TYPES, CDFHeader, read_header
+from ckptio.backends.detect import not_ckptio
+from ckptio.backends.rawio import SerialRawReader, hindexed, leading_axis_bands
+
+from ckptio.coord.hints import DEFAULT_STRIPING_UNIT, info_to_dict, transfer_mode
+from ckptio.errors import (
+    CapabilityError,
+    CheckpointError,
+    CheckpointIOError,
+    CorruptCheckpointError,
+    FormatVersionError,
+    IncompleteCheckpointError,
+    RewrittenCheckpointError,
+)
+from ckptio.model import memsel
+from ckptio.model import meta as metamod
+from ckptio.model.block_table import USER_TABLE_NOTE, user_table_shape
+from ckptio.model.plan import Extent, VariablePlan
 
 # pnetcdf-python initializes MPI when imported: import it only to write a file (reading needs neither it nor MPI)
 INSTALL_HINT = install_hints.PNETCDF  # names ckptio-install-parallel (issue 27)
@@ -474,7 +473,7 @@ class PnetCDFBackend(Backend):
         return leading_axis_bands(meta)
 
     def extent_table(self, meta: Mapping[str, Any]):
-        from ckptio import extent_table
+        from ckptio.model import extent_table
 
         return extent_table.from_bands(meta)
 
@@ -546,7 +545,7 @@ def _moved_by_another_tool(header: CDFHeader, meta: Mapping[str, Any]) -> str | 
 
 
 def _memory_type(view: np.ndarray):
-    """A committed MPI memory datatype of a strided view's elements relative to :func:`ckptio.memsel.span`: an
+    """A committed MPI memory datatype of a strided view's elements relative to :func:`ckptio.model.memsel.span`: an
     hindexed type of the element type (PnetCDF's flexible API takes the element type from it) over the view's
     runs, built with the classic constructor (ROMIO in MPICH 4.0 cannot flatten mpi4py's large-count types,
     see :func:`ckptio.backends.rawio.hindexed`). Local."""

@@ -21,10 +21,9 @@ import os
 from collections.abc import Sequence
 
 import numpy as np
+from ckptio.backends.base import Run
 
 from ckptio.errors import CheckpointIOError
-
-from .base import Run
 
 _MAX_IOV = 512  # arrays per pwritev call (well under IOV_MAX, 1024 on Linux)
 _MAX_CALL = 1 << 30  # bytes per call (Linux moves at most 0x7ffff000 per call; MPI counts are C ints)
@@ -60,7 +59,7 @@ def _space_error(path: str, exc: OSError, nbytes: int, offset: int) -> Checkpoin
 class PosixRangeWriter:
     """An aggregator's independent writer: ``pwritev`` of each run, short writes continued. No MPI (a helper
     thread may write while the calling thread exchanges). Opening is local (the file exists: the planning rank
-    created it with its layout, :mod:`ckptio.fslayout`)."""
+    created it with its layout, :mod:`ckptio.engine.fslayout`)."""
 
     independent = True
 
@@ -148,9 +147,8 @@ class MpiRangeWriter:
     def write(self, runs: Sequence[Run]) -> int:
         """Local: each run with ``MPI_File_write_at`` (pieces of at most 1 GiB: C int counts); the number of calls.
         CheckpointIOError when the library wrote less than asked or failed."""
+        from ckptio.backends.rawio import hindexed
         from mpi4py import MPI
-
-        from .rawio import hindexed
 
         calls = 0
         for offset, arrays in runs:
@@ -180,7 +178,7 @@ class MpiRangeWriter:
         self.fh.Sync()
 
     def hints(self) -> dict[str, str]:
-        from ckptio.hints import info_to_dict
+        from ckptio.coord.hints import info_to_dict
 
         info = self.fh.Get_info()
         try:

@@ -25,15 +25,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from ckptio.backends.base import ExtentReader
 
-from ckptio import codec as codecs
-from ckptio import memsel, pagealign, settings
+from ckptio import settings
+from ckptio.coord.hints import uses_romio
 from ckptio.errors import CheckpointIOError, IncompleteCheckpointError
-from ckptio.hints import uses_romio
-from ckptio.layout import Box
-from ckptio.plan import Extent
-
-from .base import ExtentReader
+from ckptio.model import codec as codecs
+from ckptio.model import memsel, pagealign
+from ckptio.model.layout import Box
+from ckptio.model.plan import Extent
 
 _MAX_CHUNK = 1 << 30  # MPI counts are C ints: describe larger blocks as several 1 GiB pieces
 
@@ -126,7 +126,7 @@ def file_ordered(pieces_file: Sequence[tuple[int, int]], buffers: Sequence[Any])
 def transfer(fh, pieces_file: Sequence[tuple[int, int]], buffers: Sequence[Any], write: bool) -> int:
     """Collective over fh's communicator: move ``buffers[i]`` to/from file range ``pieces_file[i]``. A buffer
     may be a strided numpy view (a memory selection: its elements in C order, read in place through the memory
-    type, see :mod:`ckptio.memsel`).
+    type, see :mod:`ckptio.model.memsel`).
 
     One file view plus one ``*_all`` call, whatever the number of pieces; the pieces may come in any order
     (see :func:`file_ordered`). Both types are hindexed types of ``MPI_BYTE`` from :func:`hindexed` (no
@@ -161,7 +161,7 @@ def transfer(fh, pieces_file: Sequence[tuple[int, int]], buffers: Sequence[Any],
 
 def _memory_runs(buffers: Sequence[tuple[int, Any]]) -> tuple[np.ndarray, np.ndarray]:
     """(lengths, absolute addresses) of the ``(nbytes, buffer)`` pairs' bytes in order: one piece per contiguous
-    buffer, one per run of a strided numpy view (a memory selection, :mod:`ckptio.memsel`: its elements in C
+    buffer, one per run of a strided numpy view (a memory selection, :mod:`ckptio.model.memsel`: its elements in C
     order). Local."""
     from mpi4py import MPI
 
@@ -193,7 +193,7 @@ class RawExtentReader(ExtentReader):
         self.meta = meta
         # ckptio already chose its restart aggregators (one per node first) and only they open the file: under
         # ROMIO each of them must also be an MPI-IO aggregator, so the one-per-node cb_config_list of writes
-        # (ckptio.hints.ROMIO_DEFAULTS) would funnel aggregators that share a node through one of them.
+        # (ckptio.coord.hints.ROMIO_DEFAULTS) would funnel aggregators that share a node through one of them.
         own = None
         if uses_romio():
             own = info.Dup() if info is not None and info != MPI.INFO_NULL else MPI.Info.Create()
@@ -276,7 +276,7 @@ def _staging_positions(extents: Sequence[Extent], whole: Sequence[bool]) -> list
     the other, except that a large extent not continuing the previous one in the file starts where its bytes
     sit STAGING_SHIFT bytes off their page offset in the file, so that neither the copy from the page cache nor
     the one on to the destination (the exchange's, or a local one) runs at a slow page shift (see
-    :mod:`ckptio.pagealign`; at most 4 KiB of slack per extent of at least 64 KiB)."""
+    :mod:`ckptio.model.pagealign`; at most 4 KiB of slack per extent of at least 64 KiB)."""
     positions: list[int | None] = []
     pos, follows = 0, None  # follows: the file offset that continues the previous buffered extent
     for e, w in zip(extents, whole, strict=True):

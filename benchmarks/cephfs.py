@@ -28,8 +28,8 @@ import numpy as np
 from mpi4py import MPI
 
 import ckptio
-from ckptio import fslayout
-from ckptio.simulate import parse_size
+from ckptio.engine import fslayout
+from ckptio.tools.simulate import parse_size
 
 
 def _ceph(*args: str) -> str:

@@ -1,4 +1,4 @@
-"""Checksum cost: ckptio's block checksum (``ckptio.meta.checksum``, xxh3-64) over the checkpoint data.
+"""Checksum cost: ckptio's block checksum (``ckptio.model.meta.checksum``, xxh3-64) over the checkpoint data.
 
 Every rank hashes its own arrays at the same time, as ckptio's declare phase does, between barriers; the
 result is compared with the write time of the native backend in the report (target: < 5 % of it).
@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ckptio import meta as metamod
+from ckptio.model import meta as metamod
 
 from .common import GIB, Dataset, summary, timed
 

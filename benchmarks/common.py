@@ -2,7 +2,7 @@
 
 The data set: ``nvars`` cell-centred float64 variables on ``nblocks`` blocks of 16^3 cells (32 KiB per variable
 per block), each a global array ``(nblocks, 16, 16, 16)``. Writers own contiguous block ranges (even split, as
-FLASH's Morton order gives); restart readers use another, uneven decomposition (``ckptio.simulate.split_shifted``:
+FLASH's Morton order gives); restart readers use another, uneven decomposition (``ckptio.tools.simulate.split_shifted``:
 alternately 3/4 and 5/4 of the mean share), so every reader needs pieces of several writers' ranges.
 
 Values are a smooth field plus a small deterministic hash "noise" in the low mantissa bits, like real simulation
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ckptio.simulate import parse_size, split_even, split_shifted
+from ckptio.tools.simulate import parse_size, split_even, split_shifted
 
 NXB = 16
 CELLS = NXB**3

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ckptio import codec as codecs
+from ckptio.model import codec as codecs
 
 from .common import GIB, Dataset, summary, timed
 from .pagecache import remove

@@ -1,10 +1,10 @@
-"""The restart control plane at scale (issue 13): the scale harness (:mod:`ckptio.scale`) and ``ckptio plan``
+"""The restart control plane at scale (issue 13): the scale harness (:mod:`ckptio.tools.scale`) and ``ckptio plan``
 at 1,000 / 7,620 / 30,000 / 100,000 ranks of the FLASH-like job (24 variables, 189 GiB), one table.
 
 One process, no MPI. Every measurement runs in a fresh subprocess (so the growth of resident memory that the
 harness reports for rank 0's open is not hidden by memory an earlier size freed), one size after the other:
 
-* ``harness``: :func:`ckptio.scale.restart_control_plane` at the full size, including rank 0's parse of the
+* ``harness``: :func:`ckptio.tools.scale.restart_control_plane` at the full size, including rank 0's parse of the
   whole (format-2) metadata document, unless ``--open-max-ranks`` caps it (then rank 0's open is extrapolated,
   as ``ckptio plan`` does above 250,000 ranks);
 * ``plan``: ``ckptio plan --ranks N --bytes 189G --ranks-per-node 16 --json`` as a user runs it (its own

@@ -378,7 +378,7 @@ def plots(doc: dict[str, Any], directory: str, plan_result: dict[str, Any] | Non
                _plot_blocked(doc, os.path.join(directory, "blocked_time.png"))]
     plan_result = plan_result or doc.get("plan", {}).get("result")
     if plan_result:
-        from ckptio.simulate import plot_ost_load
+        from ckptio.tools.simulate import plot_ost_load
 
         path = os.path.join(directory, "plan_ost_load.png")
         plot_ost_load(plan_result, path)
@@ -523,7 +523,7 @@ def replot(results_json: str, directory: str, plan: bool = False) -> list[str]:
         doc = json.load(f)
     plan_result = None
     if plan:
-        from ckptio.simulate import PlanScenario, parse_size, simulate
+        from ckptio.tools.simulate import PlanScenario, parse_size, simulate
 
         ranks, nbytes = int(doc["plan"]["ranks"]), doc["plan"]["bytes"]
         plan_result = simulate(PlanScenario(ranks=ranks, nbytes=parse_size(nbytes), stripe_count=min(ranks, 80),

@@ -153,7 +153,7 @@ def cpu_model() -> str:
 
 def plan_section(quick: bool) -> dict[str, Any]:
     """``ckptio plan`` for the FLASH case (rank 0 only): the model's result and its text summary."""
-    from ckptio.simulate import PlanScenario, format_comparison, parse_size, simulate
+    from ckptio.tools.simulate import PlanScenario, format_comparison, parse_size, simulate
 
     sc = QUICK_PLAN if quick else FLASH_PLAN
     ranks = sc["ranks"]
@@ -220,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "config": {"nprocs": nprocs, "readers": nreaders, "total_bytes": data.total_bytes,
                        "nblocks": data.nblocks, "nvars": args.variables, "block": "16^3 float64 (32 KiB/var)",
                        "repeats": args.repeats, "quick": args.quick, "outdir": outdir,
-                       "read_decomposition": "ckptio.simulate.split_shifted (3/4, 5/4 of the mean share)",
+                       "read_decomposition": "ckptio.tools.simulate.split_shifted (3/4, 5/4 of the mean share)",
                        "compression": args.compression, "fast_dir": fastdir,
                        "fast_dir_fs": fs_type(fastdir), "outdir_fs": fs_type(outdir),
                        "reference": reference, "ior": ior_binary, "flash_io": flash_binary or flash_reason,

@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from ckptio.simulate import parse_size
+from ckptio.tools.simulate import parse_size
 
 
 def measure(size: int, outdir: str, stage: str, repeats: int) -> dict | None:

@@ -3,7 +3,7 @@
 A native checkpoint of the run's data set, written once by every rank; then ``repeats`` rounds of: evict,
 sequential read of the whole file by rank 0 alone (``os.readv`` of 16 MiB pieces into one reused 4096-aligned
 buffer: the storage's speed for one reader); evict, ``ckptio inspect --verify --json FILE`` by rank 0 alone (the
-command's own code, ``ckptio.cli.main``, in this process: no interpreter start-up; exit status 0 required).
+command's own code, ``ckptio.tools.cli.main``, in this process: no interpreter start-up; exit status 0 required).
 The other ranks wait in a sleeping barrier. Under MPI: when ckptio offers a collective verification
 (:func:`parallel_verifier`), the same file is verified by 1..N ranks too; otherwise that part is reported
 skipped, with what was looked for.
@@ -62,7 +62,7 @@ def sequential_read(path: str) -> int:
 
 def inspect_verify(path: str) -> None:
     """Rank 0: ``ckptio inspect --verify --json PATH`` in this process; BenchError unless it exits 0."""
-    from ckptio.cli import main
+    from ckptio.tools.cli import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

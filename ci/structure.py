@@ -45,7 +45,7 @@ COLLECTIVES = {
     "Isend", "Irecv", "Send", "Recv", "send", "recv", "isend", "irecv", "Sendrecv", "sendrecv", "Ibarrier",
     "Iallreduce", "Ibcast",
 }
-# Keys of the metadata document (ckptio.meta's schema): a string subscript with one of these is the document
+# Keys of the metadata document (ckptio.model.meta's schema): a string subscript with one of these is the document
 # read as a dict.
 DOCUMENT_KEYS = {
     "schema", "ckptio_version", "backend", "backend_format_version", "created", "nprocs", "byteorder", "checksum",

@@ -5,10 +5,8 @@ collective MPI-IO (native format), parallel HDF5 or PnetCDF; restart on any rank
 aggregated reads. See README.md and the documentation in docs/.
 """
 
-from .api import create, open
-from .async_io import wait_all
-from .catalog import latest
-from .errors import (
+from ckptio.api import create, open
+from ckptio.errors import (
     CapabilityError,
     CheckpointError,
     CheckpointIOError,
@@ -23,12 +21,14 @@ from .errors import (
     RewrittenCheckpointError,
     UnknownFormatError,
 )
-from .meta import __version__
-from .pagealign import empty
-from .reader import Reader, VariableInfo
-from .series import Series
-from .writer import Writer
-from .xarray_series import open_series
+from ckptio.model.meta import __version__
+from ckptio.model.pagealign import empty
+from ckptio.reader import Reader, VariableInfo
+from ckptio.series import Series
+from ckptio.tiers.async_io import wait_all
+from ckptio.tiers.catalog import latest
+from ckptio.tools.xarray_series import open_series
+from ckptio.writer import Writer
 
 __all__ = [
     "CapabilityError",

@@ -6,9 +6,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from .reader import Reader
-from .staged_reader import StagedReader, open_staged
-from .writer import Writer
+from ckptio.reader import Reader
+from ckptio.tiers.staged_reader import StagedReader, open_staged
+from ckptio.writer import Writer
 
 
 def create(path: str | os.PathLike, comm, backend: str = "mpiio", attrs: Mapping[str, Any] | None = None,
@@ -18,12 +18,12 @@ def create(path: str | os.PathLike, comm, backend: str = "mpiio", attrs: Mapping
 
     Returns a :class:`Writer`: declare blocks with ``write()`` (local), then ``close()`` or leave the
     ``with`` block (collective: validation, I/O, atomic commit). ``backend`` is ``"mpiio"`` (native),
-    ``"hdf5"`` or ``"pnetcdf"``; ``hints`` override the MPI-IO hints (see :mod:`ckptio.hints`);
+    ``"hdf5"`` or ``"pnetcdf"``; ``hints`` override the MPI-IO hints (see :mod:`ckptio.coord.hints`);
     ``compression`` (native backend) is ``"zstd"``, ``"zstd+shuffle"``, optionally with ``":LEVEL"``.
     ``mode="async"`` returns from ``close()`` once the blocks are copied to staging buffers; an I/O thread
     writes and commits (``writer.wait()``/``writer.done()``). ``stage_dir`` (a fast tier, one directory every
     rank sees or one per node at the same path; created if missing) is written first, each rank its own piece,
-    and drained to ``path`` in the background, checksums verified (see :mod:`ckptio.staging`).
+    and drained to ``path`` in the background, checksums verified (see :mod:`ckptio.tiers.staging`).
 
     Local (no communication) and it never raises for its arguments: an argument may be bad on one rank only,
     and a rank that raised here would leave the others waiting in ``close()``. An argument wrong in itself (an
@@ -48,12 +48,12 @@ def open(path: str | os.PathLike, comm=None, hints: Mapping[str, Any] | None = N
     Rank 0 reads the metadata and broadcasts it; reads are two-phase aggregated: only ``aggregators``
     ranks (default ``min(nprocs, stripe count, 80)``, also set by ``CKPTIO_AGGREGATORS`` or ``cb_nodes`` in
     ``CKPTIO_HINTS``) open the file, in rounds of at most ``buffer_bytes`` (default 64 MiB, also
-    ``CKPTIO_BUFFER_BYTES``; bytes or a size such as ``"64M"``, see :mod:`ckptio.units`). Both must be the same
+    ``CKPTIO_BUFFER_BYTES``; bytes or a size such as ``"64M"``, see :mod:`ckptio.model.units`). Both must be the same
     on every rank (checked). ``verify`` checks the checksum of every whole block read.
 
     ``stage_dir`` (the one the checkpoint was written with): when the newest staged copy of ``path`` is usable
     (same rank count, every rank's piece on its own node, checksums verified, not older than ``path``), the
-    restart reads from the stages (a :class:`ckptio.staged_reader.StagedReader`, same read API); otherwise,
+    restart reads from the stages (a :class:`ckptio.tiers.staged_reader.StagedReader`, same read API); otherwise,
     with a warning naming what is missing, from ``path``.
     """
     if comm is None:

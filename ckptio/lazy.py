@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ClosedCheckpointError, ReadRequestError
-from .model.document import as_document
-from .units import format_bytes
+from ckptio.errors import ClosedCheckpointError, ReadRequestError
+from ckptio.model.document import as_document
+from ckptio.model.units import format_bytes
 
 MAX_REPR_VARIABLES = 40
 MAX_REPR_TEXT = 100

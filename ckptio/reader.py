@@ -16,13 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from . import coord, plain
-from .engine.restart import ReadStats, Restart
-from .engine.restart_plan import resolve_options
-from .errors import CheckpointError, ClosedCheckpointError
-from .layout import Box
-from .model.requests import VariableInfo, checked_requests
-from .plan import Request, segment_box
+from ckptio import coord
+from ckptio.engine.restart import ReadStats, Restart
+from ckptio.engine.restart_plan import resolve_options
+from ckptio.errors import CheckpointError, ClosedCheckpointError
+from ckptio.model import plain
+from ckptio.model.layout import Box
+from ckptio.model.plan import Request, segment_box
+from ckptio.model.requests import VariableInfo, checked_requests
 
 __all__ = ["ReadStats", "Reader", "VariableInfo"]  # VariableInfo and ReadStats: the types a Reader hands out
 
@@ -66,7 +67,7 @@ class Reader:
     @property
     def checksummed(self) -> bool:
         """Local: whether the file carries checksums that reads verify (False for a plain HDF5 or netCDF file
-        ckptio did not write, see :mod:`ckptio.plain`)."""
+        ckptio did not write, see :mod:`ckptio.model.plain`)."""
         return self.meta["checksum"] != plain.NO_CHECKSUM
 
     @property
@@ -166,11 +167,11 @@ class Reader:
     # ------------------------------------------------------------------ analysis views (see ckptio.lazy)
     def __getitem__(self, name: str) -> Any:
         """Local: ``ck["dens"]``, a lazy h5py-like view of one variable (indexing it is a collective read)."""
-        from .lazy import LazyVariable
+        from ckptio.lazy import LazyVariable
 
         return LazyVariable(self, name)
 
     def __repr__(self) -> str:
-        from .lazy import describe_reader
+        from ckptio.lazy import describe_reader
 
         return describe_reader(self)

@@ -11,11 +11,11 @@
 Retention semantics (what a user can rely on):
 
 * **Ownership by exact name.** The series' checkpoints are exactly ``{prefix}_{step:0{digits}d}{suffix}``
-  (:class:`ckptio.catalog.NamePattern`). No other file is opened, chosen or deleted: not ``chk_notes.txt``,
+  (:class:`ckptio.tiers.catalog.NamePattern`). No other file is opened, chosen or deleted: not ``chk_notes.txt``,
   ``chk_000001.bak``, another series' ``chk_fine_000300``, Open MPI's ``NAME-<n>-<pid>.lock``/``.locktest.*``.
   Only checkpoints whose metadata can be read are ever deleted; a damaged file stays for the user to look at.
 * **Identity and timeline.** Each checkpoint records its series identity (document key ``series``, see
-  :mod:`ckptio.model.series_record` and :mod:`ckptio.catalog`): the series id (a run continues the id of the
+  :mod:`ckptio.model.series_record` and :mod:`ckptio.tiers.catalog`): the series id (a run continues the id of the
   checkpoint it restarted from, else of the newest checkpoint of the directory that has one, else a new one),
   this run's id, a commit sequence number within the series, the restart point, and the checkpoints the run
   abandoned. After a restart from an older step (the newest is corrupt, or the user reruns from step 20 while 30
@@ -40,8 +40,8 @@ Retention semantics (what a user can rely on):
 Every method documents its ranks; collective ones go through :mod:`ckptio.coord`, so an error on rank 0 (a
 missing directory, a permission problem) is raised on every rank. With ``stage_dir``, checkpoints are written to
 the fast tier (shared or node-local) first and drained to ``directory`` in the background; the stage's copies
-are retained by :mod:`ckptio.staging` as each drain commits, and ``latest()`` first drains a staged checkpoint
-whose drain was interrupted, on the same nodes (see :func:`ckptio.staging.recover`).
+are retained by :mod:`ckptio.tiers.staging` as each drain commits, and ``latest()`` first drains a staged checkpoint
+whose drain was interrupted, on the same nodes (see :func:`ckptio.tiers.staging.recover`).
 """
 
 from __future__ import annotations
@@ -55,11 +55,12 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from . import async_io, batch, catalog, coord, lease, staging
-from .errors import CheckpointIOError, DeclarationError
-from .model.agreement import first_difference
-from .model.series_record import SeriesRecord
-from .writer import Writer, check_write_options
+from ckptio import coord
+from ckptio.errors import CheckpointIOError, DeclarationError
+from ckptio.model.agreement import first_difference
+from ckptio.model.series_record import SeriesRecord
+from ckptio.tiers import async_io, batch, catalog, lease, staging
+from ckptio.writer import Writer, check_write_options
 
 
 class Series:
@@ -92,7 +93,7 @@ class Series:
         self._background: list[async_io.AsyncCheckpoint] = []  # not yet waited for by Series.wait()
         self._restart_from: str | None = None  # protected from retention while this object lives
         self._record: SeriesRecord | None = None  # the next checkpoint's series identity, once the run started
-        self._lease: lease.Lease | None = None  # rank 0: this run's lease on the series (ckptio.lease)
+        self._lease: lease.Lease | None = None  # rank 0: this run's lease on the series (ckptio.tiers.lease)
         self._last_commit: float | None = None  # rank 0: when this run's last checkpoint committed (monotonic)
         self._lock = threading.Lock()  # rank 0: the main thread and the I/O thread's retention share the directory
 
@@ -178,7 +179,7 @@ class Series:
             # a synchronous series: the previous checkpoint is committed already (this returns at once). Never
             # for async or staged ones: the next checkpoint must not wait for the previous one's background
             # write or drain, nor be lost because that failed (its close() reports the failure once it is
-            # submitted itself, as ckptio.async_io describes)
+            # submitted itself, as ckptio.tiers.async_io describes)
             self._previous.wait()
         path = self.path(step) if problem is None else os.path.join(self.directory, f"{self.prefix}_<bad step>")
         writer = _SeriesWriter(path, self.comm, backend=self.backend, attrs=attrs, stage_dir=self.stage_dir,
@@ -193,7 +194,7 @@ class Series:
         return writer
 
     def _start_timeline(self, step: object) -> None:
-        """Collective: this run's series identity (see :mod:`ckptio.catalog`), and the checkpoint it restarted
+        """Collective: this run's series identity (see :mod:`ckptio.tiers.catalog`), and the checkpoint it restarted
         from (the one ``latest()`` returned, else the newest of the timeline below ``step``). A ``step`` that is
         bad on any rank, or differs between ranks, is the same DeclarationError on every rank."""
         chosen = self._restart_from
@@ -212,7 +213,7 @@ class Series:
                                        "same step")
             run_id = uuid.uuid4().hex
             with self._lock:
-                self._lease = lease.Lease.mine(run_id)  # one writer per series (ckptio.lease); rank 0 holds it
+                self._lease = lease.Lease.mine(run_id)  # one writer per series (ckptio.tiers.lease); rank 0 holds it
                 lease.acquire(self._lease_path(), self._lease)
                 entries = catalog.scan(self.directory, self.pattern)
             record, parent = start_record(entries, steps[0], chosen, run_id)
@@ -228,7 +229,7 @@ class Series:
         return lease.lease_path(self.directory, self.pattern.stem, self.pattern.suffix)
 
     def _check_lease(self) -> None:
-        """Rank 0, right before one of this series' checkpoints is renamed onto its name (ckptio.lease)."""
+        """Rank 0, right before one of this series' checkpoints is renamed onto its name (ckptio.tiers.lease)."""
         if self._lease is not None:
             with self._lock:
                 lease.check(self._lease_path(), self._lease)
@@ -273,7 +274,7 @@ class Series:
     # ------------------------------------------------------------------------------------------ restart
     def latest(self) -> str | None:
         """Collective: the newest valid checkpoint of the timeline (after draining an interrupted staged one, see
-        :func:`ckptio.staging.recover`), falling back with a warning; None if there is none. Raises on every rank
+        :func:`ckptio.tiers.staging.recover`), falling back with a warning; None if there is none. Raises on every rank
         if ``directory`` is missing. Called before this object wrote a checkpoint, its answer is the checkpoint
         this run restarts from: retention never deletes it while this object lives."""
 
@@ -306,7 +307,7 @@ class Series:
     def should_exit(self, margin: float | None = None) -> bool:
         """Collective: True on every rank when the batch job should write its final checkpoint and leave (a
         warning signal on any rank, or less wall time left than this series' last checkpoint took plus
-        ``margin``); see :func:`ckptio.batch.should_exit`. One small allreduce per call."""
+        ``margin``); see :func:`ckptio.tiers.batch.should_exit`. One small allreduce per call."""
         return batch.should_exit(self.comm, last_checkpoint=self._previous, margin=margin)
 
 

@@ -8,7 +8,7 @@ variable and the ranks, instead of hanging (issue 23: ``CKPTIO_READ_IO=posix`` o
 another hung the restart). A bad value is a :class:`~ckptio.DeclarationError` naming the variable, raised by
 whatever reads it (inside an agreed phase for the collective ones). Local, no MPI.
 
-Test-only switches (``CKPTIO_FAULT``, ``CKPTIO_TEST_*``) stay with the code they drive (``ckptio._faults``).
+Test-only switches (``CKPTIO_FAULT``, ``CKPTIO_TEST_*``) stay with the code they drive (``ckptio.engine.faults``).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import DeclarationError
-from .model.agreement import first_difference
+from ckptio.errors import DeclarationError
+from ckptio.model.agreement import first_difference
 
 
 @dataclass(frozen=True)
@@ -66,10 +66,10 @@ def _optional_count(text: str) -> int | None:
 
 
 def _optional_size(text: str) -> int | None:
-    """``""`` -> None (the default); otherwise a size in bytes (64M, 1G, ...: ckptio.units)."""
+    """``""`` -> None (the default); otherwise a size in bytes (64M, 1G, ...: ckptio.model.units)."""
     if not text.strip():
         return None
-    from .units import parse_size
+    from ckptio.model.units import parse_size
 
     try:
         return parse_size(text, "size")
@@ -98,7 +98,7 @@ TABLE: dict[str, Setting] = {s.name: s for s in (
     Setting("CKPTIO_READ_THREAD", "1", _choice("0", "1"), True,
             "1: the restart reads round k+1 in a helper thread while round k is verified and sent; 0: no thread"),
     Setting("CKPTIO_BUFFER_BYTES", "", _verbatim, True,
-            "restart buffer per aggregator and round (a size: 64M, 1G, ...; parsed by ckptio.units)"),
+            "restart buffer per aggregator and round (a size: 64M, 1G, ...; parsed by ckptio.model.units)"),
     Setting("CKPTIO_AGGREGATORS", "", _verbatim, True, "restart aggregator count (overrides the automatic choice)"),
     Setting("CKPTIO_WRITE_IO", "posix", _choice("posix", "mpiio", "write_all"), True,
             "native checkpoints: ckptio's write aggregators write their file domains with pwritev (posix) or "
@@ -110,17 +110,17 @@ TABLE: dict[str, Setting] = {s.name: s for s in (
             "write buffer per aggregator and round (a size: 64M, 1G, ...; default 64 MiB), two per aggregator"),
     Setting("CKPTIO_WRITE_THREAD", "1", _choice("0", "1"), True,
             "1: a write aggregator writes round k in a helper thread while round k+1 is exchanged; 0: no thread"),
-    Setting("CKPTIO_HINTS", "", _verbatim, True, "MPI-IO hints 'key=value;key=value' (see ckptio.hints)"),
+    Setting("CKPTIO_HINTS", "", _verbatim, True, "MPI-IO hints 'key=value;key=value' (see ckptio.coord.hints)"),
     Setting("CKPTIO_SIGNAL_GRACE", "60", _seconds, False,
             "seconds a signal may stay held inside a collective operation (Writer.close, a read) before the "
             "process ends itself with status 128 + signal, because other ranks left (see ckptio.coord); 0: wait"),
     Setting("CKPTIO_EXIT_SIGNALS", "USR1,TERM", parse_signals, False,
             "the signals after which Series.should_exit() becomes true (e.g. USR1,TERM; 'none': none)"),
     Setting("CKPTIO_EXIT_MARGIN", "30", _seconds, False,
-            "seconds kept free before the batch job's end, beyond the last checkpoint's duration (ckptio.batch)"),
+            "seconds kept free before the batch job's end, beyond the last checkpoint's duration (ckptio.tiers.batch)"),
     Setting("CKPTIO_LAYOUT", "set", _verbatim, False,
-            "stripe layout on file systems that take one: set, inherit or off (ckptio.fslayout; an unknown value is "
-            "recorded in the checkpoint and taken as set: a layout never fails a checkpoint)"),
+            "stripe layout on file systems that take one: set, inherit or off (ckptio.engine.fslayout; an unknown "
+            "value is recorded in the checkpoint and taken as set: a layout never fails a checkpoint)"),
     Setting("CKPTIO_RECYCLE_SECONDS", "60", _seconds, False,
             "seconds the memory of a restart's returned arrays (4 MiB and more) is kept, pages mapped, for the next "
             "read after the caller dropped them (ckptio.engine.restart_memory); 0: returned to the system at once"),

@@ -5,7 +5,7 @@ The protocol itself (declare, plan, create, reserve, write, index, commit, renam
 (:mod:`ckptio.engine.write`, :mod:`ckptio.engine.commit`); this module is what users call: declarations
 (``write``, ``set_attr``, checked locally and kept until ``close``), the arguments every rank must pass alike
 (checked in ``close()``'s first agreed phase), and the choice between writing now, in the background
-(``mode="async"``, :mod:`ckptio.async_io`) and through a stage (``stage_dir``, :mod:`ckptio.staging`).
+(``mode="async"``, :mod:`ckptio.tiers.async_io`) and through a stage (``stage_dir``, :mod:`ckptio.tiers.staging`).
 
 A failure at any phase removes the temporary file and leaves an existing checkpoint of the same name and
 every other checkpoint untouched; nothing at the final name ever claims to be complete unless it is.
@@ -20,14 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from . import async_io, coord, settings, varmeta
-from . import codec as codecs
-from . import hints as hintsmod
-from . import meta as metamod
-from .backends import Backend, get_backend, known_backends
-from .engine.index import WriteStats
-from .engine.write import TMP_MARK, PendingBlock, WriteRequest, write_checkpoint
-from .errors import (
+from ckptio import coord, settings
+from ckptio.backends import Backend, get_backend, known_backends
+from ckptio.coord import hints as hintsmod
+from ckptio.engine.index import WriteStats
+from ckptio.engine.write import TMP_MARK, PendingBlock, WriteRequest, write_checkpoint
+from ckptio.errors import (
     CapabilityError,
     CheckpointError,
     CheckpointIOError,
@@ -35,8 +33,12 @@ from .errors import (
     CollectiveError,
     DeclarationError,
 )
-from .model.series_record import SeriesRecord
-from .plan import SEGMENT, declaration
+from ckptio.model import codec as codecs
+from ckptio.model import meta as metamod
+from ckptio.model import varmeta
+from ckptio.model.plan import SEGMENT, declaration
+from ckptio.model.series_record import SeriesRecord
+from ckptio.tiers import async_io
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,7 @@ class Writer:
         The array must stay unchanged until :meth:`close` returns (it is referenced, not copied). It may be a
         strided view, e.g. the interior ``u[g:-g, g:-g]`` of an array with ``g`` guard cells: the backends write
         its elements in C order straight from the larger array, through a memory datatype or dataspace (no
-        copy; see :mod:`ckptio.memsel`). Views whose last axis is not contiguous (a Fortran-ordered array,
+        copy; see :mod:`ckptio.model.memsel`). Views whose last axis is not contiguous (a Fortran-ordered array,
         ``a[:, ::2]``) are gathered into a C-order copy at :meth:`close`.
         """
         self._check_open("write", name)
@@ -229,7 +231,7 @@ class Writer:
         """Collective: validate, write, commit and rename. Raises the same error on every rank on failure.
 
         ``mode="async"``: copies the blocks into a staging buffer and returns; the I/O thread does the rest
-        (see :mod:`ckptio.async_io`). ``stage_dir``: writes each rank's blocks to the stage synchronously, then
+        (see :mod:`ckptio.tiers.async_io`). ``stage_dir``: writes each rank's blocks to the stage synchronously, then
         drains it to ``path`` in the background.
         """
         if self._closed:
@@ -258,7 +260,7 @@ class Writer:
             async_io.warn_no_threads()
             background = False
         if self.stage_dir is not None:
-            from . import staging
+            from ckptio.tiers import staging
 
             staging.close_staged(self, background)
         elif background:

@@ -26,7 +26,7 @@ import numpy as np
 from mpi4py import MPI
 
 import ckptio
-from ckptio import placement
+from ckptio.coord import placement
 
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()

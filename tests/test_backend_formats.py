@@ -34,7 +34,7 @@ import numpy as np
 import pytest
 from mpi_helpers import mpi_env, run_mpi
 
-from ckptio import meta as metamod
+from ckptio.model import meta as metamod
 
 HERE = Path(__file__).resolve()
 BACKENDS = ("hdf5", "pnetcdf")

@@ -1,4 +1,4 @@
-"""ckptio.batch and Series.should_exit outside a batch system (issue 25): real MPI jobs at 1, 2 and 4 ranks, real
+"""ckptio.tiers.batch and Series.should_exit outside a batch system (issue 25): real MPI jobs at 1, 2 and 4 ranks, real
 signals. The same under a real Slurm: tests/slurm/ (make test-slurm)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from mpi_helpers import PROGRAMS, run_mpi, run_program
 from test_bindings import CODES, error_lines, same_everywhere
 
-from ckptio import batch
+from ckptio.tiers import batch
 
 pytestmark = pytest.mark.mpi
 PROGRAM = str(PROGRAMS / "batch.py")  # the MPI program of these tests

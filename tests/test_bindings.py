@@ -112,7 +112,7 @@ def assert_identical(*paths) -> None:
 @pytest.mark.parametrize("backend", ["mpiio", "hdf5", "pnetcdf"])
 def test_c_roundtrip(build, tmp_path, nprocs, backend):
     # The C program calls MPI_Init (MPI_THREAD_SINGLE) under Open MPI's default OMPIO: the configuration where
-    # the hdf5 and pnetcdf backends must switch to independent transfers (ckptio.hints.collective_write_hazard).
+    # the hdf5 and pnetcdf backends must switch to independent transfers (ckptio.coord.hints.collective_write_hazard).
     proc = run_program(nprocs, [build / "ckptio_test_c", "roundtrip", tmp_path, backend])
     assert f"ROUNDTRIP OK {nprocs} ranks backend {backend}" in proc.stdout
     other = 3 if nprocs != 3 else 2

@@ -285,7 +285,7 @@ def test_inspect_several_paths_with_min_max(run):
 
 
 def test_version_and_python_m():
-    from ckptio.meta import __version__
+    from ckptio.model.meta import __version__
 
     for module in (False, True):
         proc = ckptio("--version", module=module)
@@ -316,8 +316,8 @@ def test_progress_bar_only_on_a_terminal(run):
 def test_stream_reads_each_byte_once_in_bounded_pieces(run, which):
     """The pieces diff/convert/min-max use: at most `limit` bytes (one row here), covering the variable once,
     each stored byte read once, values as written (one process, no MPI)."""
-    from ckptio.commands.stream import Source
-    from ckptio.layout import Box
+    from ckptio.model.layout import Box
+    from ckptio.tools.commands.stream import Source
 
     row = 5 * 3 * 8
     with Source(str(run[which])) as src:
@@ -333,7 +333,7 @@ def test_stream_reads_each_byte_once_in_bounded_pieces(run, which):
 @pytest.mark.mpi
 def test_stream_and_diff_detect_a_damaged_block_split_into_pieces(run, tmp_path):
     from ckptio import CorruptCheckpointError
-    from ckptio.commands.stream import Source
+    from ckptio.tools.commands.stream import Source
 
     bad = tmp_path / "bad.ck"
     shutil.copy(run["a"], bad)

@@ -30,8 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "faults"))
 
 from leave_outcomes import LeaveRun, run_leave_job
 
-from ckptio import cli, meta, units
 from ckptio.errors import CheckpointError, DeclarationError
+from ckptio.model import meta, units
+from ckptio.tools import cli
 
 ARGS_RUNS = [pytest.param(("mpiio", 4), id="mpiio-4"), pytest.param(("hdf5", 2), id="hdf5-2"),
              pytest.param(("pnetcdf", 2), id="pnetcdf-2")]

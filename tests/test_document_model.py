@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ckptio import meta as metamod
 from ckptio.errors import FormatVersionError
+from ckptio.model import meta as metamod
 from ckptio.model.block_table import BlockTable
 from ckptio.model.document import CheckpointDocument, VariableRecord, as_document
 

@@ -39,7 +39,7 @@ def _labelled(fig: Figure) -> None:
 
 def test_the_model_figure_says_modelled_uses_linear_axes_for_small_differences_and_names_identical_lines(
         figures, tmp_path):
-    from ckptio.simulate import plot_ost_load
+    from ckptio.tools.simulate import plot_ost_load
 
     n = 8
     result = {"scenario": {"ranks": 100, "nbytes": 2**30, "stripe_count": n}, "write": {}, "restart": {}}

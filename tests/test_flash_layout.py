@@ -157,7 +157,7 @@ def test_a_damaged_source_is_reported_and_leaves_nothing_behind(tmp_path):
 
 
 def test_blocks_off_the_flash_tree_are_named():
-    from ckptio.flash_layout import FlashLayoutError, plan_grid
+    from ckptio.tools.flash_layout import FlashLayoutError, plan_grid
 
     attrs = {"time": 0.0, "geometry": "cartesian", "xmin": 0.0, "xmax": 1.0, "ymin": 0.0, "ymax": 1.0,
              "zmin": 0.0, "zmax": 1.0, "nblockx": 2, "nblocky": 2, "nblockz": 2}

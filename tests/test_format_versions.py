@@ -21,10 +21,10 @@ import xxhash
 from mpi_helpers import PROGRAMS, mpi_env, run_mpi
 
 import ckptio
-from ckptio import meta as metamod
-from ckptio import scale
-from ckptio.block_table import BlockTable
 from ckptio.errors import CorruptCheckpointError, FormatVersionError
+from ckptio.model import meta as metamod
+from ckptio.model.block_table import BlockTable
+from ckptio.tools import scale
 
 FIXTURES = Path(__file__).resolve().parent / "data" / "format1"
 FORMAT1 = {"v1_mpiio.ckpt": True, "v1_mpiio_zstd.ckpt": True, "v1_hdf5.h5": False, "v1_pnetcdf.nc": True}

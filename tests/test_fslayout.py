@@ -1,4 +1,5 @@
-"""ckptio.fslayout without CephFS (the real-CephFS tests are tests/cephfs, make test-cephfs): file system detection
+"""ckptio.engine.fslayout without CephFS (the real-CephFS tests are tests/cephfs, make test-cephfs): file system
+detection
 on this machine's own disk, the record of a layout that cannot be set, the object arithmetic the restart aligns
 to, the typed record's validation, and older checkpoints (no record) falling back to the hints' layout."""
 
@@ -9,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ckptio import fslayout
-from ckptio import meta as metamod
+from ckptio.engine import fslayout
+from ckptio.model import meta as metamod
 from ckptio.model.document import LayoutRecord
 
 MIB = 1 << 20

@@ -2,8 +2,8 @@
 
 import pytest
 
+from ckptio.coord.hints import ROMIO_DEFAULTS, aggregator_override, parse_hint_string, resolve_hints
 from ckptio.errors import DeclarationError
-from ckptio.hints import ROMIO_DEFAULTS, aggregator_override, parse_hint_string, resolve_hints
 
 
 @pytest.mark.parametrize("nprocs, factor", [(1, 1), (4, 4), (80, 80), (7620, 80)])

@@ -16,10 +16,10 @@ import subprocess
 import sys
 
 import pytest
+from ckptio.backends import install_hints
 from mpi_helpers import REPO, mpi_env
 
-from ckptio import install_hints
-from ckptio.install_parallel import InstallError, debian_hdf5, hdf5_steps, mpi_flavour
+from ckptio.tools.install_parallel import InstallError, debian_hdf5, hdf5_steps, mpi_flavour
 
 
 def wrapper(tmp_path, name: str, target: str) -> str:

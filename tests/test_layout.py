@@ -4,15 +4,8 @@ import numpy as np
 import pytest
 
 from ckptio.errors import DeclarationError, ReadRequestError
-from ckptio.layout import (
-    Box,
-    check_name,
-    find_overlap,
-    normalize_request,
-    split_leading_axis,
-    validate_variable,
-)
-from ckptio.plan import declaration, plan_write
+from ckptio.model.layout import Box, check_name, find_overlap, normalize_request, split_leading_axis, validate_variable
+from ckptio.model.plan import declaration, plan_write
 
 
 def test_box_intersection_and_relative_slices():
@@ -77,7 +70,7 @@ def test_plan_write_detects_dtype_and_shape_mismatch_with_ranks():
 
 
 def test_declaration_takes_views_rejects_object_and_bad_rank():
-    # a strided view is declared as it is (memory selections, ckptio.memsel): its shape, no copy
+    # a strided view is declared as it is (memory selections, ckptio.model.memsel): its shape, no copy
     assert declaration("v", np.zeros((4, 4))[:, ::2], (0, 0), (4, 2), 0)["shape"] == [4, 2]
     with pytest.raises(DeclarationError, match="not supported"):
         declaration("v", np.array([object()]), None, None, 0)

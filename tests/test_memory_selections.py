@@ -1,5 +1,5 @@
 """Memory selections on the write side: ``Writer.write`` takes strided views (the interior of a halo'd array) and
-every backend writes them in place (ckptio.memsel; MPI hindexed memory types, HDF5 memory dataspaces, PnetCDF's
+every backend writes them in place (ckptio.model.memsel; MPI hindexed memory types, HDF5 memory dataspaces, PnetCDF's
 flexible API), with the same checksums and the same file contents as a contiguous copy would give."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from mpi_helpers import BACKENDS, PROGRAMS, run_mpi, run_program
 
-from ckptio import memsel
-from ckptio.meta import checksum
+from ckptio.model import memsel
+from ckptio.model.meta import checksum
 
 pytestmark = pytest.mark.timeout(600)
 PROGRAM = str(PROGRAMS / "memory_selections.py")  # the MPI programs of these tests

@@ -1,4 +1,4 @@
-"""The vectorized block checks of ``ckptio.meta.validate`` decide exactly as the block-by-block checks they
+"""The vectorized block checks of ``ckptio.model.meta.validate`` decide exactly as the block-by-block checks they
 skip: on valid and on damaged documents, the same verdict and the same message."""
 
 import copy
@@ -9,9 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckptio import meta
-from ckptio.block_table import BlockTable
-from ckptio.model import schema_checks
+from ckptio.model import meta, schema_checks
+from ckptio.model.block_table import BlockTable
 
 ODD_VALUES = st.one_of(st.booleans(), st.floats(allow_nan=True), st.text(max_size=3), st.none(),
                        st.integers(-2**70, 2**70), st.lists(st.integers(-3, 3), max_size=3), st.just({}))

@@ -47,7 +47,7 @@ def test_write_and_restart_across_nodes(backend, mode, layout, tmp_path):
     aggregators = got[0]["aggregators"]
     assert sorted(nodes[a] for a in aggregators) == sorted(set(nodes))  # one per node
     assert all(r["is_aggregator"] == (r["rank"] in aggregators) for r in got)
-    # the placement report (ckptio.placement): hosts, one aggregator per node, only aggregators read the file
+    # the placement report (ckptio.coord.placement): hosts, one aggregator per node, only aggregators read the file
     placed = {k: v for k, v in got[0]["read"].items() if k != "rank"}
     assert all({k: v for k, v in r["read"].items() if k != "rank"} == placed for r in got)
     expected = {n: [a for a in aggregators if nodes[a] == n] for n in dict.fromkeys(nodes)}

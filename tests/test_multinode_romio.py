@@ -5,7 +5,7 @@ MPI does not say which ranks ROMIO made aggregators: ``MPI_File_get_info`` gives
 passed and ``cb_nodes`` as asked (4 on 4 ranks here, although with ``*:1`` only one rank per node, 2 or 3 ranks,
 writes). So placement is checked through what the write recorded in the checkpoint: every rank's bytes moved to
 storage during the collective write, measured by the kernel (``write_bytes`` of ``/proc/thread-self/io``, see
-``ckptio/placement_stats.py``), summed per node. ``cb_config_list=*:*`` (any number per node) is the control:
+``ckptio/engine/placement_stats.py``), summed per node. ``cb_config_list=*:*`` (any number per node) is the control:
 the same measurement then finds two writing ranks on the first node of 2+1+1.
 
 These tests are about ROMIO's own write aggregators, so they ask for the single collective write through MPI-IO
@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from multinode import node_of_rank, run_nodes, skip_reason
 
-from ckptio.placement_stats import storage_bytes_written
+from ckptio.engine.placement_stats import storage_bytes_written
 
 APP = str(Path(__file__).with_name("multinode_app.py"))
 LAYOUTS = {"2x2": (2, 2), "2+1+1": (2, 1, 1)}

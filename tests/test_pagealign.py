@@ -1,4 +1,4 @@
-"""Page-aligned restart memory (ckptio.pagealign) and where the read buffer puts file data (rawio).
+"""Page-aligned restart memory (ckptio.model.pagealign) and where the read buffer puts file data (rawio).
 
 Why it matters is measured, not asserted here: on x86 the kernel's bulk copies (``preadv`` from the page cache,
 Open MPI's CMA transfers) are several times slower when the destination lies 1-31 bytes past the source modulo
@@ -11,9 +11,9 @@ import pytest
 
 import ckptio
 from backends.rawio import _staging_positions
-from ckptio import pagealign
-from ckptio.layout import Box
-from ckptio.plan import Extent
+from ckptio.model import pagealign
+from ckptio.model.layout import Box
+from ckptio.model.plan import Extent
 
 
 @pytest.mark.parametrize("shape,dtype", [((64, 16, 16, 16), np.float64), (1 << 20, np.uint8),

@@ -113,7 +113,7 @@ def test_install_parallel_prints_the_exact_commands_or_names_what_to_set(venv):
 
 
 def test_the_pnetcdf_patch_takes_mpi_handles_from_mpi4py_and_refuses_other_sources(tmp_path):
-    from ckptio.install_parallel import PNETCDF_VERSION, InstallError, patch_pnetcdf
+    from ckptio.tools.install_parallel import PNETCDF_VERSION, InstallError, patch_pnetcdf
 
     proc = run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary=:all:", "--no-build-isolation",
                 "-d", str(tmp_path), f"pnetcdf=={PNETCDF_VERSION}"])

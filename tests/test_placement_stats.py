@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from mpi_helpers import PROGRAMS, mpi_env, run_mpi
 
-from ckptio.cli import main as cli_main
-from ckptio.commands.stats_view import stats_lines
-from ckptio.placement_stats import storage_bytes_written, summarize
+from ckptio.engine.placement_stats import storage_bytes_written, summarize
+from ckptio.tools.cli import main as cli_main
+from ckptio.tools.commands.stats_view import stats_lines
 
 CKPTIO = str(Path(sys.executable).parent / "ckptio")
 PROGRAM = str(PROGRAMS / "placement_stats.py")  # the MPI program of these tests

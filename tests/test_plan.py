@@ -1,6 +1,6 @@
 """Restart-planner properties at up to 10,000 simulated ranks, and ``ckptio plan`` (no MPI, no data).
 
-The per-rank steps of :mod:`ckptio.readplan` (partition at open; route, match, descriptors per read) run for
+The per-rank steps of :mod:`ckptio.model.readplan` (partition at open; route, match, descriptors per read) run for
 every simulated rank with what the collectives would deliver (``tests/test_readplan.py``'s ``_simulate``), on a
 2-D variable tiled by up to 40 writers and read by up to 10,000 ranks."""
 
@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 # tests/ is on sys.path; not "tests.test_readplan": yt's dependency ewah_bool_utils installs a package named tests
 from test_readplan import _simulate, check_delivered_once
 
-from ckptio import extent_table, readplan
-from ckptio.cli import main as cli_main
-from ckptio.plan import choose_aggregators
-from ckptio.simulate import PlanScenario, simulate, split_even, split_shifted
+from ckptio.model import extent_table, readplan
+from ckptio.model.plan import choose_aggregators
+from ckptio.tools.cli import main as cli_main
+from ckptio.tools.simulate import PlanScenario, simulate, split_even, split_shifted
 
 
 def _tiling(n: int, writers: int, row: int, stripe: int, rng) -> extent_table.ExtentTable:

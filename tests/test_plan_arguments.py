@@ -4,7 +4,7 @@ ever, --stripe-count 0 and --readers 0 were replaced by defaults)."""
 
 import pytest
 
-from ckptio.cli import main
+from ckptio.tools.cli import main
 
 
 @pytest.mark.parametrize("args,option", [

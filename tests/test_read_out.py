@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from mpi_helpers import BACKENDS, PROGRAMS, run_mpi
 
-from ckptio import memtypes
+from ckptio.coord import datatypes as memtypes
 
 PROGRAM = str(PROGRAMS / "read_out.py")  # the MPI programs of these tests
 
@@ -154,7 +154,7 @@ def test_an_aggregator_reads_its_own_contiguous_pieces_straight_into_the_output(
 @pytest.mark.mpi
 def test_an_out_array_16_bytes_past_a_page_is_filled_through_the_read_buffer(tmp_path):
     """An out 16 bytes past a page (where numpy.empty puts large arrays, and where the kernel's copy from the
-    page-aligned file data runs several times slower, see ckptio.pagealign) is filled correctly, through the
+    page-aligned file data runs several times slower, see ckptio.model.pagealign) is filled correctly, through the
     page-shifted read buffer."""
     proc = run_mpi(1, [PROGRAM, "direct", str(tmp_path / "chk"), "mpiio", "numpy"], timeout=120)
     peak, nbytes, direct = (int(x) for x in proc.stdout.split("PEAK")[1].split()[:3])

@@ -11,8 +11,8 @@ import pytest
 from ckptio.backends import rawio
 from mpi_helpers import BACKENDS, PROGRAMS, run_mpi
 
-from ckptio.layout import Box
-from ckptio.plan import Extent
+from ckptio.model.layout import Box
+from ckptio.model.plan import Extent
 
 PROGRAM = str(PROGRAMS / "read_split.py")  # the MPI program of these tests
 

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from backends.mpiio import NativeBackend
 from backends.rawio import leading_axis_bands
-from ckptio import extent_table, readplan
-from ckptio.plan import choose_aggregators
+from ckptio.model import extent_table, readplan
+from ckptio.model.plan import choose_aggregators
 
 
 def _tiles(shape, cuts_per_axis, rng):

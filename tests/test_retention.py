@@ -16,7 +16,7 @@ from mpi_helpers import PROGRAMS, run_mpi
 
 
 def test_exact_name_pattern():
-    from ckptio.catalog import NamePattern
+    from ckptio.tiers.catalog import NamePattern
 
     p = NamePattern("chk_", ".h5", 6)
     assert p.step("chk_000010.h5") == 10 and p.step("chk_1234567.h5") == 1234567
@@ -33,14 +33,14 @@ def test_exact_name_pattern():
 
 
 def _e(step: int, seq: int | None):
-    from ckptio.catalog import Entry
+    from ckptio.tiers.catalog import Entry
 
     return Entry(f"d/chk_{step:06d}", step, seq, 0)
 
 
 def test_restart_from_older_step_supersedes_the_abandoned_newer_ones():
-    from ckptio import catalog
     from ckptio.series import plan_retention
+    from ckptio.tiers import catalog
 
     old = [_e(s, s) for s in range(20, 31)]
     new21 = _e(21, 31)  # the rerun from 20 overwrote chk_000021

@@ -6,11 +6,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backends.mpiio import BLOCK_ALIGN, HEADER_SIZE, NativeBackend
-from ckptio import extent_table, readplan, scale
-from ckptio import meta as metamod
-from ckptio.layout import Box
-from ckptio.plan import BlockPlan, VariablePlan, choose_aggregators
-from ckptio.simulate import PlanScenario, aggregator_rounds, build_job, needed_rows, ost_load
+from ckptio.model import extent_table, readplan
+from ckptio.model import meta as metamod
+from ckptio.model.layout import Box
+from ckptio.model.plan import BlockPlan, VariablePlan, choose_aggregators
+from ckptio.tools import scale
+from ckptio.tools.simulate import PlanScenario, aggregator_rounds, build_job, needed_rows, ost_load
 
 
 def _reference_layout(variables, stripe_unit: int) -> tuple[dict[int, dict[int, int]], int, list[tuple[int, int]]]:

@@ -1,5 +1,5 @@
 """The staged restart's distributed directory (ckptio.model.staged_directory) without MPI: every exchange of
-ckptio.staged_reader is simulated by handing each simulated rank what ``coord.exchange.sparse_records`` would
+ckptio.tiers.staged_reader is simulated by handing each simulated rank what ``coord.exchange.sparse_records`` would
 give it, so what a rank receives is counted for a job of any size.
 
 The scale property: for a weak-scaled job (each rank writes a fixed amount and reads a fixed amount, in boxes

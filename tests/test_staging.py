@@ -27,9 +27,9 @@ def test_stage_that_is_a_file_fails_on_every_rank(nprocs, tmp_path):
 
 
 def test_stage_kind_decision_names_the_node_that_cannot_see():
-    """ckptio.staging._decide (rank 0's part of locate): views are (host, node leader, probes seen) per rank."""
-    from ckptio import staging
+    """ckptio.tiers.staging._decide (rank 0's part of locate): views are (host, node leader, probes seen) per rank."""
     from ckptio.errors import CheckpointIOError
+    from ckptio.tiers import staging
 
     shared = [("a", 0, [0, 2]), ("a", 0, [0, 2]), ("b", 2, [0, 2])]
     local = [("a", 0, [0]), ("a", 0, [0]), ("b", 2, [2])]
@@ -45,7 +45,7 @@ def test_stage_kind_decision_names_the_node_that_cannot_see():
 
 
 def test_staged_copies_are_keyed_by_the_final_directory(tmp_path):
-    from ckptio import staging
+    from ckptio.tiers import staging
 
     a, b = staging.key_dir("/st", "/runs/A/chk_1"), staging.key_dir("/st", "/other/A/chk_1")
     assert a != b and a.startswith("/st/A-") and b.startswith("/st/A-")

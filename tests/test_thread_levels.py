@@ -1,7 +1,7 @@
 """The HDF5 and PnetCDF backends under the MPI thread levels and io components a Fortran/C host may choose.
 
 Open MPI 4.1's OMPIO, in a process initialised below MPI_THREAD_MULTIPLE, corrupts collective writes made
-through HDF5 and PnetCDF (see ckptio.hints.collective_write_hazard). ckptio then switches those files to
+through HDF5 and PnetCDF (see ckptio.coord.hints.collective_write_hazard). ckptio then switches those files to
 independent transfers and says so. These tests write side-by-side tiles (the failing pattern) and read them back with
 checksums verified, in each configuration.
 

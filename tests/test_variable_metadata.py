@@ -13,7 +13,7 @@ dimensions and carry attributes; then
 * ranks declaring different dims or attrs for one variable, a dimension name with two lengths and a
   dimension named like a variable that is not its coordinate fail with DeclarationError on every rank,
   before any file exists; local mistakes fail at ``write()`` on the rank that made them;
-* ``ckptio.meta.validate`` checks the optional fields (no MPI).
+* ``ckptio.model.meta.validate`` checks the optional fields (no MPI).
 
 The MPI programs are this file (``python test_variable_metadata.py write|errors|crowded ...``); the pytest
 process never initializes MPI.
@@ -300,7 +300,7 @@ def test_hdf5_refuses_a_dimension_scale_beyond_its_attribute_limit(tmp_path: Pat
 def test_ranks_agree_on_descriptions_as_stored() -> None:
     """The declare phase compares what every rank would store: a NaN equals a NaN, 1, 1.0 and True differ;
     each rank sends each distinct description once."""
-    from ckptio import varmeta
+    from ckptio.model import varmeta
 
     with_nan = varmeta.declare("a", 1, ("n",), {"fill": float("nan")}, 0)
     packed = varmeta.pack({"a": with_nan, "b": with_nan, "c": {}})
@@ -339,7 +339,7 @@ def _doc() -> dict:
     (lambda d: d["variables"]["a"].update(attrs={"k": {"nested": 1}}), "not JSON-compatible"),
 ])
 def test_metadata_validation_checks_dims_and_attrs(change, message: str) -> None:
-    from ckptio import meta
+    from ckptio.model import meta
 
     meta.validate(_doc())
     plain = copy.deepcopy(_doc())

@@ -11,8 +11,8 @@ import pytest
 from ckptio.backends.mpiio import NativeBackend
 from mpi_helpers import PROGRAMS, run_mpi
 
-from ckptio import scale
-from ckptio.plan import own_plan, plan_headers, plan_write, segment_starts
+from ckptio.model.plan import own_plan, plan_headers, plan_write, segment_starts
+from ckptio.tools import scale
 
 PROGRAM = str(PROGRAMS / "write_control_plane.py")  # the MPI program of these tests
 

@@ -1,4 +1,4 @@
-"""What ckptio's files show to xarray's own engines and to h5py, and ``ckptio.xarray_helpers`` (issue 27, item 9).
+"""What ckptio's files show to xarray's own engines and to h5py, and ``ckptio.tools.xarray_helpers`` (issue 27, item 9).
 
 A 2-rank job writes, per backend, a checkpoint through a :class:`ckptio.Series` and one like older ckptio versions
 wrote (the checkpoint attribute ``ckptio_series_seq``, through ``ckptio.create``). Then, in a plain ``python``
@@ -112,7 +112,7 @@ def test_xarray_sees_only_the_users_variables_and_attributes(root: Path, backend
     pytest.importorskip("xarray")
     pytest.importorskip("netCDF4")
     pytest.importorskip("h5netcdf")
-    from ckptio.xarray_helpers import BOOKKEEPING
+    from ckptio.tools.xarray_helpers import BOOKKEEPING
 
     got = _check(root / backend / name, backend)
     old = name.startswith("old")

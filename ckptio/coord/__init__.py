@@ -7,14 +7,14 @@
 * :mod:`ckptio.coord.comms`: communicator lifecycle (node discovery, the aggregators' sub-communicator,
   duplicates, freeing); :func:`node_leader` is re-exported here too.
 * :mod:`ckptio.coord.exchange`: the restart exchange (records by Alltoall/Alltoallv or sparse, pieces by matched
-  point-to-point messages); imported by its users, not here (it needs numpy and ckptio.memtypes).
+  point-to-point messages); imported by its users, not here (it needs numpy and ckptio.coord.datatypes).
 
 The rule every function keeps: each collective that must agree on a failure agrees first (local work ->
 agreement -> next collective), an exception on any rank is the same error on every rank, and no rank hangs
 because another raised.
 """
 
-from .agreement import (
+from ckptio.coord.agreement import (
     agree,
     bcast_from_root,
     collective_section,
@@ -26,7 +26,7 @@ from .agreement import (
     scatter_from_root,
     sum_min_max,
 )
-from .comms import node_leader
+from ckptio.coord.comms import node_leader
 
 __all__ = [
     "agree",

@@ -33,7 +33,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from ..errors import CollectiveError, collective_error_class
+from ckptio.errors import CollectiveError, collective_error_class
 
 T = TypeVar("T")
 
@@ -126,7 +126,7 @@ class _Watchdog:
     @classmethod
     def _arm(cls, signum: int) -> None:
         """Local, the watchdog thread: start the grace timer of a held signal (once per section)."""
-        from .. import settings
+        from ckptio import settings
 
         try:
             grace = float(settings.get("CKPTIO_SIGNAL_GRACE"))

@@ -1,6 +1,6 @@
 """The restart exchange: what the two-phase restart (:mod:`ckptio.engine.restart`) and the staged reader
-(:mod:`ckptio.staged_reader`) send each other, and nothing else. Numbers are int64 records (rows of a fixed
-width); data moves straight between the callers' memory as :class:`ckptio.memtypes.Stream` runs.
+(:mod:`ckptio.tiers.staged_reader`) send each other, and nothing else. Numbers are int64 records (rows of a fixed
+width); data moves straight between the callers' memory as :class:`ckptio.coord.datatypes.Stream` runs.
 
 * :func:`exchange_records`: every rank sends rows to some ranks: an ``Alltoall`` of counts, then one
   ``Alltoallv`` (ROMIO's two-phase pattern; the counts are P integers per rank, which MPI needs).
@@ -27,13 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from .. import memtypes
+from ckptio.coord import datatypes as memtypes
 
 # MPI counts and displacements are C ints: no rank sends or receives this much in one message. Internal; a test
 # lowers it (inside its MPI program) to exercise the split exchange without gigabytes of data. Read at every
 # call, so setting ``ckptio.coord.exchange.MAX_MESSAGE_BYTES`` takes effect at the next read.
 MAX_MESSAGE_BYTES = 2**31
-# How the exchange cuts what one rank sends another in a round into messages (ckptio.memtypes.message_starts)
+# How the exchange cuts what one rank sends another in a round into messages (ckptio.coord.datatypes.message_starts)
 MESSAGE_SMALL = 256 << 10
 MESSAGE_GROUP = 64 << 20
 
@@ -128,7 +128,8 @@ def move_pieces(comm, messages, tag: int, send: Mapping[int, memtypes.Stream],
     ckptio's messages): move one round's pieces.
 
     ``send``/``recv``: by peer rank, the streams this rank sends and receives (both sides describe a peer's
-    pieces in the same canonical order and cut them alike into messages, :meth:`ckptio.memtypes.Stream.messages`).
+    pieces in the same canonical order and cut them alike into messages,
+    :meth:`ckptio.coord.datatypes.Stream.messages`).
     ``error``: this rank's failure so far in the round (reading, verifying, preparing the streams). When any rank
     failed, every rank skips the data movement and this rank's error (or None) is returned for the agreement the
     caller runs next; otherwise ``(None, messages this rank sent or received)``.

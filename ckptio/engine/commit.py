@@ -30,13 +30,13 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ckptio import _faults, coord
-from ckptio import meta as metamod
+from ckptio import coord
 from ckptio.backends.base import Backend, DocumentSlot, WriteHandle
+from ckptio.engine import faults as _faults
+from ckptio.engine import space
+from ckptio.engine.steps import run_steps
 from ckptio.errors import CheckpointError, CheckpointIOError
-
-from . import space
-from .steps import run_steps
+from ckptio.model import meta as metamod
 
 ROOT = 0  # the planning rank: it holds the whole plan and the document, reserves space and renames
 

@@ -1,5 +1,5 @@
 """The index phase of a write: every rank's report of what it wrote, joined on the planning rank into the metadata
-document (schema in :mod:`ckptio.meta`), and what every other rank gets back of it. Pure: no MPI, no files (the
+document (schema in :mod:`ckptio.model.meta`), and what every other rank gets back of it. Pure: no MPI, no files (the
 engine runs it inside its agreed phase; the scale harness runs it for 100,000 simulated ranks).
 """
 
@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from ckptio import fslayout, placement_stats
-from ckptio import hints as hintsmod
-from ckptio import meta as metamod
-from ckptio.block_table import BlockTable
+from ckptio.coord import hints as hintsmod
+from ckptio.engine import fslayout, placement_stats
+from ckptio.model import meta as metamod
+from ckptio.model.block_table import BlockTable
+from ckptio.model.plan import VariablePlan
 from ckptio.model.series_record import SeriesRecord
-from ckptio.plan import VariablePlan
 
 
 @dataclass
@@ -49,7 +49,7 @@ class DocumentInputs:
     hints: Mapping[str, str]
     attrs: Mapping[str, Any]
     described: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # per variable: dims, attrs
-    fs_layout: Any = None  # (path, what ckptio.fslayout.prepare did), or None: no layout set
+    fs_layout: Any = None  # (path, what ckptio.engine.fslayout.prepare did), or None: no layout set
     prepare_seconds: float = 0.0
     series_record: SeriesRecord | None = None
     io_component: str | None = None  # None: asked of the MPI library (hints.io_component); a contract run

@@ -11,7 +11,7 @@
                                                                      read part k+1 (large preads), verify
                                <------ round k: Isend/Irecv, read buffer -> caller's arrays ------
 
-No rank holds every rank's requests or the whole exchange map (:mod:`ckptio.readplan`): what a rank computes
+No rank holds every rank's requests or the whole exchange map (:mod:`ckptio.model.readplan`): what a rank computes
 and receives per read is O(its own requests and pieces + aggregators); an aggregator's is O(its rows and the
 requests that meet them). Only ``A = min(nprocs, stripe count, 80)`` ranks (overridable) ever open the file,
 each reading a contiguous file domain in rounds of at most ``buffer_bytes``; everybody else receives its data
@@ -30,18 +30,20 @@ from typing import Any
 
 import numpy as np
 
-from .. import coord, memtypes, placement_stats, plain, readpipe, readplan
-from .. import hints as hintsmod
-from .. import meta as metamod
-from ..backends import get_backend
-from ..coord import comms, exchange
-from ..errors import CheckpointIOError
-from ..extent_table import ExtentTable
-from ..model.requests import VariableInfo
-from ..plan import Request
-from . import restart_memory
-from . import restart_parts as parts
-from .restart_plan import ReadOptions, file_identity, plan_open, stripe_unit
+from ckptio import coord
+from ckptio.backends import get_backend
+from ckptio.coord import comms, exchange
+from ckptio.coord import datatypes as memtypes
+from ckptio.coord import hints as hintsmod
+from ckptio.engine import placement_stats, readpipe, restart_memory
+from ckptio.engine import restart_parts as parts
+from ckptio.engine.restart_plan import ReadOptions, file_identity, plan_open, stripe_unit
+from ckptio.errors import CheckpointIOError
+from ckptio.model import meta as metamod
+from ckptio.model import plain, readplan
+from ckptio.model.extent_table import ExtentTable
+from ckptio.model.plan import Request
+from ckptio.model.requests import VariableInfo
 
 
 @dataclass
@@ -119,7 +121,7 @@ class Restart:
         self.backend = get_backend(common["backend"])
         self.routing: readplan.Routing = common["routing"]
         self._runs_by_var = self.routing.by_var()
-        names = list(self.meta["variables"])  # the extent table's variable order (ckptio.extent_table)
+        names = list(self.meta["variables"])  # the extent table's variable order (ckptio.model.extent_table)
         self._var_index = {n: i for i, n in enumerate(names)}
         self.table: ExtentTable | None = ExtentTable.from_arrays(own["table"]) if own["table"] is not None else None
         self.segments: dict[str, tuple[int, int]] = own["segments"]
@@ -145,7 +147,7 @@ class Restart:
         """Collective over ``comm``: ``check()`` (this rank's requests and the arrays to fill, checked: agreed as
         the read's first phase), route the requests, let the aggregators plan, then read and exchange round by
         round, reading round k+1 while round k is exchanged where the extent reader allows
-        (:mod:`ckptio.readpipe`)."""
+        (:mod:`ckptio.engine.readpipe`)."""
         faults = resource.getrusage(resource.RUSAGE_SELF)
         try:
             return self._read(check)

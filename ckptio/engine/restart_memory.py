@@ -27,7 +27,8 @@ each end of every output are 4 KiB pages (about 500 of the 550 faults of a 43 Mi
 
 Every element of a restart's output is written by the read (blocks tile each variable exactly), so a recycled
 array's old contents never show; like ``numpy.empty``, nothing else is promised about them. Smaller arrays come
-from :func:`ckptio.pagealign.restart_empty` as before. Local, no MPI; thread-safe (an array may die in any thread).
+from :func:`ckptio.model.pagealign.restart_empty` as before. Local, no MPI;
+thread-safe (an array may die in any thread).
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import pagealign, settings
+from ckptio import settings
+from ckptio.model import pagealign
 
 HUGE_PAGE = 2 << 20
 MIN_BYTES = 4 << 20  # below this numpy/glibc's own allocation (and numpy's own huge page advice) is as good
@@ -52,7 +54,7 @@ RECYCLE_ENV = "CKPTIO_RECYCLE_SECONDS"
 
 def empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """Local: an uninitialised C-ordered array for a restart to fill (``numpy.empty`` semantics): from
-    :data:`RECYCLED` when it has at least :data:`MIN_BYTES`, else :func:`ckptio.pagealign.restart_empty`."""
+    :data:`RECYCLED` when it has at least :data:`MIN_BYTES`, else :func:`ckptio.model.pagealign.restart_empty`."""
     dt = np.dtype(dtype)
     nbytes = math.prod(shape) * dt.itemsize
     if nbytes < MIN_BYTES or dt.hasobject or dt.subdtype is not None:
@@ -189,9 +191,9 @@ class RecycledMemory:
 
 def _retain_seconds() -> float:
     """How long a dropped output's mapping is kept: ``CKPTIO_RECYCLE_SECONDS``, or 0 where no helper thread may
-    run beside MPI (:func:`ckptio.readpipe.helper_thread_allowed`). Asked when an array is handed out, never
+    run beside MPI (:func:`ckptio.engine.readpipe.helper_thread_allowed`). Asked when an array is handed out, never
     when it dies (which may be after ``MPI_Finalize``)."""
-    from .. import readpipe
+    from ckptio.engine import readpipe
 
     seconds = settings.get(RECYCLE_ENV)
     return seconds if seconds > 0 and readpipe.helper_thread_allowed() else 0.0

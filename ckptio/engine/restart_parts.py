@@ -5,9 +5,9 @@
   and the aggregator's own outputs);
 * :func:`direct_parts`: which pieces of an aggregator's own requests are read straight from the file into its
   outputs (the bytes cross memory once);
-* :func:`send_streams` / :func:`recv_streams`: a round's pieces as :class:`ckptio.memtypes.Stream` runs of the
+* :func:`send_streams` / :func:`recv_streams`: a round's pieces as :class:`ckptio.coord.datatypes.Stream` runs of the
   read parts' memory and of the callers' arrays, by peer, for :func:`ckptio.coord.exchange.move_pieces`;
-* :func:`part_extent`: a part as the :class:`ckptio.plan.Extent` the backend's extent reader reads.
+* :func:`part_extent`: a part as the :class:`ckptio.model.plan.Extent` the backend's extent reader reads.
 
 Everything here is local; :class:`ckptio.engine.restart.Restart` runs it inside its rounds.
 """
@@ -19,12 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from .. import memtypes, pagealign, readplan
-from .. import meta as metamod
-from ..errors import CorruptCheckpointError
-from ..extent_table import ExtentTable
-from ..layout import Box
-from ..plan import Extent
+from ckptio.coord import datatypes as memtypes
+from ckptio.errors import CorruptCheckpointError
+from ckptio.model import meta as metamod
+from ckptio.model import pagealign, readplan
+from ckptio.model.extent_table import ExtentTable
+from ckptio.model.layout import Box
+from ckptio.model.plan import Extent
 
 
 def region(lo: np.ndarray, shape: np.ndarray, origin: np.ndarray, ndim: int) -> tuple[Any, ...]:

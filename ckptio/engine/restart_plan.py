@@ -5,7 +5,7 @@ agreed phases):
 
 * :func:`resolve_options`: every rank, on its own arguments and environment (the ``local`` of the open's gather);
 * :func:`plan_open`: rank 0 only, on every rank's options and node: checks they agree, reads the metadata and
-  the extent table, chooses the aggregators and partitions the table among them (:mod:`ckptio.readplan`);
+  the extent table, chooses the aggregators and partitions the table among them (:mod:`ckptio.model.readplan`);
   returns what every rank gets (the variables and the routing index, O(variables x aggregators)) and each rank's
   own payload (its default segments; an aggregator's rows of the table);
 * :func:`file_identity`: any rank (rank 0 at open, the aggregators before and after opening the file).
@@ -20,13 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from .. import fslayout, plain, readplan, settings, units
-from .. import hints as hintsmod
-from .. import meta as metamod
-from ..backends import detect_backend
-from ..block_table import as_table
-from ..errors import CheckpointIOError, DeclarationError, UnknownFormatError
-from ..plan import SEGMENT, choose_aggregators
+from ckptio import settings
+from ckptio.backends import detect_backend
+from ckptio.coord import hints as hintsmod
+from ckptio.engine import fslayout
+from ckptio.errors import CheckpointIOError, DeclarationError, UnknownFormatError
+from ckptio.model import meta as metamod
+from ckptio.model import plain, readplan, units
+from ckptio.model.block_table import as_table
+from ckptio.model.plan import SEGMENT, choose_aggregators
 
 DEFAULT_BUFFER_BYTES = 64 << 20
 ENV_BUFFER_BYTES = "CKPTIO_BUFFER_BYTES"

@@ -10,7 +10,7 @@ sequential read of the file):
 * the rows are read in file order, in *windows* of consecutive rows of up to :data:`WINDOW` bytes (holes of up to
   :data:`GAP` bytes read through; a larger row in pieces of that size, its blocks' checksums running across
   them), one large ``preadv`` each into one of two reusable page-aligned buffers,
-  placed so that the kernel's copy from the page cache runs at a fast page shift (:mod:`ckptio.pagealign`);
+  placed so that the kernel's copy from the page cache runs at a fast page shift (:mod:`ckptio.model.pagealign`);
 * a helper thread reads window k+1 while the calling thread checks window k (``preadv`` and xxhash release the
   GIL, so both run at once);
 * the common block (stored raw, in the declared dtype, one contiguous byte range of its extent: every block of
@@ -36,9 +36,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import xxhash
 
-from .. import pagealign
-from ..errors import CheckpointError
-from ..extent_table import ExtentTable
+from ckptio.errors import CheckpointError
+from ckptio.model import pagealign
+from ckptio.model.extent_table import ExtentTable
 
 WINDOW = 32 << 20  # bytes per read (a larger extent is read in pieces of this size)
 GAP = 256 << 10  # a hole between two extents up to this size is read through (one request instead of two)

@@ -8,7 +8,7 @@ backend only moves bytes inside them (:mod:`ckptio.backends.base` says which of 
                 attrs), names a temporary file next to the target and places the blocks (Backend.place)
  -> shares      each rank receives its own share of the plan (never the whole plan: O(its blocks))
  -> layout      the planning rank creates the empty temporary file with ckptio's stripe layout where the file
-                system lets a program set one (ckptio.fslayout)
+                system lets a program set one (ckptio.engine.fslayout)
  -> create      the backend's library creates the file with the MPI hints; then the format's own structures
  -> reserve     the planning rank reserves the data's space (fallocate), so a full file system is one clean
                 error here and not inside a collective write
@@ -33,30 +33,31 @@ from typing import Any
 
 import numpy as np
 
-from ckptio import _faults, _warn, coord, fslayout, memsel, placement_stats, varmeta
-from ckptio import codec as codecs
-from ckptio import hints as hintsmod
-from ckptio import meta as metamod
+from ckptio import _warn, coord
 from ckptio.backends.base import Backend, BlockToWrite, CreateOptions, WriteHandle
-from ckptio.block_table import user_table
 from ckptio.coord import comms
+from ckptio.coord import hints as hintsmod
+from ckptio.engine import commit as commitmod
+from ckptio.engine import faults as _faults
+from ckptio.engine import fslayout, placement_stats, space
+from ckptio.engine import write_aggregate as aggregate
+from ckptio.engine.index import DocumentInputs, WriteStats, build_document, gc_paused, light_copy, written_columns
+from ckptio.engine.steps import run_steps
 from ckptio.errors import CheckpointIOError, DeclarationError
+from ckptio.model import codec as codecs
+from ckptio.model import memsel, varmeta
+from ckptio.model import meta as metamod
+from ckptio.model.block_table import user_table
+from ckptio.model.plan import VariablePlan, own_plan, pack_declarations, plan_headers, plan_packed, segment_starts
 from ckptio.model.series_record import SeriesRecord
 from ckptio.pathcheck import symlink_problem
-from ckptio.plan import VariablePlan, own_plan, pack_declarations, plan_headers, plan_packed, segment_starts
-
-from . import commit as commitmod
-from . import space
-from . import write_aggregate as aggregate
-from .index import DocumentInputs, WriteStats, build_document, gc_paused, light_copy, written_columns
-from .steps import run_steps
 
 TMP_MARK = ".ckptio-tmp-"  # the temporary name is f".{base}{TMP_MARK}{12 hex digits}"
 
 
 @dataclass
 class PendingBlock:
-    """One block a rank declared: its description (:func:`ckptio.plan.declaration`) and its data (a reference to
+    """One block a rank declared: its description (:func:`ckptio.model.plan.declaration`) and its data (a reference to
     the caller's array, C order or a strided view of it; after the declare phase also its stored form)."""
 
     decl: dict[str, Any]
@@ -98,7 +99,7 @@ def prepare_blocks(request: WriteRequest) -> dict[str, Any]:
         raise request.error
     t = time.perf_counter()
     for p in request.blocks:
-        data = memsel.gathered(p.data)  # a strided view stays a view (written in place): ckptio.memsel
+        data = memsel.gathered(p.data)  # a strided view stays a view (written in place): ckptio.model.memsel
         p.data = data
         p.decl["checksum"] = memsel.checksum(data)  # of its C-order bytes, without a copy of the block
         if request.compression is not None:
@@ -247,7 +248,8 @@ class _Job:
                               lambda: space.reserve_space(tmp, self.handle.reserved_ranges(), "its data"))
 
     def _layout(self, tmp: str) -> tuple[Any, Any]:
-        """The planning rank: the empty file with ckptio's stripe layout (:func:`ckptio.fslayout.prepare`) and, with
+        """The planning rank: the empty file with ckptio's stripe layout
+        (:func:`ckptio.engine.fslayout.prepare`) and, with
         ckptio's own collective buffering, the write domains over the layout the file system reports for it."""
         record = fslayout.prepare(tmp, self.request.hints)
         if self.write_io is None:

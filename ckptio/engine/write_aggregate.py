@@ -32,11 +32,15 @@ from typing import Any
 
 import numpy as np
 
-from .. import coord, fslayout, settings, units
-from .. import hints as hintsmod
-from ..backends.base import RangeWriter
-from ..coord import exchange
-from ..model.write_domains import (
+from ckptio import coord, settings
+from ckptio.backends.base import RangeWriter
+from ckptio.coord import exchange
+from ckptio.coord import hints as hintsmod
+from ckptio.engine import fslayout
+from ckptio.engine.write_rounds import WIDTH, AggregatorPlan, SenderPlan
+from ckptio.engine.writepipe import RoundWriter, threads_allowed
+from ckptio.model import units
+from ckptio.model.write_domains import (
     RankDomain,
     StripeLayout,
     WriteDomains,
@@ -44,8 +48,6 @@ from ..model.write_domains import (
     cyclic_domains,
     node_ids,
 )
-from .write_rounds import WIDTH, AggregatorPlan, SenderPlan
-from .writepipe import RoundWriter, threads_allowed
 
 WRITE_IO_ENV = "CKPTIO_WRITE_IO"  # posix (default), mpiio, write_all (the backend's own collective write)
 DESCRIPTOR_TAG = 32767  # the rounds use tags k mod 32767

@@ -2,7 +2,7 @@
 collectives: its pieces cut onto the aggregators' domains (:class:`SenderPlan`), an aggregator's rounds
 (:class:`AggregatorPlan`), and the memory of each round's messages and writes.
 
-Both sides of every message describe it alike (:class:`ckptio.memtypes.Stream`): the sender's pieces of one
+Both sides of every message describe it alike (:class:`ckptio.coord.datatypes.Stream`): the sender's pieces of one
 round for one aggregator in domain-position order, as runs of the caller's arrays (a strided view gives one run
 per contiguous row: MPI reads them in place through an hindexed datatype); the aggregator's as the places of the
 same pieces in its round buffer (position modulo the round size: the buffer holds the file's bytes at their file
@@ -18,9 +18,10 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from .. import memsel, memtypes, pagealign
-from ..backends.base import Run
-from ..model.write_domains import PieceCut, RankDomain, WriteDomains
+from ckptio.backends.base import Run
+from ckptio.coord import datatypes as memtypes
+from ckptio.model import memsel, pagealign
+from ckptio.model.write_domains import PieceCut, RankDomain, WriteDomains
 
 _I64 = np.int64
 WIDTH = 3  # a descriptor row: file offset, domain position, length

@@ -1,4 +1,4 @@
-"""A write aggregator's file writes, round by round (the write side's mirror of :mod:`ckptio.readpipe`).
+"""A write aggregator's file writes, round by round (the write side's mirror of :mod:`ckptio.engine.readpipe`).
 
 Round k is written from buffer slot ``k % 2`` (and from the caller's own arrays) while round k+1 is received
 into the other slot: with an independent byte-range writer (``pwritev``, no MPI) and threads allowed
@@ -19,8 +19,9 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from .. import placement_stats, settings
-from ..backends.base import RangeWriter, Run
+from ckptio import settings
+from ckptio.backends.base import RangeWriter, Run
+from ckptio.engine import placement_stats
 
 THREAD_ENV = "CKPTIO_WRITE_THREAD"  # "0": write in the calling thread (no overlap)
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DeclarationError
-from ..layout import check_name
+from ckptio.errors import DeclarationError
+from ckptio.model.layout import check_name
 
 # Attribute names the HDF5 dimension-scale API and netCDF-4 manage themselves on a dataset (a user value would
 # break the dimensions every HDF5/netCDF reader sees). Names starting with "_" are netCDF's (``_FillValue``

@@ -5,7 +5,7 @@ PnetCDF store the same document (as JSON text) next to their own native structur
 restart planner see every backend the same way. :meth:`CheckpointDocument.from_json` and
 :meth:`CheckpointDocument.to_json` are its only JSON boundary (plain JSON types, never pickle); the checks of a
 parsed document (:mod:`ckptio.model.schema_checks`) run inside ``from_json``, so a document that exists passed
-them. :mod:`ckptio.meta` turns the JSON into the stored text and back (sorted keys, compact: the text the
+them. :mod:`ckptio.model.meta` turns the JSON into the stored text and back (sorted keys, compact: the text the
 formats checksum).
 
 Stored form (``schema`` = :data:`SCHEMA_VERSION` = 2)::
@@ -56,12 +56,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import FormatVersionError
-from . import block_table
-from .block_table import BlockTable, as_table
-from .dims_attrs import default_dims
-from .fs_layout_record import FsLayoutRecord
-from .records import (
+from ckptio.errors import FormatVersionError
+from ckptio.model import block_table
+from ckptio.model.block_table import BlockTable, as_table
+from ckptio.model.dims_attrs import default_dims
+from ckptio.model.fs_layout_record import FsLayoutRecord
+from ckptio.model.records import (
     HintsRecord,
     LayoutRecord,
     StatsRecord,
@@ -71,12 +71,12 @@ from .records import (
     string_keyed,
     unknown_keys,
 )
-from .schema_checks import CHECKSUM_ALGORITHM, validate
-from .series_record import SeriesRecord
+from ckptio.model.schema_checks import CHECKSUM_ALGORITHM, validate
+from ckptio.model.series_record import SeriesRecord
 
 SCHEMA_VERSION = 2
 CKPTIO_VERSION = "0.1.0"
-NO_CHECKSUM = "none"  # the ``checksum`` of a plain HDF5/netCDF file's document (ckptio.plain): nothing to verify
+NO_CHECKSUM = "none"  # the ``checksum`` of a plain HDF5/netCDF file's document (ckptio.model.plain): nothing to verify
 
 __all__ = ["CHECKSUM_ALGORITHM", "CKPTIO_VERSION", "NO_CHECKSUM", "SCHEMA_VERSION", "CheckpointDocument",
            "FsLayoutRecord", "HintsRecord", "LayoutRecord", "SeriesRecord", "StatsRecord", "StorageRecord",
@@ -237,7 +237,7 @@ class CheckpointDocument(_JsonView):
     """A checkpoint's metadata document (see the module docstring): typed attributes, and a read-only Mapping
     over the JSON-form dict ckptio handed out before (``doc["variables"]["dens"]["dtype"]``) for user code.
 
-    ``plain`` marks the document :mod:`ckptio.plain` builds for an HDF5 or netCDF file ckptio did not write
+    ``plain`` marks the document :mod:`ckptio.model.plain` builds for an HDF5 or netCDF file ckptio did not write
     (``checksum`` is :data:`NO_CHECKSUM`; ``plain_skipped`` names the variables it cannot read, with why): such a
     document exists in memory only. Equality is field by field (block tables column by column); documents are
     not hashable (their attributes are dicts)."""

@@ -1,5 +1,5 @@
 """The layout the file system gave a checkpoint file, as its document records it (``layout.fs``; written by
-:mod:`ckptio.fslayout`, issue 26; older files have none). Pure data: no MPI, no files.
+:mod:`ckptio.engine.fslayout`, issue 26; older files have none). Pure data: no MPI, no files.
 
     {"type": "cephfs", "mode": "set", "method": "ceph.file.layout xattr",
      "asked": {"stripe_count": 4, "stripe_unit": 1048576, "object_size": 4194304},

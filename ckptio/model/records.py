@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .fs_layout_record import FsLayoutRecord
+from ckptio.model.fs_layout_record import FsLayoutRecord
 
 
 def json_object(value: Any, what: str) -> dict[str, Any]:
@@ -124,7 +124,7 @@ class HintsRecord:
 class WriteStatsRecord:
     """The write's statistics: ``seconds`` per phase (the slowest rank's), ``bytes`` handed to the write
     (``total``, ``min`` and ``max`` of any rank) and ``placement`` (where the bytes went per node, see
-    :mod:`ckptio.placement_stats`; absent in a light copy). Format 1 kept other entries (``bytes_per_rank``):
+    :mod:`ckptio.engine.placement_stats`; absent in a light copy). Format 1 kept other entries (``bytes_per_rank``):
     in ``extra``."""
 
     seconds: Mapping[str, float] = field(default_factory=dict)

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ReadRequestError
-from ..layout import Box, normalize_request
-from ..plan import SEGMENT, Request
+from ckptio.errors import ReadRequestError
+from ckptio.model.layout import Box, normalize_request
+from ckptio.model.plan import SEGMENT, Request
 
 
 @dataclass(frozen=True)

@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DeclarationError
-from ..layout import Box, check_dtype, check_name, find_overlap, tiles_exactly
-from .block_table import BlockTable
-from .dims_attrs import check_dims, check_stored_variable_attrs, shared_dim_lengths
-from .fs_layout_record import FsLayoutRecord
+from ckptio.errors import DeclarationError
+from ckptio.model.block_table import BlockTable
+from ckptio.model.dims_attrs import check_dims, check_stored_variable_attrs, shared_dim_lengths
+from ckptio.model.fs_layout_record import FsLayoutRecord
+from ckptio.model.layout import Box, check_dtype, check_name, find_overlap, tiles_exactly
 
 CHECKSUM_ALGORITHM = "xxh3_64"
 
@@ -92,7 +92,7 @@ def validate(meta: Mapping[str, Any]) -> None:
         for key in ("stripe_count", "stripe_unit"):
             if key in layout:
                 _nonneg_int(layout[key], f"layout {key!r}", minimum=1)
-        if "fs" in layout:  # what the file system gave (ckptio.fslayout); absent in older files
+        if "fs" in layout:  # what the file system gave (ckptio.engine.fslayout); absent in older files
             FsLayoutRecord.from_json(layout["fs"])
     for name, var in _dict(meta["variables"], "field 'variables'").items():
         try:

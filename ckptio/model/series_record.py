@@ -14,7 +14,7 @@ atomically with it, copied with it)::
 ``abandons`` lists the checkpoints of the directory that were newer than this run's first step when the run
 started and that the ``seq`` rule cannot order (written without a Series: ``ckptio.create``, C/Fortran, older
 ckptio; or of another series id), each by name and commit time, so a later file of the same name is not
-mistaken for it. :mod:`ckptio.catalog` derives the timeline from these records. Pure data: no MPI, no files.
+mistaken for it. :mod:`ckptio.tiers.catalog` derives the timeline from these records. Pure data: no MPI, no files.
 """
 
 from __future__ import annotations

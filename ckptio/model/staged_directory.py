@@ -1,6 +1,6 @@
 """The staged restart's distributed directory: which rank holds which staged block, without any rank knowing all.
 
-A staged checkpoint (:mod:`ckptio.staging`) is read back by the ranks that wrote it, each holding its own blocks
+A staged checkpoint (:mod:`ckptio.tiers.staging`) is read back by the ranks that wrote it, each holding its own blocks
 (memory-mapped from its node's stage). A request of any rank may need blocks of any others. Instead of gathering
 every rank's block list on every rank (O(P) per rank), each variable's index space is cut into at most P tiles,
 and each tile has a *directory rank* (:class:`Directory`):
@@ -23,7 +23,7 @@ simulated ranks). A request that reads what many ranks wrote (the whole array) m
 does.
 
 Pure: numpy only, no MPI, no files. Records are int64 rows with boxes padded to ``ndim`` axes (offset 0, extent
-1); :mod:`ckptio.staged_reader` moves them with :func:`ckptio.coord.exchange.sparse_records`.
+1); :mod:`ckptio.tiers.staged_reader` moves them with :func:`ckptio.coord.exchange.sparse_records`.
 
 Record layouts (``lo``, ``shape``: ``ndim`` columns each)
     block, as published:       ``[k, var, lo, shape]``           (``k``: the block's index in its owner's piece)
@@ -149,7 +149,7 @@ def match(directory: Directory, me: int, blocks: np.ndarray, requests: np.ndarra
     nonempty intersection of a request it received (``[src, qi, var, lo, shape]``) with a block it knows
     (``[owner, k, var, lo, shape]``) whose lower corner lies in one of ``me``'s tiles (so each piece is reported
     once, by one directory rank). Candidates are found per variable by a window on the leading axis (blocks
-    sorted by their first coordinate), as :func:`ckptio.readplan.match_requests` does."""
+    sorted by their first coordinate), as :func:`ckptio.model.readplan.match_requests` does."""
     nd = directory.ndim
     out = []
     for v in np.intersect1d(blocks[:, 2], requests[:, 2]).tolist():

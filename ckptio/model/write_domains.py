@@ -6,7 +6,7 @@ aggregator places what it receives by the positions the senders computed, so no 
 ranks' pieces but what it receives itself. What a rank gets of the plan is O(aggregators) (the domains) plus, for
 contiguous domains, O(1) of its own (:class:`RankDomain`).
 
-Two kinds of domains, after the layout the file system really gave the file (:mod:`ckptio.fslayout`):
+Two kinds of domains, after the layout the file system really gave the file (:mod:`ckptio.engine.fslayout`):
 
 ``cyclic`` (a striped layout: CephFS, Lustre), as ROMIO's ``ad_lustre``
     The file is a sequence of stripe units of ``U`` bytes; unit ``k`` lies in object
@@ -41,12 +41,12 @@ from typing import Any
 
 import numpy as np
 
-from ..plan import choose_aggregators
+from ckptio.model.plan import choose_aggregators
 
 _I64 = np.int64
 CYCLIC = "cyclic"
 CONTIGUOUS = "contiguous"
-MAX_AGGREGATORS = 80  # the FLASH study's cap, as the restart's (ckptio.plan.choose_aggregators)
+MAX_AGGREGATORS = 80  # the FLASH study's cap, as the restart's (ckptio.model.plan.choose_aggregators)
 
 
 @dataclass(frozen=True)
@@ -197,7 +197,7 @@ def cyclic_count(nprocs: int, stripe_count: int, override: int | None = None, ca
 def cyclic_domains(nprocs: int, node_of_rank: Sequence[int], layout: StripeLayout, override: int | None,
                    buffer_bytes: int) -> WriteDomains:
     """Planning rank, pure: stripe-cyclic domains over ``layout``; the aggregators chosen as the restart's (one
-    per node first, :func:`ckptio.plan.choose_aggregators`), ``A`` from :func:`cyclic_count`."""
+    per node first, :func:`ckptio.model.plan.choose_aggregators`), ``A`` from :func:`cyclic_count`."""
     count = cyclic_count(nprocs, layout.count, override)
     chosen = choose_aggregators(nprocs, node_of_rank, layout.count, count)
     return WriteDomains(CYCLIC, tuple(chosen), layout.unit, max(1, buffer_bytes // layout.unit), layout.count,
@@ -208,7 +208,7 @@ def contiguous_domains(spans: np.ndarray, node_of_rank: Sequence[int], stripe_co
                        cell: int, buffer_bytes: int) -> tuple[WriteDomains, list[RankDomain]]:
     """Planning rank, pure: contiguous domains of whole rank regions (``spans[r]``: rank r's ``[start, end)``,
     ``start == end`` for none). How many aggregators each node gets is the restart's rule
-    (:func:`ckptio.plan.choose_aggregators` with ``stripe_count`` and ``override``); a node's ranks are cut into
+    (:func:`ckptio.model.plan.choose_aggregators` with ``stripe_count`` and ``override``); a node's ranks are cut into
     that many consecutive groups balanced by bytes, the first rank of each group its aggregator (rank 0 first).
     The ranks of a node without an aggregator (fewer aggregators than nodes) go, node by node, to the aggregator
     with the fewest bytes so far. Returns the domains and every rank's :class:`RankDomain`."""

@@ -14,6 +14,6 @@
 
 from __future__ import annotations
 
-from .conformance import CASES, main
+from ckptio.testing.conformance import CASES, main
 
 __all__ = ["CASES", "main"]

@@ -4,6 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from .conformance import main
+from ckptio.testing.conformance import main
 
 sys.exit(main())

@@ -243,7 +243,7 @@ def corrupt_block_detected_on_every_rank(ctx: Ctx) -> None:
     coord.run(ctx.comm, "rank 0 flips a byte of the last extent", flip_a_byte)
     with ckptio.open(path, ctx.comm) as ck:
         expect_error(ctx, ckptio.CorruptCheckpointError, ["dens", "checksum"], lambda: ck.read("dens"))
-    from ckptio.cli import inspect_report
+    from ckptio.tools.cli import inspect_report
 
     if ctx.rank == 0:
         code, report = inspect_report(path, verify=True)

@@ -41,14 +41,14 @@ from typing import Any
 
 import numpy as np
 
-from ckptio import coord, memsel
+from ckptio import coord
 from ckptio.backends import registry
 from ckptio.backends.base import Backend, ExtentReader
 from ckptio.engine.space import coalesce
 from ckptio.errors import CapabilityError, CheckpointError, IncompleteCheckpointError
-from ckptio.plan import Extent, VariablePlan, declaration, pack_declarations, plan_packed
-
-from .harness import (
+from ckptio.model import memsel
+from ckptio.model.plan import Extent, VariablePlan, declaration, pack_declarations, plan_packed
+from ckptio.testing.harness import (
     OS_FILES,
     ROOT,
     STRIPE_UNIT,
@@ -63,7 +63,7 @@ from .harness import (
     finish,
     run_protocol,
 )
-from .layouts import ATTRS, UNUSUAL_ATTRS, Layout, attrs_only_layout, last_rank_layout, standard_layout
+from ckptio.testing.layouts import ATTRS, UNUSUAL_ATTRS, Layout, attrs_only_layout, last_rank_layout, standard_layout
 
 Case = Callable[[Environment], None]
 CASES: list[tuple[str, Case]] = []

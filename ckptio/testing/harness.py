@@ -28,17 +28,17 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ckptio import coord, placement_stats
-from ckptio import hints as hintsmod
-from ckptio import meta as metamod
+from ckptio import coord
 from ckptio.backends.base import Backend, BlockToWrite, CreateOptions, DocumentSlot, Placement, Step, WriteHandle
-from ckptio.block_table import user_table
+from ckptio.coord import hints as hintsmod
+from ckptio.engine import placement_stats
 from ckptio.engine.index import DocumentInputs, build_document, written_columns
 from ckptio.engine.steps import run_steps
 from ckptio.errors import CheckpointError
-from ckptio.plan import VariablePlan, own_plan, pack_declarations, plan_headers, plan_packed, segment_starts
-
-from .layouts import Layout, Prepared, prepare, standard_layout, whole_plan
+from ckptio.model import meta as metamod
+from ckptio.model.block_table import user_table
+from ckptio.model.plan import VariablePlan, own_plan, pack_declarations, plan_headers, plan_packed, segment_starts
+from ckptio.testing.layouts import Layout, Prepared, prepare, standard_layout, whole_plan
 
 ROOT = 0  # the planning rank (as the engine's)
 STRIPE_UNIT = 4096  # small, so that the suite's few KiB per rank cross stripe boundaries

@@ -19,12 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from ckptio import codec as codecs
-from ckptio import memsel, varmeta
-from ckptio import meta as metamod
 from ckptio.backends.base import Backend
 from ckptio.errors import CapabilityError
-from ckptio.plan import VariablePlan, declaration, pack_declarations, plan_packed
+from ckptio.model import codec as codecs
+from ckptio.model import memsel, varmeta
+from ckptio.model import meta as metamod
+from ckptio.model.plan import VariablePlan, declaration, pack_declarations, plan_packed
 
 
 def values(name: str, shape: tuple[int, ...], dtype: str, smooth: bool = False) -> np.ndarray:

@@ -16,7 +16,7 @@ Layout of a file (integers little-endian)::
                   reading decodes with it, not with the metadata document)
     header end    data: every rank's blocks, rank 0's first, each rank's in declaration order, each block at
                   an 8-byte boundary (raw C-order elements, or compressed bytes)
-    index_offset  the metadata document (:func:`ckptio.meta.dumps`), at the 8-aligned end of the data
+    index_offset  the metadata document (:func:`ckptio.model.meta.dumps`), at the 8-aligned end of the data
     EOF - 32      the completion mark, written last: TRAILER_MAGIC, u64 index offset, u64 index length,
                   u64 xxh3-64 of the index
 
@@ -35,9 +35,6 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from ckptio import codec as codecs
-from ckptio import extent_table as extent_tables
-from ckptio import meta as metamod
 from ckptio.backends.base import (
     Backend,
     BlockToWrite,
@@ -50,7 +47,10 @@ from ckptio.backends.base import (
     WrittenBlock,
 )
 from ckptio.errors import CheckpointIOError, CorruptCheckpointError, FormatVersionError, IncompleteCheckpointError
-from ckptio.plan import Extent, VariablePlan
+from ckptio.model import codec as codecs
+from ckptio.model import extent_table as extent_tables
+from ckptio.model import meta as metamod
+from ckptio.model.plan import Extent, VariablePlan
 
 MAGIC = b"\x89CKMEM\n\0"
 TRAILER_MAGIC = b"CKMEMEND"

@@ -17,13 +17,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..engine import verify_scan
-from ..errors import UnknownFormatError
-from ..model.document import CheckpointDocument
-from ..plan import Extent
+from ckptio.engine import verify_scan
+from ckptio.errors import UnknownFormatError
+from ckptio.model.document import CheckpointDocument
+from ckptio.model.plan import Extent
 
 if TYPE_CHECKING:  # (an annotation only: backends/rawio.py imports this module)
-    from ..backends import Backend
+    from ckptio.backends import Backend
 
 PARALLEL_HINT = "mpirun -n N python -m ckptio.verify PATH"  # what `ckptio inspect --verify` suggests
 
@@ -68,7 +68,8 @@ def verify_checkpoint(backend: Backend, path: str, meta: CheckpointDocument | Ma
                       ranges: bool = False) -> Verification:
     """Local, serial: :func:`verify_blocks`, with each variable's minimum and maximum from the same pass when
     ``ranges``."""
-    from .. import extent_table, readpipe
+    from ckptio.engine import readpipe
+    from ckptio.model import extent_table
 
     table = backend.extent_table(meta) if extents is None else extent_table.from_extents(meta, extents)
     return _verification(_scan_rows(backend, path, meta, table, readpipe.helper_thread_allowed(), ranges))
@@ -82,9 +83,10 @@ def verify_parallel(path: str | os.PathLike, comm, aggregators: int | None = Non
     of every domain, in file order; ``ranges``: merged over the domains). An error (a missing or damaged file, a
     read failing on one aggregator) is the same :class:`~ckptio.CheckpointError` or CollectiveError on every
     rank, as for a read; a checkpoint ckptio did not write (no checksums) is an UnknownFormatError."""
-    from .. import coord, readpipe
-    from ..engine.restart import Restart
-    from ..engine.restart_plan import resolve_options
+    from ckptio import coord
+    from ckptio.engine import readpipe
+    from ckptio.engine.restart import Restart
+    from ckptio.engine.restart_plan import resolve_options
 
     path = os.fspath(path)
     size = comm.Get_size()

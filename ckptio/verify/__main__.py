@@ -1,8 +1,8 @@
 """``mpirun -n N python -m ckptio.verify [--json] [--aggregators A] PATH...``: ``ckptio inspect --verify`` on N ranks,
-each restart aggregator verifying its own file domains (:mod:`ckptio.commands.verify_parallel`)."""
+each restart aggregator verifying its own file domains (:mod:`ckptio.tools.commands.verify_parallel`)."""
 
 import sys
 
-from ..commands.verify_parallel import main
+from ckptio.tools.commands.verify_parallel import main
 
 sys.exit(main())

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import ckptio
-from ckptio import batch
+from ckptio.tiers import batch
 
 if "--batch" in sys.argv:
     # The batch system's warning may come while the job starts: until a handler is installed, SIGUSR1 ends the

@@ -38,8 +38,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import ckptio
-from ckptio import async_io, coord, memsel, varmeta
+from ckptio import coord
 from ckptio.errors import CheckpointError, CollectiveError, ReadRequestError
+from ckptio.model import memsel, varmeta
+from ckptio.tiers import async_io
 
 
 class ArgumentError(CheckpointError, ValueError):
@@ -143,7 +145,7 @@ def write(handle: WriteHandle, name: str, array, offset, global_shape, problem: 
     checksum is taken now and verified by :func:`close` before anything is written. With ``select`` (a memory
     selection, ckptio_write_sub: ``(start, count)`` in C order) ``array`` views the caller's whole array and the
     block is that box of it: copied here (only the box) unless ``zero_copy``, else declared as the strided view,
-    which the backends write in place (ckptio.memsel).
+    which the backends write in place (ckptio.model.memsel).
     """
     writer = handle.writer
     try:
@@ -368,9 +370,9 @@ class _Last:
 
 
 def should_exit(comm, problem: str | None) -> int:
-    """Collective: ckptio.batch.should_exit (1 on every rank when the job should write its final checkpoint and
+    """Collective: ckptio.tiers.batch.should_exit (1 on every rank when the job should write its final checkpoint and
     leave), with the duration of this process' last checkpoint closed through the bindings."""
-    from ckptio import batch
+    from ckptio.tiers import batch
 
     _agree(comm, "ckptio_should_exit", problem)
     return int(batch.should_exit(comm, last_checkpoint=_Last.writer))

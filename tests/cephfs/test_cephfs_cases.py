@@ -11,7 +11,7 @@ import sys
 import apprun
 import pytest
 
-from ckptio import fslayout
+from ckptio.engine import fslayout
 
 pytestmark = [pytest.mark.cephfs, pytest.mark.mpi]
 MIB = 1 << 20

@@ -13,7 +13,7 @@ import apprun
 import pytest
 from mpi_helpers import BACKENDS
 
-from ckptio import fslayout
+from ckptio.engine import fslayout
 
 pytestmark = [pytest.mark.cephfs, pytest.mark.mpi]
 MIB = 1 << 20

@@ -23,7 +23,7 @@ import pytest
 from ckptio.backends.mpiio import NativeBackend
 from mpi_helpers import mpi_env
 
-from ckptio import fslayout
+from ckptio.engine import fslayout
 
 pytestmark = [pytest.mark.cephfs, pytest.mark.mpi]
 MIB = 1 << 20

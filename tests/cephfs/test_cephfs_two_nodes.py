@@ -14,7 +14,7 @@ import time
 import pytest
 from multinode import AGENT, run_nodes, skip_reason
 
-from ckptio import fslayout
+from ckptio.engine import fslayout
 
 pytestmark = [pytest.mark.cephfs, pytest.mark.mpi,
               pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))]

@@ -9,7 +9,7 @@ that continues after the fatal trial.
 Every trial damages a private copy of the pristine file, then:
 
 1. ``backend.read_metadata(copy)`` must return or raise a :class:`ckptio.CheckpointError`;
-2. ``ckptio.cli.inspect_report(copy, verify=True)`` must return (never raise) an exit code, and the outcome is
+2. ``ckptio.tools.cli.inspect_report(copy, verify=True)`` must return (never raise) an exit code, and the outcome is
    ``detected`` (exit 1), ``unidentified`` (exit 2: not recognised as a checkpoint at all), ``benign`` (exit 0
    and the metadata document is exactly the pristine one, so every byte ckptio reads is unchanged or
    checksum-verified) or ``silent`` (exit 0 but the document differs: undetected damage).
@@ -125,7 +125,7 @@ def _stored_variables(meta: dict[str, Any]) -> list[Region]:
 def _hdf5_regions(path: str, meta: dict[str, Any], size: int) -> list[Region]:
     import h5py
 
-    from ckptio import meta as metamod
+    from ckptio.model import meta as metamod
 
     out = _stored_variables(meta)
     with h5py.File(path, "r", locking=False) as f:
@@ -233,7 +233,7 @@ def judge(path: str, pristine_meta: dict[str, Any]) -> dict[str, Any]:
     from ckptio.backends import detect_backend
 
     import ckptio
-    from ckptio.cli import inspect_report
+    from ckptio.tools.cli import inspect_report
 
     result: dict[str, Any] = {}
     try:  # the backend's own parser: a document or a CheckpointError, nothing else
@@ -368,7 +368,7 @@ def flip_native_fields(path: str, header_version: int | None = None, schema: int
     trailer is rewritten to match, so only the version check can object)."""
     from ckptio.backends import mpiio
 
-    from ckptio import meta as metamod
+    from ckptio.model import meta as metamod
 
     with open(path, "rb") as f:
         raw = bytearray(f.read())

@@ -170,7 +170,7 @@ def test_damage_raises_on_every_rank(corpus, backend, tmp_path):
 
 
 def test_corpus_is_clean(corpus, corpus_name):
-    from ckptio.cli import inspect_report
+    from ckptio.tools.cli import inspect_report
 
     code, report = inspect_report(str(corpus / corpus_name / "chk_000010"), verify=True)
     assert code == 0, report

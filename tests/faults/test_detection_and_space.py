@@ -89,7 +89,7 @@ def test_other_evidence_identifies_a_checkpoint_without_its_header(tmp_path, pri
 
 
 def test_inspect_reports_a_damaged_signature_as_corrupt(tmp_path, pristine):
-    from ckptio.cli import inspect_report
+    from ckptio.tools.cli import inspect_report
 
     for name, raw in pristine.items():
         path = _write(tmp_path, name, bytes([raw[0] ^ 4]) + raw[1:])

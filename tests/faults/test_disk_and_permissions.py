@@ -27,7 +27,7 @@ from conftest import NPROCS, assert_every_rank_failed, needs_root, remount, requ
 from mpi_helpers import PROGRAMS, run_mpi
 
 import ckptio
-from ckptio.cli import inspect_report
+from ckptio.tools.cli import inspect_report
 
 FILL_TIMEOUT = 45
 PROGRAM = str(PROGRAMS / "disk_and_permissions.py")  # the MPI program of the full-stage test

@@ -1,6 +1,6 @@
 """A rank killed (SIGKILL) at each phase of a checkpoint: the job ends, the previous checkpoint survives.
 
-For each backend, write mode and phase of ``Writer.close()`` (:data:`ckptio._faults.PHASES`): a good
+For each backend, write mode and phase of ``Writer.close()`` (:data:`ckptio.engine.faults.PHASES`): a good
 ``chk_000010`` (written by its own 4-rank job, copied in), then a 4-rank job writing ``chk_000020`` with
 ``CKPTIO_FAULT="<phase>:<rank>"``. Then:
 
@@ -35,8 +35,8 @@ import pytest
 from conftest import KILLED_RANK_REPORTS, JobResult, available_modes, require_backend, run_job
 
 import ckptio
-from ckptio._faults import MARKER, PHASES
-from ckptio.cli import inspect_report
+from ckptio.engine.faults import MARKER, PHASES
+from ckptio.tools.cli import inspect_report
 
 BACKENDS = ("mpiio", "hdf5", "pnetcdf")
 MODES = ("sync", "async", "staged")
@@ -169,7 +169,7 @@ def test_killed_rank_matrix(backend, mode, phase, victim, tmp_path_factory):
 
 
 def test_fault_spec_is_validated():
-    from ckptio import _faults
+    from ckptio.engine import faults as _faults
 
     assert _faults.parse("write data:2, rename:*") == [("write data", 2), ("rename", None)]
     for bad in ("write data", "wirte data:1", "rename:x", "rename:-1"):

@@ -32,8 +32,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ckptio
-from ckptio import meta as metamod
-from ckptio.cli import inspect_report
+from ckptio.model import meta as metamod
+from ckptio.tools.cli import inspect_report
 
 FAST = settings(max_examples=150, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

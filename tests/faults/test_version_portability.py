@@ -82,7 +82,7 @@ def test_newer_format_version_is_refused_naming_both_versions(corpus: Path, tmp_
     def names_both(msg: str) -> bool:
         return f"version {theirs}" in msg and f"version {ours}" in msg
 
-    cli = subprocess.run([sys.executable, "-m", "ckptio.cli", "inspect", "--verify", str(path)], cwd=REPO,
+    cli = subprocess.run([sys.executable, "-m", "ckptio.tools.cli", "inspect", "--verify", str(path)], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert cli.returncode == 1, cli.stdout + cli.stderr
     assert names_both(cli.stdout + cli.stderr), cli.stdout + cli.stderr
@@ -109,7 +109,8 @@ def test_byte_order_is_recorded_and_converted_on_read(tmp_path: Path, backend: s
         assert o["value"] == {"bef8": {"declared": ">f8", "read": f"{native}f8"},
                               "bei4": {"declared": ">i4", "read": f"{native}i4"},
                               "lef8": {"declared": "<f8", "read": f"{native}f8"}}, o
-    cli = subprocess.run([sys.executable, "-m", "ckptio.cli", "inspect", "--json", str(tmp_path / f"be_{backend}")],
+    cli = subprocess.run([sys.executable, "-m", "ckptio.tools.cli", "inspect", "--json",
+                          str(tmp_path / f"be_{backend}")],
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert cli.returncode == 0, cli.stderr
     report = json.loads(cli.stdout)

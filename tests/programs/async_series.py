@@ -61,7 +61,7 @@ def keep_and_fallback(comm, d: str, backend: str, mode: str) -> None:
         with series.create(step, attrs={"step": step}) as ck:
             ck.write("x", np.full(8, step, np.int64), offset=(8 * r,), global_shape=(8 * n,))
     series.wait()
-    left = sorted(n for n in os.listdir(d) if not n.endswith(".ckptio-lease"))  # (the series lease: ckptio.lease)
+    left = sorted(n for n in os.listdir(d) if not n.endswith(".ckptio-lease"))  # (the series lease: ckptio.tiers.lease)
     assert left == ["chk_000004", "chk_000005"], os.listdir(d)
     assert series.latest() == os.path.join(d, "chk_000005")
     if r == 0:  # corrupt one data byte of the newest checkpoint

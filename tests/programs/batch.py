@@ -1,6 +1,6 @@
 """The MPI program of ``tests/test_batch.py`` (``mpirun -n P python batch.py checks DIR``).
 
-``checks DIR``: ``Series.should_exit`` and ``ckptio.batch`` outside a batch system, in four parts, each ending
+``checks DIR``: ``Series.should_exit`` and ``ckptio.tiers.batch`` outside a batch system, in four parts, each ending
 with a line from rank 0 (``SIGNAL OK``, ``TIME OK``, ``ERRORS OK``, ``THREAD OK``): (1) a signal on the last rank
 decides for every rank, chained to the application's own handler, SIG_DFL never called; (2) the time rule against
 ``SLURM_JOB_END_TIME``, the last checkpoint's duration and the margin; (3) bad input on one rank is the same error
@@ -19,7 +19,7 @@ import internals
 import numpy as np
 
 import ckptio
-from ckptio import batch
+from ckptio.tiers import batch
 
 
 def checks(comm, out: str) -> None:

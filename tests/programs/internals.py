@@ -2,7 +2,8 @@
 
 The programs otherwise use the public API only: ``ckptio.create``/``open``/``latest``/``empty``, ``Series``, the
 ``Writer`` and ``Reader`` and their documented attributes (``meta``, ``stats``, ``aggregators``), the errors,
-``ckptio.batch`` and ``ckptio.placement``. What they need beyond that (a backend's view of a file to damage one
+``ckptio.tiers.batch`` and ``ckptio.coord.placement``. What they need beyond that
+(a backend's view of a file to damage one
 byte of it, a module constant lowered to reach a limit, the name of a staged piece) is asked here, so that when
 issue 24 moves these internals (the storage contract of ``backends/base.py``, the typed document of
 ``ckptio/model/``, the tiers), this module follows them and the programs stay as they are.
@@ -57,8 +58,8 @@ def verify_blocks(path: str) -> list[Any]:
 
 
 def inspect_exit_code(path: str) -> int:
-    """The exit code of ``ckptio inspect --verify PATH`` (``ckptio.cli.inspect_report``), in this process."""
-    from ckptio.cli import inspect_report
+    """The exit code of ``ckptio inspect --verify PATH`` (``ckptio.tools.cli.inspect_report``), in this process."""
+    from ckptio.tools.cli import inspect_report
 
     return inspect_report(path, verify=True)[0]
 
@@ -71,8 +72,8 @@ def missing_backends() -> dict[str, str]:
 
 
 def block_table_type() -> type:
-    """The class of a document's block table (``ckptio.block_table.BlockTable``), what rank 0's ``meta`` holds."""
-    from ckptio.block_table import BlockTable
+    """The class of a document's block table (``ckptio.model.block_table.BlockTable``), what rank 0's ``meta`` holds."""
+    from ckptio.model.block_table import BlockTable
 
     return BlockTable
 
@@ -103,23 +104,23 @@ def lower_hdf5_dimension_scale_users(limit: int) -> None:
 
 # -------------------------------------------------------------------------------------------------- tiers
 def staged_key_dir(stage_dir: str, final_path: str) -> str:
-    """``ckptio.staging.key_dir``: the directory of ``stage_dir`` that holds the staged copies of the checkpoints
+    """``ckptio.tiers.staging.key_dir``: the directory of ``stage_dir`` that holds the staged copies of the checkpoints
     whose final path is ``final_path``'s directory."""
-    from ckptio import staging
+    from ckptio.tiers import staging
 
     return staging.key_dir(stage_dir, final_path)
 
 
 def staged_data_pieces(stage_dir: str, rank: int) -> list[str]:
-    """The data files of rank ``rank`` under ``stage_dir`` (``ckptio.staging`` names them
+    """The data files of rank ``rank`` under ``stage_dir`` (``ckptio.tiers.staging`` names them
     ``rank-<rank, 6 digits>-of-<size>...data``)."""
     return [os.path.join(d, f) for d, _, files in os.walk(stage_dir) for f in files
             if f.startswith(f"rank-{rank:06d}") and f.endswith(".data")]
 
 
 def is_batch_signal_handler(handler: Any) -> bool:
-    """Whether ``handler`` is ckptio's own signal handler (``ckptio.batch._handler``)."""
-    from ckptio import batch
+    """Whether ``handler`` is ckptio's own signal handler (``ckptio.tiers.batch._handler``)."""
+    from ckptio.tiers import batch
 
     return handler is batch._handler
 
@@ -137,12 +138,7 @@ def flip_byte(path: str, offset: int, mask: int = 0xFF) -> None:
 # ------------------------------------------------------------------------------------ what an import loads
 def import_tool_modules() -> None:
     """Import the modules behind the tools and the tiers: backends, the command line, series, catalog."""
-    import ckptio.backends
 
-    import ckptio.catalog
-    import ckptio.cli
-    import ckptio.commands
-    import ckptio.series  # noqa: F401
 
 
 def backend_by_name(name: str) -> Any:

@@ -1,7 +1,7 @@
 """The MPI program of ``tests/test_placement_stats.py`` (``mpirun -n 2 python placement_stats.py write PATH MODE``).
 
 ``write PATH sync|async``: 1 MiB per rank written, then read back with one aggregator; every rank prints
-``JSON {"rank", "written": ckptio.placement.write_report, "read": ckptio.placement.read_report}``.
+``JSON {"rank", "written": ckptio.coord.placement.write_report, "read": ckptio.coord.placement.read_report}``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 import numpy as np
 
 import ckptio
-from ckptio import placement
+from ckptio.coord import placement
 
 
 def write(comm, path: str, mode: str) -> None:

@@ -96,7 +96,7 @@ def adversarial(comm, d: str, mode: str) -> None:
     assert ckptio.latest(d, comm=comm) == os.path.join(d, "chk_000008")
     series.wait()
     assert sorted(os.listdir(d)) == left
-    comm.Barrier()   # no rank exits (releasing the series' lease, ckptio.lease) before every rank has looked
+    comm.Barrier()   # no rank exits (releasing the series' lease, ckptio.tiers.lease) before every rank has looked
     print("OK", r, flush=True)
 
 

@@ -98,7 +98,7 @@ def test_time_limit_jobs_submitted(time_limit_jobs):
 
 def test_srun_warning_requeue_restart(submit, reference, tmp_path):
     """srun, 4 ranks on 2 nodes, mpiio: SIGUSR1 to the tasks (what --signal=USR1@T sends) after the first checkpoint;
-    the app requeues its own job (ckptio.batch.requeue)."""
+    the app requeues its own job (ckptio.tiers.batch.requeue)."""
     outdir, final = tmp_path / "run", tmp_path / "final.npz"
     job = submit(SRUN, "--steps", STEPS, *SMALL, "--step-seconds", "0.2", "--final-state", final,
                  env={"OUTDIR": str(outdir)})
@@ -136,7 +136,7 @@ def test_warning_during_background_checkpoint(submit, reference, tmp_path, how):
     mode, backend = how.split("-")
     outdir, final = tmp_path / "run", tmp_path / "final.npz"
     # a stage of its own: the emulated nodes' /dev/shm outlives the test run, and a staged copy left there by an
-    # earlier run for the same final directory would be drained and restarted from (as ckptio.staging promises)
+    # earlier run for the same final directory would be drained and restarted from (as ckptio.tiers.staging promises)
     stage = f"/dev/shm/ckptio-stage-{tmp_path.name}-{uuid.uuid4().hex[:8]}"
     extra = ["--mode", "async"] if mode == "async" else ["--stage-dir", stage]
     args = ["--steps", STEPS, "--nblocks", "8", "--nxb", "8", "--checkpoint-every", "1", "--backend", backend,

@@ -8,7 +8,7 @@ The format, ``backend="flat"`` (integers little-endian)::
     0             header, 64 bytes: MAGIC, u32 format version, zeros
     64            data: every rank's blocks, rank 0's first, each rank's in declaration order, each at an
                   8-byte boundary (C-order elements)
-    index_offset  the metadata document (JSON, :func:`ckptio.meta.dumps`), at the 8-aligned end of the data
+    index_offset  the metadata document (JSON, :func:`ckptio.model.meta.dumps`), at the 8-aligned end of the data
     EOF - 32      the completion mark, written last: TRAILER_MAGIC, u64 index offset, u64 index length,
                   u64 xxh3-64 of the document
 
@@ -39,10 +39,10 @@ from ckptio.backends.base import (
     WrittenBlock,
 )
 
-from ckptio import extent_table
-from ckptio import meta as metamod
 from ckptio.errors import CheckpointIOError, CorruptCheckpointError, FormatVersionError, IncompleteCheckpointError
-from ckptio.plan import Extent, VariablePlan
+from ckptio.model import extent_table
+from ckptio.model import meta as metamod
+from ckptio.model.plan import Extent, VariablePlan
 
 MAGIC = b"FLATCKPT"
 TRAILER_MAGIC = b"FLATDONE"

@@ -1,0 +1,217 @@
+"""Memory described as byte runs, and the MPI datatypes that move it without packing.
+
+The restart exchange (:func:`ckptio.coord.exchange.move_pieces`) sends every piece straight from the aggregator's
+read buffer and receives it straight into the caller's array, which may be a strided view (the interior of a
+halo'd array, ``a[2:-2, 2:-2]``). Both sides describe their side of a message as the same byte stream: the
+pieces in the canonical order, each piece's elements in C order. Here a piece is a list of *runs*
+``(absolute address, length)``; a whole message becomes one hindexed datatype of ``MPI_BYTE`` used with
+``MPI_BOTTOM`` (built with the classic constructor, :func:`ckptio.backends.rawio.hindexed`, which every MPI
+library, ROMIO included, handles). Pure numpy except :func:`datatype`; everything is local.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+_I64 = np.int64
+
+EMPTY = (np.zeros(0, _I64), np.zeros(0, _I64))
+
+
+def address(arr: np.ndarray) -> int:
+    """The address of ``arr``'s first element (also for strided and negative-stride views)."""
+    return int(arr.__array_interface__["data"][0])
+
+
+def view_runs(view: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The runs of contiguous bytes of ``view``'s elements in C order: ``(addresses, lengths)``."""
+    if view.size == 0:
+        return EMPTY
+    dims = [(int(n), int(s)) for n, s in zip(view.shape, view.strides, strict=True) if n != 1]
+    run = view.itemsize
+    while dims and dims[-1][1] == run:
+        run *= dims[-1][0]
+        dims.pop()
+    offsets = np.zeros(1, _I64)
+    for n, s in dims:  # outer axes first: C order
+        offsets = (offsets[:, None] + np.arange(n, dtype=_I64)[None, :] * s).reshape(-1)
+    return address(view) + offsets, np.full(len(offsets), run, _I64)
+
+
+class ArrayTable:
+    """Arrays whose boxes are described as runs: addresses, padded shapes (``ndim`` axes, trailing extents 1),
+    item sizes and C-contiguity, gathered once per exchange."""
+
+    def __init__(self, arrays: Sequence[np.ndarray], ndim: int):
+        self.arrays = arrays
+        self.ndim = ndim
+        self.shapes = np.ones((len(arrays), ndim), _I64)
+        self.base = np.zeros(len(arrays), _I64)
+        self.item = np.zeros(len(arrays), _I64)
+        self.contig = np.zeros(len(arrays), bool)
+        for a, arr in enumerate(arrays):
+            self.shapes[a, :arr.ndim] = arr.shape
+            self.base[a], self.item[a] = address(arr), arr.itemsize
+            self.contig[a] = arr.flags.c_contiguous
+
+    def runs(self, which: np.ndarray, lo: np.ndarray, shape: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The runs of the boxes ``arrays[which[i]][lo[i] : lo[i] + shape[i]]`` (padded box coordinates
+        relative to the array's first element), in order, and how many runs each box has.
+
+        Vectorized for the common case, a box that is one contiguous stretch of a C-contiguous array (whole
+        trailing axes: FLASH blocks, bands); other boxes (strided output views, sub-boxes of a block) go
+        through :func:`view_runs`, one run per contiguous row."""
+        n = len(which)
+        if n == 0:
+            return EMPTY[0], EMPTY[1], np.zeros(0, _I64)
+        nd = self.ndim
+        full = self.shapes[which]
+        estrides = np.ones_like(full)  # element strides of a C-contiguous array: suffix products of its shape
+        if nd > 1:
+            estrides[:, :-1] = np.cumprod(full[:, :0:-1], axis=1)[:, ::-1]
+        differs = shape != full
+        last = np.where(differs.any(axis=1), nd - 1 - np.argmax(differs[:, ::-1], axis=1), -1)
+        ones_before = (shape == 1) | (np.arange(nd)[None, :] >= last[:, None])
+        fast = self.contig[which] & ones_before.all(axis=1)
+        item = self.item[which]
+        addr = self.base[which] + (lo * estrides).sum(axis=1) * item
+        length = shape.prod(axis=1) * item
+        counts = (length > 0).astype(_I64)
+        if fast.all():
+            keep = length > 0
+            return addr[keep], length[keep], counts
+        out_a: list[np.ndarray] = []
+        out_n: list[np.ndarray] = []
+        for i in range(n):
+            if fast[i]:
+                if length[i]:
+                    out_a.append(addr[i:i + 1])
+                    out_n.append(length[i:i + 1])
+                continue
+            arr = self.arrays[int(which[i])]
+            k = arr.ndim
+            view = arr[(*(slice(int(a), int(a + m)) for a, m in zip(lo[i, :k], shape[i, :k], strict=True)),
+                        Ellipsis)]  # `...`: a 0-d array gives a view, not a scalar copy
+            ra, rn = view_runs(view)
+            counts[i] = len(ra)
+            out_a.append(ra)
+            out_n.append(rn)
+        if not out_a:
+            return EMPTY[0], EMPTY[1], counts
+        return np.concatenate(out_a), np.concatenate(out_n), counts
+
+    def streams(self, peer: np.ndarray, which: np.ndarray, lo: np.ndarray, shape: np.ndarray,
+                request: np.ndarray) -> dict[int, Stream]:
+        """The boxes as one :class:`Stream` per ``peer``; ``peer`` must be sorted (pieces keep their order within
+        a peer); ``request`` tags each piece for :func:`message_starts`."""
+        addrs, lens, counts = self.runs(which, lo, shape)
+        sizes = shape.prod(axis=1) * self.item[which]
+        run_end = np.cumsum(counts)
+        peers, first = np.unique(peer, return_index=True)
+        last = np.append(first[1:], len(peer))
+        out = {}
+        for p, a, b in zip(peers.tolist(), first.tolist(), last.tolist(), strict=True):
+            ra, rb = (int(run_end[a - 1]) if a else 0), int(run_end[b - 1])
+            out[int(p)] = Stream(*merge(addrs[ra:rb], lens[ra:rb]), sizes[a:b], request[a:b])
+        return out
+
+
+@dataclass
+class Stream:
+    """What one rank moves to (or from) one peer in one round: its memory as runs, and its pieces' sizes and
+    requests (which both sides know alike, so both cut the stream into the same messages)."""
+
+    addrs: np.ndarray
+    lengths: np.ndarray
+    sizes: np.ndarray
+    requests: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.sizes.sum())
+
+    def messages(self, small: int, group: int, limit: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The runs of each message (see :func:`message_starts`)."""
+        return cut(self.addrs, self.lengths, message_starts(self.sizes, self.requests, small, group, limit))
+
+
+def merge(addrs: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Adjacent runs (one ends where the next starts) joined into one."""
+    if len(addrs) <= 1:
+        return addrs, lengths
+    starts = np.flatnonzero(np.r_[True, addrs[1:] != addrs[:-1] + lengths[:-1]])
+    return addrs[starts], np.add.reduceat(lengths, starts)
+
+
+def byte_range(addrs: np.ndarray, lengths: np.ndarray, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+    """The runs holding bytes ``[start, stop)`` of the stream the runs describe (cut inside runs as needed)."""
+    ends = np.cumsum(lengths)
+    begins = ends - lengths
+    sel = (ends > start) & (begins < stop)
+    a, n, b = addrs[sel].copy(), lengths[sel].copy(), begins[sel]
+    if len(a):
+        cut = np.maximum(start - b, 0)
+        a += cut
+        n -= cut
+        n -= np.maximum(b + lengths[sel] - stop, 0)
+    return a, n
+
+
+def cut(addrs: np.ndarray, lengths: np.ndarray, starts: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The runs cut into consecutive messages: message ``m`` holds bytes ``[starts[m], starts[m + 1])`` of the
+    stream (the last one to its end; ``starts[0]`` is 0), runs split where a message boundary falls inside."""
+    total = int(lengths.sum())
+    ends = np.cumsum(lengths)
+    begins = ends - lengths
+    points = np.union1d(begins[lengths > 0], starts[(starts > 0) & (starts < total)])  # segment starts
+    seg_len = np.diff(np.append(points, total))
+    run = np.searchsorted(ends, points, side="right")
+    seg_addr = addrs[run] + (points - begins[run])
+    bounds = np.searchsorted(points, np.append(starts, total))
+    return [(seg_addr[a:b], seg_len[a:b]) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)]
+
+
+def message_starts(sizes: np.ndarray, request: np.ndarray, small: int, group: int, limit: int) -> np.ndarray:
+    """Where the messages of one peer's stream start (byte positions, the first 0), from its pieces' byte
+    ``sizes`` and the requests they belong to, in stream order; both sides of the exchange compute the same.
+
+    Consecutive pieces of one request share a message (on both sides they are usually adjacent in memory, so
+    it is one contiguous buffer, which MPI moves with a single copy); a new message starts at a request
+    boundary once the current one or the next piece holds ``small`` bytes (small pieces of many requests travel
+    together, a large one travels alone), before a piece that would take it past ``group`` bytes, and every
+    ``limit`` bytes inside a larger piece (MPI counts are C ints)."""
+    starts = [0]
+    pos = 0
+    current = 0
+    prev = None
+    for n, q in zip(sizes.tolist(), request.tolist(), strict=True):
+        if current and ((q != prev and (current >= small or n >= small)) or current + n > group):
+            starts.append(pos)
+            current = 0
+        prev = q
+        while current + n > limit:  # only a piece larger than a message can be: cut it
+            take = limit - current
+            pos += take
+            n -= take
+            starts.append(pos)
+            current = 0
+        pos += n
+        current += n
+    return np.array(starts, _I64)
+
+
+def buffer_at(addr: int, nbytes: int):
+    """A writable buffer object over ``nbytes`` of memory at ``addr`` (a contiguous message's memory)."""
+    import ctypes
+
+    return (ctypes.c_char * nbytes).from_address(addr)
+
+
+def datatype(addrs: np.ndarray, lengths: np.ndarray):
+    """A committed MPI datatype for ``MPI_BOTTOM`` covering these runs in order (the caller frees it)."""
+    from ckptio.backends.rawio import hindexed
+
+    return hindexed(lengths.tolist(), addrs.tolist())

@@ -1,0 +1,351 @@
+"""The distributed restart plan (ROMIO's two-phase pattern): no rank holds every rank's requests or the whole
+exchange map. Pure functions on numpy arrays; :class:`ckptio.reader.Reader` runs them between its collectives
+and ``ckptio plan`` runs them for one simulated rank of a large job (:mod:`ckptio.tools.scale`).
+
+At open (rank 0 once, :func:`partition`)
+    The extent table (:mod:`ckptio.model.extent_table`) is cut into *runs*: each variable's extents, in file order,
+    into up to A contiguous runs balanced by bytes (cut at a stripe-aligned extent boundary where one is within
+    1/8 of the ideal share; fewer when it has fewer extents or is smaller than A x ``min_share``), and run ``j`` of a
+    variable goes to aggregator ``(first + j) mod A`` with ``first`` rotating over the variables, so reading
+    any subset of variables still spreads over the aggregators. Each aggregator receives only its own rows;
+    every rank receives the :class:`Routing` index, one bounding box per run: O(variables x aggregators).
+
+Per read call
+    1. Every rank routes its requests (:func:`route_requests`) to the aggregators whose runs' boxes meet them:
+       an Alltoall of counts and an Alltoallv of int64 records.
+    2. Every aggregator matches what it received against its rows (:func:`match_requests`): the extents some
+       rank needs, split into parts that fit the buffer, grouped into rounds, and the pieces (part x request
+       intersections) in canonical order: round, destination, part, request.
+    3. The aggregators tell every destination its pieces (an Alltoallv of int64 descriptors): a rank receives
+       O(its own pieces), and the bytes of each round then line up on both sides without a global plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ckptio.model.extent_table import ExtentTable, _ranges
+
+_I64 = np.int64
+
+
+# ------------------------------------------------------------------------------------------------ at open
+@dataclass
+class Routing:
+    """Broadcast to every rank at open: which aggregator holds which part of each variable."""
+
+    aggregators: np.ndarray  # int32 [A]: ranks
+    run_var: np.ndarray      # int32 [R]
+    run_agg: np.ndarray      # int32 [R]: index into ``aggregators``
+    run_lo: np.ndarray       # int64 [R, ndim]: bounding box of the run's extents
+    run_hi: np.ndarray       # int64 [R, ndim]
+    ndim: int
+
+    def memory_bytes(self) -> int:
+        return sum(a.nbytes for a in (self.aggregators, self.run_var, self.run_agg, self.run_lo, self.run_hi))
+
+    def by_var(self) -> dict[int, np.ndarray]:
+        """Run indices per variable (built once per Reader)."""
+        order = np.argsort(self.run_var, kind="stable")
+        vars_, starts = np.unique(self.run_var[order], return_index=True)
+        ends = np.append(starts[1:], len(order))[:len(starts)]
+        return {int(v): order[s:e] for v, s, e in zip(vars_, starts, ends, strict=True)}
+
+
+def _cut_points(sizes: np.ndarray, offsets: np.ndarray, k: int, stripe_unit: int) -> np.ndarray:
+    """Row boundaries (length k + 1, from 0 to len) cutting ``sizes`` into k byte-balanced runs, preferring
+    boundaries at stripe-aligned file offsets within 1/8 of a share of the ideal cut."""
+    m = len(sizes)
+    prefix = np.zeros(m + 1, _I64)
+    np.cumsum(sizes, out=prefix[1:])
+    total = int(prefix[-1])
+    cuts = [0]
+    tolerance = total / k / 8
+    for j in range(1, k):
+        target = total * j / k
+        i = int(np.searchsorted(prefix, target))
+        cand = [c for c in (i - 1, i) if cuts[-1] <= c <= m]
+        best = min(cand, key=lambda c: abs(int(prefix[c]) - target)) if cand else cuts[-1]
+        lo = max(int(np.searchsorted(prefix, target - tolerance)), cuts[-1], 1)
+        hi = min(int(np.searchsorted(prefix, target + tolerance, side="right")), m)
+        if hi > lo:
+            window = np.arange(lo, hi)
+            aligned = window[offsets[window] % stripe_unit == 0]
+            if len(aligned):
+                best = int(aligned[np.argmin(np.abs(prefix[aligned] - target))])
+        cuts.append(max(best, cuts[-1]))
+    cuts.append(m)
+    return np.array(cuts, _I64)
+
+
+def partition(table: ExtentTable, aggregators: list[int], stripe_unit: int,
+              min_share: int = 1) -> tuple[np.ndarray, Routing]:
+    """Rank 0, at open: the aggregator index owning each row of ``table``, and the routing index."""
+    naggr = max(1, len(aggregators))
+    owner = np.zeros(len(table), np.int32)
+    run_var, run_agg, run_lo, run_hi = [], [], [], []
+    order = np.argsort(table.var, kind="stable")  # rows by variable, file order within one
+    vars_, starts = np.unique(table.var[order], return_index=True)
+    ends = np.append(starts[1:], len(order))[:len(starts)]
+    first = 0
+    for v, s, e in zip(vars_.tolist(), starts.tolist(), ends.tolist(), strict=True):
+        rows = order[s:e]
+        sizes = table.nbytes[rows]
+        total = int(sizes.sum())
+        k = int(max(1, min(naggr, len(rows), total // max(min_share, 1))))
+        cuts = _cut_points(sizes, table.file_offset[rows], k, stripe_unit)
+        for j in range(k):
+            run = rows[cuts[j]:cuts[j + 1]]
+            if not len(run):
+                continue
+            agg = (first + j) % naggr
+            owner[run] = agg
+            run_var.append(v)
+            run_agg.append(agg)
+            run_lo.append(table.lo[run].min(axis=0))
+            run_hi.append((table.lo[run] + table.shape[run]).max(axis=0))
+        first = (first + k) % naggr
+    nd = table.ndim
+    routing = Routing(np.asarray(aggregators, np.int32), np.array(run_var, np.int32), np.array(run_agg, np.int32),
+                      np.array(run_lo, _I64).reshape(-1, nd), np.array(run_hi, _I64).reshape(-1, nd), nd)
+    return owner, routing
+
+
+def rows_of_aggregators(owner: np.ndarray, naggr: int) -> list[np.ndarray]:
+    """Rank 0: for each aggregator index, its rows (in file order)."""
+    order = np.argsort(owner, kind="stable")
+    bounds = np.searchsorted(owner[order], np.arange(naggr + 1))
+    return [order[bounds[a]:bounds[a + 1]] for a in range(naggr)]
+
+
+# ---------------------------------------------------------------------------------------- per read call
+# A request record: [request index, variable, lo (ndim), shape (ndim)]; a piece descriptor: [round, request
+# index, lo (ndim), shape (ndim)]. Both int64, padded boxes.
+def request_records(requests: list[tuple[int, np.ndarray, np.ndarray]], ndim: int) -> np.ndarray:
+    """``(var, lo, shape)`` per request (padded) -> records ``[qi, var, lo, shape]``."""
+    out = np.zeros((len(requests), 2 + 2 * ndim), _I64)
+    for qi, (v, lo, shape) in enumerate(requests):
+        out[qi, 0], out[qi, 1] = qi, v
+        out[qi, 2:2 + ndim] = lo
+        out[qi, 2 + ndim:] = shape
+    return out
+
+
+def route_requests(records: np.ndarray, routing: Routing, runs_by_var: dict[int, np.ndarray]) -> list[np.ndarray]:
+    """Every rank, per read: its request records grouped by destination aggregator index (empty requests go
+    nowhere). A request goes to every aggregator owning a run whose bounding box it meets."""
+    nd = routing.ndim
+    naggr = len(routing.aggregators)
+    dest: list[list[int]] = [[] for _ in range(naggr)]
+    for i in range(len(records)):
+        lo, shape = records[i, 2:2 + nd], records[i, 2 + nd:]
+        if not (shape > 0).all():
+            continue
+        runs = runs_by_var.get(int(records[i, 1]))
+        if runs is None:
+            continue
+        hi = lo + shape
+        hit = (routing.run_lo[runs] < hi).all(axis=1) & (lo < routing.run_hi[runs]).all(axis=1)
+        for a in np.unique(routing.run_agg[runs[hit]]).tolist():
+            dest[a].append(i)
+    return [records[np.array(d, _I64)] if d else np.zeros((0, records.shape[1]), _I64) for d in dest]
+
+
+@dataclass
+class Part:
+    """A contiguous piece of one of the aggregator's extents, read in one round."""
+
+    row: int                  # row of the aggregator's table
+    lo: np.ndarray            # padded box
+    shape: np.ndarray
+    file_offset: int
+    nbytes: int
+    chain: tuple[int, int] | None = None  # (part, nparts) of a split extent whose one block is verified streaming
+    verified: bool = True     # whether this part's extent's blocks are checked (False: split band)
+
+
+@dataclass
+class AggregatorPlan:
+    """What one aggregator does in one read call."""
+
+    parts: list[Part]
+    rounds: list[list[int]]                       # part indices per round
+    # pieces, in canonical order (round, destination, part, source request): columns
+    piece_round: np.ndarray = field(default_factory=lambda: np.zeros(0, _I64))
+    piece_dest: np.ndarray = field(default_factory=lambda: np.zeros(0, _I64))
+    piece_part: np.ndarray = field(default_factory=lambda: np.zeros(0, _I64))
+    piece_qi: np.ndarray = field(default_factory=lambda: np.zeros(0, _I64))
+    piece_lo: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), _I64))
+    piece_shape: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), _I64))
+
+    @property
+    def nrounds(self) -> int:
+        return len(self.rounds)
+
+    def descriptors_by_dest(self) -> dict[int, np.ndarray]:
+        """For each destination rank that gets pieces: ``[round, qi, lo, shape]`` rows in canonical order (what
+        it will receive). O(pieces), not O(ranks)."""
+        if not len(self.piece_round):
+            return {}
+        rows = np.column_stack([self.piece_round, self.piece_qi, self.piece_lo, self.piece_shape]).astype(_I64)
+        order = np.argsort(self.piece_dest, kind="stable")  # already (round, dest, ...): keep round order per dest
+        dests, starts = np.unique(self.piece_dest[order], return_index=True)
+        ends = np.append(starts[1:], len(order))
+        return {int(d): rows[order[a:b]] for d, a, b in zip(dests.tolist(), starts.tolist(), ends.tolist(),
+                                                              strict=True)}
+
+    def descriptors_for(self, ndests: int) -> list[np.ndarray]:
+        """:meth:`descriptors_by_dest` as one array per rank of the job (empty for most; tests and tools)."""
+        empty = np.zeros((0, 2 + 2 * self.piece_lo.shape[1]), _I64)
+        by_dest = self.descriptors_by_dest()
+        return [by_dest.get(d, empty) for d in range(ndests)]
+
+
+def match_requests(table: ExtentTable, received: list[np.ndarray], itemsizes: np.ndarray,
+                   buffer_bytes: int) -> AggregatorPlan:
+    """An aggregator, per read: ``received[src]`` holds the request records rank ``src`` sent it. Returns the
+    parts to read in rounds of at most ``buffer_bytes`` (an extent larger than that is split along its
+    leading axis unless compressed) and the pieces each source rank gets."""
+    nd = table.ndim
+    srcs = [np.full(len(r), s, _I64) for s, r in enumerate(received) if len(r)]
+    if not srcs:
+        return AggregatorPlan([], [], piece_lo=np.zeros((0, nd), _I64), piece_shape=np.zeros((0, nd), _I64))
+    req_src = np.concatenate(srcs)
+    recs = np.concatenate([r for r in received if len(r)])
+    req_qi, req_var = recs[:, 0], recs[:, 1]
+    req_lo, req_shape = recs[:, 2:2 + nd], recs[:, 2 + nd:]
+    req_hi = req_lo + req_shape
+    # extents of each variable sorted by leading offset, for a window search per request
+    by_var: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
+    order = np.lexsort((table.lo[:, 0], table.var))
+    vars_, starts = np.unique(table.var[order], return_index=True)
+    ends = np.append(starts[1:], len(order))[:len(starts)]
+    for v, s, e in zip(vars_.tolist(), starts.tolist(), ends.tolist(), strict=True):
+        rows = order[s:e]
+        by_var[v] = (rows, table.lo[rows, 0], int(table.shape[rows, 0].max()))
+    hit_req: list[np.ndarray] = []
+    hit_row: list[np.ndarray] = []
+    t_lo, t_hi = table.lo, table.lo + table.shape
+    # every (request, extent) pair that meets, one variable at a time and vectorized over its requests: the
+    # candidates of a request are the extents whose leading interval can reach it (a window of the sorted
+    # leading offsets), then the full N-d test; in slices that bound the candidate arrays
+    req_order = np.argsort(req_var, kind="stable")
+    qvars, qstarts = np.unique(req_var[req_order], return_index=True)
+    qends = np.append(qstarts[1:], len(req_order))[:len(qstarts)]
+    for v, s, e in zip(qvars.tolist(), qstarts.tolist(), qends.tolist(), strict=True):
+        entry = by_var.get(v)
+        if entry is None:
+            continue
+        rows, lead, maxlen = entry
+        for chunk in range(s, e, 1 << 14):
+            qs = req_order[chunk:min(e, chunk + (1 << 14))]
+            a = np.searchsorted(lead, req_lo[qs, 0] - maxlen, side="right")
+            counts = np.maximum(np.searchsorted(lead, req_hi[qs, 0], side="left") - a, 0)
+            q = np.repeat(qs, counts)
+            cand = rows[_ranges(a, counts)]
+            meet = (t_lo[cand] < req_hi[q]).all(axis=1) & (req_lo[q] < t_hi[cand]).all(axis=1)
+            if meet.any():
+                hit_row.append(cand[meet])
+                hit_req.append(q[meet])
+    if not hit_row:
+        return AggregatorPlan([], [], piece_lo=np.zeros((0, nd), _I64), piece_shape=np.zeros((0, nd), _I64))
+    hr, hq = np.concatenate(hit_row), np.concatenate(hit_req)
+    # parts of the needed extents (rows are in file order), in rounds of at most buffer_bytes
+    needed = np.unique(hr)
+    parts: list[Part] = []
+    part_range = {}
+    for row in needed.tolist():
+        first = len(parts)
+        parts.extend(_split(table, row, int(itemsizes[table.var[row]]), buffer_bytes))
+        part_range[row] = (first, len(parts))
+    rounds: list[list[int]] = []
+    current: list[int] = []
+    size = 0
+    for p, part in enumerate(parts):
+        if current and size + part.nbytes > buffer_bytes:
+            rounds.append(current)
+            current, size = [], 0
+        current.append(p)
+        size += part.nbytes
+    if current:
+        rounds.append(current)
+    round_of = np.zeros(len(parts), _I64)
+    for k, r in enumerate(rounds):
+        round_of[r] = k
+    # pieces: every (part, hitting request) intersection; an extent read whole is one part, so its pieces are
+    # the (request, extent) intersections themselves (vectorized); split extents go part by part
+    first_part = np.array([part_range[row][0] for row in needed.tolist()], _I64)
+    nparts = np.array([part_range[row][1] - part_range[row][0] for row in needed.tolist()], _I64)
+    where = np.searchsorted(needed, hr)
+    whole = nparts[where] == 1
+    p_part = [first_part[where[whole]]]
+    p_req = [hq[whole]]
+    p_lo = [np.maximum(req_lo[hq[whole]], t_lo[hr[whole]])]
+    p_hi = [np.minimum(req_hi[hq[whole]], t_hi[hr[whole]])]
+    split_rows = needed[nparts > 1]
+    if len(split_rows):
+        sel = ~whole
+        hr_s, hq_s = hr[sel], hq[sel]
+        order = np.argsort(hr_s, kind="stable")
+        hr_s, hq_s = hr_s[order], hq_s[order]
+        bounds = np.append(np.searchsorted(hr_s, split_rows), len(hr_s))
+        for n, row in enumerate(split_rows.tolist()):
+            reqs = hq_s[bounds[n]:bounds[n + 1]]
+            a, b = part_range[row]
+            for p in range(a, b):
+                part = parts[p]
+                lo = np.maximum(req_lo[reqs], part.lo)
+                hi = np.minimum(req_hi[reqs], part.lo + part.shape)
+                ok = (hi > lo).all(axis=1)
+                if ok.any():
+                    p_part.append(np.full(int(ok.sum()), p, _I64))
+                    p_req.append(reqs[ok])
+                    p_lo.append(lo[ok])
+                    p_hi.append(hi[ok])
+    pp, pq = np.concatenate(p_part), np.concatenate(p_req)
+    plo, phi = np.concatenate(p_lo), np.concatenate(p_hi)
+    dest, qi = req_src[pq], req_qi[pq]
+    rnd = round_of[pp]
+    canon = np.lexsort((qi, pp, dest, rnd))
+    return AggregatorPlan(parts, rounds, rnd[canon], dest[canon], pp[canon], qi[canon], plo[canon],
+                          (phi - plo)[canon])
+
+
+def _split(table: ExtentTable, row: int, itemsize: int, buffer_bytes: int) -> list[Part]:
+    """One extent as parts of at most ``buffer_bytes`` along its leading axis (C order: each is contiguous)."""
+    lo, shape = table.lo[row], table.shape[row]
+    nbytes, offset = int(table.nbytes[row]), int(table.file_offset[row])
+    nverify = int(table.vptr[row + 1] - table.vptr[row])
+    if nbytes <= buffer_bytes or table.codec[row] >= 0 or shape[0] <= 1 or table.var_ndim[table.var[row]] == 0:
+        return [Part(row, lo, shape, offset, nbytes)]
+    row_bytes = nbytes // int(shape[0])
+    rows = max(1, buffer_bytes // max(row_bytes, 1))
+    nparts = -(-int(shape[0]) // rows)
+    v = int(table.vptr[row])
+    one_block = nverify == 1 and (table.vlo[v] == lo).all() and (table.vshape[v] == shape).all()
+    out = []
+    for i in range(nparts):
+        start = i * rows
+        n = min(rows, int(shape[0]) - start)
+        plo, pshape = lo.copy(), shape.copy()
+        plo[0] += start
+        pshape[0] = n
+        out.append(Part(row, plo, pshape, offset + start * row_bytes, n * row_bytes,
+                        (i, nparts) if one_block else None, one_block))
+    return out
+
+
+def parse_descriptors(received: list[np.ndarray], ndim: int, nrounds: int) -> list[dict[int, np.ndarray]]:
+    """A receiving rank: the descriptors each source sent -> per round, ``{source: rows [qi, lo, shape]}`` in
+    arrival (canonical) order."""
+    out: list[dict[int, np.ndarray]] = [{} for _ in range(nrounds)]
+    for src, rows in enumerate(received):
+        if not len(rows):
+            continue
+        rnd = rows[:, 0]
+        cuts = np.flatnonzero(np.diff(rnd)) + 1
+        for chunk in np.split(rows, cuts):
+            out[int(chunk[0, 0])][src] = chunk[:, 1:]
+    return out

@@ -1,0 +1,582 @@
+"""Staged checkpoints (``stage_dir=``): the burst-buffer pattern, on a shared or a node-local fast tier.
+
+``close()`` of a staged checkpoint (collective over the writer's communicator):
+
+1. :func:`locate` finds out what ``stage_dir`` is: every node's first rank writes a probe file into it and
+   every rank reports which probes it sees. All see all: the stage is *shared*; each sees only its own node's:
+   it is *node-local* (a node's SSD, ``/dev/shm``, a per-node burst buffer). Anything else (a rank that does
+   not see its own node's probe, a stage shared by some nodes only) fails on every rank, naming the node and
+   what it cannot see, before anything is written.
+2. every rank writes its blocks, unchanged, into its own *piece* on its own node's stage: a data file and a
+   JSON manifest holding each block's checksum, the checkpoint's final path and a token common to every rank
+   (:func:`write_piece`). Plain local writes: no MPI-IO file is shared, so nothing is opened across nodes.
+3. the *drain* (:func:`drain`, run by the I/O thread) reads each rank's own piece back, verifies every
+   checksum, and writes the normal shared checkpoint at the final path through the usual collective path
+   (:class:`ckptio.Writer`: aggregators, hints, commit). Once it committed, older staged copies of the same
+   final directory are removed (:func:`retain`), so the stage holds the newest drained checkpoint and the
+   ones still draining.
+
+Staged copies live in ``stage_dir/<final directory name>-<hash of its absolute path>/<checkpoint name>/<token>/``
+(:func:`checkpoint_dir`): two runs sharing one ``stage_dir`` never see each other's copies, and every
+manifest names its final path, checked before use.
+
+Restart (:func:`recover`, from ``ckptio.latest(..., comm=, stage_dir=)`` and ``Series.latest()``): when the
+newest staged checkpoint has no valid copy on the parallel file system (its drain was interrupted), it is
+drained now, but only when every rank's piece is present and verified on its own node (a restart on the same
+nodes with the same number of ranks, as in SCR); otherwise it is skipped with a warning, never waited for.
+``ckptio.open(path, comm, stage_dir=)`` reads from the stages by the same rule (:mod:`ckptio.tiers.staged_reader`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ckptio import _warn, coord
+from ckptio.engine.index import WriteStats
+from ckptio.engine.write import WriteRequest, directory_problem, plan_globally
+from ckptio.errors import CheckpointError, CheckpointIOError, CorruptCheckpointError
+from ckptio.model import meta as metamod
+from ckptio.model import varmeta
+from ckptio.model.plan import pack_declarations
+from ckptio.pathcheck import symlink_problem
+from ckptio.tiers import async_io, catalog
+
+FORMAT = "ckptio-stage"
+VERSION = 1
+_PROBE = ".ckptio-probe-"
+_TOKEN_RE = re.compile(r"^\d{20}-[0-9a-f]{8}$")
+_DRAINED = "drained"  # marker in a staged checkpoint's directory: its final copy committed
+_CHUNK = 8 << 20  # bytes checksummed and written at a time
+
+
+@dataclass(frozen=True)
+class StageInfo:
+    """What :func:`locate` found out (the same on every rank, except ``host`` and ``cleaner``)."""
+
+    directory: str
+    shared: bool  # True: every rank sees one directory; False: every node has its own
+    host: str  # this rank's host name (each rank's manifest records its own: nothing per rank is gathered)
+    cleaner: bool  # this rank removes files in the stage it sees (rank 0 if shared, else each node's first rank)
+
+
+# ------------------------------------------------------------------------------------------------- naming
+def key_dir(stage_dir: str, final_path: str) -> str:
+    """The stage directory of every checkpoint whose final directory is ``dirname(final_path)``: named by that
+    directory and a hash of its absolute path, so runs writing elsewhere never share it."""
+    final_dir = os.path.dirname(os.path.abspath(final_path))
+    digest = hashlib.sha256(final_dir.encode()).hexdigest()[:16]
+    tail = re.sub(r"[^A-Za-z0-9_.+-]", "_", os.path.basename(final_dir))[:40] or "root"
+    return os.path.join(stage_dir, f"{tail}-{digest}")
+
+
+def checkpoint_dir(stage_dir: str, final_path: str, token: str) -> str:
+    """Where the pieces of one staged checkpoint (one ``close()``, identified by ``token``) are."""
+    return os.path.join(key_dir(stage_dir, final_path), os.path.basename(final_path), token)
+
+
+def new_token() -> str:
+    """A checkpoint's token: time of staging then random digits, so tokens sort by staging time."""
+    return f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
+
+
+def _piece_names(rank: int, nprocs: int) -> tuple[str, str]:
+    base = f"rank-{rank:06d}-of-{nprocs:06d}"
+    return base + ".data", base + ".json"
+
+
+# ----------------------------------------------------------------------------------------- where is it
+def locate(comm, stage_dir: str) -> StageInfo:
+    """Collective: create ``stage_dir`` if needed and find out whether it is shared or node-local (see the
+    module docstring). Raises the same CheckpointIOError on every rank, naming the nodes, when it is neither."""
+    from mpi4py import MPI
+
+    rank = comm.Get_rank()
+    host = MPI.Get_processor_name()
+    leader = coord.node_leader(comm)
+    phase = f"stage {stage_dir}"
+    token = coord.bcast_from_root(comm, f"{phase}: probe name", lambda: uuid.uuid4().hex[:12])
+    probe = os.path.join(stage_dir, f"{_PROBE}{token}-{rank}")
+
+    def make() -> None:
+        try:
+            os.makedirs(stage_dir, exist_ok=True)
+            if rank == leader:
+                with open(probe, "w") as f:
+                    f.write(host)
+        except OSError as exc:
+            raise CheckpointIOError(f"stage_dir {stage_dir} cannot be used on {host}: "
+                                    f"{exc.strerror or exc}") from None
+
+    def remove_probe() -> None:
+        if rank == leader:
+            _remove_if_there(probe)
+
+    try:
+        coord.run(comm, f"{phase}: create the directory and its probe", make)
+
+        def seen() -> tuple[str, int, list[int]]:
+            prefix = f"{_PROBE}{token}-"
+            names = [n for n in os.listdir(stage_dir) if n.startswith(prefix)]
+            return host, leader, sorted(int(n[len(prefix):]) for n in names)
+
+        shared = coord.gather_and_plan(comm, f"{phase}: who sees which probe", seen,
+                                       lambda views: _decide(stage_dir, views))
+    finally:  # also after a failure (a full stage): a probe left behind would fill it further
+        coord.run(comm, f"{phase}: remove the probe", remove_probe)
+    return StageInfo(stage_dir, shared, host, rank == 0 if shared else rank == leader)
+
+
+def _decide(stage_dir: str, views: Sequence[tuple[str, int, list[int]]]) -> bool:
+    """Rank 0: True for a shared stage, False for a node-local one; CheckpointIOError naming nodes otherwise."""
+    leaders = sorted({leader for _, leader, _ in views})
+    host_of = {leader: views[leader][0] for leader in leaders}
+    if all(seen == leaders for _, _, seen in views):
+        return True
+    if all(seen == [leader] for _, leader, seen in views):
+        return False
+    problems = []
+    for leader in leaders:
+        ranks = [r for r, (_, lead, _) in enumerate(views) if lead == leader]
+        seen = sorted({n for r in ranks for n in views[r][2]})
+        who = f"node {host_of[leader]} (ranks {_ranges(ranks)})"
+        if leader not in seen:
+            problems.append(f"{who} cannot see its own node's probe file in {stage_dir}")
+        elif seen != leaders:
+            others = [host_of[n] for n in leaders if n != leader]
+            visible = [host_of[n] for n in seen if n != leader]
+            problems.append(f"{who} sees the stage of {', '.join(visible) or 'no other node'} "
+                            f"out of {', '.join(others)}")
+    raise CheckpointIOError(f"stage_dir {stage_dir} must be either one directory every node sees or a "
+                            f"directory local to each node: " + "; ".join(problems or ["ranks of one node disagree"]))
+
+
+def _ranges(ranks: Sequence[int]) -> str:
+    if len(ranks) > 2 and ranks[-1] - ranks[0] == len(ranks) - 1:
+        return f"{ranks[0]}-{ranks[-1]}"
+    return ", ".join(map(str, ranks))
+
+
+# --------------------------------------------------------------------------------------------- pieces
+def write_piece(directory: str, rank: int, nprocs: int, header: dict[str, Any],
+                blocks: Sequence[tuple[dict[str, Any], np.ndarray]], spare: str | None = None) -> int:
+    """Local: write this rank's blocks (C-contiguous arrays with their declarations; each block's checksum is
+    computed on the way, chunk by chunk while the chunk is in cache) and then its manifest (atomically, by
+    rename: a piece without a manifest does not exist). ``spare``: a data file of an older, drained piece
+    of this rank (:func:`spare_data_file`), overwritten in place instead of allocating new pages. Returns
+    the bytes written."""
+    os.makedirs(directory, exist_ok=True)
+    data_name, manifest_name = _piece_names(rank, nprocs)
+    data_path = os.path.join(directory, data_name)
+    flags = os.O_WRONLY | os.O_CREAT
+    if spare is not None:
+        try:
+            os.rename(spare, data_path)
+        except OSError:
+            flags |= os.O_TRUNC
+    else:
+        flags |= os.O_TRUNC
+    try:
+        return _write_piece_files(directory, data_path, manifest_name, flags, rank, nprocs, header, blocks)
+    except BaseException:  # a full stage or an interrupt: leave nothing of this piece (it would fill the stage
+        for path in (data_path, os.path.join(directory, f".{manifest_name}.tmp")):  # for every later checkpoint)
+            _remove_if_there(path)
+        raise
+
+
+def remove_piece(directory: str, rank: int, nprocs: int) -> None:
+    """Local: remove this rank's piece (data file and manifest) of a staged checkpoint that failed collectively,
+    and the checkpoint's directories once empty, so a full stage does not stay full for the next checkpoint."""
+    for name in _piece_names(rank, nprocs):
+        _remove_if_there(os.path.join(directory, name))
+    for path in (directory, os.path.dirname(directory)):
+        try:
+            os.rmdir(path)
+        except OSError:  # not empty (another rank's piece on a shared stage, or another token) or gone
+            break
+
+
+def _remove_if_there(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _write_piece_files(directory: str, data_path: str, manifest_name: str, flags: int, rank: int, nprocs: int,
+                       header: dict[str, Any], blocks: Sequence[tuple[dict[str, Any], np.ndarray]]) -> int:
+    """Local: :func:`write_piece`'s data file, then its manifest (atomically); returns the bytes written."""
+    entries, pos = [], 0
+    fd = os.open(data_path, flags, 0o644)
+    try:
+        for decl, array in blocks:
+            view = memoryview(array.reshape(-1).view(np.uint8)) if array.size else memoryview(b"")
+            digest = metamod.StreamingChecksum()
+            done = 0
+            while done < len(view):
+                chunk = view[done:done + _CHUNK]
+                digest.update(chunk)
+                written = 0
+                while written < len(chunk):
+                    written += os.write(fd, chunk[written:])
+                done += len(chunk)
+            entries.append({**decl, "checksum": digest.hexdigest(), "array_shape": list(array.shape),
+                            "data_offset": pos, "nbytes": len(view)})
+            pos += len(view)
+        os.ftruncate(fd, pos)
+    finally:
+        os.close(fd)
+    manifest = {"format": FORMAT, "version": VERSION, **header, "rank": rank, "nprocs": nprocs, "blocks": entries}
+    tmp = os.path.join(directory, f".{manifest_name}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(manifest, f)
+    os.replace(tmp, os.path.join(directory, manifest_name))
+    return pos
+
+
+def spare_data_file(stage_dir: str, final_path: str, rank: int, nprocs: int) -> str | None:
+    """Local: this rank's data file of a staged checkpoint of the same final directory whose drain committed
+    (marked by :func:`retain`), to be reused by the next :func:`write_piece` (writing into existing tmpfs pages
+    is about twice as fast as allocating new ones). Its manifest is removed first, so that piece is never
+    taken for valid again. None when there is none."""
+    data_name, manifest_name = _piece_names(rank, nprocs)
+    for _name, _tok, path in _staged(key_dir(stage_dir, final_path)):
+        if os.path.exists(os.path.join(path, _DRAINED)) and os.path.exists(os.path.join(path, data_name)):
+            try:
+                os.unlink(os.path.join(path, manifest_name))
+            except FileNotFoundError:
+                pass
+            return os.path.join(path, data_name)
+    return None
+
+
+def read_piece(directory: str, rank: int, nprocs: int, final_path: str,
+               verify: bool = True) -> tuple[dict[str, Any], list[np.ndarray]]:
+    """Local: this rank's piece of a staged checkpoint, every checksum verified (arrays map the file: no copy).
+
+    Raises CheckpointIOError when the piece is missing or belongs to another checkpoint (final path, rank
+    count), CorruptCheckpointError when a block does not match its checksum."""
+    data_name, manifest_name = _piece_names(rank, nprocs)
+    where = os.path.join(directory, manifest_name)
+    try:
+        with open(where) as f:
+            manifest = json.load(f)
+    except FileNotFoundError:
+        raise CheckpointIOError(f"staged piece {where} is missing (on {_host()})") from None
+    except (OSError, ValueError) as exc:
+        raise CorruptCheckpointError(f"staged piece {where}: unreadable manifest: {exc}") from None
+    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
+        raise CorruptCheckpointError(f"staged piece {where}: not a ckptio stage manifest")
+    if manifest.get("final") != os.path.abspath(final_path) or manifest.get("nprocs") != nprocs:
+        raise CheckpointIOError(f"staged piece {where} belongs to {manifest.get('final')} written by "
+                                f"{manifest.get('nprocs')} ranks, not to {os.path.abspath(final_path)} on {nprocs}")
+    size = sum(int(b["nbytes"]) for b in manifest["blocks"])
+    data_path = os.path.join(directory, data_name)
+    try:
+        actual = os.path.getsize(data_path)
+    except OSError as exc:
+        raise CheckpointIOError(f"staged piece {data_path}: {exc.strerror}") from None
+    if actual != size:
+        raise CorruptCheckpointError(f"staged piece {data_path}: {actual} bytes, its manifest says {size}")
+    raw = np.memmap(data_path, np.uint8, "r") if size else np.empty(0, np.uint8)
+    arrays = []
+    for b in manifest["blocks"]:
+        chunk = raw[b["data_offset"]:b["data_offset"] + b["nbytes"]]
+        if verify and metamod.checksum(chunk if b["nbytes"] else b"") != b["checksum"]:
+            raise CorruptCheckpointError(f"staged piece {data_path}: variable {b['name']!r} does not match "
+                                         f"its checksum (on {_host()})")
+        arrays.append(chunk.view(np.dtype(b["dtype"])).reshape(b["array_shape"]))
+    return manifest, arrays
+
+
+def _host() -> str:
+    from mpi4py import MPI
+
+    return MPI.Get_processor_name()
+
+
+# ------------------------------------------------------------------------------------------- close
+def close_staged(writer: Any, background: bool) -> None:
+    """Collective over the writer's communicator (the staged branch of :meth:`ckptio.Writer.close`): write every
+    rank's blocks into its own node's stage (shared or node-local, found out by :func:`locate`), then drain them
+    to the final path through the usual collective write, in the background unless ``background`` is False."""
+    writer._closed = True
+    comm = writer.comm
+    rank, nprocs = comm.Get_rank(), comm.Get_size()
+    t0 = time.perf_counter()
+    try:
+        token = coord.gather_and_plan(comm, f"checkpoint {writer.path}: declare (staged)",
+                                      lambda: _prepare_staged(writer), lambda g: _plan_staged(writer, g))
+        info = locate(comm, writer.stage_dir)
+        directory = checkpoint_dir(writer.stage_dir, writer.path, token)
+        header = {"final": os.path.abspath(writer.path), "token": token, "host": info.host,
+                  "backend": writer.backend.name, "attrs": writer.attrs,
+                  "series": None if writer.series_record is None else writer.series_record.to_json()}
+        blocks = [({**p.decl, **writer._described.get(p.decl["name"], {})}, p.data) for p in writer._pending]
+
+        def piece() -> int:
+            spare = spare_data_file(writer.stage_dir, writer.path, rank, nprocs)
+            return write_piece(directory, rank, nprocs, header, blocks, spare)
+
+        try:
+            written = coord.run(comm, f"checkpoint {writer.path}: write to stage {writer.stage_dir}", piece)
+        except BaseException:  # failed on some rank (a full stage): no rank keeps its piece of it
+            remove_piece(directory, rank, nprocs)
+            raise
+    finally:
+        writer._pending = []
+    total, least, most = coord.sum_min_max(comm, written)
+    stage_seconds = time.perf_counter() - t0
+    writer.stats = WriteStats({"stage": stage_seconds}, total, least, most)
+    final = writer.path
+    on_commit = getattr(writer, "_on_commit", None)  # Series retention, as in Writer._close_async
+    twins: list[Any] = []
+
+    def twin(path: str, comm, _manifest) -> Any:  # the drain's writer, kept for its stats and document
+        twins.append(writer._clone(path, comm))
+        return twins[-1]
+
+    def drain_now(comm) -> None:
+        drain(comm, twin, directory, final)
+        writer._adopt(twins[-1], {"stage": stage_seconds})
+        retain(comm, info, final, token)
+        if on_commit is not None and background:  # synchronous: Series runs it after close() returns
+            on_commit(comm)
+
+    if not background:
+        drain_now(comm)
+        return
+    engine = async_io.engine_for(comm)
+    finished = engine.settle_before_new()
+    writer.backend.write_problem()  # loads the backend's library here (see async_io.IOEngine.submit)
+    writer.handle = async_io.AsyncCheckpoint(writer.path)
+    engine.submit(writer.handle, drain_now, lambda: None)
+    async_io.raise_failures(finished, f"close() of {writer.path} (which was submitted normally)")
+
+
+def _prepare_staged(writer: Any) -> dict[str, Any]:
+    """Local part of a staged close's declare phase: C order (checksums are computed while writing the stage,
+    compression is the drain's work), and whether this rank sees the final directory (the drain opens a file
+    there)."""
+    if writer._error is not None:
+        raise writer._error
+    check_stage_dir(writer.stage_dir)
+    t = time.perf_counter()
+    for p in writer._pending:
+        p.data = np.ascontiguousarray(p.data).reshape(p.data.shape)  # (ascontiguousarray makes 0-d 1-d)
+    final_dir = os.path.dirname(os.path.abspath(writer.path))
+    problem = None if os.path.isdir(final_dir) else (f"{final_dir} is not a directory seen from "
+                                                     f"{_host()} (rank {writer.comm.Get_rank()})")
+    return {"decls": pack_declarations([p.decl for p in writer._pending]), "attrs": writer.attrs,
+            "described": varmeta.pack(writer._described), "prepare_seconds": time.perf_counter() - t,
+            "dir_problem": directory_problem(writer.path) if writer.comm.Get_rank() == 0 else None,
+            "sees_final": problem}
+
+
+def _plan_staged(writer: Any, gathered: list[dict[str, Any]]) -> str:
+    """Rank 0: validate the declarations as a direct write would (so a staged checkpoint fails now, not in the
+    drain) and name the staged checkpoint (its token)."""
+    blind = [g["sees_final"] for g in gathered if g["sees_final"]]
+    if blind:
+        raise CheckpointIOError(f"checkpoint {writer.path}: " + "; ".join(blind))
+    plan_globally(WriteRequest(writer.path, writer.comm, writer.backend, writer.hints, writer.compression,
+                               writer.attrs, []), gathered)
+    return new_token()
+
+
+def check_stage_dir(stage_dir: str | None) -> None:
+    """Local, every rank, in a staged close()'s declare phase (agreed, before the stage is probed by
+    :func:`locate`): ``stage_dir``, or the nearest part of its path that exists, must be a directory. A regular
+    file there made the probe fail and then its cleanup, which reported "remove the probe failed:
+    NotADirectoryError" instead of the cause (issue 23)."""
+    if stage_dir is None:
+        return
+    path = os.path.abspath(stage_dir)
+    while not os.path.lexists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    if os.path.isdir(path):
+        return
+    why = symlink_problem(path)
+    if why is None:
+        what = "it" if path == os.path.abspath(stage_dir) else f"its parent {path}"
+        why = f"{what} is {'a regular file' if os.path.isfile(path) else 'not a directory'}"
+    raise CheckpointIOError(f"stage_dir {stage_dir} cannot be used on {_host()}: {why}, "
+                            "not a directory; give a directory (created if missing) for the staged copies")
+
+
+# ---------------------------------------------------------------------------------------- drain, retain
+def drain(comm, writer_factory, directory: str, final_path: str) -> None:
+    """Collective over ``comm``: read this rank's piece (checksums verified) and write the final checkpoint
+    with a Writer from ``writer_factory(final_path, comm, manifest)`` (its close() is the collective path; an
+    error reading one rank's piece is raised there on every rank; ``manifest`` is None on that rank)."""
+    try:
+        manifest, arrays = read_piece(directory, comm.Get_rank(), comm.Get_size(), final_path)
+    except CheckpointError as exc:
+        twin = writer_factory(final_path, comm, None)
+        twin._error = exc  # raised by close() on every rank, naming this one
+        twin.close()
+        return
+    twin = writer_factory(final_path, comm, manifest)
+    try:
+        for b, a in zip(manifest["blocks"], arrays, strict=True):
+            described = {"dims": b.get("dims"), "attrs": b.get("attrs")}  # declared with the block, if any
+            if b["kind"] == "array":
+                twin.write(b["name"], a, offset=b["offset"], global_shape=b["global_shape"], **described)
+            else:
+                twin.write(b["name"], a, **described)
+    except CheckpointError as exc:
+        twin._error = twin._error or exc  # raised by close() on every rank, naming this one
+    twin.close()
+
+
+def retain(comm, info: StageInfo, final_path: str, token: str) -> None:
+    """Collective: after the checkpoint ``token`` committed at ``final_path``, mark it drained (its data files
+    may then be reused by the next staged checkpoint, see :func:`spare_data_file`) and remove the staged
+    checkpoints of the same final directory staged before it (drained, or failed and superseded). The
+    cleaner of each stage does this; a failure is a warning, never an error of the committed checkpoint."""
+    def remove() -> None:
+        if not info.cleaner:
+            return
+        base = key_dir(info.directory, final_path)
+        mark_drained(checkpoint_dir(info.directory, final_path, token), final_path)
+        for _name, tok, path in _staged(base):
+            if tok < token:
+                shutil.rmtree(path, ignore_errors=True)
+                parent = os.path.dirname(path)
+                if not os.listdir(parent):
+                    os.rmdir(parent)
+
+    try:
+        coord.run(comm, f"stage {info.directory}: retention", remove)
+    except CheckpointError as exc:
+        _warn.warn(f"ckptio: could not remove old staged copies: {exc}", RuntimeWarning)
+
+
+def mark_drained(directory: str, final_path: str) -> None:
+    """Local: record in a staged checkpoint's directory that it was drained, and to which file (atomically:
+    several ranks of a node may write the same marker)."""
+    tmp = os.path.join(directory, f".{_DRAINED}.{uuid.uuid4().hex[:8]}")
+    with open(tmp, "w") as f:
+        json.dump(file_identity(os.stat(final_path)), f)
+    os.replace(tmp, os.path.join(directory, _DRAINED))
+
+
+def file_identity(st: os.stat_result) -> dict[str, int]:
+    """What identifies the final file a staged copy was drained to (a later write of that name differs)."""
+    return {"ino": st.st_ino, "mtime_ns": st.st_mtime_ns, "size": st.st_size}
+
+
+def drained_identity(directory: str) -> dict[str, int] | None:
+    """Local: the identity of the final file a staged checkpoint was drained to, or None if not drained."""
+    try:
+        with open(os.path.join(directory, _DRAINED)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _staged(base: str) -> list[tuple[str, str, str]]:
+    """(checkpoint name, token, directory) of every staged checkpoint under one key directory."""
+    out = []
+    try:
+        names = os.listdir(base)
+    except FileNotFoundError:
+        return out
+    for name in names:
+        try:
+            tokens = os.listdir(os.path.join(base, name))
+        except (NotADirectoryError, FileNotFoundError):
+            continue
+        out += [(name, tok, os.path.join(base, name, tok)) for tok in tokens if _TOKEN_RE.match(tok)]
+    return out
+
+
+# -------------------------------------------------------------------------------------------- restart
+def recover(comm, directory: str, pattern: catalog.NamePattern, stage_dir: str) -> str | None:
+    """Collective: if the newest staged checkpoint of ``directory`` (named exactly by ``pattern``) has no valid
+    copy there, drain it now, when every rank's piece is present and verified on its own node. Returns the
+    path drained, or None. Staged checkpoints that cannot be used are skipped with a warning (no hang: each
+    rank only looks at its own node's stage, and the decision is agreed)."""
+    base = key_dir(stage_dir, os.path.join(directory, "x"))
+
+    def mine() -> list[tuple[str, str]]:
+        newest: dict[str, str] = {}
+        for name, tok, _ in _staged(base):
+            if pattern.step(name) is not None and tok > newest.get(name, ""):
+                newest[name] = tok
+        return sorted(newest.items())
+
+    def order(views: list[list[tuple[str, str]]]) -> list[tuple[str, str]]:
+        newest: dict[str, str] = {}
+        for view in views:
+            for name, tok in view:
+                newest[name] = max(tok, newest.get(name, ""))
+        return sorted(newest.items(), key=lambda nt: (pattern.step(nt[0]) or 0, nt[1]), reverse=True)
+
+    staged = coord.gather_and_plan(comm, f"stage {stage_dir}: staged checkpoints", mine, order)
+    for name, token in staged:
+        final = os.path.join(directory, name)
+
+        def on_disk(final: str = final) -> bool:
+            try:
+                catalog.check(final)
+                return True
+            except (CheckpointError, OSError):
+                return False
+
+        if coord.bcast_from_root(comm, f"stage {stage_dir}: is {final} valid", on_disk):
+            return None  # the newest staged checkpoint is drained already: the parallel file system has it
+        piece = checkpoint_dir(stage_dir, final, token)
+
+        def check(piece: str = piece, final: str = final) -> str | None:
+            try:
+                read_piece(piece, comm.Get_rank(), comm.Get_size(), final)
+                return None
+            except CheckpointError as exc:
+                return str(exc)
+
+        problems = coord.gather_and_plan(comm, f"stage {stage_dir}: verify {name}", check,
+                                         lambda found: {r: p for r, p in enumerate(found) if p})
+        if problems:
+            if comm.Get_rank() == 0:
+                first = min(problems)
+                _warn.warn(f"ckptio: staged copy of {final} is not usable on every rank ({len(problems)} "
+                           f"rank(s), e.g. rank {first}: {problems[first]}); not restarting from it", RuntimeWarning)
+            continue
+        try:
+            drain(comm, _restaging_writer, piece, final)
+        except CheckpointError as exc:  # agreed: every rank is here (a full destination, a lost file system...)
+            if comm.Get_rank() == 0:
+                _warn.warn(f"ckptio: could not drain the staged copy of {final} ({exc}); not restarting from it, "
+                           "falling back to an older checkpoint", RuntimeWarning)
+            continue
+        try:
+            coord.run(comm, f"stage {stage_dir}: mark {name} drained", lambda piece=piece, final=final:
+                      mark_drained(piece, final))
+        except CheckpointError as exc:
+            _warn.warn(f"ckptio: could not mark the staged copy of {final} drained: {exc}", RuntimeWarning)
+        return final
+    return None
+
+
+def _restaging_writer(path: str, comm, manifest: dict[str, Any] | None):
+    """A Writer for a drain at restart: backend and attributes as the staged checkpoint recorded them."""
+    from ckptio.writer import Writer
+
+    manifest = manifest or {}
+    writer = Writer(path, comm, backend=manifest.get("backend", "mpiio"), attrs=manifest.get("attrs"))
+    if manifest.get("series") is not None:  # the series identity the staged checkpoint was written with
+        from ckptio.model.series_record import SeriesRecord
+
+        writer.series_record = SeriesRecord.from_json(manifest["series"])
+    return writer

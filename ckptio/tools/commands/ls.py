@@ -1,0 +1,189 @@
+"""``ckptio ls DIR``: every checkpoint-looking file of a run directory with its step, time, format, status and
+size, and which one is the newest valid checkpoint of each series.
+
+A file is listed when its name has a step (``{stem}_{digits}{suffix}``, ckptio.tiers.catalog's exact names), when it is
+a ckptio temporary (``.{name}.ckptio-tmp-{hex}``: a write in progress or interrupted), or when its content is in
+a checkpoint format whatever its name. Statuses: ``valid``, ``valid+verified`` (``--verify``), ``superseded``
+(a later run restarted from an older step; ckptio.latest never chooses it), ``incomplete``, ``corrupt``,
+``unsupported version``, ``temporary``, ``unreadable here`` (a valid structure this installation cannot read,
+e.g. an HDF5 feature that needs h5py), ``not a ckptio checkpoint`` (any other file with a step-like name, e.g. a
+plain HDF5 or netCDF file such as the FLASH file ``convert --to flash`` writes: the same words ``inspect`` uses).
+The newest valid checkpoint of each series (exactly what ``ckptio.latest(DIR, prefix)`` returns, given the same
+``--verify``) is marked ``*``. Exit: 0 listed, 1 some checkpoint is damaged (incomplete, corrupt, unsupported
+version: never a file that is not a ckptio checkpoint), 2 DIR missing or not a directory. One process, no MPI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import stat
+import sys
+from typing import Any
+
+from ckptio.errors import (
+    CapabilityError,
+    CheckpointError,
+    CorruptCheckpointError,
+    FormatVersionError,
+    IncompleteCheckpointError,
+    UnknownFormatError,
+)
+from ckptio.model.units import format_bytes
+from ckptio.tiers.catalog import _TEMP, identify, list_directory, superseded
+from ckptio.tiers.catalog import Entry as CatalogEntry
+from ckptio.tools.commands.common import EXIT_DIFFERENT, EXIT_OK, error_exit, guarded, progress
+
+NAME = "ls"
+STEP_NAME = re.compile(r"(?P<stem>.+_)(?P<step>[0-9]+)(?P<suffix>(\.[A-Za-z0-9]+)?)")
+VALID = ("valid", "valid+verified")
+NOT_CKPTIO = "not a ckptio checkpoint"  # = ckptio.tools.cli.NOT_CKPTIO, inspect's status for the same files
+DAMAGED = ("incomplete", "corrupt", "unsupported version")
+
+
+def examine(path: str, verify: bool) -> dict[str, Any]:
+    """Local, serial: format, status, attributes (step/time/sequence) of one file."""
+    from ckptio.backends import detect_backend
+    from ckptio.verify import verify_blocks
+
+    info: dict[str, Any] = {"format": None, "status": None, "error": None, "attrs": {}, "nprocs": None}
+    try:
+        backend = detect_backend(path)
+    except CorruptCheckpointError as exc:
+        info.update(format=getattr(exc, "backend", None), status="corrupt", error=str(exc))
+        return info
+    except UnknownFormatError as exc:
+        info.update(status=NOT_CKPTIO, error=str(exc))
+        return info
+    except OSError as exc:  # e.g. no permission to read it
+        info.update(status="unreadable", error=str(exc))
+        return info
+    info["format"] = backend.name
+    try:
+        meta = backend.read_metadata(path)
+        if verify:
+            problems = verify_blocks(backend, path, meta)
+            if problems:
+                more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+                raise CorruptCheckpointError(f"{problems[0]}{more}")
+    except UnknownFormatError as exc:  # the format's container, not written by ckptio (plain HDF5/netCDF): no damage
+        info.update(status=NOT_CKPTIO, error=str(exc))  # format: the container's, as inspect shows it
+        return info
+    except CapabilityError as exc:  # a valid structure the built-in reader does not implement: not damage
+        info.update(status="unreadable here", error=str(exc))
+        return info
+    except IncompleteCheckpointError as exc:
+        info.update(status="incomplete", error=str(exc))
+        return info
+    except FormatVersionError as exc:
+        info.update(status="unsupported version", error=str(exc))
+        return info
+    except (CheckpointError, OSError, ValueError) as exc:
+        info.update(status="corrupt", error=str(exc))
+        return info
+    info.update(status="valid+verified" if verify else "valid", attrs=dict(meta.attrs), nprocs=meta.nprocs,
+                created=meta.created, _identity=meta.series)
+    return info
+
+
+def list_run(directory: str, verify: bool = False) -> list[dict[str, Any]]:
+    """Local: one row per listed file, sorted by series then step (newest last). Raises CheckpointIOError if
+    ``directory`` is missing or not a directory."""
+    rows: list[dict[str, Any]] = []
+    for name in sorted(list_directory(directory)):
+        path = os.path.join(directory, name)
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        m, temp = STEP_NAME.fullmatch(name), _TEMP.fullmatch(name)
+        rows.append({"name": name, "path": path, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                     "series": f"{m['stem']}<step>{m['suffix']}" if m and not temp else None,
+                     "step": int(m["step"]) if m and not temp else None, "temporary": temp is not None,
+                     "newest_valid": False})
+    for row in progress(rows, desc="ls", unit="file"):
+        if row["temporary"]:
+            row.update(format=None, status="temporary", attrs={},
+                       error=f"temporary of {_TEMP.fullmatch(row['name'])['name']} (a write in progress or "
+                             "interrupted)")
+            continue
+        row.update(examine(row["path"], verify))
+    rows = [r for r in rows if r["series"] is not None or r["temporary"] or r["status"] != NOT_CKPTIO]
+    for row in rows:
+        attrs = row.get("attrs") or {}
+        row["time"] = attrs.get("time")
+        if row["step"] is None and isinstance(attrs.get("step"), int):
+            row["step"] = attrs["step"]
+    _mark_timeline(rows)
+    for row in rows:
+        row.pop("_identity", None)  # read for the timeline only
+    rows.sort(key=lambda r: (r["series"] or "~", r["step"] if r["step"] is not None else -1, r["name"]))
+    return rows
+
+
+def _mark_timeline(rows: list[dict[str, Any]]) -> None:
+    """Per series: mark superseded checkpoints (ckptio.tiers.catalog's rule) and the newest valid one."""
+    series: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        if row["series"] is not None:
+            series.setdefault(row["series"], []).append(row)
+    for members in series.values():
+        entries = {}
+        for r in members:  # the timeline as ckptio.latest sees it (catalog.identify)
+            entry = CatalogEntry(r["path"], r["step"], None, r["mtime_ns"])
+            if r["status"] in VALID:  # (a damaged series record failed the read: "corrupt", never chosen)
+                identify(entry, r.get("created"), r.get("_identity"), r.get("attrs") or {})
+            entries[r["path"]] = entry
+        gone = superseded(list(entries.values()))
+        for r in members:
+            if r["path"] in gone:
+                r["status"] = "superseded"
+                r["error"] = f"by {os.path.basename(gone[r['path']].path)}"
+        valid = [r for r in members if r["status"] in VALID]
+        if valid:
+            max(valid, key=lambda r: r["step"])["newest_valid"] = True
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(NAME, help="list the checkpoints of a run directory with their status", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("directory")
+    p.add_argument("--verify", action="store_true", help="read every block of every checkpoint, check checksums")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.set_defaults(func=run)
+
+
+@guarded(NAME)
+def run(args: argparse.Namespace) -> int:
+    try:
+        rows = list_run(args.directory, args.verify)
+    except (CheckpointError, OSError) as exc:
+        return error_exit(NAME, exc)
+    code = EXIT_DIFFERENT if any(r["status"] in DAMAGED for r in rows) else EXIT_OK
+    if args.json:
+        keep = ("name", "path", "series", "step", "time", "format", "status", "error", "size", "newest_valid",
+                "nprocs")
+        json.dump({"directory": args.directory, "verified": args.verify,
+                   "files": [{k: r.get(k) for k in keep} for r in rows]}, sys.stdout, indent=2, default=str)
+        print()
+        return code
+    if not rows:
+        print(f"{args.directory}: no checkpoint files")
+        return code
+
+    width = max(len(r["name"]) for r in rows)
+    print(f"  {'name':<{width}}  {'step':>8}  {'time':>12}  {'format':<7}  {'size':>10}  status")
+    for r in rows:
+        mark = "*" if r["newest_valid"] else " "
+        step = "" if r["step"] is None else str(r["step"])
+        time = "" if r["time"] is None else f"{r['time']:.6g}" if isinstance(r["time"], int | float) else str(r["time"])
+        status = r["status"] + (f" ({r['error']})" if r["error"] and r["status"] not in VALID else "")
+        print(f"{mark} {r['name']:<{width}}  {step:>8}  {time:>12}  {r['format'] or '-':<7}  "
+              f"{format_bytes(r['size']):>10}  {status}")
+    print("* newest valid checkpoint of its series (what ckptio.latest returns"
+          + (", verified)" if args.verify else ")"))
+    return code
