@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 
 from ckptio.errors import CheckpointIOError, CorruptCheckpointError, IncompleteCheckpointError
+from ckptio.model import plain
+from ckptio.model.document import CheckpointDocument, VariableRecord
 
 NC_TYPES = {1: "i1", 2: "S1", 3: ">i2", 4: ">i4", 5: ">f4", 6: ">f8", 7: "u1", 8: ">u2", 9: ">u4", 10: ">i8",
              11: ">u8"}
@@ -154,3 +156,26 @@ def read_header(path: str) -> CDFHeader:
         return CDFHeader(version, 0 if streaming else numrecs, streaming, dims, attrs, variables, c.size)
     finally:
         os.close(fd)
+
+
+def plain_document(path: str) -> CheckpointDocument:
+    """Rank 0: the document of a classic netCDF file (CDF-1, CDF-2 or CDF-5) ckptio did not write (see
+    :mod:`ckptio.model.plain`)."""
+    header = read_header(path)
+    variables: dict[str, VariableRecord] = {}
+    skipped: dict[str, str] = {}
+    for name, var in header.vars.items():
+        if var.is_record:
+            skipped[name] = "a record variable (along the unlimited dimension, interleaved with the others)"
+            continue
+        dtype = np.dtype(NC_TYPES[var.nc_type])
+        if dtype.kind not in plain.NUMERIC:
+            skipped[name] = "a char variable (text), not numeric"
+            continue
+        if (why := plain.packed_problem(var.attrs)) is not None:
+            skipped[name] = why
+            continue
+        shape = tuple(header.dims[d][1] for d in var.dimids)
+        dims = tuple(header.dims[d][0] for d in var.dimids)  # netCDF's shared dimensions
+        variables[name] = plain.variable(shape, dtype, var.begin, plain.attrs_of(var.attrs), dims)
+    return plain.document("pnetcdf", variables, skipped, plain.attrs_of(header.attrs))

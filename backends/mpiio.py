@@ -62,55 +62,16 @@ from ckptio.coord.hints import COLLECTIVE_ONLY_HINTS, info_to_dict
 from ckptio.errors import CheckpointIOError, CorruptCheckpointError, FormatVersionError, IncompleteCheckpointError
 from ckptio.model import meta as metamod
 from ckptio.model.block_table import BlockTable, as_table
+from ckptio.model.native_layout import BLOCK_ALIGN, HEADER_SIZE, place_blocks
+from ckptio.model.native_layout import align as _align
 from ckptio.model.plan import Extent, VariablePlan
 
 MAGIC = b"\x89CKPTIO\n"
 TRAILER_MAGIC = b"CKPTEND\x00"
 FORMAT_VERSION = 2
-HEADER_SIZE = 4096
 _HEADER = struct.Struct("<8sIIQ")  # magic, format version, header size, header checksum (0: none, older files)
 _TRAILER = struct.Struct("<8sIIQQQQ16s")
 TRAILER_SIZE = _TRAILER.size  # 64
-BLOCK_ALIGN = 8
-
-
-def _align(value: int, alignment: int) -> int:
-    return (value + alignment - 1) // alignment * alignment
-
-
-def place_blocks(rank: np.ndarray, local_index: np.ndarray, stored: np.ndarray,
-                 stripe_unit: int) -> tuple[np.ndarray, int, list[tuple[int, int]]]:
-    """Pure: the native format's rank-major placement of blocks given as columns (one row per declared block:
-    writing rank, position among that rank's declarations, stored bytes): each block's file offset, the data
-    end and every rank's ``[start, end)`` region. Each rank's blocks in declaration order, 8-byte aligned; a
-    rank's region starts on a stripe boundary when it is at least one stripe long. One Python step per rank,
-    none per block (the write plan at 100,000 ranks has 2.4 million blocks); ``ckptio plan`` models the file
-    with it too (:mod:`ckptio.tools.simulate`)."""
-    rank, local_index, stored = (np.asarray(a, np.int64) for a in (rank, local_index, stored))
-    offsets = np.zeros(len(rank), np.int64)
-    if not len(rank):
-        return offsets, HEADER_SIZE, []
-    order = np.lexsort((local_index, rank))
-    size = (stored[order] + BLOCK_ALIGN - 1) // BLOCK_ALIGN * BLOCK_ALIGN
-    first = np.flatnonzero(np.concatenate(([True], rank[order][1:] != rank[order][:-1])))
-    last = np.append(first[1:], len(order)) - 1
-    region = np.add.reduceat(size, first)
-    tail = size[last] - stored[order][last]  # the last block's alignment padding is not part of the region
-    starts = np.empty(len(first), np.int64)
-    regions: list[tuple[int, int]] = []
-    pos = HEADER_SIZE
-    for g, (r, t) in enumerate(zip(region.tolist(), tail.tolist(), strict=True)):
-        if r >= stripe_unit:
-            pos = _align(pos, stripe_unit)
-        start = pos
-        starts[g] = _align(start, BLOCK_ALIGN)
-        pos = int(starts[g]) + r - t
-        if pos > start:
-            regions.append((start, pos))
-    within = np.cumsum(size) - size
-    group = np.repeat(np.arange(len(first)), np.diff(np.append(first, len(order))))
-    offsets[order] = starts[group] + within - within[first][group]
-    return offsets, pos, regions
 
 
 def rank_spans(rank: np.ndarray, offsets: np.ndarray, stored: np.ndarray, nprocs: int) -> np.ndarray:

@@ -63,7 +63,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from ckptio.backends import install_hints, rawio
+from ckptio.backends import cdf, install_hints, rawio
 from ckptio.backends.base import (
     Backend,
     BlockToWrite,
@@ -76,8 +76,9 @@ from ckptio.backends.base import (
 )
 from ckptio.backends.cdf import NC_TYPES, CDFHeader, read_header
 from ckptio.backends.detect import not_ckptio
-from ckptio.backends.rawio import SerialRawReader, hindexed, leading_axis_bands
+from ckptio.backends.rawio import SerialRawReader, leading_axis_bands
 
+from ckptio.coord.datatypes import hindexed
 from ckptio.coord.hints import DEFAULT_STRIPING_UNIT, info_to_dict, transfer_mode
 from ckptio.errors import (
     CapabilityError,
@@ -91,6 +92,7 @@ from ckptio.errors import (
 from ckptio.model import memsel
 from ckptio.model import meta as metamod
 from ckptio.model.block_table import USER_TABLE_NOTE, user_table_shape
+from ckptio.model.document import CheckpointDocument
 from ckptio.model.plan import Extent, VariablePlan
 
 # pnetcdf-python initializes MPI when imported: import it only to write a file (reading needs neither it nor MPI)
@@ -477,6 +479,9 @@ class PnetCDFBackend(Backend):
 
         return extent_table.from_bands(meta)
 
+    def plain_document(self, path: str) -> CheckpointDocument:
+        return cdf.plain_document(path)
+
     def open_extents(self, path: str, comm, info, meta: Mapping[str, Any]) -> ExtentReader:
         return rawio.open_extent_reader(path, comm, info, meta)
 
@@ -548,7 +553,7 @@ def _memory_type(view: np.ndarray):
     """A committed MPI memory datatype of a strided view's elements relative to :func:`ckptio.model.memsel.span`: an
     hindexed type of the element type (PnetCDF's flexible API takes the element type from it) over the view's
     runs, built with the classic constructor (ROMIO in MPICH 4.0 cannot flatten mpi4py's large-count types,
-    see :func:`ckptio.backends.rawio.hindexed`). Local."""
+    see :func:`ckptio.coord.datatypes.hindexed`). Local."""
     from mpi4py.util.dtlib import from_numpy_dtype
 
     offsets, run = memsel.runs(view)

@@ -28,6 +28,7 @@ import numpy as np
 from ckptio.backends.base import ExtentReader
 
 from ckptio import settings
+from ckptio.coord.datatypes import hindexed
 from ckptio.coord.hints import uses_romio
 from ckptio.errors import CheckpointIOError, IncompleteCheckpointError
 from ckptio.model import codec as codecs
@@ -35,80 +36,7 @@ from ckptio.model import memsel, pagealign
 from ckptio.model.layout import Box
 from ckptio.model.plan import Extent
 
-_MAX_CHUNK = 1 << 30  # MPI counts are C ints: describe larger blocks as several 1 GiB pieces
-
-
-def _classic_type_constructor():
-    """``MPI_Type_create_hindexed`` (the classic, int-count constructor) of the MPI library mpi4py runs on.
-
-    Why not ``MPI.BYTE.Create_hindexed``: mpi4py 4.x builds every derived type with the MPI-4 large-count
-    constructor (``MPI_Type_create_hindexed_c``) whenever the library has one. ROMIO up to MPICH 4.0.x cannot
-    flatten the large-count combiners (pmodels/mpich issue 6121, fixed in 4.1): ``MPI_File_set_view`` and
-    collective transfers abort with "Out of memory in file adio/common/flatten.c" or "dtp_ != NULL".
-    Open MPI 4.1 has no ``_c`` constructors, so it never showed there. mpi4py has no run-time switch for
-    this (only a build-time one), so ckptio calls the classic constructor itself, through ctypes: the
-    symbol is looked up from mpi4py's own extension module, whose dependencies include the MPI library it
-    was linked against (whichever of mpi4py's MPI variants was loaded), so no library name is guessed.
-    The MPI handle is an ``int`` in MPICH-family libraries and a pointer in Open MPI: its size says which.
-    Local; cached after the first call.
-    """
-    global _CLASSIC
-    if _CLASSIC is None:
-        from mpi4py import MPI
-
-        lib = ctypes.CDLL(MPI.__file__)
-        fn = lib.MPI_Type_create_hindexed
-        handle = ctypes.c_void_p if MPI._sizeof(MPI.Datatype) == ctypes.sizeof(ctypes.c_void_p) else ctypes.c_int
-        if MPI._sizeof(MPI.Datatype) != ctypes.sizeof(handle):
-            raise CheckpointIOError(f"unsupported MPI_Datatype handle size {MPI._sizeof(MPI.Datatype)}")
-        if MPI.AINT.Get_size() != np.dtype(np.intp).itemsize:
-            raise CheckpointIOError(f"unsupported MPI_Aint size {MPI.AINT.Get_size()}")
-        fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, handle, ctypes.c_void_p]
-        _CLASSIC = (fn, handle)
-    return _CLASSIC
-
-
-_CLASSIC: tuple[Any, Any] | None = None
-
-
-def split_pieces(lengths: Sequence[int], displacements: Sequence[int], limit: int = _MAX_CHUNK, extent: int = 1
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """Pure: ``(lengths, displacements)`` without empty pieces and with every piece longer than ``limit``
-    elements (of ``extent`` bytes; MPI block lengths are C ints) cut into pieces of at most ``limit``
-    elements, in order; displacements in bytes; vectorized."""
-    lens = np.asarray(lengths, np.int64)
-    disps = np.asarray(displacements, np.int64)
-    if len(lens) and int(lens.max()) > limit:
-        pieces = (lens + limit - 1) // limit  # how many pieces each length becomes (0 for an empty one)
-        first = np.repeat(np.cumsum(pieces) - pieces, pieces)
-        within = np.arange(int(pieces.sum()), dtype=np.int64) - first  # piece number inside its length
-        owner = np.repeat(np.arange(len(lens)), pieces)
-        disps = disps[owner] + within * limit * extent
-        lens = np.minimum(lens[owner] - within * limit, limit)
-    keep = lens > 0
-    return lens[keep], disps[keep]
-
-
-def hindexed(lengths: Sequence[int], displacements: Sequence[int], oldtype=None):
-    """A committed MPI hindexed type of ``oldtype`` (default ``MPI_BYTE``; lengths count its elements,
-    displacements are in bytes) built with the classic constructor (see :func:`_classic_type_constructor`);
-    pieces above 2**30 elements are split (int block lengths). Local."""
-    from mpi4py import MPI
-
-    oldtype = MPI.BYTE if oldtype is None else oldtype
-    lens, disps = split_pieces(lengths, displacements, _MAX_CHUNK, oldtype.Get_extent()[1])
-    if len(lens) > np.iinfo(np.intc).max:
-        raise CheckpointIOError(f"{len(lens)} pieces in one MPI transfer: more than an MPI int count")
-    fn, handle = _classic_type_constructor()
-    c_lens = np.asarray(lens, dtype=np.intc)
-    c_disps = np.asarray(disps, dtype=np.intp)
-    base = handle.from_address(MPI._addressof(oldtype)).value
-    newtype = MPI.Datatype()
-    err = fn(len(lens), c_lens.ctypes.data, c_disps.ctypes.data, base, MPI._addressof(newtype))
-    if err != MPI.SUCCESS:
-        raise MPI.Exception(err)
-    return newtype.Commit()
+_MAX_CHUNK = 1 << 30  # bytes per preadv call at most (and per MPI piece: see ckptio.coord.datatypes)
 
 
 def file_ordered(pieces_file: Sequence[tuple[int, int]], buffers: Sequence[Any]) -> list[tuple[int, int, Any]]:

@@ -5,7 +5,7 @@ collective MPI-IO (native format), parallel HDF5 or PnetCDF; restart on any rank
 aggregated reads. See README.md and the documentation in docs/.
 """
 
-from ckptio.api import create, open
+from ckptio.api import create, latest, open
 from ckptio.errors import (
     CapabilityError,
     CheckpointError,
@@ -26,7 +26,6 @@ from ckptio.model.pagealign import empty
 from ckptio.reader import Reader, VariableInfo
 from ckptio.series import Series
 from ckptio.tiers.async_io import wait_all
-from ckptio.tiers.catalog import latest
 from ckptio.tools.xarray_series import open_series
 from ckptio.writer import Writer
 

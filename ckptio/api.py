@@ -7,8 +7,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ckptio.reader import Reader
+from ckptio.tiers import catalog, staging
 from ckptio.tiers.staged_reader import StagedReader, open_staged
-from ckptio.writer import Writer
+from ckptio.writer import Writer, restaging_writer
 
 
 def create(path: str | os.PathLike, comm, backend: str = "mpiio", attrs: Mapping[str, Any] | None = None,
@@ -65,3 +66,24 @@ def open(path: str | os.PathLike, comm=None, hints: Mapping[str, Any] | None = N
         if staged is not None:
             return staged
     return Reader(path, comm, hints=hints, aggregators=aggregators, buffer_bytes=buffer_bytes, verify=verify)
+
+
+def latest(directory: str | os.PathLike, prefix: str = "chk", verify: bool = False, comm=None,
+           stage_dir: str | os.PathLike | None = None, suffix: str = "") -> str | None:
+    """The newest valid checkpoint named exactly ``{prefix}_{step}{suffix}`` in ``directory``, or None.
+
+    Raises :class:`CheckpointIOError` (naming the path) when ``directory`` does not exist or is not a directory;
+    an existing directory without a valid checkpoint gives None. Only the series' timeline is considered
+    (checkpoints superseded by a restart from an older step are never chosen, see :mod:`ckptio.tiers.catalog`);
+    the step is the number of the exact pattern (``chk_000010.h5`` is newer than ``chk_000005.h5``). Incomplete,
+    truncated or damaged-index checkpoints are skipped with a warning; ``verify=True`` also reads every block and
+    checks its checksum. With ``comm``: collective, rank 0 looks and every rank gets its answer or its error;
+    without, the calling process looks by itself. With ``comm`` and ``stage_dir``, a staged checkpoint newer than
+    anything valid in ``directory`` (its drain was interrupted) is drained first, when every rank's piece is
+    present and verified on its own node (see :func:`ckptio.tiers.staging.recover`); without ``comm``,
+    ``stage_dir`` is ignored (one process cannot see every node's stage).
+    """
+    def recover(comm, directory: str, pattern, stage_dir: str) -> None:
+        staging.recover(comm, directory, pattern, stage_dir, restaging_writer)
+
+    return catalog.latest(directory, prefix, verify, comm, stage_dir, suffix, recover=recover)

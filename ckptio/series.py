@@ -60,7 +60,7 @@ from ckptio.errors import CheckpointIOError, DeclarationError
 from ckptio.model.agreement import first_difference
 from ckptio.model.series_record import SeriesRecord
 from ckptio.tiers import async_io, batch, catalog, lease, staging
-from ckptio.writer import Writer, check_write_options
+from ckptio.writer import Writer, check_write_options, restaging_writer
 
 
 class Series:
@@ -279,7 +279,7 @@ class Series:
         this run restarts from: retention never deletes it while this object lives."""
 
         if self.stage_dir:  # a staged checkpoint whose drain was interrupted: drain it now, on the same nodes
-            staging.recover(self.comm, self.directory, self.pattern, self.stage_dir)
+            staging.recover(self.comm, self.directory, self.pattern, self.stage_dir, restaging_writer)
 
         def look() -> str | None:
             with self._lock:

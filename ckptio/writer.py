@@ -407,3 +407,13 @@ def _naming_rank(exc: CheckpointError, rank: int) -> CheckpointError:
         return type(exc)(f"{exc} (on rank {rank})")
     except TypeError:  # an error class with another signature: keep it as it is
         return exc
+
+
+def restaging_writer(path: str, comm, manifest: Mapping[str, Any] | None) -> Writer:
+    """A Writer for a drain at restart (:func:`ckptio.tiers.staging.recover`): backend and attributes as the staged
+    checkpoint recorded them, and its series identity. Local."""
+    manifest = manifest or {}
+    writer = Writer(path, comm, backend=manifest.get("backend", "mpiio"), attrs=manifest.get("attrs"))
+    if manifest.get("series") is not None:  # the series identity the staged checkpoint was written with
+        writer.series_record = SeriesRecord.from_json(manifest["series"])
+    return writer

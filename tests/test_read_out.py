@@ -111,7 +111,7 @@ def test_byte_range_cuts_the_stream_inside_runs():
 
 
 def test_split_pieces_cuts_long_pieces_at_the_int_limit():
-    from ckptio.backends.rawio import split_pieces
+    from ckptio.coord.datatypes import split_pieces
 
     lens, disps = split_pieces([5, 0, 23, 4], [100, 7, 200, 300], limit=10)
     assert lens.tolist() == [5, 10, 10, 3, 4] and disps.tolist() == [100, 200, 210, 220, 300]

@@ -26,7 +26,7 @@ from ckptio.coord import hints as hintsmod
 from ckptio.engine import fslayout
 from ckptio.errors import CheckpointIOError, DeclarationError, UnknownFormatError
 from ckptio.model import meta as metamod
-from ckptio.model import plain, readplan, units
+from ckptio.model import readplan, units
 from ckptio.model.block_table import as_table
 from ckptio.model.plan import SEGMENT, choose_aggregators
 
@@ -133,7 +133,7 @@ def plan_open(path: str, size: int, gathered: list[tuple[dict[str, Any], int]], 
     try:
         meta = backend.read_metadata(path)
     except UnknownFormatError:  # an HDF5 or netCDF file some other program wrote: read it unchecked
-        meta = plain.plain_document(path, backend.name)
+        meta = backend.plain_document(path)
     if file_identity(path) != before:
         raise CheckpointIOError(f"checkpoint {path} was replaced or changed while its metadata was "
                                 "read (another job writing the same name?); open it again")

@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -270,7 +270,8 @@ def _skip(path: str, why: str) -> None:
 
 
 def latest(directory: str | os.PathLike, prefix: str = "chk", verify: bool = False, comm=None,
-           stage_dir: str | os.PathLike | None = None, suffix: str = "") -> str | None:
+           stage_dir: str | os.PathLike | None = None, suffix: str = "",
+           recover: Callable[[Any, str, NamePattern, str], Any] | None = None) -> str | None:
     """The newest valid checkpoint named exactly ``{prefix}_{step}{suffix}`` in ``directory``, or None.
 
     Raises :class:`CheckpointIOError` (naming the path) when ``directory`` does not exist or is not a directory;
@@ -281,8 +282,9 @@ def latest(directory: str | os.PathLike, prefix: str = "chk", verify: bool = Fal
     checksum. With ``comm``: collective, rank 0 looks and every rank gets its answer or its error (ckptio.coord);
     without, the calling process looks by itself. With ``comm`` and ``stage_dir``, a staged checkpoint newer than
     anything valid in ``directory`` (its drain was interrupted) is drained first, when every rank's piece is
-    present and verified on its own node (see :func:`ckptio.tiers.staging.recover`); without ``comm``, ``stage_dir`` is
-    ignored (one process cannot see every node's stage).
+    present and verified on its own node (``recover(comm, directory, pattern, stage_dir)``: what
+    :func:`ckptio.latest` passes, :func:`ckptio.tiers.staging.recover`); without ``comm``, ``stage_dir`` is ignored
+    (one process cannot see every node's stage).
     """
     if comm is None:
         return find_latest(directory, NamePattern.for_prefix(prefix, suffix), verify)
@@ -295,10 +297,8 @@ def latest(directory: str | os.PathLike, prefix: str = "chk", verify: bool = Fal
         lambda: (os.path.abspath(os.fspath(directory)), prefix, suffix, bool(verify),
                  None if stage_dir is None else os.path.abspath(os.fspath(stage_dir)), _checked_prefix(prefix, suffix)),
         _same_latest_arguments)
-    if stage_dir is not None:  # a staged checkpoint whose drain did not finish: drain it now, if possible
-        from ckptio.tiers import staging
-
-        staging.recover(comm, os.fspath(directory), pattern, os.fspath(stage_dir))
+    if stage_dir is not None and recover is not None:  # a staged checkpoint whose drain did not finish: drain it
+        recover(comm, os.fspath(directory), pattern, os.fspath(stage_dir))
     return coord.bcast_from_root(comm, f"latest checkpoint in {os.fspath(directory)}",
                                  lambda: find_latest(directory, pattern, verify))
 

@@ -502,11 +502,13 @@ def _staged(base: str) -> list[tuple[str, str, str]]:
 
 
 # -------------------------------------------------------------------------------------------- restart
-def recover(comm, directory: str, pattern: catalog.NamePattern, stage_dir: str) -> str | None:
+def recover(comm, directory: str, pattern: catalog.NamePattern, stage_dir: str, writer_factory: Any) -> str | None:
     """Collective: if the newest staged checkpoint of ``directory`` (named exactly by ``pattern``) has no valid
     copy there, drain it now, when every rank's piece is present and verified on its own node. Returns the
     path drained, or None. Staged checkpoints that cannot be used are skipped with a warning (no hang: each
-    rank only looks at its own node's stage, and the decision is agreed)."""
+    rank only looks at its own node's stage, and the decision is agreed). ``writer_factory(path, comm,
+    manifest)``: the writer of the drain (the facades pass :func:`ckptio.writer.restaging_writer`: the tiers sit
+    below the facades and never import them)."""
     base = key_dir(stage_dir, os.path.join(directory, "x"))
 
     def mine() -> list[tuple[str, str]]:
@@ -554,7 +556,7 @@ def recover(comm, directory: str, pattern: catalog.NamePattern, stage_dir: str) 
                            f"rank(s), e.g. rank {first}: {problems[first]}); not restarting from it", RuntimeWarning)
             continue
         try:
-            drain(comm, _restaging_writer, piece, final)
+            drain(comm, writer_factory, piece, final)
         except CheckpointError as exc:  # agreed: every rank is here (a full destination, a lost file system...)
             if comm.Get_rank() == 0:
                 _warn.warn(f"ckptio: could not drain the staged copy of {final} ({exc}); not restarting from it, "
@@ -567,16 +569,3 @@ def recover(comm, directory: str, pattern: catalog.NamePattern, stage_dir: str) 
             _warn.warn(f"ckptio: could not mark the staged copy of {final} drained: {exc}", RuntimeWarning)
         return final
     return None
-
-
-def _restaging_writer(path: str, comm, manifest: dict[str, Any] | None):
-    """A Writer for a drain at restart: backend and attributes as the staged checkpoint recorded them."""
-    from ckptio.writer import Writer
-
-    manifest = manifest or {}
-    writer = Writer(path, comm, backend=manifest.get("backend", "mpiio"), attrs=manifest.get("attrs"))
-    if manifest.get("series") is not None:  # the series identity the staged checkpoint was written with
-        from ckptio.model.series_record import SeriesRecord
-
-        writer.series_record = SeriesRecord.from_json(manifest["series"])
-    return writer

@@ -6,7 +6,7 @@ enough blocks for ``bytes`` in total, each writer rank owning a contiguous range
 16, 16)`` block per variable per rank). Everything is numpy columns, one row per stored block (2.4 M rows at
 100,000 ranks), never a Python object per block:
 
-* the file is laid out by :func:`ckptio.backends.mpiio.place_blocks`, the placement the native backend's
+* the file is laid out by :func:`ckptio.model.native_layout.place_blocks`, the placement the native backend's
   :meth:`NativeBackend.layout` itself uses;
 * the restart (``readers`` ranks, the writer's or a shifted decomposition) is partitioned among the aggregators
   by the real :func:`ckptio.model.readplan.partition` of the job's :class:`~ckptio.model.extent_table.ExtentTable`; each
@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from ckptio.backends.mpiio import place_blocks
 from ckptio.coord.hints import MAX_STRIPE_COUNT
 from ckptio.model import readplan
 from ckptio.model.extent_table import ExtentTable
+from ckptio.model.native_layout import place_blocks
 
 CELLS = 16 * 16 * 16
 BLOCK_VAR_BYTES = CELLS * 8
@@ -109,7 +109,7 @@ class FlashJob:
 
 
 def build_job(s: PlanScenario) -> FlashJob:
-    """Lay out the scenario's native-format file (:func:`~ckptio.backends.mpiio.place_blocks`) and describe it
+    """Lay out the scenario's native-format file (:func:`~ckptio.model.native_layout.place_blocks`) and describe it
     as an extent table."""
     nblocks = max(s.ranks, s.nbytes // (s.variables * BLOCK_VAR_BYTES))
     wb = bounds_even(nblocks, s.ranks)
