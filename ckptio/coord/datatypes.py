@@ -59,7 +59,7 @@ _CLASSIC: tuple[Any, Any] | None = None
 
 def split_pieces(lengths: Sequence[int], displacements: Sequence[int], limit: int = _MAX_CHUNK, extent: int = 1
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Pure: ``(lengths, displacements)`` without empty pieces and with every piece longer than ``limit``
+    """Local: Pure: ``(lengths, displacements)`` without empty pieces and with every piece longer than ``limit``
     elements (of ``extent`` bytes; MPI block lengths are C ints) cut into pieces of at most ``limit``
     elements, in order; displacements in bytes; vectorized."""
     lens = np.asarray(lengths, np.int64)
@@ -102,12 +102,12 @@ EMPTY = (np.zeros(0, _I64), np.zeros(0, _I64))
 
 
 def address(arr: np.ndarray) -> int:
-    """The address of ``arr``'s first element (also for strided and negative-stride views)."""
+    """Local: The address of ``arr``'s first element (also for strided and negative-stride views)."""
     return int(arr.__array_interface__["data"][0])
 
 
 def view_runs(view: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The runs of contiguous bytes of ``view``'s elements in C order: ``(addresses, lengths)``."""
+    """Local: The runs of contiguous bytes of ``view``'s elements in C order: ``(addresses, lengths)``."""
     if view.size == 0:
         return EMPTY
     dims = [(int(n), int(s)) for n, s in zip(view.shape, view.strides, strict=True) if n != 1]
@@ -126,6 +126,7 @@ class ArrayTable:
     item sizes and C-contiguity, gathered once per exchange."""
 
     def __init__(self, arrays: Sequence[np.ndarray], ndim: int):
+        """Local."""
         self.arrays = arrays
         self.ndim = ndim
         self.shapes = np.ones((len(arrays), ndim), _I64)
@@ -138,7 +139,7 @@ class ArrayTable:
             self.contig[a] = arr.flags.c_contiguous
 
     def runs(self, which: np.ndarray, lo: np.ndarray, shape: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The runs of the boxes ``arrays[which[i]][lo[i] : lo[i] + shape[i]]`` (padded box coordinates
+        """Local: The runs of the boxes ``arrays[which[i]][lo[i] : lo[i] + shape[i]]`` (padded box coordinates
         relative to the array's first element), in order, and how many runs each box has.
 
         Vectorized for the common case, a box that is one contiguous stretch of a C-contiguous array (whole
@@ -185,7 +186,7 @@ class ArrayTable:
 
     def streams(self, peer: np.ndarray, which: np.ndarray, lo: np.ndarray, shape: np.ndarray,
                 request: np.ndarray) -> dict[int, Stream]:
-        """The boxes as one :class:`Stream` per ``peer``; ``peer`` must be sorted (pieces keep their order within
+        """Local: The boxes as one :class:`Stream` per ``peer``; ``peer`` must be sorted (pieces keep their order within
         a peer); ``request`` tags each piece for :func:`message_starts`."""
         addrs, lens, counts = self.runs(which, lo, shape)
         sizes = shape.prod(axis=1) * self.item[which]
@@ -211,15 +212,16 @@ class Stream:
 
     @property
     def nbytes(self) -> int:
+        """Local."""
         return int(self.sizes.sum())
 
     def messages(self, small: int, group: int, limit: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """The runs of each message (see :func:`message_starts`)."""
+        """Local: The runs of each message (see :func:`message_starts`)."""
         return cut(self.addrs, self.lengths, message_starts(self.sizes, self.requests, small, group, limit))
 
 
 def merge(addrs: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Adjacent runs (one ends where the next starts) joined into one."""
+    """Local: Adjacent runs (one ends where the next starts) joined into one."""
     if len(addrs) <= 1:
         return addrs, lengths
     starts = np.flatnonzero(np.r_[True, addrs[1:] != addrs[:-1] + lengths[:-1]])
@@ -227,7 +229,7 @@ def merge(addrs: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 
 def byte_range(addrs: np.ndarray, lengths: np.ndarray, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
-    """The runs holding bytes ``[start, stop)`` of the stream the runs describe (cut inside runs as needed)."""
+    """Local: The runs holding bytes ``[start, stop)`` of the stream the runs describe (cut inside runs as needed)."""
     ends = np.cumsum(lengths)
     begins = ends - lengths
     sel = (ends > start) & (begins < stop)
@@ -241,7 +243,7 @@ def byte_range(addrs: np.ndarray, lengths: np.ndarray, start: int, stop: int) ->
 
 
 def cut(addrs: np.ndarray, lengths: np.ndarray, starts: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The runs cut into consecutive messages: message ``m`` holds bytes ``[starts[m], starts[m + 1])`` of the
+    """Local: The runs cut into consecutive messages: message ``m`` holds bytes ``[starts[m], starts[m + 1])`` of the
     stream (the last one to its end; ``starts[0]`` is 0), runs split where a message boundary falls inside."""
     total = int(lengths.sum())
     ends = np.cumsum(lengths)
@@ -255,7 +257,7 @@ def cut(addrs: np.ndarray, lengths: np.ndarray, starts: np.ndarray) -> list[tupl
 
 
 def message_starts(sizes: np.ndarray, request: np.ndarray, small: int, group: int, limit: int) -> np.ndarray:
-    """Where the messages of one peer's stream start (byte positions, the first 0), from its pieces' byte
+    """Local: Where the messages of one peer's stream start (byte positions, the first 0), from its pieces' byte
     ``sizes`` and the requests they belong to, in stream order; both sides of the exchange compute the same.
 
     Consecutive pieces of one request share a message (on both sides they are usually adjacent in memory, so
@@ -284,13 +286,13 @@ def message_starts(sizes: np.ndarray, request: np.ndarray, small: int, group: in
 
 
 def buffer_at(addr: int, nbytes: int):
-    """A writable buffer object over ``nbytes`` of memory at ``addr`` (a contiguous message's memory)."""
+    """Local: A writable buffer object over ``nbytes`` of memory at ``addr`` (a contiguous message's memory)."""
     import ctypes
 
     return (ctypes.c_char * nbytes).from_address(addr)
 
 
 def datatype(addrs: np.ndarray, lengths: np.ndarray):
-    """A committed MPI datatype for ``MPI_BOTTOM`` covering these runs in order (the caller frees it)."""
+    """Local: A committed MPI datatype for ``MPI_BOTTOM`` covering these runs in order (the caller frees it)."""
 
     return hindexed(lengths.tolist(), addrs.tolist())

@@ -52,7 +52,7 @@ COLLECTIVE_ONLY_HINTS: dict[str, str] = {"romio_no_indep_rw": "true"}
 
 
 def parse_hint_string(text: str) -> dict[str, str]:
-    """Parse ``"key=value;key=value"`` (also accepts newlines as separators, like a ROMIO hints file)."""
+    """Local: Parse ``"key=value;key=value"`` (also accepts newlines as separators, like a ROMIO hints file)."""
     out: dict[str, str] = {}
     for item in text.replace("\n", ";").split(";"):
         item = item.strip()
@@ -92,13 +92,13 @@ def resolve_hints(
 
 
 def stripe_layout(hints: Mapping[str, str]) -> tuple[int, int]:
-    """(stripe count, stripe unit in bytes) that the hints ask for."""
+    """Local: (stripe count, stripe unit in bytes) that the hints ask for."""
     return int(hints["striping_factor"]), int(hints["striping_unit"])
 
 
 def aggregator_override(hints_user: Mapping[str, object] | None,
                         environ: Mapping[str, str] | None = None) -> int | None:
-    """Aggregator count forced by the user: ``CKPTIO_AGGREGATORS``, else ``cb_nodes`` given explicitly."""
+    """Local: Aggregator count forced by the user: ``CKPTIO_AGGREGATORS``, else ``cb_nodes`` given explicitly."""
     environ = os.environ if environ is None else environ
     if environ.get(ENV_AGGREGATORS, "").strip():
         return parse_count(environ[ENV_AGGREGATORS], ENV_AGGREGATORS)
@@ -110,7 +110,7 @@ def aggregator_override(hints_user: Mapping[str, object] | None,
 
 
 def to_info(hints: Mapping[str, str]):
-    """An ``MPI.Info`` holding ``hints``; the caller frees it."""
+    """Local: An ``MPI.Info`` holding ``hints``; the caller frees it."""
     from mpi4py import MPI
 
     info = MPI.Info.Create()
@@ -120,7 +120,7 @@ def to_info(hints: Mapping[str, str]):
 
 
 def info_to_dict(info) -> dict[str, str]:
-    """Every key/value of an ``MPI.Info`` (what the MPI library reports as effective)."""
+    """Local: Every key/value of an ``MPI.Info`` (what the MPI library reports as effective)."""
     if info is None:
         return {}
     return {info.Get_nthkey(i): info.Get(info.Get_nthkey(i)) for i in range(info.Get_nkeys())}
@@ -141,7 +141,7 @@ def uses_romio(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def io_component() -> str:
-    """Which MPI-IO implementation is in use, for the record (Open MPI: OMPIO or ROMIO)."""
+    """Local: Which MPI-IO implementation is in use, for the record (Open MPI: OMPIO or ROMIO)."""
     from mpi4py import MPI
 
     lib = MPI.Get_library_version().split("\n")[0].strip()

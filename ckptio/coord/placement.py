@@ -25,7 +25,7 @@ from ckptio.model.document import as_document
 
 
 def per_node(hosts: Sequence[str], ranks: Sequence[int]) -> dict[str, list[int]]:
-    """Pure: ``ranks`` grouped by the host they run on, every host present (hosts in first-rank order)."""
+    """Local: Pure: ``ranks`` grouped by the host they run on, every host present (hosts in first-rank order)."""
     out: dict[str, list[int]] = {h: [] for h in dict.fromkeys(hosts)}
     for r in sorted(ranks):
         out[hosts[r]].append(r)
@@ -33,7 +33,7 @@ def per_node(hosts: Sequence[str], ranks: Sequence[int]) -> dict[str, list[int]]
 
 
 def summarize_read(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Pure (rank 0): one entry per host, in first-rank order, from every rank's row (``host``, ``aggregator``,
+    """Local: Pure (rank 0): one entry per host, in first-rank order, from every rank's row (``host``, ``aggregator``,
     ``file_bytes``, ``bytes_sent``, ``bytes_received``) in rank order. Aggregator ranks are listed (there are
     few of them); other ranks are counted."""
     nodes: dict[str, dict[str, Any]] = {}
@@ -69,6 +69,7 @@ def write_report(writer) -> dict[str, Any] | None:
     meta = getattr(writer, "meta", None)  # set on every rank by a successful synchronous close(), or on none
 
     def recorded() -> dict[str, Any] | None:  # rank 0: the document it committed, or the checkpoint's own
+        """Local."""
         document = as_document(meta) if meta is not None else writer.backend.read_metadata(writer.path)
         stats = None if document.stats is None else document.stats.write
         return None if stats is None or stats.placement is None else dict(stats.placement)
