@@ -80,10 +80,10 @@ def block_table_type() -> type:
 
 # --------------------------------------------------------------------------------------- the native I/O layer
 def classic_hindexed(lengths: list[int], displacements: list[int]) -> Any:
-    """``ckptio.backends.rawio.hindexed``: the MPI datatype ckptio builds for file pieces."""
-    from ckptio.backends import rawio
+    """``ckptio.coord.datatypes.hindexed``: the MPI datatype ckptio builds for file pieces."""
+    from ckptio.coord import datatypes
 
-    return rawio.hindexed(lengths, displacements)
+    return datatypes.hindexed(lengths, displacements)
 
 
 def transfer(fh: Any, pieces: list[tuple[int, int]], buffers: list[Any], write: bool) -> None:
