@@ -169,6 +169,7 @@ class _PnetCDFWriteHandle:
         self._written: list[WrittenBlock] = []
         self._memtypes: list[Any] = []  # memory datatypes of strided views, until the data write completed
         self._slot: DocumentSlot | None = None
+        self._pending_buffers: list[np.ndarray] = []  # what posted puts read, until they complete
         file_info = info.Dup() if info is not None else MPI.Info.Create()
         align = _var_align(options.hints, variables)
         if align is not None:
@@ -239,7 +240,8 @@ class _PnetCDFWriteHandle:
         """One step: one collective ``wait_all`` (or, for independent transfers, ``wait`` in independent data mode)
         of the nonblocking puts posted here, one ``iput_var`` per non-empty block (and the block tables, on the rank
         that holds them; posting is local, so it is prepared before the step, where the engine agrees on it)."""
-        keep: list[np.ndarray] = []  # the buffers must live until wait_all
+        keep: list[np.ndarray] = []  # the buffers must live until wait_all (abort's too: held by the handle)
+        self._pending_buffers = keep
         self._post(blocks, tables, keep, self._memtypes)
 
         def write() -> None:
@@ -359,7 +361,10 @@ class _PnetCDFWriteHandle:
 
     def close(self) -> None:
         file, self.file = self.file, None
-        file.close()
+        try:
+            file.close()
+        finally:
+            _never_closed_by_gc(file)
 
     def _independently(self, write: Callable[[], Any]) -> None:
         """Collective: ``write`` (local puts or waits) in PnetCDF's independent data mode. Entering and leaving that
@@ -376,13 +381,37 @@ class _PnetCDFWriteHandle:
             raise error
 
     def abort(self) -> None:
+        """Collective over the file's ranks (the engine aborts on every rank holding a handle, after an agreed
+        failure): complete the puts still pending, then close. ``wait_all`` first, on every rank (with nothing
+        pending it only synchronizes; in define mode it fails alike everywhere): a file closed with pending puts
+        has PnetCDF cancel them inside ``ncmpi_close``, and after that the next checkpoint's ``wait_all`` hung on
+        every rank (Open MPI's OMPIO; found by the rank-leaving tests, SIGINT on one rank before the data write)."""
         file, self.file = self.file, None
         if file is not None:
+            try:
+                file.wait_all()
+            except Exception:  # the failure being cleaned up is what the caller reports
+                pass
+            self._pending_buffers = []
             try:
                 file.close()
             except Exception:  # best effort after a failure (puts may still be pending: the file is discarded)
                 pass
+            finally:
+                _never_closed_by_gc(file)
         self._free_memtypes()
+
+
+def _never_closed_by_gc(file: Any) -> None:
+    """Local: after ckptio's own (collective) close of ``file``, whether it succeeded or raised, its object never
+    closes the file again. pnetcdf-python's ``File.__dealloc__`` calls ``ncmpi_close`` when ``_isopen`` is still set,
+    which a close that raised leaves set; ``ncmpi_close`` is collective, so a file object garbage collected later, at
+    a random point on one rank, hung the whole job (that rank in MPI_File_close's barrier, the others in the next
+    agreement: found by the rank-leaving tests, SIGINT on one rank at each phase of a PnetCDF checkpoint)."""
+    try:
+        file._isopen = 0
+    except AttributeError:  # another pnetcdf-python: nothing to switch off
+        pass
 
 
 class PnetCDFBackend(Backend):

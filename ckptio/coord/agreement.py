@@ -302,17 +302,22 @@ def count_ranks(comm, phase: str, local: Callable[[], Sequence[bool]]) -> tuple[
     rank); for each flag, the number of ranks where it was true, the same on every rank (so
     ``if count_ranks(...)[0]`` takes the same branch everywhere). One allreduce of one integer when no rank
     failed: cheap enough for every time step. A failure of ``local`` (or of a held signal's handler) on any rank
-    raises the same error on every rank, as :func:`agree` does."""
+    raises the same error on every rank, as :func:`agree` does; a held signal is delivered after ``local()``
+    ran (its collective calls are made on every rank) and counts as this rank's failure."""
     from mpi4py import MPI
 
-    error = deliver_held_signals()
     flags: Sequence[bool] = ()
-    if error is None:
-        try:
-            with _phase_work():
-                flags = tuple(bool(f) for f in local())
-        except BaseException as exc:  # see run()
-            error = exc
+    error: BaseException | None = None
+    try:
+        with _phase_work():
+            flags = tuple(bool(f) for f in local())
+    except BaseException as exc:  # see run()
+        error = exc
+    # a held signal is delivered AFTER local() ran, as run() does: local() may make a collective call the other
+    # ranks make too (engine.steps runs a backend's step there, e.g. PnetCDF's wait_all); skipping it on the one
+    # rank the signal reached left the others inside that call, and the job hung until the signal's grace ran out
+    held = deliver_held_signals()
+    error = error if error is not None else held
     packed = (1 if error is not None else 0) + sum(_CLOSING << (20 * i) for i, f in enumerate(flags) if f)
     total = comm.allreduce(packed, op=MPI.SUM)
     if total % _CLOSING:  # some rank failed: every rank knows, and agree() names the failures everywhere
