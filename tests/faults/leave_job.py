@@ -106,7 +106,8 @@ class SigintAt:
             setattr(coord, name, fn)
 
     def _matches(self, phase: str) -> bool:
-        return phase.endswith(self.suffix) or (self.suffix.endswith(" ") and phase.startswith(self.suffix))
+        return (phase.endswith(self.suffix) or (self.suffix.endswith(" ") and phase.startswith(self.suffix))
+                or f"{self.suffix} (" in phase)  # "write data (cut the pieces ...)": the aggregated write's phases
 
     def _wrap(self, fn):
         def wrapper(comm_, phase, *args, **kw):
