@@ -34,16 +34,7 @@ Layout version 1 (ckptio before the columnar metadata of schema 2) had one table
 (16 characters per block) per variable; such files are still read (their document is schema 1).
 CDF-5 has no bool, complex or float16 types: the capabilities refuse them.
 
-Writing: every define-mode call is collective and made in the same order on every rank (from the global
-plan headers). Each rank posts one nonblocking ``iput_var`` per non-empty block it owns (the rank holding the
-block table also posts it); one collective ``wait_all`` writes them all, so a rank with several blocks and a rank
-with none make the same collective calls. Each collective call is one step the engine runs in an agreed phase,
-since an I/O error such as ENOSPC may reach only the aggregators. Before that, the engine reserves the space: up
-to the end of the fixed-size variables after ``enddef``, and the metadata document once its length is known
-(under Open MPI's OMPIO, PnetCDF's writes into a full file system "succeed" with the data missing). Fill mode is
-off. The hint ``nc_in_place_swap=disable`` keeps PnetCDF from byte-swapping the caller's arrays in place (it
-swaps a copy); ``nc_var_align_size`` = the stripe unit when the data is large enough that aligning every variable
-to a stripe wastes under 1/16 of the file.
+Writing: see :mod:`ckptio.backends.pnetcdf_write`.
 
 The metadata records ``storage = {"file_offset": begin, "file_dtype": ">f8", ...}`` per variable, with
 ``begin`` read from the CDF header that PnetCDF wrote (pnetcdf-python's ``inq_offset`` returns a C int and
@@ -56,30 +47,32 @@ neither MPI nor PnetCDF to check a file.
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
-import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 from ckptio.backends import cdf, install_hints, rawio
 from ckptio.backends.base import (
     Backend,
-    BlockToWrite,
     Capabilities,
     CreateOptions,
-    DocumentSlot,
     ExtentReader,
-    Step,
-    WrittenBlock,
 )
 from ckptio.backends.cdf import NC_TYPES, CDFHeader, read_header
 from ckptio.backends.detect import not_ckptio
+from ckptio.backends.pnetcdf_write import (
+    CHECKSUM_LEN,
+    COMPLETE,
+    COMPLETE_VAR,
+    FORMAT_VERSION,
+    META_SUM_VAR,
+    META_VAR,
+    PnetCDFWriteHandle,
+    attr_value,
+)
 from ckptio.backends.rawio import SerialRawReader, leading_axis_bands
 
-from ckptio.coord.datatypes import hindexed
-from ckptio.coord.hints import DEFAULT_STRIPING_UNIT, info_to_dict, transfer_mode
 from ckptio.errors import (
     CapabilityError,
     CheckpointError,
@@ -89,9 +82,7 @@ from ckptio.errors import (
     IncompleteCheckpointError,
     RewrittenCheckpointError,
 )
-from ckptio.model import memsel
 from ckptio.model import meta as metamod
-from ckptio.model.block_table import USER_TABLE_NOTE, user_table_shape
 from ckptio.model.document import CheckpointDocument
 from ckptio.model.plan import Extent, VariablePlan
 
@@ -106,312 +97,6 @@ def _pnetcdf_missing() -> str | None:
         found = False
     return None if found else f"pnetcdf-python is not installed; {INSTALL_HINT}"
 
-FORMAT_VERSION = 2
-COMPLETE = 1
-COMPLETE_VAR = "ckptio_complete"
-META_VAR = "ckptio_metadata"
-META_SUM_VAR = "ckptio_metadata_checksum"
-CHECKSUM_LEN = 16
-NOTE = (f"ckptio checkpoint: the metadata document (JSON) is the text variable {META_VAR}; the checkpoint "
-        f"is complete when {COMPLETE_VAR} = {COMPLETE}")
-_NC_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.+-]*$")
-
-
-def _stored(var: VariablePlan) -> bool:
-    """CDF cannot hold a variable with a zero-length axis (length 0 means UNLIMITED)."""
-    return math.prod(var.shape) > 0
-
-
-def _file_dtype(dtype: str) -> str:
-    return np.dtype(dtype).newbyteorder(">").str
-
-
-def _attr_value(value: Any) -> Any:
-    """A JSON-compatible attribute as a netCDF attribute value: text, int64, double or a numeric array;
-    anything else (booleans, None, mixed or nested lists) as its JSON text."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, float):
-        return np.float64(value)
-    if isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63:
-        return np.int64(value)
-    if isinstance(value, list) and value and all(isinstance(v, int | float) and not isinstance(v, bool)
-                                                 for v in value):
-        try:
-            return np.asarray(value, dtype=np.int64 if all(isinstance(v, int) for v in value) else np.float64)
-        except OverflowError:
-            pass
-    return json.dumps(value)
-
-
-def _var_align(hints: Mapping[str, str], variables: Mapping[str, VariablePlan]) -> int | None:
-    """``nc_var_align_size`` to request: the stripe unit when the holes it leaves before each of the file's
-    fixed-size variables stay under 1/16 of the data; None to keep PnetCDF's packing (or the user's hint)."""
-    if "nc_var_align_size" in hints:
-        return None
-    stripe = int(hints.get("striping_unit", DEFAULT_STRIPING_UNIT))
-    nfixed = sum(1 for v in variables.values() if _stored(v)) + 3  # + the block table, its checksums, the mark
-    total = sum(v.nbytes for v in variables.values())
-    return stripe if total >= 16 * nfixed * stripe else None
-
-
-class _PnetCDFWriteHandle:
-    """The CDF-5 format's :class:`~ckptio.backends.base.WriteHandle` (see there for who calls what). Every
-    define-mode call is collective in PnetCDF and made in the same order on every rank, from the plan's headers."""
-
-    def __init__(self, path: str, comm, info, variables: Mapping[str, VariablePlan], options: CreateOptions):
-        import pnetcdf
-        from mpi4py import MPI
-
-        self.path, self.variables, self.options = path, variables, options
-        self.described = options.described
-        self.transfer, self._why_independent = transfer_mode()  # independent where OMPIO would corrupt collective
-        self._written: list[WrittenBlock] = []
-        self._memtypes: list[Any] = []  # memory datatypes of strided views, until the data write completed
-        self._slot: DocumentSlot | None = None
-        self._pending_buffers: list[np.ndarray] = []  # what posted puts read, until they complete
-        file_info = info.Dup() if info is not None else MPI.Info.Create()
-        align = _var_align(options.hints, variables)
-        if align is not None:
-            file_info.Set("nc_var_align_size", str(align))
-        try:
-            self.file: Any = pnetcdf.File(path, mode="w", format="NC_64BIT_DATA", comm=comm, info=file_info)
-        finally:
-            file_info.Free()
-
-    def notes(self) -> list[str]:
-        """Why the data goes out with independent transfers, when it does."""
-        if self._why_independent is None:
-            return []
-        return [f"ckptio pnetcdf backend: independent data transfers instead of collective ones "
-                f"({self._why_independent}); initialise MPI with MPI_THREAD_MULTIPLE or set OMPI_MCA_io=romio321 "
-                "to keep collective buffering"]
-
-    def define(self) -> None:
-        """Collective, define mode: dimensions, variables and attributes, then ``enddef``."""
-        self._define(self.options.attrs)
-
-    def _define(self, attrs: Mapping[str, Any]) -> None:
-        """Collective, define mode: dimensions, variables and attributes, then ``enddef``."""
-        import pnetcdf
-
-        f = self.file
-        f.set_fill(pnetcdf.NC_NOFILL)
-        f.put_att("ckptio_format_version", np.int32(FORMAT_VERSION))
-        f.put_att("ckptio_version", metamod.__version__)
-        f.put_att("ckptio_note", NOTE)
-        for key, value in attrs.items():
-            if _NC_NAME.match(key) and not key.startswith("ckptio"):
-                f.put_att(key, _attr_value(value))
-        f.def_dim("ckptio_checksum_len", CHECKSUM_LEN)
-        self.vars: dict[str, Any] = {}
-        defined: set[str] = set()
-        for name, var in self.variables.items():
-            if _stored(var):
-                described = self.described.get(name, {})
-                dims = described.get("dims") or metamod.default_dims(name, len(var.shape))
-                for dim, n in zip(dims, var.shape, strict=True):
-                    if dim not in defined:  # shared: same name, same length (checked when declared)
-                        f.def_dim(dim, n)
-                        defined.add(dim)
-                v = f.def_var(name, np.dtype(var.dtype), tuple(dims))
-                for key, value in described.get("attrs", {}).items():
-                    if _NC_NAME.match(key):
-                        v.put_att(key, _attr_value(value))
-                self.vars[name] = v
-        nrows, ncols = user_table_shape(self.variables)  # the rows are the planning rank's (the whole plan)
-        self.table: tuple[Any, Any] | None = None
-        if nrows:  # CDF has no zero-length fixed dimension
-            f.def_dim("ckptio_nblocks", nrows)
-            f.def_dim("ckptio_blockcols", ncols)
-            table = f.def_var("ckptio_blocks", np.dtype(np.int64), ("ckptio_nblocks", "ckptio_blockcols"))
-            table.put_att("columns", USER_TABLE_NOTE)
-            table.put_att("variables", " ".join(self.variables))
-            checksums = f.def_var("ckptio_block_checksums", np.dtype(np.uint64), ("ckptio_nblocks",))
-            checksums.put_att("algorithm", metamod.CHECKSUM_ALGORITHM)
-            self.table = (table, checksums)
-        self.metadata_checksum = f.def_var(META_SUM_VAR, "S1", ("ckptio_checksum_len",))
-        self.complete = f.def_var(COMPLETE_VAR, np.dtype(np.int32), ())
-        f.def_dim(f"{META_VAR}_len", -1)
-        self.metadata = f.def_var(META_VAR, "S1", (f"{META_VAR}_len",))
-        f.enddef()
-
-    def write(self, blocks: Sequence[BlockToWrite], tables: tuple[np.ndarray, np.ndarray] | None) -> list[Step]:
-        """One step: one collective ``wait_all`` (or, for independent transfers, ``wait`` in independent data mode)
-        of the nonblocking puts posted here, one ``iput_var`` per non-empty block (and the block tables, on the rank
-        that holds them; posting is local, so it is prepared before the step, where the engine agrees on it)."""
-        keep: list[np.ndarray] = []  # the buffers must live until wait_all (abort's too: held by the handle)
-        self._pending_buffers = keep
-        self._post(blocks, tables, keep, self._memtypes)
-
-        def write() -> None:
-            try:
-                if self.transfer == "independent":
-                    self._independently(self._io_error(self.file.wait))
-                else:
-                    self._io_error(self.file.wait_all)()
-            finally:
-                self._free_memtypes()
-                keep.clear()
-
-        self._written = [WrittenBlock(None, int(b.data.nbytes)) for b in blocks]
-        return [("write the data (wait_all)", write)]
-
-    def _free_memtypes(self) -> None:
-        """The memory datatypes of strided views posted for the data write, freed once it completed (or failed)."""
-        types, self._memtypes = self._memtypes, []
-        for t in types:
-            t.Free()
-
-    def _post(self, blocks: Sequence[BlockToWrite], tables: tuple[np.ndarray, np.ndarray] | None,
-              keep: list[np.ndarray], memtypes: list[Any]) -> None:
-        for block in blocks:
-            if block.box.size == 0 or block.var not in self.vars:
-                continue
-            data = block.data
-            arr = data if data.dtype.isnative else data.astype(data.dtype.newbyteorder("="))
-            keep.append(arr)
-            if block.box.ndim == 0:
-                self.vars[block.var].iput_var(arr)
-            elif not arr.flags.c_contiguous:  # a view (halo'd interior): PnetCDF's flexible API reads it in place
-                memtypes.append(_memory_type(arr))
-                self.vars[block.var].iput_var(memsel.span(arr), start=list(block.box.offset),
-                                              count=list(block.box.shape), bufcount=1, buftype=memtypes[-1])
-            else:
-                self.vars[block.var].iput_var(arr, start=list(block.box.offset), count=list(block.box.shape))
-        if tables is not None and self.table is not None:
-            rows, sums = tables
-            keep += [rows, sums]
-            self.table[0].iput_var(rows)
-            self.table[1].iput_var(sums)
-
-    def written(self) -> list[WrittenBlock]:
-        return list(self._written)
-
-    def sync(self) -> None:
-        self._io_error(self.file.sync)()
-
-    def _io_error(self, call: Callable[[], Any]) -> Callable[[], Any]:
-        """``call`` with PnetCDF's write errors (pnetcdf-python raises RuntimeError, e.g. "Unknown error occurs
-        in writing file" when ROMIO gets ENOSPC) turned into CheckpointIOError naming the file."""
-        def wrapped() -> Any:
-            try:
-                return call()
-            except RuntimeError as exc:
-                raise CheckpointIOError(f"{self.path}: PnetCDF could not write the data ({exc}): no space left on "
-                                        "the file system, a quota, or a refused write") from exc
-        return wrapped
-
-    def storage_info(self) -> dict[str, dict[str, Any]]:
-        """Rank 0: every variable's ``begin`` from the header PnetCDF wrote at ``enddef`` (synced since)."""
-        header = read_header(self.path)
-        out: dict[str, dict[str, Any]] = {}
-        for name, var in self.variables.items():
-            out[name] = {"format": "cdf5", "variable": name if name in self.vars else None,
-                         "file_offset": header.vars[name].begin if name in self.vars else None,
-                         "file_dtype": _file_dtype(var.dtype)}
-        return out
-
-    def reserved_ranges(self) -> list[tuple[int, int]]:
-        """Up to the end of the fixed-size variables, from the header PnetCDF wrote at ``enddef`` (the metadata
-        document, the only record variable, goes after them); after :meth:`document_slot`, the document."""
-        header = read_header(self.path)
-        if self._slot is not None:
-            begin = header.vars[META_VAR].begin
-            return [(begin, begin + self._slot.nbytes)]
-        return [(0, max(v.begin + v.vsize for v in header.vars.values() if not v.is_record))]
-
-    def effective_hints(self) -> dict[str, str]:
-        info = self.file.inq_info()
-        try:
-            hints = info_to_dict(info)
-        finally:
-            info.Free()
-        hints["ckptio_pnetcdf_transfer"] = self.transfer
-        return hints
-
-    def document_slot(self, slot: DocumentSlot) -> None:
-        """Nothing to create: the document is the record variable defined with the rest (any length)."""
-        self._slot = slot
-
-    def write_document(self, document: bytes | None) -> list[Step]:
-        """The document and its checksum: collective puts, the ranks without the document with empty counts (or
-        puts in independent data mode by the rank that holds it)."""
-        assert self._slot is not None
-        text = np.frombuffer(document or b"", dtype="S1")
-        digest = np.frombuffer(self._slot.checksum.encode() if document is not None else b"", dtype="S1")
-        if self.transfer == "independent":
-            def put() -> None:
-                if document is not None:
-                    self.metadata.put_var(text, start=[0], count=[text.size])
-                    self.metadata_checksum.put_var(digest, start=[0], count=[digest.size])
-
-            return [("write the metadata document and its checksum", lambda: self._independently(put))]
-        return [("write the metadata document", lambda: self.metadata.put_var_all(text, start=[0], count=[text.size])),
-                ("write the metadata checksum",
-                 lambda: self.metadata_checksum.put_var_all(digest, start=[0], count=[digest.size]))]
-
-    def mark_complete(self, mark: bool) -> list[Step]:
-        """``ckptio_complete`` = 1, put in independent data mode by the rank the engine chose."""
-        def put() -> None:
-            if mark:
-                self.complete.put_var(np.array(COMPLETE, dtype=np.int32))
-
-        return [("write the completion mark", lambda: self._independently(put))]
-
-    def close(self) -> None:
-        file, self.file = self.file, None
-        try:
-            file.close()
-        finally:
-            _never_closed_by_gc(file)
-
-    def _independently(self, write: Callable[[], Any]) -> None:
-        """Collective: ``write`` (local puts or waits) in PnetCDF's independent data mode. Entering and leaving that
-        mode are collective, so a failure of ``write`` is raised only after ``end_indep`` (every rank leaves the
-        mode), for the engine to agree on."""
-        self.file.begin_indep()
-        error: BaseException | None = None
-        try:
-            write()
-        except Exception as exc:
-            error = exc
-        self.file.end_indep()
-        if error is not None:
-            raise error
-
-    def abort(self) -> None:
-        """Collective over the file's ranks (the engine aborts on every rank holding a handle, after an agreed
-        failure): complete the puts still pending, then close. ``wait_all`` first, on every rank (with nothing
-        pending it only synchronizes; in define mode it fails alike everywhere): a file closed with pending puts
-        has PnetCDF cancel them inside ``ncmpi_close``, and after that the next checkpoint's ``wait_all`` hung on
-        every rank (Open MPI's OMPIO; found by the rank-leaving tests, SIGINT on one rank before the data write)."""
-        file, self.file = self.file, None
-        if file is not None:
-            try:
-                file.wait_all()
-            except Exception:  # the failure being cleaned up is what the caller reports
-                pass
-            self._pending_buffers = []
-            try:
-                file.close()
-            except Exception:  # best effort after a failure (puts may still be pending: the file is discarded)
-                pass
-            finally:
-                _never_closed_by_gc(file)
-        self._free_memtypes()
-
-
-def _never_closed_by_gc(file: Any) -> None:
-    """Local: after ckptio's own (collective) close of ``file``, whether it succeeded or raised, its object never
-    closes the file again. pnetcdf-python's ``File.__dealloc__`` calls ``ncmpi_close`` when ``_isopen`` is still set,
-    which a close that raised leaves set; ``ncmpi_close`` is collective, so a file object garbage collected later, at
-    a random point on one rank, hung the whole job (that rank in MPI_File_close's barrier, the others in the next
-    agreement: found by the rank-leaving tests, SIGINT on one rank at each phase of a PnetCDF checkpoint)."""
-    try:
-        file._isopen = 0
-    except AttributeError:  # another pnetcdf-python: nothing to switch off
-        pass
 
 
 class PnetCDFBackend(Backend):
@@ -432,7 +117,7 @@ class PnetCDFBackend(Backend):
         """What PnetCDF refuses only when the file is defined (measured with pnetcdf-python): a string stored
         as netCDF text that is not valid UTF-8 (a lone surrogate). NUL characters, long strings and long lists
         are stored; names that are not netCDF names are kept in the metadata document only."""
-        if isinstance(_attr_value(value), str) and isinstance(value, str):
+        if isinstance(attr_value(value), str) and isinstance(value, str):
             try:
                 value.encode()
             except UnicodeEncodeError:
@@ -444,9 +129,9 @@ class PnetCDFBackend(Backend):
         return _pnetcdf_missing()
 
     def create(self, path: str, comm, info, variables: Mapping[str, VariablePlan], placement: Mapping[str, Any],
-               options: CreateOptions) -> _PnetCDFWriteHandle:
+               options: CreateOptions) -> PnetCDFWriteHandle:
         self.require_writable()
-        return _PnetCDFWriteHandle(path, comm, info, variables, options)
+        return PnetCDFWriteHandle(path, comm, info, variables, options)
 
     def read_document(self, path: str) -> dict[str, Any]:
         """Serial, no MPI: parse the CDF header, check the completion mark, read the document."""
@@ -576,15 +261,3 @@ def _moved_by_another_tool(header: CDFHeader, meta: Mapping[str, Any]) -> str | 
     how = (f"every variable moved by {deltas.pop():+d} bytes" if len(deltas) == 1 else "every variable moved")
     shown = "; ".join(f"{n!r} at {b}, written at {r}" for n, b, r in shifts[:3])
     return f"{how} ({shown}{f'; ... ({len(shifts)} variables)' if len(shifts) > 3 else ''})"
-
-
-def _memory_type(view: np.ndarray):
-    """A committed MPI memory datatype of a strided view's elements relative to :func:`ckptio.model.memsel.span`: an
-    hindexed type of the element type (PnetCDF's flexible API takes the element type from it) over the view's
-    runs, built with the classic constructor (ROMIO in MPICH 4.0 cannot flatten mpi4py's large-count types,
-    see :func:`ckptio.coord.datatypes.hindexed`). Local."""
-    from mpi4py.util.dtlib import from_numpy_dtype
-
-    offsets, run = memsel.runs(view)
-    element = from_numpy_dtype(view.dtype)
-    return hindexed(np.full(offsets.size, run // view.dtype.itemsize, np.int64), offsets, element)
