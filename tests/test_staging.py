@@ -45,12 +45,12 @@ def test_stage_kind_decision_names_the_node_that_cannot_see():
 
 
 def test_staged_copies_are_keyed_by_the_final_directory(tmp_path):
-    from ckptio.tiers import staging
+    from ckptio.tiers import stage_files
 
-    a, b = staging.key_dir("/st", "/runs/A/chk_1"), staging.key_dir("/st", "/other/A/chk_1")
+    a, b = stage_files.key_dir("/st", "/runs/A/chk_1"), stage_files.key_dir("/st", "/other/A/chk_1")
     assert a != b and a.startswith("/st/A-") and b.startswith("/st/A-")
-    assert staging.key_dir("/st", "/runs/A/chk_2") == a
-    assert staging.checkpoint_dir("/st", "/runs/A/chk_1", "t").startswith(a + "/chk_1/")
+    assert stage_files.key_dir("/st", "/runs/A/chk_2") == a
+    assert stage_files.checkpoint_dir("/st", "/runs/A/chk_1", "t").startswith(a + "/chk_1/")
 
 
 @pytest.mark.mpi

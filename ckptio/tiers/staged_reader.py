@@ -38,14 +38,14 @@ from ckptio.model.layout import Box
 from ckptio.model.meta import default_dims
 from ckptio.model.plan import ARRAY, segment_box
 from ckptio.model.requests import VariableInfo, checked_requests
-from ckptio.tiers import staging
+from ckptio.tiers import stage_files
 
 
 def _candidate(stage_dir: str, path: str, rank: int, nprocs: int) -> tuple[str | None, str | None]:
     """Local: (token, problem) of the newest staged copy of ``path`` holding this rank's manifest."""
     data_name = f"rank-{rank:06d}-of-{nprocs:06d}.json"
     name = os.path.basename(path)
-    tokens = sorted((tok for n, tok, d in staging._staged(staging.key_dir(stage_dir, path))
+    tokens = sorted((tok for n, tok, d in stage_files.staged_copies(stage_files.key_dir(stage_dir, path))
                      if n == name and os.path.exists(os.path.join(d, data_name))), reverse=True)
     if not tokens:
         from mpi4py import MPI
@@ -60,9 +60,9 @@ def _is_current(stage_dir: str, path: str, token: str) -> bool:
         st = os.stat(path)
     except FileNotFoundError:
         return True
-    marker = staging.drained_identity(staging.checkpoint_dir(stage_dir, path, token))
+    marker = stage_files.drained_identity(stage_files.checkpoint_dir(stage_dir, path, token))
     if marker is not None:
-        return marker == staging.file_identity(st)
+        return marker == stage_files.file_identity(st)
     return st.st_mtime_ns < int(token.split("-")[0])
 
 
@@ -75,11 +75,11 @@ def open_staged(path: str, comm, stage_dir: str, verify: bool = True) -> StagedR
                                   lambda views: _agree_token(views, stage_dir, path))
     token, problem = found
     if token is not None:
-        directory = staging.checkpoint_dir(stage_dir, path, token)
+        directory = stage_files.checkpoint_dir(stage_dir, path, token)
 
         def load() -> tuple[Any, str | None]:
             try:
-                return staging.read_piece(directory, rank, nprocs, path, verify), None
+                return stage_files.read_piece(directory, rank, nprocs, path, verify), None
             except CheckpointError as exc:
                 return None, str(exc)
 

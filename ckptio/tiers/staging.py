@@ -9,7 +9,7 @@
    what it cannot see, before anything is written.
 2. every rank writes its blocks, unchanged, into its own *piece* on its own node's stage: a data file and a
    JSON manifest holding each block's checksum, the checkpoint's final path and a token common to every rank
-   (:func:`write_piece`). Plain local writes: no MPI-IO file is shared, so nothing is opened across nodes.
+   (:func:`ckptio.tiers.stage_files.write_piece`). Plain local writes: no MPI-IO file is shared, so nothing is opened across nodes.
 3. the *drain* (:func:`drain`, run by the I/O thread) reads each rank's own piece back, verifies every
    checksum, and writes the normal shared checkpoint at the final path through the usual collective path
    (:class:`ckptio.Writer`: aggregators, hints, commit). Once it committed, older staged copies of the same
@@ -17,7 +17,7 @@
    ones still draining.
 
 Staged copies live in ``stage_dir/<final directory name>-<hash of its absolute path>/<checkpoint name>/<token>/``
-(:func:`checkpoint_dir`): two runs sharing one ``stage_dir`` never see each other's copies, and every
+(:func:`ckptio.tiers.stage_files.checkpoint_dir`): two runs sharing one ``stage_dir`` never see each other's copies, and every
 manifest names its final path, checked before use.
 
 Restart (:func:`recover`, from ``ckptio.latest(..., comm=, stage_dir=)`` and ``Series.latest()``): when the
@@ -29,10 +29,7 @@ nodes with the same number of ranks, as in SCR); otherwise it is skipped with a 
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import re
 import shutil
 import time
 import uuid
@@ -45,19 +42,26 @@ import numpy as np
 from ckptio import _warn, coord
 from ckptio.engine.index import WriteStats
 from ckptio.engine.write import WriteRequest, directory_problem, plan_globally
-from ckptio.errors import CheckpointError, CheckpointIOError, CorruptCheckpointError
-from ckptio.model import meta as metamod
+from ckptio.errors import CheckpointError, CheckpointIOError
 from ckptio.model import varmeta
 from ckptio.model.plan import pack_declarations
 from ckptio.pathcheck import symlink_problem
 from ckptio.tiers import async_io, catalog
+from ckptio.tiers.stage_files import (
+    checkpoint_dir,
+    host_name,
+    key_dir,
+    mark_drained,
+    new_token,
+    read_piece,
+    remove_if_there,
+    remove_piece,
+    spare_data_file,
+    staged_copies,
+    write_piece,
+)
 
-FORMAT = "ckptio-stage"
-VERSION = 1
 _PROBE = ".ckptio-probe-"
-_TOKEN_RE = re.compile(r"^\d{20}-[0-9a-f]{8}$")
-_DRAINED = "drained"  # marker in a staged checkpoint's directory: its final copy committed
-_CHUNK = 8 << 20  # bytes checksummed and written at a time
 
 
 @dataclass(frozen=True)
@@ -68,31 +72,6 @@ class StageInfo:
     shared: bool  # True: every rank sees one directory; False: every node has its own
     host: str  # this rank's host name (each rank's manifest records its own: nothing per rank is gathered)
     cleaner: bool  # this rank removes files in the stage it sees (rank 0 if shared, else each node's first rank)
-
-
-# ------------------------------------------------------------------------------------------------- naming
-def key_dir(stage_dir: str, final_path: str) -> str:
-    """The stage directory of every checkpoint whose final directory is ``dirname(final_path)``: named by that
-    directory and a hash of its absolute path, so runs writing elsewhere never share it."""
-    final_dir = os.path.dirname(os.path.abspath(final_path))
-    digest = hashlib.sha256(final_dir.encode()).hexdigest()[:16]
-    tail = re.sub(r"[^A-Za-z0-9_.+-]", "_", os.path.basename(final_dir))[:40] or "root"
-    return os.path.join(stage_dir, f"{tail}-{digest}")
-
-
-def checkpoint_dir(stage_dir: str, final_path: str, token: str) -> str:
-    """Where the pieces of one staged checkpoint (one ``close()``, identified by ``token``) are."""
-    return os.path.join(key_dir(stage_dir, final_path), os.path.basename(final_path), token)
-
-
-def new_token() -> str:
-    """A checkpoint's token: time of staging then random digits, so tokens sort by staging time."""
-    return f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
-
-
-def _piece_names(rank: int, nprocs: int) -> tuple[str, str]:
-    base = f"rank-{rank:06d}-of-{nprocs:06d}"
-    return base + ".data", base + ".json"
 
 
 # ----------------------------------------------------------------------------------------- where is it
@@ -120,7 +99,7 @@ def locate(comm, stage_dir: str) -> StageInfo:
 
     def remove_probe() -> None:
         if rank == leader:
-            _remove_if_there(probe)
+            remove_if_there(probe)
 
     try:
         coord.run(comm, f"{phase}: create the directory and its probe", make)
@@ -165,144 +144,6 @@ def _ranges(ranks: Sequence[int]) -> str:
     if len(ranks) > 2 and ranks[-1] - ranks[0] == len(ranks) - 1:
         return f"{ranks[0]}-{ranks[-1]}"
     return ", ".join(map(str, ranks))
-
-
-# --------------------------------------------------------------------------------------------- pieces
-def write_piece(directory: str, rank: int, nprocs: int, header: dict[str, Any],
-                blocks: Sequence[tuple[dict[str, Any], np.ndarray]], spare: str | None = None) -> int:
-    """Local: write this rank's blocks (C-contiguous arrays with their declarations; each block's checksum is
-    computed on the way, chunk by chunk while the chunk is in cache) and then its manifest (atomically, by
-    rename: a piece without a manifest does not exist). ``spare``: a data file of an older, drained piece
-    of this rank (:func:`spare_data_file`), overwritten in place instead of allocating new pages. Returns
-    the bytes written."""
-    os.makedirs(directory, exist_ok=True)
-    data_name, manifest_name = _piece_names(rank, nprocs)
-    data_path = os.path.join(directory, data_name)
-    flags = os.O_WRONLY | os.O_CREAT
-    if spare is not None:
-        try:
-            os.rename(spare, data_path)
-        except OSError:
-            flags |= os.O_TRUNC
-    else:
-        flags |= os.O_TRUNC
-    try:
-        return _write_piece_files(directory, data_path, manifest_name, flags, rank, nprocs, header, blocks)
-    except BaseException:  # a full stage or an interrupt: leave nothing of this piece (it would fill the stage
-        for path in (data_path, os.path.join(directory, f".{manifest_name}.tmp")):  # for every later checkpoint)
-            _remove_if_there(path)
-        raise
-
-
-def remove_piece(directory: str, rank: int, nprocs: int) -> None:
-    """Local: remove this rank's piece (data file and manifest) of a staged checkpoint that failed collectively,
-    and the checkpoint's directories once empty, so a full stage does not stay full for the next checkpoint."""
-    for name in _piece_names(rank, nprocs):
-        _remove_if_there(os.path.join(directory, name))
-    for path in (directory, os.path.dirname(directory)):
-        try:
-            os.rmdir(path)
-        except OSError:  # not empty (another rank's piece on a shared stage, or another token) or gone
-            break
-
-
-def _remove_if_there(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def _write_piece_files(directory: str, data_path: str, manifest_name: str, flags: int, rank: int, nprocs: int,
-                       header: dict[str, Any], blocks: Sequence[tuple[dict[str, Any], np.ndarray]]) -> int:
-    """Local: :func:`write_piece`'s data file, then its manifest (atomically); returns the bytes written."""
-    entries, pos = [], 0
-    fd = os.open(data_path, flags, 0o644)
-    try:
-        for decl, array in blocks:
-            view = memoryview(array.reshape(-1).view(np.uint8)) if array.size else memoryview(b"")
-            digest = metamod.StreamingChecksum()
-            done = 0
-            while done < len(view):
-                chunk = view[done:done + _CHUNK]
-                digest.update(chunk)
-                written = 0
-                while written < len(chunk):
-                    written += os.write(fd, chunk[written:])
-                done += len(chunk)
-            entries.append({**decl, "checksum": digest.hexdigest(), "array_shape": list(array.shape),
-                            "data_offset": pos, "nbytes": len(view)})
-            pos += len(view)
-        os.ftruncate(fd, pos)
-    finally:
-        os.close(fd)
-    manifest = {"format": FORMAT, "version": VERSION, **header, "rank": rank, "nprocs": nprocs, "blocks": entries}
-    tmp = os.path.join(directory, f".{manifest_name}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(manifest, f)
-    os.replace(tmp, os.path.join(directory, manifest_name))
-    return pos
-
-
-def spare_data_file(stage_dir: str, final_path: str, rank: int, nprocs: int) -> str | None:
-    """Local: this rank's data file of a staged checkpoint of the same final directory whose drain committed
-    (marked by :func:`retain`), to be reused by the next :func:`write_piece` (writing into existing tmpfs pages
-    is about twice as fast as allocating new ones). Its manifest is removed first, so that piece is never
-    taken for valid again. None when there is none."""
-    data_name, manifest_name = _piece_names(rank, nprocs)
-    for _name, _tok, path in _staged(key_dir(stage_dir, final_path)):
-        if os.path.exists(os.path.join(path, _DRAINED)) and os.path.exists(os.path.join(path, data_name)):
-            try:
-                os.unlink(os.path.join(path, manifest_name))
-            except FileNotFoundError:
-                pass
-            return os.path.join(path, data_name)
-    return None
-
-
-def read_piece(directory: str, rank: int, nprocs: int, final_path: str,
-               verify: bool = True) -> tuple[dict[str, Any], list[np.ndarray]]:
-    """Local: this rank's piece of a staged checkpoint, every checksum verified (arrays map the file: no copy).
-
-    Raises CheckpointIOError when the piece is missing or belongs to another checkpoint (final path, rank
-    count), CorruptCheckpointError when a block does not match its checksum."""
-    data_name, manifest_name = _piece_names(rank, nprocs)
-    where = os.path.join(directory, manifest_name)
-    try:
-        with open(where) as f:
-            manifest = json.load(f)
-    except FileNotFoundError:
-        raise CheckpointIOError(f"staged piece {where} is missing (on {_host()})") from None
-    except (OSError, ValueError) as exc:
-        raise CorruptCheckpointError(f"staged piece {where}: unreadable manifest: {exc}") from None
-    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
-        raise CorruptCheckpointError(f"staged piece {where}: not a ckptio stage manifest")
-    if manifest.get("final") != os.path.abspath(final_path) or manifest.get("nprocs") != nprocs:
-        raise CheckpointIOError(f"staged piece {where} belongs to {manifest.get('final')} written by "
-                                f"{manifest.get('nprocs')} ranks, not to {os.path.abspath(final_path)} on {nprocs}")
-    size = sum(int(b["nbytes"]) for b in manifest["blocks"])
-    data_path = os.path.join(directory, data_name)
-    try:
-        actual = os.path.getsize(data_path)
-    except OSError as exc:
-        raise CheckpointIOError(f"staged piece {data_path}: {exc.strerror}") from None
-    if actual != size:
-        raise CorruptCheckpointError(f"staged piece {data_path}: {actual} bytes, its manifest says {size}")
-    raw = np.memmap(data_path, np.uint8, "r") if size else np.empty(0, np.uint8)
-    arrays = []
-    for b in manifest["blocks"]:
-        chunk = raw[b["data_offset"]:b["data_offset"] + b["nbytes"]]
-        if verify and metamod.checksum(chunk if b["nbytes"] else b"") != b["checksum"]:
-            raise CorruptCheckpointError(f"staged piece {data_path}: variable {b['name']!r} does not match "
-                                         f"its checksum (on {_host()})")
-        arrays.append(chunk.view(np.dtype(b["dtype"])).reshape(b["array_shape"]))
-    return manifest, arrays
-
-
-def _host() -> str:
-    from mpi4py import MPI
-
-    return MPI.Get_processor_name()
 
 
 # ------------------------------------------------------------------------------------------- close
@@ -376,7 +217,7 @@ def _prepare_staged(writer: Any) -> dict[str, Any]:
         p.data = np.ascontiguousarray(p.data).reshape(p.data.shape)  # (ascontiguousarray makes 0-d 1-d)
     final_dir = os.path.dirname(os.path.abspath(writer.path))
     problem = None if os.path.isdir(final_dir) else (f"{final_dir} is not a directory seen from "
-                                                     f"{_host()} (rank {writer.comm.Get_rank()})")
+                                                     f"{host_name()} (rank {writer.comm.Get_rank()})")
     return {"decls": pack_declarations([p.decl for p in writer._pending]), "attrs": writer.attrs,
             "described": varmeta.pack(writer._described), "prepare_seconds": time.perf_counter() - t,
             "dir_problem": directory_problem(writer.path) if writer.comm.Get_rank() == 0 else None,
@@ -410,7 +251,7 @@ def check_stage_dir(stage_dir: str | None) -> None:
     if why is None:
         what = "it" if path == os.path.abspath(stage_dir) else f"its parent {path}"
         why = f"{what} is {'a regular file' if os.path.isfile(path) else 'not a directory'}"
-    raise CheckpointIOError(f"stage_dir {stage_dir} cannot be used on {_host()}: {why}, "
+    raise CheckpointIOError(f"stage_dir {stage_dir} cannot be used on {host_name()}: {why}, "
                             "not a directory; give a directory (created if missing) for the staged copies")
 
 
@@ -449,7 +290,7 @@ def retain(comm, info: StageInfo, final_path: str, token: str) -> None:
             return
         base = key_dir(info.directory, final_path)
         mark_drained(checkpoint_dir(info.directory, final_path, token), final_path)
-        for _name, tok, path in _staged(base):
+        for _name, tok, path in staged_copies(base):
             if tok < token:
                 shutil.rmtree(path, ignore_errors=True)
                 parent = os.path.dirname(path)
@@ -460,45 +301,6 @@ def retain(comm, info: StageInfo, final_path: str, token: str) -> None:
         coord.run(comm, f"stage {info.directory}: retention", remove)
     except CheckpointError as exc:
         _warn.warn(f"ckptio: could not remove old staged copies: {exc}", RuntimeWarning)
-
-
-def mark_drained(directory: str, final_path: str) -> None:
-    """Local: record in a staged checkpoint's directory that it was drained, and to which file (atomically:
-    several ranks of a node may write the same marker)."""
-    tmp = os.path.join(directory, f".{_DRAINED}.{uuid.uuid4().hex[:8]}")
-    with open(tmp, "w") as f:
-        json.dump(file_identity(os.stat(final_path)), f)
-    os.replace(tmp, os.path.join(directory, _DRAINED))
-
-
-def file_identity(st: os.stat_result) -> dict[str, int]:
-    """What identifies the final file a staged copy was drained to (a later write of that name differs)."""
-    return {"ino": st.st_ino, "mtime_ns": st.st_mtime_ns, "size": st.st_size}
-
-
-def drained_identity(directory: str) -> dict[str, int] | None:
-    """Local: the identity of the final file a staged checkpoint was drained to, or None if not drained."""
-    try:
-        with open(os.path.join(directory, _DRAINED)) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
-def _staged(base: str) -> list[tuple[str, str, str]]:
-    """(checkpoint name, token, directory) of every staged checkpoint under one key directory."""
-    out = []
-    try:
-        names = os.listdir(base)
-    except FileNotFoundError:
-        return out
-    for name in names:
-        try:
-            tokens = os.listdir(os.path.join(base, name))
-        except (NotADirectoryError, FileNotFoundError):
-            continue
-        out += [(name, tok, os.path.join(base, name, tok)) for tok in tokens if _TOKEN_RE.match(tok)]
-    return out
 
 
 # -------------------------------------------------------------------------------------------- restart
@@ -513,7 +315,7 @@ def recover(comm, directory: str, pattern: catalog.NamePattern, stage_dir: str, 
 
     def mine() -> list[tuple[str, str]]:
         newest: dict[str, str] = {}
-        for name, tok, _ in _staged(base):
+        for name, tok, _ in staged_copies(base):
             if pattern.step(name) is not None and tok > newest.get(name, ""):
                 newest[name] = tok
         return sorted(newest.items())

@@ -104,11 +104,11 @@ def lower_hdf5_dimension_scale_users(limit: int) -> None:
 
 # -------------------------------------------------------------------------------------------------- tiers
 def staged_key_dir(stage_dir: str, final_path: str) -> str:
-    """``ckptio.tiers.staging.key_dir``: the directory of ``stage_dir`` that holds the staged copies of the checkpoints
-    whose final path is ``final_path``'s directory."""
-    from ckptio.tiers import staging
+    """``ckptio.tiers.stage_files.key_dir``: the directory of ``stage_dir`` that holds the staged copies of the
+    checkpoints whose final path is ``final_path``'s directory."""
+    from ckptio.tiers import stage_files
 
-    return staging.key_dir(stage_dir, final_path)
+    return stage_files.key_dir(stage_dir, final_path)
 
 
 def staged_data_pieces(stage_dir: str, rank: int) -> list[str]:
