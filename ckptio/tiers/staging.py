@@ -9,7 +9,8 @@
    what it cannot see, before anything is written.
 2. every rank writes its blocks, unchanged, into its own *piece* on its own node's stage: a data file and a
    JSON manifest holding each block's checksum, the checkpoint's final path and a token common to every rank
-   (:func:`ckptio.tiers.stage_files.write_piece`). Plain local writes: no MPI-IO file is shared, so nothing is opened across nodes.
+   (:func:`ckptio.tiers.stage_files.write_piece`). Plain local writes: no MPI-IO file is shared, so nothing is
+   opened across nodes.
 3. the *drain* (:func:`drain`, run by the I/O thread) reads each rank's own piece back, verifies every
    checksum, and writes the normal shared checkpoint at the final path through the usual collective path
    (:class:`ckptio.Writer`: aggregators, hints, commit). Once it committed, older staged copies of the same
@@ -17,8 +18,8 @@
    ones still draining.
 
 Staged copies live in ``stage_dir/<final directory name>-<hash of its absolute path>/<checkpoint name>/<token>/``
-(:func:`ckptio.tiers.stage_files.checkpoint_dir`): two runs sharing one ``stage_dir`` never see each other's copies, and every
-manifest names its final path, checked before use.
+(:func:`ckptio.tiers.stage_files.checkpoint_dir`): two runs sharing one ``stage_dir`` never see each other's
+copies, and every manifest names its final path, checked before use.
 
 Restart (:func:`recover`, from ``ckptio.latest(..., comm=, stage_dir=)`` and ``Series.latest()``): when the
 newest staged checkpoint has no valid copy on the parallel file system (its drain was interrupted), it is
