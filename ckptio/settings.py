@@ -13,6 +13,7 @@ Test-only switches (``CKPTIO_FAULT``, ``CKPTIO_TEST_*``) stay with the code they
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections.abc import Callable, Mapping
@@ -146,12 +147,11 @@ def get(name: str, environ: Mapping[str, str] | None = None) -> Any:
 
 
 def collective_snapshot(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Local: the collective settings as this rank sees them, each checked (raises DeclarationError). Compared
-    between ranks by the collective entry points (:func:`check_same`)."""
-    for name, setting in TABLE.items():
-        if setting.collective:
-            get(name, environ)
-    return {name: raw(name, environ) for name, setting in TABLE.items() if setting.collective}
+    """Local: the collective settings as this rank sees them, each checked (raises DeclarationError) and written
+    as its parsed value (JSON text), so that one value spelt two ways (``64MiB`` and ``67108864``, ``POSIX`` and
+    ``posix``) is the same setting. Compared between ranks by the collective entry points (:func:`check_same`)."""
+    return {name: json.dumps(get(name, environ), sort_keys=True, default=str)
+            for name, setting in TABLE.items() if setting.collective}
 
 
 def check_same(snapshots: list[Mapping[str, str]], where: str) -> None:
@@ -159,6 +159,6 @@ def check_same(snapshots: list[Mapping[str, str]], where: str) -> None:
     found = first_difference(snapshots)
     if found is not None:
         name, rank = found
-        raise DeclarationError(f"{where}: {name} differs between ranks (rank 0: {snapshots[0][name]!r}, rank "
-                               f"{rank}: {snapshots[rank][name]!r}); it changes what the collective I/O does, so "
-                               "every rank must see the same value (export it to the whole job)")
+        raise DeclarationError(f"{where}: {name} differs between ranks (rank 0: {snapshots[0][name]}, rank "
+                               f"{rank}: {snapshots[rank][name]}; null: not set); it changes what the collective "
+                               "I/O does, so every rank must see the same value (export it to the whole job)")
