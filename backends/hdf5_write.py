@@ -43,7 +43,7 @@ class HDF5WriteHandle:
     def __init__(self, path: str, comm, info, variables: Mapping[str, VariablePlan], placement: Mapping[str, Any],
                  options: CreateOptions):
         global h5py
-        from mpi4py import MPI
+        from ckptio.coord.mpi import MPI
 
         h5py = lib.load()
         self.path = path
@@ -295,7 +295,7 @@ def _mpi_file_info(h5file: h5py.File) -> dict[str, str]:
     h5py does not expose the handle (its ``get_vfd_handle`` reads an int, a POSIX descriptor), so this calls
     the HDF5 C function through ctypes (hid_t is 64-bit since HDF5 1.10). Local; raises on any failure.
     """
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     lib = ctypes.CDLL(h5py.h5f.__file__)  # dlsym on it also searches its dependency libhdf5
     get_handle = lib.H5Fget_vfd_handle

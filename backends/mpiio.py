@@ -110,7 +110,7 @@ class _NativeWriteHandle:
     index and trailer on the rank that holds them."""
 
     def __init__(self, path: str, comm, info, share: Mapping[str, Any], range_io: str | None = None):
-        from mpi4py import MPI
+        from ckptio.coord.mpi import MPI
 
         self.path, self.share = path, share
         self._ranges = None
@@ -173,7 +173,7 @@ class _NativeWriteHandle:
 
     def document_slot(self, slot: DocumentSlot) -> None:
         """The index goes at the aligned end of the data, the trailer right after it: known on every rank."""
-        from mpi4py import MPI
+        from ckptio.coord.mpi import MPI
 
         self._slot = slot
         if self._ranges is None:
@@ -194,7 +194,7 @@ class _NativeWriteHandle:
         """Collective even when only one rank has bytes (the others write nothing): with
         ``romio_no_indep_rw=true`` (deferred open) only the aggregators have the file open, so independent
         writes are not allowed. With a byte-range writer: only the rank with bytes writes (independently)."""
-        from mpi4py import MPI
+        from ckptio.coord.mpi import MPI
 
         mine = np.frombuffer(payload, np.uint8)
         if self._ranges is not None:

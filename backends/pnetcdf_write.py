@@ -94,7 +94,8 @@ class PnetCDFWriteHandle:
 
     def __init__(self, path: str, comm, info, variables: Mapping[str, VariablePlan], options: CreateOptions):
         import pnetcdf
-        from mpi4py import MPI
+
+        from ckptio.coord.mpi import MPI
 
         self.path, self.variables, self.options = path, variables, options
         self.described = options.described

@@ -134,7 +134,7 @@ class MpiRangeWriter:
     independent = False  # MPI calls: made in the engine's calling thread
 
     def __init__(self, path: str, comm, info):
-        from mpi4py import MPI
+        from ckptio.coord.mpi import MPI
 
         self.path = path
         own = info.Dup() if info is not None and info != MPI.INFO_NULL else MPI.Info.Create()
@@ -148,7 +148,8 @@ class MpiRangeWriter:
         """Local: each run with ``MPI_File_write_at`` (pieces of at most 1 GiB: C int counts); the number of calls.
         CheckpointIOError when the library wrote less than asked or failed."""
         from ckptio.backends.rawio import hindexed
-        from mpi4py import MPI
+
+        from ckptio.coord.mpi import MPI
 
         calls = 0
         for offset, arrays in runs:

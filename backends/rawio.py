@@ -61,7 +61,7 @@ def transfer(fh, pieces_file: Sequence[tuple[int, int]], buffers: Sequence[Any],
     subarray inside an hindexed file view: ROMIO up to MPICH 4.0.3 flattens that shape wrongly, mpich issue
     7169). Returns bytes moved.
     """
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     total = sum(n for _, n in pieces_file)
     nonempty = file_ordered(pieces_file, buffers)
@@ -91,7 +91,7 @@ def _memory_runs(buffers: Sequence[tuple[int, Any]]) -> tuple[np.ndarray, np.nda
     """(lengths, absolute addresses) of the ``(nbytes, buffer)`` pairs' bytes in order: one piece per contiguous
     buffer, one per run of a strided numpy view (a memory selection, :mod:`ckptio.model.memsel`: its elements in C
     order). Local."""
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     lengths: list[np.ndarray] = []
     addresses: list[np.ndarray] = []
@@ -116,7 +116,7 @@ class RawExtentReader(ExtentReader):
     """
 
     def __init__(self, path: str, comm, info, meta: Mapping[str, Any]):
-        from mpi4py import MPI
+        from ckptio.coord.mpi import MPI
 
         self.meta = meta
         # ckptio already chose its restart aggregators (one per node first) and only they open the file: under

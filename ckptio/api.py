@@ -58,7 +58,7 @@ def open(path: str | os.PathLike, comm=None, hints: Mapping[str, Any] | None = N
     with a warning naming what is missing, from ``path``.
     """
     if comm is None:
-        from mpi4py import MPI
+        from ckptio.coord.mpi import MPI
 
         comm = MPI.COMM_SELF
     if stage_dir is not None:

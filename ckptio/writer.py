@@ -383,7 +383,7 @@ def ompio_path_limit(nprocs: int) -> int | None:
     Measured on Open MPI 4.1 (tests/faults/test_edges.py): its ``sharedfp/lockedfile`` component formats
     ``path + ".locktest." + rank`` into a 256-byte buffer (``__sprintf_chk`` aborts beyond it), so the limit is
     256 - 1 - 10 - the digits of the highest rank: 244 bytes at up to 10 ranks."""
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     if not MPI.Get_library_version().startswith("Open MPI") or "romio" in os.environ.get("OMPI_MCA_io", ""):
         return None

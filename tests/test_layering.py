@@ -89,3 +89,18 @@ def test_coord_is_a_package_and_keeps_its_api():
                  "collective_section", "deliver_held_signals"):
         assert getattr(coord, name) is getattr(agreement, name), name
     assert coord.node_leader is comms.node_leader
+
+
+def test_mpi4py_mpi_is_imported_in_one_place():
+    """``ckptio.coord.mpi`` is the one module that imports ``mpi4py.MPI`` (issue 24 item 5); every other module of
+    ckptio/ and backends/ takes it from there, inside the function that needs it."""
+    found = []
+    for path in sorted([*(REPO / "ckptio").rglob("*.py"), *(REPO / "backends").rglob("*.py")]):
+        if path == REPO / "ckptio" / "coord" / "mpi.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.ImportFrom) and node.module == "mpi4py" and any(
+                    a.name == "MPI" for a in node.names)) or (isinstance(node, ast.Import) and any(
+                    a.name == "mpi4py.MPI" for a in node.names)):
+                found.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not found, f"mpi4py.MPI imported outside ckptio/coord/mpi.py: {found}"

@@ -273,7 +273,7 @@ def agree(comm, phase: str, error: BaseException | None, closing: bool = False) 
     and meets the others wherever they are next; if some ranks close while the others are in another phase of
     it (a read), every rank raises, naming the ranks that closed, instead of the readers going on into a
     collective the closed ranks will never enter."""
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     if error is None:
         error = deliver_held_signals()
@@ -304,7 +304,7 @@ def count_ranks(comm, phase: str, local: Callable[[], Sequence[bool]]) -> tuple[
     failed: cheap enough for every time step. A failure of ``local`` (or of a held signal's handler) on any rank
     raises the same error on every rank, as :func:`agree` does; a held signal is delivered after ``local()``
     ran (its collective calls are made on every rank) and counts as this rank's failure."""
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     flags: Sequence[bool] = ()
     error: BaseException | None = None
@@ -330,7 +330,8 @@ def sum_min_max(comm, value: int) -> tuple[int, int, int]:
     (statistics such as the bytes each rank wrote). Two allreduces of int64 arrays; no rank can fail between
     them, so they need no agreement (call it after the phase that produced ``value`` agreed)."""
     import numpy as np
-    from mpi4py import MPI
+
+    from ckptio.coord.mpi import MPI
 
     extremes = np.array([value, -value], np.int64)
     comm.Allreduce(MPI.IN_PLACE, extremes, op=MPI.MAX)

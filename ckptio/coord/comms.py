@@ -26,7 +26,7 @@ def node_leader(comm) -> int:
     ``MPI_COMM_TYPE_SHARED``.
 
     Node discovery does no work that can fail between its collectives, so it needs no agreement."""
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     try:
@@ -39,7 +39,7 @@ def subset(comm, member: bool) -> Any | None:
     """Collective over ``comm``: a communicator of the ranks where ``member`` is true, in ``comm``'s rank order
     (the restart aggregators, the only ranks that open the file); None on the other ranks. Free it with
     :func:`free` (collective over the members)."""
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     sub = comm.Split(0 if member else MPI.UNDEFINED, comm.Get_rank())
     return None if sub == MPI.COMM_NULL else sub

@@ -39,7 +39,7 @@ def _classic_type_constructor():
     """
     global _CLASSIC
     if _CLASSIC is None:
-        from mpi4py import MPI
+        from ckptio.coord.mpi import MPI
 
         lib = ctypes.CDLL(MPI.__file__)
         fn = lib.MPI_Type_create_hindexed
@@ -79,7 +79,7 @@ def hindexed(lengths: Sequence[int], displacements: Sequence[int], oldtype=None)
     """A committed MPI hindexed type of ``oldtype`` (default ``MPI_BYTE``; lengths count its elements,
     displacements are in bytes) built with the classic constructor (see :func:`_classic_type_constructor`);
     pieces above 2**30 elements are split (int block lengths). Local."""
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     oldtype = MPI.BYTE if oldtype is None else oldtype
     lens, disps = split_pieces(lengths, displacements, _MAX_CHUNK, oldtype.Get_extent()[1])

@@ -42,7 +42,7 @@ def exchange_records(comm, send: Mapping[int, np.ndarray], width: int) -> list[n
     """Collective over ``comm``: int64 records (rows of ``width``) to the ranks in ``send``; returns what every
     rank sent this one, by source rank. An Alltoall of counts, then one Alltoallv (the per-rank arrays of counts
     are what MPI needs; the payload is this rank's own)."""
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     size = comm.Get_size()
     counts = np.zeros(size, np.int64)
@@ -70,7 +70,7 @@ def sparse_records(comm, send: Mapping[int, np.ndarray], width: int, tag: int) -
     completes every rank's sends were received, so the exchange is over everywhere. ``tag`` must differ between
     two consecutive calls on one communicator (a rank that finished may start the next exchange while another
     still probes for this one); alternating two tags suffices."""
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     me = comm.Get_rank()
     received: dict[int, np.ndarray] = {}
@@ -103,7 +103,7 @@ def exclusive_prefix_sum(comm, values: np.ndarray) -> np.ndarray:
     """Collective over ``comm`` (every rank passes as many values; none: no call): per element, the sum of the
     values of the ranks before this one, zeros on rank 0 (an ``Exscan``: where each rank's rows of the per-rank
     segments start)."""
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     values = np.ascontiguousarray(values, np.int64)
     out = np.zeros_like(values)
@@ -116,7 +116,7 @@ def exclusive_prefix_sum(comm, values: np.ndarray) -> np.ndarray:
 
 def max_over_ranks(comm, value: int) -> int:
     """Collective over ``comm``: the largest ``value`` of any rank (the rounds every rank takes part in)."""
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     return int(comm.allreduce(value, op=MPI.MAX))
 
@@ -137,7 +137,7 @@ def move_pieces(comm, messages, tag: int, send: Mapping[int, memtypes.Stream],
     Zero-copy: a message that is one run on a side is a plain contiguous buffer there (MPI moves large ones with a
     single copy, e.g. Open MPI's CMA), otherwise an hindexed datatype at ``MPI_BOTTOM``; ckptio packs nothing. No
     message reaches ``MAX_MESSAGE_BYTES``."""
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     status = np.array([0 if error is None else 1], np.int64)
     comm.Allreduce(MPI.IN_PLACE, status, op=MPI.MAX)

@@ -111,7 +111,7 @@ def aggregator_override(hints_user: Mapping[str, object] | None,
 
 def to_info(hints: Mapping[str, str]):
     """Local: An ``MPI.Info`` holding ``hints``; the caller frees it."""
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     info = MPI.Info.Create()
     for key, value in hints.items():
@@ -133,7 +133,7 @@ def uses_romio(environ: Mapping[str, str] | None = None) -> bool:
     environ = os.environ if environ is None else environ
     if "mpi4py.MPI" not in sys.modules:
         return False
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     if not MPI.Get_library_version().startswith("Open MPI"):
         return True
@@ -142,7 +142,7 @@ def uses_romio(environ: Mapping[str, str] | None = None) -> bool:
 
 def io_component() -> str:
     """Local: Which MPI-IO implementation is in use, for the record (Open MPI: OMPIO or ROMIO)."""
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     lib = MPI.Get_library_version().split("\n")[0].strip()
     if "Open MPI" in lib:
@@ -162,7 +162,7 @@ def collective_write_hazard() -> str | None:
     and so were the native backend's collective writes of contiguous ranges. The io component cannot be
     queried through MPI, so OMPIO is assumed for Open MPI unless ``OMPI_MCA_io`` selects ROMIO.
     """
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     if not MPI.Get_library_version().startswith("Open MPI"):
         return None

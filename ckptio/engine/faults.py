@@ -63,7 +63,7 @@ def point(phase: str, comm=None) -> None:
     if not selected:
         return
     if comm is None:
-        from mpi4py import MPI
+        from ckptio.coord.mpi import MPI
 
         comm = MPI.COMM_WORLD
     rank = comm.Get_rank()

@@ -55,7 +55,7 @@ def io_mark() -> int | None:
 def local_record(mark: int | None) -> dict[str, Any]:
     """Local, every rank, in the same thread right after the collective write: this rank's host and the bytes it
     moved to storage since ``mark`` (None when not measurable)."""
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     now = storage_bytes_written()
     moved = None if mark is None or now is None else max(0, now - mark)
@@ -106,6 +106,6 @@ def aggregators_per_node(placement: dict[str, Any]) -> dict[str, int | None]:
 def rank_placement(aggregators: Iterable[int], rank: int) -> dict[str, Any]:
     """Local, any rank: this rank's host (``MPI_Get_processor_name``) and whether it is one of ``aggregators``
     (e.g. a Reader's read aggregators)."""
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     return {"host": MPI.Get_processor_name(), "aggregator": rank in set(int(a) for a in aggregators)}

@@ -27,7 +27,7 @@ def threads_allowed() -> bool:
     MPI library may assume a single-threaded process there) and CKPTIO_READ_THREAD is not 0."""
     if settings.get(THREAD_ENV) == "0":  # checked, and agreed between ranks, when the reader was opened
         return False
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     return MPI.Query_thread() > MPI.THREAD_SINGLE
 

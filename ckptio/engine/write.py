@@ -108,7 +108,7 @@ def prepare_blocks(request: WriteRequest) -> dict[str, Any]:
             p.decl["stored_nbytes"], p.decl["codec"] = int(p.stored.nbytes), f"{codec}:{level}"
         else:
             p.stored = data
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     return {"decls": pack_declarations([p.decl for p in request.blocks]), "attrs": request.attrs,
             "described": varmeta.pack(request.described), "host": MPI.Get_processor_name(),

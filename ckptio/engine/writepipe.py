@@ -31,7 +31,7 @@ def threads_allowed() -> bool:
     CKPTIO_WRITE_THREAD is not 0 (a collective setting, agreed when the checkpoint was closed)."""
     if settings.get(THREAD_ENV) == "0":
         return False
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     return MPI.Query_thread() > MPI.THREAD_SINGLE
 

@@ -415,7 +415,7 @@ def run_cases(ctx: Ctx, selected: list[tuple[str, Callable]]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", required=True)

@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.ranks:
         comm = None
     else:
-        from mpi4py import MPI
+        from ckptio.coord.mpi import MPI
 
         comm = MPI.COMM_WORLD
     try:

@@ -49,7 +49,7 @@ SLOTS = 2
 
 
 def thread_multiple_available() -> bool:
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     return MPI.Query_thread() >= MPI.THREAD_MULTIPLE
 

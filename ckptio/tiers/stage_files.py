@@ -184,7 +184,7 @@ def read_piece(directory: str, rank: int, nprocs: int, final_path: str,
 
 
 def host_name() -> str:
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     return MPI.Get_processor_name()
 

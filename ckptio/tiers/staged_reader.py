@@ -48,7 +48,7 @@ def _candidate(stage_dir: str, path: str, rank: int, nprocs: int) -> tuple[str |
     tokens = sorted((tok for n, tok, d in stage_files.staged_copies(stage_files.key_dir(stage_dir, path))
                      if n == name and os.path.exists(os.path.join(d, data_name))), reverse=True)
     if not tokens:
-        from mpi4py import MPI
+        from ckptio.coord.mpi import MPI
 
         return None, f"no staged piece of {path} for rank {rank} of {nprocs} on {MPI.Get_processor_name()}"
     return tokens[0], None

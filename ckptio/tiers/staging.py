@@ -79,7 +79,7 @@ class StageInfo:
 def locate(comm, stage_dir: str) -> StageInfo:
     """Collective: create ``stage_dir`` if needed and find out whether it is shared or node-local (see the
     module docstring). Raises the same CheckpointIOError on every rank, naming the nodes, when it is neither."""
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     rank = comm.Get_rank()
     host = MPI.Get_processor_name()

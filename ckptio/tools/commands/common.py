@@ -46,7 +46,7 @@ def open_serial(path: str, verify: bool = True):
     from ckptio.api import open as ck_open
 
     checkpoint_backend(path)
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     return ck_open(path, MPI.COMM_SELF, verify=verify)
 

@@ -98,10 +98,9 @@ def _block_sums(blocks: BlockTable) -> list[tuple[tuple[int, ...], int]]:
 def convert(src: str, dst: str, backend: str, force: bool = False) -> ConvertSummary:
     """Local (one process): convert ``src`` to ``dst`` in ``backend``'s format and check it. Returns a summary.
     Raises UsageError / CheckpointError."""
-    from mpi4py import MPI
-
     from ckptio.api import create
     from ckptio.backends import detect_backend, get_backend, known_backends
+    from ckptio.coord.mpi import MPI
 
     if backend not in known_backends():
         raise UsageError(f"unknown backend {backend!r} (known: {', '.join(known_backends())})")

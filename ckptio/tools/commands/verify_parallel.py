@@ -34,7 +34,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Collective over ``MPI.COMM_WORLD`` (see the module docstring); the exit status, the same on every rank."""
-    from mpi4py import MPI
+    from ckptio.coord.mpi import MPI
 
     try:
         args = parse_args(argv)
