@@ -40,6 +40,7 @@ nitpick_ignore_regex = [
     # internal modules and helpers the public docstrings mention; they are not part of the API reference
     ("py:(class|obj|func|meth|attr|mod)",
      r"(ckptio\.(staging|staged_reader|plan|extent_table|units|memsel|lazy|hints|async_io)(\..*)?|"
+     r"ckptio\.(tiers|model|coord|engine)(\..*)?|"  # the layers (issue 24): internal, not in the API reference
      r"ckptio\.backends\.base\.(ExtentReader|WriteSession)|detect_backend|collective_error_class|"
      r"VariablePlan\.total_blocks|ExtentTable)"),
 ]
