@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from ckptio.backends import install_hints
 
+from ckptio.model.dims_attrs import numeric_list_array
 from ckptio.model.layout import Box
 from ckptio.model.plan import VariablePlan
 
@@ -112,10 +113,5 @@ def attr_value(value: Any) -> Any:
         return value
     if isinstance(value, int) and -2**63 <= value < 2**63:
         return np.int64(value)
-    if isinstance(value, list) and value and all(isinstance(v, int | float) and not isinstance(v, bool)
-                                                 for v in value):
-        try:
-            return np.asarray(value, dtype=np.int64 if all(isinstance(v, int) for v in value) else np.float64)
-        except OverflowError:
-            pass
-    return json.dumps(value)
+    array = numeric_list_array(value)
+    return array if array is not None else json.dumps(value)

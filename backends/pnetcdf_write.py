@@ -37,6 +37,7 @@ from ckptio.errors import CheckpointIOError
 from ckptio.model import memsel
 from ckptio.model import meta as metamod
 from ckptio.model.block_table import USER_TABLE_NOTE, user_table_shape
+from ckptio.model.dims_attrs import numeric_list_array
 from ckptio.model.plan import VariablePlan
 
 FORMAT_VERSION = 2
@@ -68,13 +69,8 @@ def attr_value(value: Any) -> Any:
         return np.float64(value)
     if isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63:
         return np.int64(value)
-    if isinstance(value, list) and value and all(isinstance(v, int | float) and not isinstance(v, bool)
-                                                 for v in value):
-        try:
-            return np.asarray(value, dtype=np.int64 if all(isinstance(v, int) for v in value) else np.float64)
-        except OverflowError:
-            pass
-    return json.dumps(value)
+    array = numeric_list_array(value)
+    return array if array is not None else json.dumps(value)
 
 
 def _var_align(hints: Mapping[str, str], variables: Mapping[str, VariablePlan]) -> int | None:

@@ -45,6 +45,19 @@ def jsonable_attr(key: str, value: Any) -> Any:
     )
 
 
+
+def numeric_list_array(value: Any) -> Any:
+    """A stored attribute value that is a non-empty list of numbers (no booleans) as the array a file format keeps
+    natively: int64 when every item is an integer, else float64; None for anything else, or for integers beyond
+    int64 (the backends then store the value as JSON text)."""
+    if not (isinstance(value, list) and value and all(isinstance(v, int | float) and not isinstance(v, bool)
+                                                      for v in value)):
+        return None
+    try:
+        return np.asarray(value, dtype=np.int64 if all(isinstance(v, int) for v in value) else np.float64)
+    except OverflowError:
+        return None
+
 def normalize_attrs(attrs: Mapping[str, Any] | None) -> dict[str, Any]:
     """The checkpoint's attributes as stored (:func:`jsonable_attr` of each); DeclarationError naming the first
     name or value that cannot be stored."""
