@@ -87,7 +87,7 @@ def held(handle: WriteHandle | None, method: str, *args: Any) -> Any:
 def abort(comm, handle: WriteHandle | None, tmp: str) -> None:
     """Collective, after a failure every rank agreed on (every rank is here): the planning rank truncates the
     temporary file (its space comes back), every rank holding a handle releases it, the planning rank removes the
-    file. Never raises: the agreed failure is what the caller reports."""
+    file, and every rank returns once it is gone. Never raises: the agreed failure is what the caller reports."""
     try:
         if comm.Get_rank() == ROOT:
             _truncate_quietly(tmp)
@@ -98,6 +98,10 @@ def abort(comm, handle: WriteHandle | None, tmp: str) -> None:
         handle.abort()
     if comm.Get_rank() == ROOT:
         remove_quietly(tmp)
+    try:  # (a rank that listed the directory right after its error saw the file, racing the planning rank)
+        coord.run(comm, f"{tmp}: removed after a failure", lambda: None)
+    except BaseException:
+        pass
 
 
 def check_written(backend: Backend, tmp: str) -> None:
