@@ -150,12 +150,7 @@ CASES = {"async_snapshot": async_snapshot, "keep_and_fallback": keep_and_fallbac
          "compression": compression, "background_results": background_results}
 
 
-def main(argv: list[str]) -> int:
-    from mpi4py import MPI
-
-    CASES[argv[0]](MPI.COMM_WORLD, *argv[1:])
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from dispatch import run_case
+
+    sys.exit(run_case(CASES, sys.argv[1:]))

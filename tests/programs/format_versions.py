@@ -50,12 +50,7 @@ def empty(comm, d: str) -> None:
 CASES = {"read_any_count": read_any_count, "write_every_backend": write_every_backend, "empty": empty}
 
 
-def main(argv: list[str]) -> int:
-    from mpi4py import MPI
-
-    CASES[argv[0]](MPI.COMM_WORLD, *argv[1:])
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from dispatch import run_case
+
+    sys.exit(run_case(CASES, sys.argv[1:]))

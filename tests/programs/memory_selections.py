@@ -74,12 +74,7 @@ def no_copy(comm, backend: str, path: str) -> None:
 CASES = {"halo": halo, "no_copy": no_copy}
 
 
-def main(argv: list[str]) -> int:
-    from mpi4py import MPI
-
-    CASES[argv[0]](MPI.COMM_WORLD, *argv[1:])
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from dispatch import run_case
+
+    sys.exit(run_case(CASES, sys.argv[1:]))

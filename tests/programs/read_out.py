@@ -141,12 +141,7 @@ def direct(comm, path: str, backend: str, how: str) -> None:
 CASES = {"fill": fill, "no_full_copy": no_full_copy, "bad_out": bad_out, "direct": direct}
 
 
-def main(argv: list[str]) -> int:
-    from mpi4py import MPI
-
-    CASES[argv[0]](MPI.COMM_WORLD, *argv[1:])
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from dispatch import run_case
+
+    sys.exit(run_case(CASES, sys.argv[1:]))

@@ -91,12 +91,7 @@ CASES = {"leave": leave, "after_close": after_close, "undecodable": undecodable,
          "damaged_signature": damaged_signature}
 
 
-def main(argv: list[str]) -> int:
-    from mpi4py import MPI
-
-    CASES[argv[0]](MPI.COMM_WORLD, *argv[1:])
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from dispatch import run_case
+
+    sys.exit(run_case(CASES, sys.argv[1:]))

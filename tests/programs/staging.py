@@ -170,12 +170,7 @@ CASES = {"two_runs": two_runs, "bad_stage": bad_stage, "one_rank_fails": one_ran
          "corrupt_piece": corrupt_piece, "staged_reader": staged_reader}
 
 
-def main(argv: list[str]) -> int:
-    from mpi4py import MPI
-
-    CASES[argv[0]](MPI.COMM_WORLD, *argv[1:])
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from dispatch import run_case
+
+    sys.exit(run_case(CASES, sys.argv[1:]))
