@@ -32,9 +32,9 @@ GOALS = {  # issue 13: restart control plane per rank, (seconds, MiB); an aggreg
 }
 WRITE_GOALS = {7620: 2.0, 100_000: 10.0}  # issue 13: rank 0's write control plane, seconds
 WRITE_OTHER_GOAL = (0.2, 32)  # every other rank: seconds, MiB
-WRITE_HARNESS = ("import json, sys; from ckptio import scale; "
+WRITE_HARNESS = ("import json, sys; from ckptio.tools import scale; "
                  "print(json.dumps(scale.write_control_plane(int(sys.argv[1]), int(sys.argv[2]))))")
-HARNESS = ("import json, sys; from ckptio import scale; "
+HARNESS = ("import json, sys; from ckptio.tools import scale; "
            "print(json.dumps(scale.restart_control_plane(int(sys.argv[1]), int(sys.argv[2]), "
            "open_max_ranks=(int(sys.argv[3]) or None))))")
 

@@ -59,7 +59,7 @@ CHECK = r"""
 import json, sys, warnings
 import xarray as xr
 import ckptio
-from ckptio import xarray_helpers
+from ckptio.tools import xarray_helpers
 path, backend = sys.argv[1], sys.argv[2]
 out = {}
 def plain(attrs):
