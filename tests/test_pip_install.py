@@ -133,7 +133,7 @@ def test_the_pnetcdf_patch_takes_mpi_handles_from_mpi4py_and_refuses_other_sourc
     # the same patch for build scripts, by path, before ckptio is installed (standard library only)
     fresh = tmp_path / "fresh"
     shutil.unpack_archive(tmp_path / f"pnetcdf-{PNETCDF_VERSION}.tar.gz", fresh)
-    script = REPO / "ckptio" / "install_parallel.py"
+    script = REPO / "ckptio" / "tools" / "install_parallel.py"
     proc = run([sys.executable, "-I", str(script), "pnetcdf", "--patch-only", str(fresh / root.name)])
     assert proc.returncode == 0, proc.stderr
     assert (fresh / root.name / "include/PnetCDF.pxi").read_text() == pxi
