@@ -104,6 +104,9 @@ osd_memory_target_autotune = false
 [mds]
 mds_data = $D/mds/\$cluster-\$id
 mds_cache_memory_limit = 134217728
+# A warm start after the host lost its processes (a killed job, a machine reused by CI) finds the previous
+# ceph-fuse client's session in the MDS journal; the MDS waits this long for it to reconnect (default 45 s).
+mds_reconnect_timeout = 5
 
 [client]
 client_mount_timeout = 30
@@ -112,9 +115,12 @@ pid_file =
 EOF
 }
 
-running() {  # running NAME (mon.a, osd.0, ...): its pid file names a live process
-  local pidf=$D/run/$1.pid
-  [ -s "$pidf" ] && kill -0 "$(cat "$pidf")" 2>/dev/null
+running() {  # running NAME (mon.a, osd.0, ...): its pid file names a live process that is that daemon
+  local pidf=$D/run/$1.pid pid                      # (a pid file left by a lost process can name a reused pid)
+  [ -s "$pidf" ] || return 1
+  pid=$(cat "$pidf")
+  kill -0 "$pid" 2>/dev/null || return 1
+  tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q "^ceph-${1%%.*} .*-i ${1#*.} *\$"
 }
 
 start() {  # start DAEMON ID
@@ -167,11 +173,18 @@ create_cluster() {
   touch "$D/created"
 }
 
+mds_active() {  # the MDS map names a rank-0 MDS that is up:active and answering (not "laggy or crashed": a
+  # restarted monitor reports the MDS of before the restart as active until its beacon grace runs out)
+  local stat
+  stat=$(ceph_ mds stat 2>/dev/null) || return 1
+  [[ $stat == *"=up:active}"* ]]
+}
+
 wait_healthy() {  # up to $1 seconds for HEALTH_OK with every OSD up and the MDS active
   local deadline=$((SECONDS + $1)) health=""
   while [ $SECONDS -lt $deadline ]; do
     health=$(ceph_ health 2>/dev/null || true)
-    if [ "$health" = HEALTH_OK ] && ceph_ fs status "$FS" 2>/dev/null | grep -q active; then
+    if [ "$health" = HEALTH_OK ] && mds_active; then
       return 0
     fi
     sleep 1
@@ -187,9 +200,20 @@ do_mount() {
     umount -l "$MNT" 2>/dev/null || fusermount -uz "$MNT" 2>/dev/null || true
   fi
   mkdir -p "$MNT"
-  ceph-fuse -c "$CONF" -n client.admin -k "$D/admin.keyring" --client_fs "$FS" "$MNT" >/dev/null 2>"$D/log/ceph-fuse.err" \
-    || { cat "$D/log/ceph-fuse.err" >&2; die "ceph-fuse could not mount $MNT"; }
-  mounted || die "ceph-fuse returned but $MNT is not mounted"
+  local try
+  for try in 1 2 3 4 5; do  # (an MDS that just took over can refuse the first client: retry, as a site's automount)
+    if ceph-fuse -c "$CONF" -n client.admin -k "$D/admin.keyring" --client_fs "$FS" "$MNT" >/dev/null \
+         2>"$D/log/ceph-fuse.err"; then
+      mounted || die "ceph-fuse returned but $MNT is not mounted"
+      timeout 30 stat -t "$MNT/." >/dev/null 2>&1 || die "$MNT is mounted but does not answer"
+      return 0
+    fi
+    log "ceph-fuse could not mount $MNT (try $try): $(tail -n1 "$D/log/ceph-fuse.err")"
+    running mds.a || start ceph-mds a
+    wait_healthy 120
+  done
+  cat "$D/log/ceph-fuse.err" >&2
+  die "ceph-fuse could not mount $MNT"
 }
 
 cmd_up() {
