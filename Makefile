@@ -7,7 +7,9 @@
 #   make test-slow    only the slow tests (make test + make test-slow = everything on this MPI; what .ci/run does)
 #   make test-matrix  the per-MPI-IO matrix (conformance sync/async/staged at 1, 2, 4 and oversubscribed rank
 #                     counts, N-to-M, strace aggregators, bindings, bounded faults, cross-MPI restart); .ci/run runs
-#                     it on MPICH (MPI=mpich) and on Open MPI's ROMIO (OMPI_MCA_io=romio321)
+#                     it on MPICH (MPI=mpich)
+#   make test-matrix-driver  its part that goes through the MPI-IO driver; .ci/run runs it on Open MPI's ROMIO
+#                     (OMPI_MCA_io=romio321)
 #   make test-slurm   the tests under a real Slurm (tests/slurm, issue 25): ci/slurm.sh brings up slurmctld and
 #                     2 emulated nodes on this machine (apt-installs Slurm and munge if missing; root)
 #   make lint         ruff
@@ -46,7 +48,7 @@ export VENV MPI
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := test
-.PHONY: install demo test test-cephfs test-faults test-slow test-matrix test-slurm lint docs bench clean distclean
+.PHONY: install demo test test-cephfs test-faults test-slow test-matrix test-matrix-driver test-slurm lint docs bench clean distclean
 
 install:
 	bash ci/install.sh
@@ -81,6 +83,19 @@ MATRIX_TESTS := tests/test_conformance.py tests/test_async_series.py::test_confo
                 tests/test_mpi_stacks.py tests/test_aggregators_strace.py tests/test_bindings.py tests/faults
 test-matrix: install
 	CKPTIO_TEST_OVERSUBSCRIBED=8 $(PY) -m pytest $(MATRIX_TESTS) -m "not slow and not stack_independent" $(PYTEST_FLAGS)
+
+# `make test-matrix-driver`: the part of the matrix that goes through the MPI-IO driver, for a second driver of the
+# same MPI library (CI: Open MPI's ROMIO beside its default OMPIO): conformance, N-to-M, background modes, the
+# cross-MPI restart, the aggregators' strace check, killed and leaving ranks, lost writes, full disks. What does not
+# depend on the driver (declarations refused before any file is opened, edge paths, series identity, the C/Fortran
+# glue, damaged files found by checksums) runs under OMPIO in `make test` and under MPICH in `make test-matrix`.
+DRIVER_TESTS := tests/test_conformance.py tests/test_async_series.py::test_conformance_in_background_modes \
+                tests/test_mpi_stacks.py tests/test_aggregators_strace.py tests/faults/test_killed_writer.py \
+                tests/faults/test_killed_write_leftovers.py tests/faults/test_rank_leaves.py \
+                tests/faults/test_lost_writes.py tests/faults/test_aggregated_write_failure.py \
+                tests/faults/test_disk_and_permissions.py
+test-matrix-driver: install
+	CKPTIO_TEST_OVERSUBSCRIBED=8 $(PY) -m pytest $(DRIVER_TESTS) -m "not slow and not stack_independent" $(PYTEST_FLAGS)
 
 # `make test-slurm`: tests/slurm under the Slurm of ci/slurm.sh (left running afterwards: `bash ci/slurm.sh down`).
 # Not in `make test` (tests/slurm/conftest.py collects them only when asked for). Its own --basetemp: the jobs'
