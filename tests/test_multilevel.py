@@ -62,8 +62,8 @@ def test_one_wiped_stage_is_rebuilt_and_restarts_from_the_node_level(scheme, lay
     said = got[0]["warned"]
     assert len(said) == 1 and "rebuilt node node" in said[0], said
     assert ("partner copy" if scheme == "partner" else "XOR parity") in said[0], said
-    victim = [r for r in got if r["rank"] == len(got) - 1][0]["host"]
-    lost = [r for r in got if r["host"] == victim and r["after"]["leader"]][0]
+    victim = next(r for r in got if r["rank"] == len(got) - 1)["host"]
+    lost = next(r for r in got if r["host"] == victim and r["after"]["leader"])
     assert lost["after"]["pieces"] == lost["before"]["pieces"]  # the rebuilt pieces are back on the node
     assert (out / "chk_000003").is_file()
 
@@ -104,7 +104,7 @@ def test_node_replaced_by_a_new_name_gets_the_lost_pieces(scheme, tmp_path):
     said = got[0]["warned"]
     assert len(said) == 1 and "rebuilt node nodeC (ranks 3, now nodeE)" in said[0], said
     assert any(p.name.startswith("rank-000003") for p in (node_dir(tmp_path, "nodeE") / "stage").rglob("*.json"))
-    e = [r for r in got if r["host"] == "nodeE"][0]
+    e = next(r for r in got if r["host"] == "nodeE")
     assert e["next"]["staged"] == ["chk_000004"] and e["next"]["redundancy"] > 0, e
     assert sorted(p.name for p in out.glob("chk_*")) == ["chk_000002", "chk_000003"]  # step 4: node level only
 

@@ -68,7 +68,7 @@ def test_partners_and_sets_follow_failure_groups():
     assert partner == [1, 2, 0] and "one failure group" in note
     assert parity.xor_sets(["a", "b", "c", "d"]) == [[0, 1, 2, 3]]
     sets = parity.xor_sets([f"n{i}" for i in range(17)])
-    assert len(sets) == 3 and sorted(sum(sets, [])) == list(range(17)) and all(len(s) >= 5 for s in sets)
+    assert len(sets) == 3 and sorted(n for s in sets for n in s) == list(range(17)) and all(len(s) >= 5 for s in sets)
     sets = parity.xor_sets(["a", "a", "b", "b"], size=2)
     assert all(len({["a", "a", "b", "b"][i] for i in s}) == 2 for s in sets)
 

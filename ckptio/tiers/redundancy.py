@@ -190,7 +190,7 @@ def protect(comm, info: Any, directory: str, policy: StagePolicy) -> Layout:
 
         def level() -> None:
             if node is not None:
-                _write_json(os.path.join(red, LEVEL), {"layout": layout.to_json(), "node": node,
+                _write_json(os.path.join(red, LEVEL), {"level": layout.to_json(), "node": node,
                                                        "parity": digest[0], "time_ns": time.time_ns()})
 
         coord.run(comm, f"{phase}: mark the level complete", level)
@@ -261,19 +261,19 @@ def rebuild(comm, directory: str, final: str, problems: dict[int, str]) -> str |
         return host, leader, problems.get(rank), _leader_report(directory, final, nprocs)
 
     def plan(views: list[Any]) -> Any:
-        found = next((v[3] for v in views if v[3] is not None and v[3]["layout"] is not None), None)
-        layout = Layout.from_json(found["layout"]) if found else None
+        found = next((v[3] for v in views if v[3] is not None and v[3]["level"] is not None), None)
+        layout = Layout.from_json(found["level"]) if found else None
         decided = parity.plan_rebuild(layout, [v[:3] for v in views],
                                       {r: v[3] for r, v in enumerate(views) if v[3] is not None})
         if isinstance(decided, str):
             return decided
-        return {"layout": layout.to_json(), "copies": decided.copies, "xor": decided.xor,  # type: ignore[union-attr]
+        return {"level": layout.to_json(), "copies": decided.copies, "xor": decided.xor,  # type: ignore[union-attr]
                 "said": decided.said}
 
     decided = coord.gather_and_plan(comm, f"stage {final}: rebuild plan", report, plan)
     if isinstance(decided, str):
         return decided
-    layout = Layout.from_json(decided["layout"])
+    layout = Layout.from_json(decided["level"])
     spills: list[Spill] = []
     p2p = comms.duplicate(comm)
     try:
@@ -311,9 +311,9 @@ def _leader_report(directory: str, final: str, nprocs: int) -> dict[str, Any]:
     try:
         with open(os.path.join(red, LEVEL)) as f:
             level = json.load(f)
-        layout = Layout.from_json(level["layout"])
+        layout = Layout.from_json(level["level"])
     except (OSError, ValueError, KeyError, TypeError):
-        return {"layout": None, "copies": [], "parity": False}
+        return {"level": None, "copies": [], "parity": False}
     copies = []
     for j, p in enumerate(layout.partner):
         if p == level["node"] and _copy_intact(os.path.join(red, f"partner-{j}"), layout, j, final, nprocs):
@@ -327,7 +327,7 @@ def _leader_report(directory: str, final: str, nprocs: int) -> dict[str, Any]:
                       and metamod.checksum(data) == level["parity"])
         except OSError:
             intact = False
-    return {"layout": level["layout"], "copies": copies, "parity": intact}
+    return {"level": level["level"], "copies": copies, "parity": intact}
 
 
 def _copy_intact(where: str, layout: Layout, node: int, final: str, nprocs: int) -> bool:
