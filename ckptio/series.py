@@ -74,6 +74,12 @@ class Series:
     apply to every checkpoint of the series; they are checked here (an unknown backend, a backend this process
     cannot write, a misspelt mode, compression with a backend that has none), not one checkpoint interval later.
 
+    Multi-level checkpoints (with ``stage_dir``, :mod:`ckptio.tiers.redundancy`): ``redundancy="single"``,
+    ``"partner"`` or ``"xor"`` protects each staged checkpoint across nodes; ``drain_every=k`` drains only every
+    k-th checkpoint this object creates (and one created with ``create(step, drain=True)``) to ``directory``;
+    ``failure_group`` (this rank's node's group, e.g. its rack; the same on every rank of a node) keeps partners
+    and XOR sets apart. ``latest()`` rebuilds a staged checkpoint a lost node took with it when it can.
+
     ``must_exist=True`` is for restart jobs: a directory that does not exist (a misspelt restart directory) is
     then a :class:`~ckptio.CheckpointIOError` on every rank instead of a new, empty series whose ``latest()`` is
     None, which would start the simulation from step 0. ``created`` says whether this object made the

@@ -27,10 +27,11 @@ Writer = Callable[[int, np.ndarray], None]     # (offset, bytes) -> None
 def transfer(comm, sends: Sequence[tuple[int, int, Reader]], recvs: Sequence[tuple[int, int, Writer]],
              tag: int) -> BaseException | None:
     """Collective over the ranks that move bytes, point-to-point on ``comm`` (a private duplicate; only the ranks
-    with something to move call it, with matching sides): send ``(peer, nbytes, read)`` streams and receive ``(peer, nbytes, write)`` streams, at most
-    one stream per direction and peer, in chunks of :data:`CHUNK`: round ``c`` posts every stream's chunk ``c``
-    (nonblocking) and waits for them, so every round completes whatever the order of the peers. Returns the
-    first error of a ``read``/``write`` callback (the chunk was sent as zeros, or dropped), or None."""
+    with something to move call it, with matching sides): send ``(peer, nbytes, read)`` streams and receive
+    ``(peer, nbytes, write)`` streams, at most one stream per direction and peer, in chunks of :data:`CHUNK`:
+    round ``c`` posts every stream's chunk ``c`` (nonblocking) and waits for them, so every round completes
+    whatever the order of the peers. Returns the first error of a ``read``/``write`` callback (the chunk was
+    sent as zeros, or dropped), or None."""
     from ckptio.coord.mpi import MPI
 
     chunk = CHUNK
@@ -67,10 +68,10 @@ def transfer(comm, sends: Sequence[tuple[int, int, Reader]], recvs: Sequence[tup
 def xor_ring(comm, left: int, right: int, steps: int, nbytes: int, own: Callable[[int, int, int], np.ndarray],
              done: Writer, tag: int) -> BaseException | None:
     """Collective over the members of one XOR set, point-to-point on ``comm`` (a private duplicate; every member
-    calls it, with its ring neighbours): ``steps`` is the set's size ``n``; ``own(step, offset, count)`` this member's bytes for ring step
-    ``step`` (``0 .. n-2``); ``done(offset, parity)`` receives this member's parity, ``nbytes`` long, chunk by
-    chunk. Per chunk, ``n - 1`` ``Sendrecv`` passes (send right, receive from the left, XOR in, pass on). Returns
-    the first error of a callback (the ring goes on with zeros), or None."""
+    calls it, with its ring neighbours): ``steps`` is the set's size ``n``; ``own(step, offset, count)`` this
+    member's bytes for ring step ``step`` (``0 .. n-2``); ``done(offset, parity)`` receives this member's
+    parity, ``nbytes`` long, chunk by chunk. Per chunk, ``n - 1`` ``Sendrecv`` passes (send right, receive from
+    the left, XOR in, pass on). Returns the first error of a callback (the ring goes on with zeros), or None."""
     from ckptio.coord.mpi import MPI
 
     error: BaseException | None = None

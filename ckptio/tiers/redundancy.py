@@ -180,13 +180,15 @@ def protect(comm, info: Any, directory: str, policy: StagePolicy) -> Layout:
     p2p = comms.duplicate(comm)
     try:
         digest: list[str | None] = [None]
-        error = None
-        if node is not None and layout.scheme != "single":
-            try:
-                error = _exchange(p2p, layout, node, directory, red, digest)
-            except BaseException as exc:  # setting up (a full stage): the peers' chunks were all exchanged
-                error = exc
-        coord.agree(comm, f"{phase}: exchange", error)
+        exchange = None
+
+        def prepare() -> None:  # the files written by the exchange exist before any byte moves
+            nonlocal exchange
+            if node is not None and layout.scheme != "single":
+                exchange = _prepare(p2p, layout, node, directory, red, digest)
+
+        coord.run(comm, f"{phase}: prepare", prepare)
+        coord.agree(comm, f"{phase}: exchange", exchange() if exchange is not None else None)
 
         def level() -> None:
             if node is not None:
@@ -199,35 +201,37 @@ def protect(comm, info: Any, directory: str, policy: StagePolicy) -> Layout:
     return layout
 
 
-def _exchange(p2p, layout: Layout, node: int, directory: str, red: str, digest: list[str | None]
-              ) -> BaseException | None:
-    """A node leader's part of the write exchange (every leader calls one of the two wire functions)."""
+def _prepare(p2p, layout: Layout, node: int, directory: str, red: str, digest: list[str | None]) -> Any:
+    """Local, a node leader: create the files its part of the write exchange fills; returns the exchange (every
+    leader calls one of the two wire functions), run once every rank prepared."""
     mine = Concat(directory, layout.files[node])
+    os.makedirs(red, exist_ok=True)
     if layout.scheme == "partner":
-        os.makedirs(red, exist_ok=True)
         sends = [(layout.ranks[layout.partner[node]][0], mine.size, mine.read)]
-        recvs = []
-        for j, p in enumerate(layout.partner):
-            if p == node:
-                recvs.append((layout.ranks[j][0], layout.node_bytes(j),
-                              Spill(os.path.join(red, f"partner-{j}"), layout.files[j], False).write))
-        return wire.transfer(p2p, sends, recvs, _TAG_PROTECT)
+        recvs = [(layout.ranks[j][0], layout.node_bytes(j),
+                  Spill(os.path.join(red, f"partner-{j}"), layout.files[j], False).write)
+                 for j, p in enumerate(layout.partner) if p == node]
+        return lambda: wire.transfer(p2p, sends, recvs, _TAG_PROTECT)
     members = layout.set_of(node)
     n, pos = len(members), members.index(node)
     block = layout.block_bytes(members)
-    os.makedirs(red, exist_ok=True)
     path = os.path.join(red, PARITY)
+    open(path, "wb").close()
     sum_ = metamod.StreamingChecksum()
-    with open(path, "wb") as out:
-        def done(_offset: int, data: np.ndarray) -> None:
-            out.write(memoryview(data))
-            sum_.update(data)
 
-        error = wire.xor_ring(p2p, layout.ranks[members[pos - 1]][0], layout.ranks[members[(pos + 1) % n]][0], n,
-                              block, lambda step, lo, cnt: mine.read(parity.ring_block(step, n) * block + lo, cnt),
-                              done, _TAG_PROTECT)
+    def done(offset: int, data: np.ndarray) -> None:
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.pwrite(fd, memoryview(data), offset)
+        finally:
+            os.close(fd)
+        sum_.update(data)  # chunks arrive in order
+        digest[0] = sum_.hexdigest()
+
     digest[0] = sum_.hexdigest()
-    return error
+    return lambda: wire.xor_ring(p2p, layout.ranks[members[pos - 1]][0], layout.ranks[members[(pos + 1) % n]][0],
+                                 n, block, lambda step, lo, cnt: mine.read(parity.ring_block(step, n) * block + lo,
+                                                                           cnt), done, _TAG_PROTECT)
 
 
 def _write_json(path: str, doc: dict[str, Any]) -> None:
@@ -321,10 +325,13 @@ def _leader_report(directory: str, final: str, nprocs: int) -> dict[str, Any]:
     intact = False
     if layout.scheme == "xor":
         try:
-            with open(os.path.join(red, PARITY), "rb") as f:
-                data = f.read()
-            intact = (len(data) == layout.block_bytes(layout.set_of(level["node"]))
-                      and metamod.checksum(data) == level["parity"])
+            path = os.path.join(red, PARITY)
+            digest = metamod.StreamingChecksum()
+            with open(path, "rb") as f:
+                while chunk := f.read(wire.CHUNK):
+                    digest.update(chunk)
+            intact = (os.path.getsize(path) == layout.block_bytes(layout.set_of(level["node"]))
+                      and digest.hexdigest() == level["parity"])
         except OSError:
             intact = False
     return {"level": level["level"], "copies": copies, "parity": intact}

@@ -185,7 +185,9 @@ def close_staged(writer: Any, background: bool) -> None:
         writer._pending = []
     total, least, most = coord.sum_min_max(comm, written)
     stage_seconds = time.perf_counter() - t0
-    writer.stats = WriteStats({"stage": stage_seconds, "redundancy": time.perf_counter() - t1}, total, least, most)
+    seconds = {"stage": stage_seconds} if policy is None else {"stage": t1 - t0,
+                                                              "redundancy": stage_seconds - (t1 - t0)}
+    writer.stats = WriteStats(seconds, total, least, most)
     final = writer.path
     on_commit = getattr(writer, "_on_commit", None)  # Series retention, as in Writer._close_async
     twins: list[Any] = []
