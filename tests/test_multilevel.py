@@ -12,6 +12,8 @@ import pytest
 from mpi_helpers import PROGRAMS
 from multinode import node_dir, node_local, run_nodes, skip_reason
 
+from ckptio.engine.faults import MARKER
+
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))]
 
 PROGRAM = str(PROGRAMS / "multilevel.py")
@@ -107,6 +109,24 @@ def test_node_replaced_by_a_new_name_gets_the_lost_pieces(scheme, tmp_path):
     e = next(r for r in got if r["host"] == "nodeE")
     assert e["next"]["staged"] == ["chk_000004"] and e["next"]["redundancy"] > 0, e
     assert sorted(p.name for p in out.glob("chk_*")) == ["chk_000002", "chk_000003"]  # step 4: node level only
+
+
+@pytest.mark.timeout(300)
+def test_rank_killed_in_the_exchange_restarts_from_the_level_below(tmp_path):
+    """Steps 1-2, then a job whose rank 3 is killed (SIGKILL) as step 3's redundancy exchange starts: mpirun ends
+    the job (no hang); step 3's pieces are all staged but no node completed its redundancy, so the restart does
+    not use it (saying why) and restarts from step 2."""
+    out = tmp_path / "out"
+    out.mkdir()
+    stage = node_local(tmp_path) / "stage"
+    job((2, 1, 1), ["write", "xor", out, stage, "1,2"], tmp_path)
+    killed = run_nodes((2, 1, 1), [sys.executable, PROGRAM, "write", "xor", out, stage, "3"], tmp_path, timeout=120,
+                       env={"CKPTIO_FAULT": "redundancy exchange:3"}, check=False)
+    assert killed.returncode != 0 and MARKER in killed.stderr, killed.stderr[-3000:]
+    assert any((node_dir(tmp_path, "nodeA") / "stage").rglob("rank-000000-of-000004.json"))
+    got = job((2, 1, 1), ["restart", "xor", out, stage, 2], tmp_path)
+    said = got[0]["warned"]
+    assert len(said) == 1 and "redundancy exchange never completed" in said[0], said
 
 
 @pytest.mark.timeout(200)

@@ -39,6 +39,7 @@ import numpy as np
 from ckptio import _warn, coord
 from ckptio.coord import comms
 from ckptio.coord import redundancy as wire
+from ckptio.engine import faults
 from ckptio.errors import CheckpointError, CheckpointIOError, CorruptCheckpointError, DeclarationError
 from ckptio.model import meta as metamod
 from ckptio.model import parity
@@ -188,6 +189,7 @@ def protect(comm, info: Any, directory: str, policy: StagePolicy) -> Layout:
                 exchange = _prepare(p2p, layout, node, directory, red, digest)
 
         coord.run(comm, f"{phase}: prepare", prepare)
+        faults.point("redundancy exchange", comm)
         coord.agree(comm, f"{phase}: exchange", exchange() if exchange is not None else None)
 
         def level() -> None:
@@ -248,6 +250,23 @@ def discard(directory: str) -> None:
 
 
 # -------------------------------------------------------------------------------------------- rebuild
+def completed(directory: str) -> bool:
+    """Local: this node recorded the staged checkpoint ``directory`` complete at the node-local level (its
+    ``level.json``, written by every node leader only after the whole exchange succeeded)."""
+    return os.path.exists(os.path.join(directory, SUBDIR, LEVEL))
+
+
+def problems(found: list[tuple[str | None, bool, bool]]) -> dict[int, str]:
+    """Rank 0: by rank, what is wrong with a staged checkpoint's pieces (every rank's ``(problem, manifest asks
+    for redundancy, node completed it)``). A checkpoint written with redundancy that no node completed (the job
+    ended inside ``close()``, during the exchange) is not used, whatever pieces are there."""
+    out = {r: p for r, (p, _, _) in enumerate(found) if p}
+    if any(asks for _, asks, _ in found) and not any(done for _, _, done in found):
+        why = "its redundancy exchange never completed (the job ended inside close())"
+        out = {r: p or why for r, (p, _, _) in enumerate(found)}
+    return out
+
+
 def rebuild(comm, directory: str, final: str, problems: dict[int, str]) -> str | None:
     """Collective over ``comm``: rebuild the missing or damaged pieces of the staged checkpoint ``directory``
     (``problems``: by rank, agreed) from the redundancy the nodes hold. Returns None once the bytes are back

@@ -161,7 +161,9 @@ def close_staged(writer: Any, background: bool) -> None:
                                       lambda: _prepare_staged(writer), lambda g: _plan_staged(writer, g))
         info = locate(comm, writer.stage_dir)
         directory = checkpoint_dir(writer.stage_dir, writer.path, token)
+        policy = getattr(writer, "stage_policy", None)  # a Series' multi-level policy (ckptio.tiers.redundancy)
         header = {"final": os.path.abspath(writer.path), "token": token, "host": info.host,
+                  **({} if policy is None else {"redundancy": policy.scheme}),
                   "backend": writer.backend.name, "attrs": writer.attrs,
                   "series": None if writer.series_record is None else writer.series_record.to_json()}
         blocks = [({**p.decl, **writer._described.get(p.decl["name"], {})}, p.data) for p in writer._pending]
@@ -170,7 +172,6 @@ def close_staged(writer: Any, background: bool) -> None:
             spare = spare_data_file(writer.stage_dir, writer.path, rank, nprocs)
             return write_piece(directory, rank, nprocs, header, blocks, spare)
 
-        policy = getattr(writer, "stage_policy", None)  # a Series' multi-level policy (ckptio.tiers.redundancy)
         try:
             written = coord.run(comm, f"checkpoint {writer.path}: write to stage {writer.stage_dir}", piece)
             t1 = time.perf_counter()
@@ -358,16 +359,16 @@ def recover(comm, directory: str, pattern: catalog.NamePattern, stage_dir: str, 
             return None  # the newest staged checkpoint is drained already: the parallel file system has it
         piece = checkpoint_dir(stage_dir, final, token)
 
-        def check(piece: str = piece, final: str = final) -> str | None:
+        def check(piece: str = piece, final: str = final) -> tuple[str | None, bool, bool]:
+            """Local: (the problem of this rank's piece, its manifest asks for redundancy, its node completed it)"""
             try:
-                read_piece(piece, comm.Get_rank(), comm.Get_size(), final)
-                return None
+                manifest, _ = read_piece(piece, comm.Get_rank(), comm.Get_size(), final)
+                return None, "redundancy" in manifest, redundancy.completed(piece)
             except CheckpointError as exc:
-                return str(exc)
+                return str(exc), False, redundancy.completed(piece)
 
         def verify(name: str = name, check=check) -> dict[int, str]:
-            return coord.gather_and_plan(comm, f"stage {stage_dir}: verify {name}", check,
-                                         lambda found: {r: p for r, p in enumerate(found) if p})
+            return coord.gather_and_plan(comm, f"stage {stage_dir}: verify {name}", check, redundancy.problems)
 
         problems = verify()
         if problems:  # rebuilt from the other nodes' redundancy (ckptio.tiers.redundancy) if it can be

@@ -6,7 +6,8 @@
   (``WHAT=wipe``), or that and one more piece elsewhere (``WHAT=two``: for ``xor`` rank 0's data, for ``partner``
   the lost node's partner copy); a new Series' ``latest()`` must rebuild and restart from step 3 (``wipe``) or
   fall back to step 2 with a warning saying why (``two``); the data is read back on every rank and N-to-M;
-* ``write SCHEME OUT STAGE``: steps 1-3 as above, nothing lost (the first job of a node replacement);
+* ``write SCHEME OUT STAGE [STEPS]``: steps 1-3 (or STEPS, e.g. ``3``) as above, nothing lost (the first job
+  of a node replacement; with ``CKPTIO_FAULT``, a job killed inside the redundancy exchange);
 * ``restart SCHEME OUT STAGE STEP``: ``latest()`` must give STEP (rebuilt onto a node with a new name), then
   step 4 is written with redundancy again;
 * ``bad_args OUT STAGE``: a bad ``redundancy=`` on the last rank, ``redundancy=`` without ``stage_dir=``, and
@@ -147,8 +148,8 @@ def lose(comm, scheme: str, out: str, stage: str, what: str) -> None:
     report(comm, before=before, after=back, found=os.path.basename(found), warned=warned, node=node, ok=True)
 
 
-def write(comm, scheme: str, out: str, stage: str) -> None:
-    write_steps(comm, scheme, out, stage)
+def write(comm, scheme: str, out: str, stage: str, steps: str = "1,2,3") -> None:
+    write_steps(comm, scheme, out, stage, [int(s) for s in steps.split(",")])
     report(comm, before=written(comm, out, stage), ok=True)
 
 
