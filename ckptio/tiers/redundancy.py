@@ -278,25 +278,32 @@ def rebuild(comm, directory: str, final: str, problems: dict[int, str]) -> str |
 
     host = host_name()
 
-    def report() -> tuple[Any, ...]:
-        if rank != leader:
-            return host, leader, problems.get(rank), None
-        return host, leader, problems.get(rank), _leader_report(directory, final, nprocs)
+    kept: list[Any] = []  # rank 0: every rank's view (no rank but rank 0 receives O(P))
 
-    def plan(views: list[Any]) -> Any:
-        found = next((v[3] for v in views if v[3] is not None and v[3]["level"] is not None), None)
-        layout = Layout.from_json(found["level"]) if found else None
-        decided = parity.plan_rebuild(layout, [v[:3] for v in views],
-                                      {r: v[3] for r, v in enumerate(views) if v[3] is not None})
-        if isinstance(decided, str):
-            return decided
-        return {"level": layout.to_json(), "copies": decided.copies, "xor": decided.xor,  # type: ignore[union-attr]
-                "said": decided.said}
+    def source(views: list[Any]) -> int | None:
+        kept.append([v[:3] for v in views])
+        return next((r for r, v in enumerate(views) if v[3]), None)
 
-    decided = coord.gather_and_plan(comm, f"stage {final}: rebuild plan", report, plan)
+    try:
+        recorded = rank == leader and completed(directory)
+        root = coord.gather_and_plan(comm, f"stage {final}: rebuild, who recorded the level",
+                                     lambda: (host, leader, problems.get(rank), recorded), source)
+        if root is None:
+            return "no node recorded the checkpoint's redundancy (it was staged without redundancy=)"
+        layout = Layout.from_json(coord.bcast_from_root(comm, f"stage {final}: rebuild, the level",
+                                                        lambda: _read_level(directory)["level"], root=root))
+
+        def plan(reports: list[Any]) -> Any:
+            decided = parity.plan_rebuild(layout, kept[0], {r: v for r, v in enumerate(reports) if v is not None})
+            return decided if isinstance(decided, str) else decided.__dict__
+
+        decided = coord.gather_and_plan(
+            comm, f"stage {final}: rebuild plan",
+            lambda: _leader_report(directory, final, nprocs, layout) if rank == leader else None, plan)
+    except CheckpointError as exc:  # agreed: a level file that cannot be read
+        return f"its redundancy record cannot be read: {exc}"
     if isinstance(decided, str):
         return decided
-    layout = Layout.from_json(decided["level"])
     spills: list[Spill] = []
     p2p = comms.duplicate(comm)
     try:
@@ -327,22 +334,27 @@ def rebuild(comm, directory: str, final: str, problems: dict[int, str]) -> str |
     return None
 
 
-def _leader_report(directory: str, final: str, nprocs: int) -> dict[str, Any]:
-    """Local, a node leader at restart: the layout its node recorded (or None), the nodes whose partner copies it
-    holds intact, and whether its parity is intact."""
+def _read_level(directory: str) -> dict[str, Any]:
+    """Local: a node's ``level.json`` of the staged checkpoint ``directory`` (OSError/ValueError if unreadable)."""
+    with open(os.path.join(directory, SUBDIR, LEVEL)) as f:
+        level = json.load(f)
+    if not isinstance(level, dict) or not isinstance(level.get("node"), int):
+        raise ValueError(f"{os.path.join(directory, SUBDIR, LEVEL)}: not a ckptio level record")
+    return level
+
+
+def _leader_report(directory: str, final: str, nprocs: int, layout: Layout) -> dict[str, Any]:
+    """Local, a node leader at restart: the nodes whose partner copies it holds intact and whether its parity is
+    intact (nothing, if its node recorded no level)."""
     red = os.path.join(directory, SUBDIR)
     try:
-        with open(os.path.join(red, LEVEL)) as f:
-            level = json.load(f)
-        layout = Layout.from_json(level["level"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return {"level": None, "copies": [], "parity": False}
-    copies = []
-    for j, p in enumerate(layout.partner):
-        if p == level["node"] and _copy_intact(os.path.join(red, f"partner-{j}"), layout, j, final, nprocs):
-            copies.append(j)
+        level = _read_level(directory)
+    except (OSError, ValueError):
+        return {"copies": [], "parity": False}
+    copies = [j for j, p in enumerate(layout.partner)
+              if p == level["node"] and _copy_intact(os.path.join(red, f"partner-{j}"), layout, j, final, nprocs)]
     intact = False
-    if layout.scheme == "xor":
+    if layout.scheme == "xor" and 0 <= level["node"] < len(layout.hosts):
         try:
             path = os.path.join(red, PARITY)
             digest = metamod.StreamingChecksum()
@@ -350,10 +362,10 @@ def _leader_report(directory: str, final: str, nprocs: int) -> dict[str, Any]:
                 while chunk := f.read(wire.CHUNK):
                     digest.update(chunk)
             intact = (os.path.getsize(path) == layout.block_bytes(layout.set_of(level["node"]))
-                      and digest.hexdigest() == level["parity"])
+                      and digest.hexdigest() == level.get("parity"))
         except OSError:
             intact = False
-    return {"level": level["level"], "copies": copies, "parity": intact}
+    return {"copies": copies, "parity": intact}
 
 
 def _copy_intact(where: str, layout: Layout, node: int, final: str, nprocs: int) -> bool:
