@@ -96,7 +96,7 @@ def test_lost_node_and_damaged_piece_fall_back_to_the_drained_level(scheme, layo
 def test_node_replaced_by_a_new_name_gets_the_lost_pieces(scheme, tmp_path):
     """Job 1 on nodeA (2 ranks), nodeB, nodeC; job 2 on nodeA, nodeB, nodeE: nodeE (an empty stage, a name never
     seen) takes nodeC's ranks; latest() rebuilds nodeC's pieces onto nodeE, restarts from step 3, and the job
-    writes step 4 with its redundancy on the new node set."""
+    writes step 4 with its redundancy on the new node set, drained at once (create(4, drain=True))."""
     out = tmp_path / "out"
     out.mkdir()
     stage = node_local(tmp_path) / "stage"
@@ -108,7 +108,7 @@ def test_node_replaced_by_a_new_name_gets_the_lost_pieces(scheme, tmp_path):
     assert any(p.name.startswith("rank-000003") for p in (node_dir(tmp_path, "nodeE") / "stage").rglob("*.json"))
     e = next(r for r in got if r["host"] == "nodeE")
     assert e["next"]["staged"] == ["chk_000004"] and e["next"]["redundancy"] > 0, e
-    assert sorted(p.name for p in out.glob("chk_*")) == ["chk_000002", "chk_000003"]  # step 4: node level only
+    assert sorted(p.name for p in out.glob("chk_*")) == ["chk_000003", "chk_000004"]  # drain=True; keep=2
 
 
 @pytest.mark.timeout(300)

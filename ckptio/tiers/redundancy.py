@@ -153,15 +153,18 @@ class Spill:
 
 
 # -------------------------------------------------------------------------------------------- protect
-def protect(comm, info: Any, directory: str, policy: StagePolicy) -> Layout:
+def protect(comm, info: Any, directory: str, policy: StagePolicy) -> Layout | None:
     """Collective over ``comm`` (every rank wrote its piece of ``directory``; ``info``: the stage, as
     :func:`ckptio.tiers.staging.locate` found it): plan the layout, exchange the redundancy between node leaders,
-    write every node's ``level.json``. Raises the same error on every rank; the caller removes the pieces."""
+    write every node's ``level.json``. Raises the same error on every rank; the caller removes the pieces.
+    Returns the layout on node leaders, None on the other ranks."""
     rank, nprocs = comm.Get_rank(), comm.Get_size()
     leader = 0 if info.shared else coord.node_leader(comm)  # a shared stage: one "node", no redundancy
     phase = f"stage {info.directory}: redundancy {policy.scheme}"
 
-    def plan(views: list[Any]) -> dict[str, Any]:
+    planned: list[Layout] = []  # rank 0
+
+    def plan(views: list[Any]) -> None:
         try:
             layout = parity.plan_layout("single" if info.shared else policy.scheme, views)
         except ValueError as exc:
@@ -169,14 +172,17 @@ def protect(comm, info: Any, directory: str, policy: StagePolicy) -> Layout:
         if info.shared and policy.scheme != "single":
             layout = Layout(**{**layout.__dict__, "note": f"the stage is shared by every node: no {policy.scheme} "
                                "redundancy across nodes"})
-        return layout.to_json()
+        planned.append(layout)
 
-    layout = Layout.from_json(coord.gather_and_plan(
-        comm, f"{phase}: layout", lambda: (info.host, leader, policy.group, own_files(directory, rank, nprocs)),
-        plan))
-    if layout.note and rank == 0:
+    coord.gather_and_plan(comm, f"{phase}: layout",
+                          lambda: (info.host, leader, policy.group, own_files(directory, rank, nprocs)), plan)
+    # only node leaders receive the layout (O(ranks) of the job); the other ranks take no part in the exchange
+    given = coord.scatter_from_root(comm, f"{phase}: the layout to node leaders", lambda: [
+        planned[0].to_json() if r in {rs[0] for rs in planned[0].ranks} else None for r in range(nprocs)])
+    layout = None if given is None else Layout.from_json(given)
+    if layout is not None and layout.note and rank == 0:
         _warn.warn(f"ckptio: redundancy={policy.scheme!r}: {layout.note}", RuntimeWarning)
-    node = next((i for i, rs in enumerate(layout.ranks) if rs[0] == rank), None)  # None: not a node leader
+    node = None if layout is None else next(i for i, rs in enumerate(layout.ranks) if rs[0] == rank)
     red = os.path.join(directory, SUBDIR)
     p2p = comms.duplicate(comm)
     try:
@@ -185,7 +191,7 @@ def protect(comm, info: Any, directory: str, policy: StagePolicy) -> Layout:
 
         def prepare() -> None:  # the files written by the exchange exist before any byte moves
             nonlocal exchange
-            if node is not None and layout.scheme != "single":
+            if node is not None and layout is not None and layout.scheme != "single":
                 exchange = _prepare(p2p, layout, node, directory, red, digest)
 
         coord.run(comm, f"{phase}: prepare", prepare)
@@ -193,7 +199,7 @@ def protect(comm, info: Any, directory: str, policy: StagePolicy) -> Layout:
         coord.agree(comm, f"{phase}: exchange", exchange() if exchange is not None else None)
 
         def level() -> None:
-            if node is not None:
+            if node is not None and layout is not None:
                 _write_json(os.path.join(red, LEVEL), {"level": layout.to_json(), "node": node,
                                                        "parity": digest[0], "time_ns": time.time_ns()})
 

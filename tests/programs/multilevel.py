@@ -9,7 +9,7 @@
 * ``write SCHEME OUT STAGE [STEPS]``: steps 1-3 (or STEPS, e.g. ``3``) as above, nothing lost (the first job
   of a node replacement; with ``CKPTIO_FAULT``, a job killed inside the redundancy exchange);
 * ``restart SCHEME OUT STAGE STEP``: ``latest()`` must give STEP (rebuilt onto a node with a new name), then
-  step 4 is written with redundancy again;
+  step 4 is written with redundancy again, and drained (``drain=True``);
 * ``bad_args OUT STAGE``: a bad ``redundancy=`` on the last rank, ``redundancy=`` without ``stage_dir=``, and
   failure groups that differ within a node: the same clear error on every rank.
 """
@@ -161,7 +161,8 @@ def restart(comm, scheme: str, out: str, stage: str, step: str) -> None:
     s = series(comm, scheme, out, stage)
     s.latest()
     r, n = comm.Get_rank(), comm.Get_size()
-    with s.create(4, attrs={"step": 4}) as ck:  # the job goes on: step 4 protected on the new node set
+    with s.create(4, attrs={"step": 4}, drain=True) as ck:  # the job goes on: protected on the new node set,
+        # and drained (drain=True) though drain_every=2 would not drain the first checkpoint of this Series
         ck.write("x", values(r, 4), offset=(sum(rows(q) for q in range(r)), 0),
                  global_shape=(sum(rows(q) for q in range(n)), 5))
         ck.write("ids", np.arange(r + 1, dtype=np.int64) + 10 * r)
