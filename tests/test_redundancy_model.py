@@ -112,3 +112,12 @@ def test_rebuild_plan_recovers_one_node_refuses_two_and_other_layouts():
     holder = lay.ranks[lay.partner[1]][0]
     assert parity.plan_rebuild(lay, ok, {holder: {"copies": [1]}}).copies == [(1, holder, 2)]
     assert "partner copy" in parity.plan_rebuild(lay, ok, {holder: {"copies": []}})
+
+
+def test_a_checkpoint_whose_exchange_no_node_completed_is_not_used():
+    from ckptio.tiers.redundancy import piece_problems
+
+    assert piece_problems([(None, True, True), (None, True, False)]) == {}  # one node recorded it: complete
+    assert piece_problems([(None, False, False), ("missing", False, False)]) == {1: "missing"}  # no redundancy=
+    never = piece_problems([(None, True, False), ("missing", False, False)])
+    assert never[0].startswith("its redundancy exchange never completed") and never[1] == "missing"

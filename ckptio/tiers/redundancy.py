@@ -119,7 +119,13 @@ def protect(comm, info: Any, directory: str, policy: StagePolicy) -> Layout | No
 
         coord.run(comm, f"{phase}: prepare", prepare)
         faults.point("redundancy exchange", comm)
-        coord.agree(comm, f"{phase}: exchange", exchange() if exchange is not None else None)
+        error = None
+        if exchange is not None:
+            try:
+                error = exchange()
+            except BaseException as exc:  # agreed below (the wire functions themselves do not raise)
+                error = exc
+        coord.agree(comm, f"{phase}: exchange", error)
 
         def level() -> None:
             if node is not None and layout is not None:
@@ -185,7 +191,7 @@ def completed(directory: str) -> bool:
     return os.path.exists(os.path.join(directory, SUBDIR, LEVEL))
 
 
-def problems(found: list[tuple[str | None, bool, bool]]) -> dict[int, str]:
+def piece_problems(found: list[tuple[str | None, bool, bool]]) -> dict[int, str]:
     """Rank 0: by rank, what is wrong with a staged checkpoint's pieces (every rank's ``(problem, manifest asks
     for redundancy, node completed it)``). A checkpoint written with redundancy that no node completed (the job
     ended inside ``close()``, during the exchange) is not used, whatever pieces are there."""

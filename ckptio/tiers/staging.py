@@ -368,7 +368,7 @@ def recover(comm, directory: str, pattern: catalog.NamePattern, stage_dir: str, 
                 return str(exc), False, redundancy.completed(piece)
 
         def verify(name: str = name, check=check) -> dict[int, str]:
-            return coord.gather_and_plan(comm, f"stage {stage_dir}: verify {name}", check, redundancy.problems)
+            return coord.gather_and_plan(comm, f"stage {stage_dir}: verify {name}", check, redundancy.piece_problems)
 
         problems = verify()
         if problems:  # rebuilt from the other nodes' redundancy (ckptio.tiers.redundancy) if it can be
