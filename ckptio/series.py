@@ -60,6 +60,7 @@ from ckptio.errors import CheckpointIOError, DeclarationError
 from ckptio.model.agreement import first_difference
 from ckptio.model.series_record import SeriesRecord
 from ckptio.tiers import async_io, batch, catalog, lease, staging
+from ckptio.tiers import redundancy as redundancy_mod
 from ckptio.writer import Writer, check_write_options, restaging_writer
 
 
@@ -73,6 +74,12 @@ class Series:
     apply to every checkpoint of the series; they are checked here (an unknown backend, a backend this process
     cannot write, a misspelt mode, compression with a backend that has none), not one checkpoint interval later.
 
+    Multi-level checkpoints (with ``stage_dir``, :mod:`ckptio.tiers.redundancy`): ``redundancy="single"``,
+    ``"partner"`` or ``"xor"`` protects each staged checkpoint across nodes; ``drain_every=k`` drains only every
+    k-th checkpoint this object creates (and one created with ``create(step, drain=True)``) to ``directory``;
+    ``failure_group`` (this rank's node's group, e.g. its rack; the same on every rank of a node) keeps partners
+    and XOR sets apart. ``latest()`` rebuilds a staged checkpoint a lost node took with it when it can.
+
     ``must_exist=True`` is for restart jobs: a directory that does not exist (a misspelt restart directory) is
     then a :class:`~ckptio.CheckpointIOError` on every rank instead of a new, empty series whose ``latest()`` is
     None, which would start the simulation from step 0. ``created`` says whether this object made the
@@ -81,7 +88,8 @@ class Series:
     def __init__(self, directory: str | os.PathLike, comm, prefix: str = "chk", keep: int = 3,
                  backend: str = "mpiio", digits: int = 6, verify_on_restart: bool = True,
                  stage_dir: str | os.PathLike | None = None, suffix: str = "", must_exist: bool = False,
-                 mode: str = "sync", hints: Mapping[str, Any] | None = None, compression: object = None):
+                 mode: str = "sync", hints: Mapping[str, Any] | None = None, compression: object = None,
+                 redundancy: str | None = None, drain_every: int = 1, failure_group: str | int | None = None):
         self.directory = os.fspath(directory)
         self.comm = comm
         self.prefix, self.keep, self.backend, self.digits, self.suffix = prefix, keep, backend, digits, suffix
@@ -89,6 +97,9 @@ class Series:
         self.must_exist = must_exist
         self.stage_dir = os.fspath(stage_dir) if stage_dir is not None else None
         self.create_options: dict[str, Any] = {"mode": mode, "hints": hints, "compression": compression}
+        self.redundancy, self.drain_every = redundancy, drain_every
+        self._group = None if failure_group is None else str(failure_group)
+        self._staged = 0  # checkpoints created so far (drain_every counts them)
         self._previous: Writer | None = None
         self._background: list[async_io.AsyncCheckpoint] = []  # not yet waited for by Series.wait()
         self._restart_from: str | None = None  # protected from retention while this object lives
@@ -114,12 +125,14 @@ class Series:
                 self.pattern = catalog.NamePattern.for_prefix(prefix, suffix, digits)
             except ValueError as exc:
                 raise DeclarationError(str(exc)) from None
+            redundancy_mod.check_policy(redundancy, drain_every, failure_group, stage_dir)
             chosen = check_write_options(comm.Get_size(), backend, hints, compression, mode)
             chosen.backend.require_writable()
             return {"directory": os.path.abspath(self.directory), "prefix": prefix, "suffix": suffix,
                     "digits": digits, "keep": keep, "backend": backend, "mode": mode,
                     "compression": chosen.compression_text, "must_exist": must_exist,
-                    "stage_dir": os.path.abspath(self.stage_dir) if self.stage_dir else None}
+                    "stage_dir": os.path.abspath(self.stage_dir) if self.stage_dir else None,
+                    "redundancy": redundancy, "drain_every": drain_every}  # failure_group may differ by node
 
         def check_and_make(gathered: list[dict[str, Any]]) -> bool:
             found = first_difference(gathered)
@@ -182,8 +195,13 @@ class Series:
             # submitted itself, as ckptio.tiers.async_io describes)
             self._previous.wait()
         path = self.path(step) if problem is None else os.path.join(self.directory, f"{self.prefix}_<bad step>")
+        drain = options.pop("drain", None)  # multi-level: True drains this one whatever drain_every says
         writer = _SeriesWriter(path, self.comm, backend=self.backend, attrs=attrs, stage_dir=self.stage_dir,
                                **{**self.create_options, **options})
+        if self.stage_dir and (self.redundancy is not None or self.drain_every > 1):
+            self._staged += 1
+            writer.stage_policy = redundancy_mod.StagePolicy(  # type: ignore[attr-defined]
+                self.redundancy or "single", bool(drain) or self._staged % self.drain_every == 0, self._group)
         if problem is not None:
             writer._error = writer._error or DeclarationError(f"series {self.directory}: {problem}")
         else:

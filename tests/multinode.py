@@ -77,11 +77,12 @@ def skip_reason() -> str | None:
     return None
 
 
-def hosts_arg(layout: Sequence[int]) -> str:
-    """``--host`` value of a layout: ``(2, 1, 1)`` -> ``nodeA:2,nodeB:1,nodeC:1``."""
-    if not layout or len(layout) > len(NODE_NAMES) or any(n < 1 for n in layout):
-        raise ValueError(f"layout {layout!r}: 1 to {len(NODE_NAMES)} nodes, each with at least one rank")
-    return ",".join(f"{NODE_NAMES[i]}:{n}" for i, n in enumerate(layout))
+def hosts_arg(layout: Sequence[int], names: Sequence[str] = NODE_NAMES) -> str:
+    """``--host`` value of a layout: ``(2, 1, 1)`` -> ``nodeA:2,nodeB:1,nodeC:1`` (``names``: the nodes' names,
+    e.g. ``("nodeA", "nodeB", "nodeE")`` for a job where nodeE replaced nodeC)."""
+    if not layout or len(layout) > len(names) or any(n < 1 for n in layout):
+        raise ValueError(f"layout {layout!r}: 1 to {len(names)} nodes, each with at least one rank")
+    return ",".join(f"{names[i]}:{n}" for i, n in enumerate(layout))
 
 
 def node_of_rank(layout: Sequence[int]) -> list[str]:
@@ -90,14 +91,15 @@ def node_of_rank(layout: Sequence[int]) -> list[str]:
 
 
 def mpirun_command(layout: Sequence[int], argv: Sequence[str | os.PathLike], root: Path,
-                   forward: Sequence[str] = (), agent_script: str = AGENT) -> list[str]:
+                   forward: Sequence[str] = (), agent_script: str = AGENT,
+                   names: Sequence[str] = NODE_NAMES) -> list[str]:
     """The mpirun command line for ``argv`` on emulated nodes whose files live under ``root`` (``agent_script``:
     the ssh stand-in, :data:`AGENT` or one that does more per node, e.g. tests/cephfs's own ceph-fuse mount)."""
     root.mkdir(parents=True, exist_ok=True)
     agent = root / "agent.sh"
     agent.write_text(agent_script)
     agent.chmod(0o755)
-    cmd = ["mpirun", "--host", hosts_arg(layout), "-n", str(sum(layout)),
+    cmd = ["mpirun", "--host", hosts_arg(layout, names), "-n", str(sum(layout)),
            "--mca", "plm", "rsh", "--mca", "plm_rsh_agent", str(agent), "--mca", "plm_rsh_no_tree_spawn", "1",
            "--mca", "oob_tcp_if_include", "lo", "--mca", "btl_tcp_if_include", "lo",
            "--mca", "btl", "self,vader,tcp"]
@@ -109,14 +111,16 @@ def mpirun_command(layout: Sequence[int], argv: Sequence[str | os.PathLike], roo
 
 def run_nodes(layout: Sequence[int], argv: Sequence[str | os.PathLike], root: str | os.PathLike,
               timeout: float = 240, env: dict[str, str] | None = None, check: bool = True,
-              forward: Sequence[str] = (), agent_script: str = AGENT) -> subprocess.CompletedProcess:
+              forward: Sequence[str] = (), agent_script: str = AGENT,
+              names: Sequence[str] = NODE_NAMES) -> subprocess.CompletedProcess:
     """Run ``argv`` on emulated nodes (``layout``: ranks per node), with a hard timeout (the whole job is killed
     and the test fails: a deadlock never hangs the suite). ``root``: a fresh directory holding the agent and the
     nodes' node-local directories; ranks see their own node's one at ``node_local(root)``. ``env`` entries
-    reach the ranks (they are forwarded with ``-x``); with ``check``, a non-zero exit fails the test."""
+    reach the ranks (they are forwarded with ``-x``); with ``check``, a non-zero exit fails the test. ``names``:
+    the nodes' names (default :data:`NODE_NAMES`)."""
     root = Path(root)
     extra = dict(env or {})
-    cmd = mpirun_command(layout, argv, root, forward=(*forward, *extra), agent_script=agent_script)
+    cmd = mpirun_command(layout, argv, root, forward=(*forward, *extra), agent_script=agent_script, names=names)
     run_env = {**os.environ, **extra}
     run_env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
                     "OMPI_MCA_rmaps_base_oversubscribe": "1",

@@ -48,6 +48,7 @@ def test_readme_is_a_quick_start():
     text = (REPO / "README.md").read_text()
     assert "make demo    #" in text and "make test    #" in text
     prose = re.sub(r"<!-- snippet:driver-[\w-]+ -->.*?<!-- /snippet -->", "", text, flags=re.S)
-    assert len(prose.splitlines()) <= 60, "the README's text around the drivers must fit on about a screen"
+    # about a screen (60 lines), plus the short "Multi-level checkpoints" section issue 28 asks the README for
+    assert len(prose.splitlines()) <= 68, "the README's text around the drivers must fit on about a screen"
     for target in re.findall(r"\]\((docs/[^)#]+)", text):
         assert (REPO / target).exists(), target

@@ -24,6 +24,9 @@ Phases, in the order :meth:`~ckptio.writer.Writer.close` reaches them (see its m
                      rank other than 0 here races with the rename: the checkpoint may or may not appear,
                      and if it does it is complete)
 
+``redundancy exchange`` a staged checkpoint with ``redundancy=`` (ckptio.tiers.redundancy): every piece staged,
+                     before the node leaders exchange copies or parity
+
 A misspelt phase in ``CKPTIO_FAULT`` raises ``ValueError`` at the first point reached, so a fault test can
 never pass because its fault silently did not fire.
 """
@@ -36,6 +39,7 @@ import signal
 ENV = "CKPTIO_FAULT"
 MARKER = "ckptio fault injected:"  # written to stderr (unbuffered) just before the kill, so tests see it fired
 PHASES = ("declare", "create file", "write data", "checksum gather", "write index", "commit vote", "rename")
+TIER_PHASES = ("redundancy exchange",)  # points of the tiers above Writer.close's protocol
 
 
 def parse(spec: str) -> list[tuple[str, int | None]]:
@@ -44,9 +48,9 @@ def parse(spec: str) -> list[tuple[str, int | None]]:
     for item in filter(None, (s.strip() for s in spec.split(","))):
         phase, sep, rank = item.rpartition(":")
         phase, rank = phase.strip(), rank.strip()
-        if not sep or phase not in PHASES or not (rank == "*" or rank.isdigit()):
+        if not sep or phase not in PHASES + TIER_PHASES or not (rank == "*" or rank.isdigit()):
             raise ValueError(f"{ENV}={spec!r}: expected 'phase:rank' items (rank a number or '*'), phase one of "
-                             f"{', '.join(PHASES)}; got {item!r}")
+                             f"{', '.join(PHASES + TIER_PHASES)}; got {item!r}")
         faults.append((phase, None if rank == "*" else int(rank)))
     return faults
 
@@ -57,7 +61,7 @@ def point(phase: str, comm=None) -> None:
     spec = os.environ.get(ENV)
     if not spec:
         return
-    if phase not in PHASES:
+    if phase not in PHASES + TIER_PHASES:
         raise ValueError(f"unknown fault point {phase!r}")
     selected = [rank for p, rank in parse(spec) if p == phase]
     if not selected:

@@ -46,7 +46,8 @@ def new_token() -> str:
     return f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
 
 
-def _piece_names(rank: int, nprocs: int) -> tuple[str, str]:
+def piece_names(rank: int, nprocs: int) -> tuple[str, str]:
+    """A rank's piece files in a staged checkpoint's directory: (data file, manifest)."""
     base = f"rank-{rank:06d}-of-{nprocs:06d}"
     return base + ".data", base + ".json"
 
@@ -60,7 +61,7 @@ def write_piece(directory: str, rank: int, nprocs: int, header: dict[str, Any],
     of this rank (:func:`spare_data_file`), overwritten in place instead of allocating new pages. Returns
     the bytes written."""
     os.makedirs(directory, exist_ok=True)
-    data_name, manifest_name = _piece_names(rank, nprocs)
+    data_name, manifest_name = piece_names(rank, nprocs)
     data_path = os.path.join(directory, data_name)
     flags = os.O_WRONLY | os.O_CREAT
     if spare is not None:
@@ -81,7 +82,7 @@ def write_piece(directory: str, rank: int, nprocs: int, header: dict[str, Any],
 def remove_piece(directory: str, rank: int, nprocs: int) -> None:
     """Local: remove this rank's piece (data file and manifest) of a staged checkpoint that failed collectively,
     and the checkpoint's directories once empty, so a full stage does not stay full for the next checkpoint."""
-    for name in _piece_names(rank, nprocs):
+    for name in piece_names(rank, nprocs):
         remove_if_there(os.path.join(directory, name))
     for path in (directory, os.path.dirname(directory)):
         try:
@@ -133,7 +134,7 @@ def spare_data_file(stage_dir: str, final_path: str, rank: int, nprocs: int) -> 
     (marked by :func:`retain`), to be reused by the next :func:`write_piece` (writing into existing tmpfs pages
     is about twice as fast as allocating new ones). Its manifest is removed first, so that piece is never
     taken for valid again. None when there is none."""
-    data_name, manifest_name = _piece_names(rank, nprocs)
+    data_name, manifest_name = piece_names(rank, nprocs)
     for _name, _tok, path in staged_copies(key_dir(stage_dir, final_path)):
         if os.path.exists(os.path.join(path, _DRAINED)) and os.path.exists(os.path.join(path, data_name)):
             try:
@@ -150,7 +151,7 @@ def read_piece(directory: str, rank: int, nprocs: int, final_path: str,
 
     Raises CheckpointIOError when the piece is missing or belongs to another checkpoint (final path, rank
     count), CorruptCheckpointError when a block does not match its checksum."""
-    data_name, manifest_name = _piece_names(rank, nprocs)
+    data_name, manifest_name = piece_names(rank, nprocs)
     where = os.path.join(directory, manifest_name)
     try:
         with open(where) as f:

@@ -47,7 +47,7 @@ from ckptio.errors import CheckpointError, CheckpointIOError
 from ckptio.model import varmeta
 from ckptio.model.plan import pack_declarations
 from ckptio.pathcheck import symlink_problem
-from ckptio.tiers import async_io, catalog
+from ckptio.tiers import async_io, catalog, redundancy
 from ckptio.tiers.stage_files import (
     checkpoint_dir,
     host_name,
@@ -161,7 +161,9 @@ def close_staged(writer: Any, background: bool) -> None:
                                       lambda: _prepare_staged(writer), lambda g: _plan_staged(writer, g))
         info = locate(comm, writer.stage_dir)
         directory = checkpoint_dir(writer.stage_dir, writer.path, token)
+        policy = getattr(writer, "stage_policy", None)  # a Series' multi-level policy (ckptio.tiers.redundancy)
         header = {"final": os.path.abspath(writer.path), "token": token, "host": info.host,
+                  **({} if policy is None else {"redundancy": policy.scheme}),
                   "backend": writer.backend.name, "attrs": writer.attrs,
                   "series": None if writer.series_record is None else writer.series_record.to_json()}
         blocks = [({**p.decl, **writer._described.get(p.decl["name"], {})}, p.data) for p in writer._pending]
@@ -172,14 +174,21 @@ def close_staged(writer: Any, background: bool) -> None:
 
         try:
             written = coord.run(comm, f"checkpoint {writer.path}: write to stage {writer.stage_dir}", piece)
+            t1 = time.perf_counter()
+            if policy is not None:
+                redundancy.protect(comm, info, directory, policy)
         except BaseException:  # failed on some rank (a full stage): no rank keeps its piece of it
+            if info.cleaner:
+                redundancy.discard(directory)
             remove_piece(directory, rank, nprocs)
             raise
     finally:
         writer._pending = []
     total, least, most = coord.sum_min_max(comm, written)
     stage_seconds = time.perf_counter() - t0
-    writer.stats = WriteStats({"stage": stage_seconds}, total, least, most)
+    seconds = {"stage": stage_seconds} if policy is None else {"stage": t1 - t0,
+                                                              "redundancy": stage_seconds - (t1 - t0)}
+    writer.stats = WriteStats(seconds, total, least, most)
     final = writer.path
     on_commit = getattr(writer, "_on_commit", None)  # Series retention, as in Writer._close_async
     twins: list[Any] = []
@@ -195,14 +204,18 @@ def close_staged(writer: Any, background: bool) -> None:
         if on_commit is not None and background:  # synchronous: Series runs it after close() returns
             on_commit(comm)
 
+    def keep_level(comm) -> None:  # not drained (drain_every=k): the node-local level keeps its newest copy
+        retain(comm, info, final, token, drained=False)
+
+    job = drain_now if policy is None or policy.drain else keep_level
     if not background:
-        drain_now(comm)
+        job(comm)
         return
     engine = async_io.engine_for(comm)
     finished = engine.settle_before_new()
     writer.backend.write_problem()  # loads the backend's library here (see async_io.IOEngine.submit)
     writer.handle = async_io.AsyncCheckpoint(writer.path)
-    engine.submit(writer.handle, drain_now, lambda: None)
+    engine.submit(writer.handle, job, lambda: None)  # FIFO: after the drains of older checkpoints
     async_io.raise_failures(finished, f"close() of {writer.path} (which was submitted normally)")
 
 
@@ -281,16 +294,19 @@ def drain(comm, writer_factory, directory: str, final_path: str) -> None:
     twin.close()
 
 
-def retain(comm, info: StageInfo, final_path: str, token: str) -> None:
+def retain(comm, info: StageInfo, final_path: str, token: str, drained: bool = True) -> None:
     """Collective: after the checkpoint ``token`` committed at ``final_path``, mark it drained (its data files
     may then be reused by the next staged checkpoint, see :func:`spare_data_file`) and remove the staged
     checkpoints of the same final directory staged before it (drained, or failed and superseded). The
-    cleaner of each stage does this; a failure is a warning, never an error of the committed checkpoint."""
+    cleaner of each stage does this; a failure is a warning, never an error of the committed checkpoint.
+    ``drained=False``: ``token`` is complete at the node-local level only (``drain_every``, run by the I/O thread
+    after the drains of older ones): the older staged copies go, ``token`` stays unmarked."""
     def remove() -> None:
         if not info.cleaner:
             return
         base = key_dir(info.directory, final_path)
-        mark_drained(checkpoint_dir(info.directory, final_path, token), final_path)
+        if drained:
+            mark_drained(checkpoint_dir(info.directory, final_path, token), final_path)
         for _name, tok, path in staged_copies(base):
             if tok < token:
                 shutil.rmtree(path, ignore_errors=True)
@@ -343,21 +359,31 @@ def recover(comm, directory: str, pattern: catalog.NamePattern, stage_dir: str, 
             return None  # the newest staged checkpoint is drained already: the parallel file system has it
         piece = checkpoint_dir(stage_dir, final, token)
 
-        def check(piece: str = piece, final: str = final) -> str | None:
+        def check(piece: str = piece, final: str = final) -> tuple[str | None, bool, bool]:
+            """Local: (the problem of this rank's piece, its manifest asks for redundancy, its node completed it)"""
             try:
-                read_piece(piece, comm.Get_rank(), comm.Get_size(), final)
-                return None
+                manifest, _ = read_piece(piece, comm.Get_rank(), comm.Get_size(), final)
+                return None, "redundancy" in manifest, redundancy.completed(piece)
             except CheckpointError as exc:
-                return str(exc)
+                return str(exc), False, redundancy.completed(piece)
 
-        problems = coord.gather_and_plan(comm, f"stage {stage_dir}: verify {name}", check,
-                                         lambda found: {r: p for r, p in enumerate(found) if p})
-        if problems:
-            if comm.Get_rank() == 0:
-                first = min(problems)
-                _warn.warn(f"ckptio: staged copy of {final} is not usable on every rank ({len(problems)} "
-                           f"rank(s), e.g. rank {first}: {problems[first]}); not restarting from it", RuntimeWarning)
-            continue
+        def verify(name: str = name, check=check) -> dict[int, str]:
+            return coord.gather_and_plan(comm, f"stage {stage_dir}: verify {name}", check, redundancy.piece_problems)
+
+        problems = verify()
+        if problems:  # rebuilt from the other nodes' redundancy (ckptio.tiers.redundancy) if it can be
+            why = redundancy.rebuild(comm, piece, final, problems)
+            if why is None:
+                problems = verify()
+                why = None if not problems else "the rebuilt pieces do not verify"
+            if problems:
+                if comm.Get_rank() == 0:
+                    first = min(problems)
+                    _warn.warn(f"ckptio: staged copy of {final} is not usable on every rank ({len(problems)} "
+                               f"rank(s), e.g. rank {first}: {problems[first]}); not restarting from it"
+                               + ("" if why.startswith("no node recorded") else f": cannot be rebuilt: {why}; "
+                                  "falling back to an older checkpoint"), RuntimeWarning)
+                continue
         try:
             drain(comm, writer_factory, piece, final)
         except CheckpointError as exc:  # agreed: every rank is here (a full destination, a lost file system...)

@@ -1,0 +1,142 @@
+"""Multi-level checkpoints on emulated nodes (issue 28): node-local checkpoints protected by partner copies or XOR
+parity across nodes, drained every k-th to the parallel file system; a restart after a lost node rebuilds the
+lost pieces from the other nodes, or falls back to the newest level that survives, saying why."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from mpi_helpers import PROGRAMS
+from multinode import node_dir, node_local, run_nodes, skip_reason
+
+from ckptio.engine.faults import MARKER
+
+pytestmark = [pytest.mark.mpi, pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))]
+
+PROGRAM = str(PROGRAMS / "multilevel.py")
+LAYOUTS = {"2x2": (2, 2), "3x1": (1, 1, 1), "4x1": (1, 1, 1, 1), "2+1+1": (2, 1, 1)}
+
+
+def reports(stdout: str) -> list[dict]:
+    out = [json.loads(line[5:]) for line in stdout.splitlines() if line.startswith("JSON ")]
+    return sorted(out, key=lambda r: r["rank"])
+
+
+def job(layout, args, root: Path, names=None) -> list[dict]:
+    kw = {"names": names} if names else {}
+    proc = run_nodes(layout, [sys.executable, PROGRAM, *map(str, args)], root, timeout=180, **kw)
+    got = reports(proc.stdout)
+    assert len(got) == sum(layout) and all(r["ok"] for r in got), proc.stdout + proc.stderr[-3000:]
+    return got
+
+
+def check_levels(got: list[dict], scheme: str, layout) -> None:
+    """drain_every=2 over steps 1-3: only step 2 on the parallel file system, only step 3 on the stages, with the
+    redundancy the scheme costs (partner: a second copy of every byte; xor: one block of the largest node's
+    data per node, 1/(n-1) of it)."""
+    leaders = [r["before"] for r in got if r["before"]["leader"]]
+    assert len(leaders) == len(layout)
+    assert all(b["pfs"] == ["chk_000002"] and b["staged"] == ["chk_000003"] for b in leaders), leaders
+    pieces = [b["pieces"] for b in leaders]
+    if scheme == "partner":
+        assert sum(b["redundancy"] for b in leaders) == sum(pieces) and all(b["parity"] == 0 for b in leaders)
+    else:
+        n = len(layout)
+        block = -(-max(pieces) // (n - 1))
+        assert all(b["parity"] == block == b["redundancy"] for b in leaders), (pieces, leaders)
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("layout", LAYOUTS, ids=list(LAYOUTS))
+@pytest.mark.parametrize("scheme", ["partner", "xor"])
+def test_one_wiped_stage_is_rebuilt_and_restarts_from_the_node_level(scheme, layout, tmp_path):
+    """Steps 1-3 with drain_every=2; the last rank's node loses its stage; latest() rebuilds its pieces from the
+    partner copy / the set's parity (checksums verified), drains step 3 and the data reads back N to N and N-to-M."""
+    shape = LAYOUTS[layout]
+    out = tmp_path / "out"
+    out.mkdir()
+    got = job(shape, ["lose", scheme, out, node_local(tmp_path) / "stage", "wipe"], tmp_path)
+    check_levels(got, scheme, shape)
+    assert all(r["found"] == "chk_000003" for r in got)
+    said = got[0]["warned"]
+    assert len(said) == 1 and "rebuilt node node" in said[0], said
+    assert ("partner copy" if scheme == "partner" else "XOR parity") in said[0], said
+    victim = next(r for r in got if r["rank"] == len(got) - 1)["host"]
+    lost = next(r for r in got if r["host"] == victim and r["after"]["leader"])
+    assert lost["after"]["pieces"] == lost["before"]["pieces"]  # the rebuilt pieces are back on the node
+    assert (out / "chk_000003").is_file()
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("layout", ["2x2", "3x1"])
+@pytest.mark.parametrize("scheme", ["partner", "xor"])
+def test_lost_node_and_damaged_piece_fall_back_to_the_drained_level(scheme, layout, tmp_path):
+    """The last node's stage is wiped and one more piece is damaged (xor: another member's data; partner: the
+    lost node's partner copy): step 3 cannot be rebuilt; latest() says why and restarts from step 2, the newest
+    checkpoint of the parallel file system level."""
+    shape = LAYOUTS[layout]
+    out = tmp_path / "out"
+    out.mkdir()
+    got = job(shape, ["lose", scheme, out, node_local(tmp_path) / "stage", "two"], tmp_path)
+    assert all(r["found"] == "chk_000002" for r in got)
+    said = got[0]["warned"]
+    assert len(said) == 1 and "cannot be rebuilt" in said[0] and "falling back" in said[0], said
+    if scheme == "xor":
+        assert "XOR set 0 lost 2 nodes" in said[0], said
+    else:
+        assert "partner copy on" in said[0] and "does not match its checksums" in said[0], said
+    assert not (out / "chk_000003").exists()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("scheme", ["partner", "xor"])
+def test_node_replaced_by_a_new_name_gets_the_lost_pieces(scheme, tmp_path):
+    """Job 1 on nodeA (2 ranks), nodeB, nodeC; job 2 on nodeA, nodeB, nodeE: nodeE (an empty stage, a name never
+    seen) takes nodeC's ranks; latest() rebuilds nodeC's pieces onto nodeE, restarts from step 3, and the job
+    writes step 4 with its redundancy on the new node set, drained at once (create(4, drain=True))."""
+    out = tmp_path / "out"
+    out.mkdir()
+    stage = node_local(tmp_path) / "stage"
+    job((2, 1, 1), ["write", scheme, out, stage], tmp_path)
+    got = job((2, 1, 1), ["restart", scheme, out, stage, 3], tmp_path, names=("nodeA", "nodeB", "nodeE"))
+    assert [r["host"] for r in got] == ["nodeA", "nodeA", "nodeB", "nodeE"]
+    said = got[0]["warned"]
+    assert len(said) == 1 and "rebuilt node nodeC (ranks 3, now nodeE)" in said[0], said
+    assert any(p.name.startswith("rank-000003") for p in (node_dir(tmp_path, "nodeE") / "stage").rglob("*.json"))
+    e = next(r for r in got if r["host"] == "nodeE")
+    assert e["next"]["staged"] == ["chk_000004"] and e["next"]["redundancy"] > 0, e
+    assert sorted(p.name for p in out.glob("chk_*")) == ["chk_000003", "chk_000004"]  # drain=True; keep=2
+
+
+@pytest.mark.timeout(300)
+def test_rank_killed_in_the_exchange_restarts_from_the_level_below(tmp_path):
+    """Steps 1-2, then a job whose rank 3 is killed (SIGKILL) as step 3's redundancy exchange starts: mpirun ends
+    the job (no hang); step 3's pieces are all staged but no node completed its redundancy, so the restart does
+    not use it (saying why) and restarts from step 2."""
+    out = tmp_path / "out"
+    out.mkdir()
+    stage = node_local(tmp_path) / "stage"
+    job((2, 1, 1), ["write", "xor", out, stage, "1,2"], tmp_path)
+    killed = run_nodes((2, 1, 1), [sys.executable, PROGRAM, "write", "xor", out, stage, "3"], tmp_path, timeout=120,
+                       env={"CKPTIO_FAULT": "redundancy exchange:3"}, check=False)
+    assert killed.returncode != 0 and MARKER in killed.stderr, killed.stderr[-3000:]
+    assert any((node_dir(tmp_path, "nodeA") / "stage").rglob("rank-000000-of-000004.json"))
+    got = job((2, 1, 1), ["restart", "xor", out, stage, 2], tmp_path)
+    said = got[0]["warned"]
+    assert len(said) == 1 and "redundancy exchange never completed" in said[0], said
+
+
+@pytest.mark.timeout(200)
+def test_bad_redundancy_arguments_fail_on_every_rank(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    got = job((2, 2), ["bad_args", out, node_local(tmp_path) / "stage"], tmp_path)
+    for r in got:
+        bad_value, no_stage, bad_drain, groups = r["errors"]
+        assert "redundancy='raid'" in bad_value, bad_value
+        assert "need stage_dir" in no_stage and "drain_every=0" in bad_drain
+        assert "failure_group differs between the ranks of node node" in groups, groups
+        assert r["pfs"] == [] and not [p for p in r["staged"] if p.endswith(".json")], r
