@@ -2,6 +2,7 @@
 #   make install      build/refresh the venv (ci/install.sh; quiet and ~seconds when up to date)
 #   make demo         FLASH-like checkpoint/restart demo on 4 ranks
 #   make test         the test suite without the slow fault matrices (tests start mpirun themselves)
+#   make test-nodes   only its tests on emulated nodes (tests/multinode.py)
 #   make test-faults  every fault-injection test, the slow matrices included
 #   make test-cephfs  the stripe-layout tests on a real single-host CephFS (ci/cephfs.sh; root, /dev/fuse)
 #   make test-slow    only the slow tests (make test + make test-slow = everything on this MPI; what .ci/run does)
@@ -48,7 +49,7 @@ export VENV MPI
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := test
-.PHONY: install demo test test-cephfs test-faults test-slow test-matrix test-matrix-driver test-slurm lint docs bench clean distclean
+.PHONY: install demo test test-nodes test-cephfs test-faults test-slow test-matrix test-matrix-driver test-slurm lint docs bench clean distclean
 
 install:
 	bash ci/install.sh
@@ -59,8 +60,14 @@ demo: install
 # `make test`: everything except the tests marked slow (the long fault-injection matrices) or matrix (extra rank
 # counts run per MPI-IO implementation by `make test-matrix`); `make test-faults`:
 # every fault test, slow ones included.
+TEST_MARKS ?= not slow and not matrix and not cephfs
 test: install
-	$(PY) -m pytest tests -m "not slow and not matrix and not cephfs" $(PYTEST_FLAGS)
+	$(PY) -m pytest tests -m "$(TEST_MARKS)" $(PYTEST_FLAGS)
+
+# `make test-nodes`: make test's tests on emulated nodes (tests/multinode.py) alone; .ci/run runs them in another
+# lane than make test (make test TEST_MARKS="... and not nodes").
+test-nodes: install
+	$(PY) -m pytest tests -m "nodes and not slow and not matrix and not cephfs" $(PYTEST_FLAGS)
 
 # `make test-cephfs`: ckptio's stripe layouts on a real single-host CephFS (tests/cephfs/conftest.py runs
 # `ci/cephfs.sh up`: installs Ceph if missing, starts or reuses the cluster, mounts it with ceph-fuse; the tests
