@@ -14,7 +14,8 @@ from multinode import node_dir, node_local, run_nodes, skip_reason
 
 from ckptio.engine.faults import MARKER
 
-pytestmark = [pytest.mark.mpi, pytest.mark.nodes, pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))]
+pytestmark = [pytest.mark.mpi, pytest.mark.nodes,
+              pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))]
 
 PROGRAM = str(PROGRAMS / "multilevel.py")
 LAYOUTS = {"2x2": (2, 2), "3x1": (1, 1, 1), "4x1": (1, 1, 1, 1), "2+1+1": (2, 1, 1)}

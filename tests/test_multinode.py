@@ -13,7 +13,8 @@ import pytest
 from mpi_helpers import BACKENDS
 from multinode import node_dir, node_local, node_of_rank, run_nodes, skip_reason
 
-pytestmark = [pytest.mark.mpi, pytest.mark.nodes, pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))]
+pytestmark = [pytest.mark.mpi, pytest.mark.nodes,
+              pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))]
 
 APP = str(Path(__file__).with_name("multinode_app.py"))
 LAYOUTS = {"2x2": (2, 2), "2+1+1": (2, 1, 1)}

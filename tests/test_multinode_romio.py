@@ -46,7 +46,8 @@ def accounting_reason(directory: Path) -> str | None:
     return None if moved >= MiB else f"{directory} does not account storage writes (tmpfs?): {moved} bytes"
 
 
-pytestmark = [pytest.mark.mpi, pytest.mark.nodes, pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))]
+pytestmark = [pytest.mark.mpi, pytest.mark.nodes,
+              pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))]
 
 
 def placement_job(layout: tuple[int, ...], config_list: str, root: Path) -> dict:

@@ -18,7 +18,8 @@ from test_multinode_romio import LAYOUTS, MiB, accounting_reason
 
 APP = str(Path(__file__).with_name("multinode_app.py"))
 
-pytestmark = [pytest.mark.mpi, pytest.mark.nodes, pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))]
+pytestmark = [pytest.mark.mpi, pytest.mark.nodes,
+              pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))]
 
 
 @pytest.mark.timeout(300)
