@@ -12,6 +12,7 @@ import pytest
 from mpi_helpers import PROGRAMS
 from multinode import node_dir, node_local, run_nodes, skip_reason
 
+import ckptio
 from ckptio.engine.faults import MARKER
 
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))]
@@ -68,6 +69,24 @@ def test_one_wiped_stage_is_rebuilt_and_restarts_from_the_node_level(scheme, lay
     lost = next(r for r in got if r["host"] == victim and r["after"]["leader"])
     assert lost["after"]["pieces"] == lost["before"]["pieces"]  # the rebuilt pieces are back on the node
     assert (out / "chk_000003").is_file()
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("backend", ["hdf5", "pnetcdf"])
+def test_every_backend_as_the_drained_level(backend, tmp_path):
+    """The parallel file system level in the hdf5 and pnetcdf formats (the node-local level is ckptio's own
+    stage format whatever the backend): 3x1 xor, one wiped stage; step 3 is rebuilt, drained in the backend's
+    format and reads back N to N and N-to-M (the program checks the values)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    got = job(LAYOUTS["3x1"], ["lose", "xor", out, node_local(tmp_path) / "stage", "wipe", backend], tmp_path)
+    check_levels(got, "xor", LAYOUTS["3x1"])
+    assert all(r["found"] == "chk_000003" for r in got)
+    said = got[0]["warned"]
+    assert len(said) == 1 and "rebuilt node nodeC" in said[0] and "XOR parity" in said[0], said
+    for name in ("chk_000002", "chk_000003"):  # drained by the Series, and by the restart's rebuild
+        with ckptio.open(out / name) as r:
+            assert r.backend.name == backend, (name, r.backend.name)
 
 
 @pytest.mark.timeout(200)

@@ -1,8 +1,9 @@
 """The MPI programs of ``tests/test_multilevel.py`` (multi-level checkpoints, issue 28), run on emulated nodes
 (``tests/multinode.py``); every case prints one ``JSON {...}`` line per rank.
 
-* ``lose SCHEME OUT STAGE WHAT``: a Series with ``redundancy=SCHEME, drain_every=2`` writes steps 1-3 (only step 2
-  reaches OUT; the stage keeps step 3 alone, with its redundancy); then the node of the last rank loses its stage
+* ``lose SCHEME OUT STAGE WHAT [BACKEND]``: a Series with ``redundancy=SCHEME, drain_every=2`` (and
+  ``backend=BACKEND``, default mpiio: the format of the drained level) writes steps 1-3 (only step 2 reaches OUT;
+  the stage keeps step 3 alone, with its redundancy); then the node of the last rank loses its stage
   (``WHAT=wipe``), or that and one more piece elsewhere (``WHAT=two``: for ``xor`` rank 0's data, for ``partner``
   the lost node's partner copy); a new Series' ``latest()`` must rebuild and restart from step 3 (``wipe``) or
   fall back to step 2 with a warning saying why (``two``); the data is read back on every rank and N-to-M;
@@ -44,13 +45,13 @@ def expected(nprocs: int, step: int) -> np.ndarray:
     return np.concatenate([values(r, step) for r in range(nprocs)])
 
 
-def series(comm, scheme: str, out: str, stage: str) -> ckptio.Series:
-    return ckptio.Series(out, comm, stage_dir=stage, redundancy=scheme, drain_every=2, keep=2)
+def series(comm, scheme: str, out: str, stage: str, backend: str = "mpiio") -> ckptio.Series:
+    return ckptio.Series(out, comm, stage_dir=stage, redundancy=scheme, drain_every=2, keep=2, backend=backend)
 
 
-def write_steps(comm, scheme: str, out: str, stage: str, steps=(1, 2, 3)) -> ckptio.Series:
+def write_steps(comm, scheme: str, out: str, stage: str, steps=(1, 2, 3), backend: str = "mpiio") -> ckptio.Series:
     r, n = comm.Get_rank(), comm.Get_size()
-    s = series(comm, scheme, out, stage)
+    s = series(comm, scheme, out, stage, backend)
     for step in steps:
         with s.create(step, attrs={"step": step}) as ck:
             ck.write("x", values(r, step), offset=(sum(rows(q) for q in range(r)), 0),
@@ -106,10 +107,10 @@ def check_restart(comm, found: str, step: int) -> None:
         sub.Free()
 
 
-def latest(comm, scheme: str, out: str, stage: str) -> tuple[str | None, list[str]]:
+def latest(comm, scheme: str, out: str, stage: str, backend: str = "mpiio") -> tuple[str | None, list[str]]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        found = series(comm, scheme, out, stage).latest()
+        found = series(comm, scheme, out, stage, backend).latest()
     return found, [str(w.message) for w in caught if "staged copy" in str(w.message)]
 
 
@@ -121,9 +122,9 @@ def flip(path: str) -> None:
         f.write(bytes([byte[0] ^ 0xFF]))
 
 
-def lose(comm, scheme: str, out: str, stage: str, what: str) -> None:
+def lose(comm, scheme: str, out: str, stage: str, what: str, backend: str = "mpiio") -> None:
     r, n = comm.Get_rank(), comm.Get_size()
-    write_steps(comm, scheme, out, stage)
+    write_steps(comm, scheme, out, stage, backend=backend)
     before = written(comm, out, stage)
     hosts, node = nodes(comm)
     victim = hosts[n - 1]
@@ -140,7 +141,7 @@ def lose(comm, scheme: str, out: str, stage: str, what: str) -> None:
                 if f"partner-{victim_node}" + os.sep in p and p.endswith(".data"):
                     flip(os.path.join(stage, p))
     comm.Barrier()
-    found, warned = latest(comm, scheme, out, stage)
+    found, warned = latest(comm, scheme, out, stage, backend)
     step = 3 if what == "wipe" else 2
     assert found == os.path.join(out, f"chk_{step:06d}"), (found, warned)
     check_restart(comm, found, step)
