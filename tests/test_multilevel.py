@@ -131,6 +131,35 @@ def test_node_replaced_by_a_new_name_gets_the_lost_pieces(scheme, tmp_path):
 
 
 @pytest.mark.timeout(300)
+def test_more_ranks_on_the_same_nodes_restart_from_the_node_level(tmp_path):
+    """Steps 1-3 by 3 ranks (1x3, xor, drain_every=2: step 3 only on the stages); the restart job has 4 ranks on
+    the same nodes (2+1+1): one rank per writing rank of each node drains step 3 as the writing job would have,
+    and the 4 ranks read it N-to-M (no fallback to step 2)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    stage = node_local(tmp_path) / "stage"
+    job((1, 1, 1), ["write", "xor", out, stage], tmp_path)
+    assert sorted(p.name for p in out.glob("chk_*")) == ["chk_000002"]
+    got = job((2, 1, 1), ["other", "xor", out, stage, 3, 3], tmp_path)
+    assert all(r["found"] == "chk_000003" for r in got) and got[0]["warned"] == [], got
+
+
+@pytest.mark.timeout(300)
+def test_fewer_ranks_on_a_node_fall_back_saying_why(tmp_path):
+    """Steps 1-3 by 4 ranks (2+1+1, partner); the restart job has one rank on nodeA, which holds 2 pieces: the
+    node-local step 3 cannot be drained by a job numbered like the writing one; latest() says why and restarts
+    from step 2, the newest of the parallel file system, N-to-M."""
+    out = tmp_path / "out"
+    out.mkdir()
+    stage = node_local(tmp_path) / "stage"
+    job((2, 1, 1), ["write", "partner", out, stage], tmp_path)
+    got = job((1, 1, 1), ["other", "partner", out, stage, 4, 2], tmp_path)
+    said = got[0]["warned"]
+    assert len(said) == 1 and "node nodeA holds 2 pieces but runs 1 rank(s)" in said[0], said
+    assert "falling back" in said[0], said
+
+
+@pytest.mark.timeout(300)
 def test_rank_killed_in_the_exchange_restarts_from_the_level_below(tmp_path):
     """Steps 1-2, then a job whose rank 3 is killed (SIGKILL) as step 3's redundancy exchange starts: mpirun ends
     the job (no hang); step 3's pieces are all staged but no node completed its redundancy, so the restart does

@@ -11,6 +11,9 @@
   of a node replacement; with ``CKPTIO_FAULT``, a job killed inside the redundancy exchange);
 * ``restart SCHEME OUT STAGE STEP``: ``latest()`` must give STEP (rebuilt onto a node with a new name), then
   step 4 is written with redundancy again, and drained (``drain=True``);
+* ``other SCHEME OUT STAGE WRITERS STEP``: a job of another rank count than the WRITERS that wrote the stage:
+  ``latest()`` must give STEP (drained by WRITERS of its ranks when its nodes hold every piece, else the
+  fallback), read back whole on every rank;
 * ``bad_args OUT STAGE``: a bad ``redundancy=`` on the last rank, ``redundancy=`` without ``stage_dir=``, and
   failure groups that differ within a node: the same clear error on every rank.
 """
@@ -171,6 +174,17 @@ def restart(comm, scheme: str, out: str, stage: str, step: str) -> None:
     report(comm, after=after, next=written(comm, out, stage), found=os.path.basename(found), warned=warned, ok=True)
 
 
+def other(comm, scheme: str, out: str, stage: str, writers: str, step: str) -> None:
+    found, warned = latest(comm, scheme, out, stage)
+    assert found == os.path.join(out, f"chk_{int(step):06d}"), (found, warned)
+    n = int(writers)
+    with ckptio.open(found, comm) as rd:
+        assert rd.attrs["step"] == int(step) and (rd.read("x") == expected(n, int(step))).all()
+        ids = np.concatenate([np.arange(r + 1) + 10 * r for r in range(n)])
+        assert (rd.read("ids", offset=(0,), shape=(len(ids),)) == ids).all()
+    report(comm, found=os.path.basename(found), warned=warned, ok=True)
+
+
 def bad_args(comm, out: str, stage: str) -> None:
     r, n = comm.Get_rank(), comm.Get_size()
     errors = []
@@ -194,7 +208,7 @@ def bad_args(comm, out: str, stage: str) -> None:
            staged=stage_files(stage), ok=True)
 
 
-CASES = {"lose": lose, "write": write, "restart": restart, "bad_args": bad_args}
+CASES = {"lose": lose, "write": write, "restart": restart, "other": other, "bad_args": bad_args}
 
 if __name__ == "__main__":
     from dispatch import run_case
