@@ -12,6 +12,7 @@ import pytest
 from mpi_helpers import PROGRAMS
 from multinode import node_dir, node_local, run_nodes, skip_reason
 
+import ckptio
 from ckptio.engine.faults import MARKER
 
 pytestmark = [pytest.mark.mpi, pytest.mark.nodes,
@@ -72,6 +73,24 @@ def test_one_wiped_stage_is_rebuilt_and_restarts_from_the_node_level(scheme, lay
 
 
 @pytest.mark.timeout(200)
+@pytest.mark.parametrize("backend", ["hdf5", "pnetcdf"])
+def test_every_backend_as_the_drained_level(backend, tmp_path):
+    """The parallel file system level in the hdf5 and pnetcdf formats (the node-local level is ckptio's own
+    stage format whatever the backend): 3x1 xor, one wiped stage; step 3 is rebuilt, drained in the backend's
+    format and reads back N to N and N-to-M (the program checks the values)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    got = job(LAYOUTS["3x1"], ["lose", "xor", out, node_local(tmp_path) / "stage", "wipe", backend], tmp_path)
+    check_levels(got, "xor", LAYOUTS["3x1"])
+    assert all(r["found"] == "chk_000003" for r in got)
+    said = got[0]["warned"]
+    assert len(said) == 1 and "rebuilt node nodeC" in said[0] and "XOR parity" in said[0], said
+    for name in ("chk_000002", "chk_000003"):  # drained by the Series, and by the restart's rebuild
+        with ckptio.open(out / name) as r:
+            assert r.backend.name == backend, (name, r.backend.name)
+
+
+@pytest.mark.timeout(200)
 @pytest.mark.parametrize("layout", ["2x2", "3x1"])
 @pytest.mark.parametrize("scheme", ["partner", "xor"])
 def test_lost_node_and_damaged_piece_fall_back_to_the_drained_level(scheme, layout, tmp_path):
@@ -110,6 +129,35 @@ def test_node_replaced_by_a_new_name_gets_the_lost_pieces(scheme, tmp_path):
     e = next(r for r in got if r["host"] == "nodeE")
     assert e["next"]["staged"] == ["chk_000004"] and e["next"]["redundancy"] > 0, e
     assert sorted(p.name for p in out.glob("chk_*")) == ["chk_000003", "chk_000004"]  # drain=True; keep=2
+
+
+@pytest.mark.timeout(300)
+def test_more_ranks_on_the_same_nodes_restart_from_the_node_level(tmp_path):
+    """Steps 1-3 by 3 ranks (1x3, xor, drain_every=2: step 3 only on the stages); the restart job has 4 ranks on
+    the same nodes (2+1+1): one rank per writing rank of each node drains step 3 as the writing job would have,
+    and the 4 ranks read it N-to-M (no fallback to step 2)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    stage = node_local(tmp_path) / "stage"
+    job((1, 1, 1), ["write", "xor", out, stage], tmp_path)
+    assert sorted(p.name for p in out.glob("chk_*")) == ["chk_000002"]
+    got = job((2, 1, 1), ["other", "xor", out, stage, 3, 3], tmp_path)
+    assert all(r["found"] == "chk_000003" for r in got) and got[0]["warned"] == [], got
+
+
+@pytest.mark.timeout(300)
+def test_fewer_ranks_on_a_node_fall_back_saying_why(tmp_path):
+    """Steps 1-3 by 4 ranks (2+1+1, partner); the restart job has one rank on nodeA, which holds 2 pieces: the
+    node-local step 3 cannot be drained by a job numbered like the writing one; latest() says why and restarts
+    from step 2, the newest of the parallel file system, N-to-M."""
+    out = tmp_path / "out"
+    out.mkdir()
+    stage = node_local(tmp_path) / "stage"
+    job((2, 1, 1), ["write", "partner", out, stage], tmp_path)
+    got = job((1, 1, 1), ["other", "partner", out, stage, 4, 2], tmp_path)
+    said = got[0]["warned"]
+    assert len(said) == 1 and "node nodeA holds 2 pieces but runs 1 rank(s)" in said[0], said
+    assert "falling back" in said[0], said
 
 
 @pytest.mark.timeout(300)

@@ -121,3 +121,18 @@ def test_a_checkpoint_whose_exchange_no_node_completed_is_not_used():
     assert piece_problems([(None, False, False), ("missing", False, False)]) == {1: "missing"}  # no redundancy=
     never = piece_problems([(None, True, False), ("missing", False, False)])
     assert never[0].startswith("its redundancy exchange never completed") and never[1] == "missing"
+
+
+def test_regroup_plan_gives_each_piece_a_rank_of_its_node_or_says_why():
+    """ckptio.tiers.regroup.plan (pure): pieces of 3 writing ranks on nodes A, B, C; a job of 4 ranks (A twice)
+    drains them numbered like the writers; one of fewer ranks on a node, or without a node, falls back."""
+    from ckptio.tiers.regroup import Regroup, plan
+
+    pieces = {"A": [(0, 3)], "B": [(1, 3)], "C": [(2, 3)]}
+    views = [(h, pieces[h], True) for h in ("A", "A", "B", "C")]
+    assert plan(views, 4) == Regroup(3, {0: 0, 2: 1, 3: 2})
+    assert plan([(h, [(r, 4)], True) for r, h in enumerate("AABC")], 4) is None  # this job's count: usual path
+    assert plan([("A", [], False)] * 2, 2) is None  # nothing staged
+    two = [("A", [(0, 4), (1, 4)], True), ("B", [(2, 4)], True), ("C", [(3, 4)], True)]
+    assert "node A holds 2 pieces but runs 1 rank(s)" in plan(two, 3)
+    assert "rank(s) 2 are on no node of this job" in plan([(h, pieces[h], True) for h in "AB"], 2)

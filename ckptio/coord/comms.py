@@ -45,6 +45,16 @@ def subset(comm, member: bool) -> Any | None:
     return None if sub == MPI.COMM_NULL else sub
 
 
+def subset_keyed(comm, key: int | None) -> Any | None:
+    """Collective over ``comm``: a communicator of the ranks whose ``key`` is not None, numbered by ``key`` (a
+    staged checkpoint's writing ranks, see :mod:`ckptio.tiers.regroup`); None on the other ranks. Free it with
+    :func:`free` (collective over the members)."""
+    from ckptio.coord.mpi import MPI
+
+    sub = comm.Split(0 if key is not None else MPI.UNDEFINED, 0 if key is None else key)
+    return None if sub == MPI.COMM_NULL else sub
+
+
 def duplicate(comm) -> Any:
     """Collective over ``comm``: a private duplicate of ``comm`` (same ranks, a separate matching context), for
     messages no user call can match (the restart exchange) or collectives another thread runs (async I/O). Free

@@ -47,7 +47,7 @@ from ckptio.errors import CheckpointError, CheckpointIOError
 from ckptio.model import varmeta
 from ckptio.model.plan import pack_declarations
 from ckptio.pathcheck import symlink_problem
-from ckptio.tiers import async_io, catalog, redundancy
+from ckptio.tiers import async_io, catalog, redundancy, regroup
 from ckptio.tiers.stage_files import (
     checkpoint_dir,
     host_name,
@@ -358,6 +358,14 @@ def recover(comm, directory: str, pattern: catalog.NamePattern, stage_dir: str, 
         if coord.bcast_from_root(comm, f"stage {stage_dir}: is {final} valid", on_disk):
             return None  # the newest staged checkpoint is drained already: the parallel file system has it
         piece = checkpoint_dir(stage_dir, final, token)
+        other = regroup.drain_other_count(comm, piece, final, writer_factory, drain)  # written by another rank count
+        if other is not None:
+            if other == "":
+                return final
+            if comm.Get_rank() == 0:
+                _warn.warn(f"ckptio: staged copy of {final} not used: {other}; falling back to an older checkpoint",
+                           RuntimeWarning)
+            continue
 
         def check(piece: str = piece, final: str = final) -> tuple[str | None, bool, bool]:
             """Local: (the problem of this rank's piece, its manifest asks for redundancy, its node completed it)"""

@@ -284,6 +284,33 @@ int ckptio_series_create_ex(MPI_Comm comm, const char *dir, const char *prefix, 
                             const char *backend, const char *mode, const char *stage_dir, const char *compression,
                             ckptio_file *file);
 
+/* Collective. Multi-level checkpoints (docs/guide/async.md, "Multi-level checkpoints"): ckptio_series_create_ex
+ * plus the multi-level options of ckptio.Series, for a node-local stage_dir (required with them):
+ *  - redundancy: "single" (the node's own stage), "partner" (each node's pieces also copied to a partner node)
+ *    or "xor" (parity over a set of nodes, one lost node per set survives); NULL or "": none, as ckptio_series_create_ex;
+ *  - drain_every: k >= 1: only every k-th checkpoint this process creates in the series (counted per dir and
+ *    prefix, from 1) is drained to `dir`; the others stay on the node-local level with their redundancy;
+ *  - failure_group: this rank's node's group (e.g. its rack; the same on every rank of a node), kept apart by
+ *    partners and XOR sets; NULL or "": each node is its own group.
+ * The checkpoint is a background handle (ckptio_close, then ckptio_wait). A bad or differing option on any rank
+ * fails this call on every rank (CKPTIO_ERR_DECLARATION). Restart with ckptio_latest_verified_ex(comm, dir,
+ * prefix, stage_dir, ...), which rebuilds and drains the newest node-local checkpoint first. */
+int ckptio_series_create_ml(MPI_Comm comm, const char *dir, const char *prefix, int keep, int64_t step,
+                            const char *backend, const char *mode, const char *stage_dir, const char *compression,
+                            const char *redundancy, int drain_every, const char *failure_group,
+                            ckptio_file *file);
+
+/* Collective. The restart point of a multi-level series (ckptio.Series(dir, comm, prefix=prefix,
+ * stage_dir=stage_dir, must_exist=True).latest()): if the newest checkpoint of the series is only on the
+ * node-local level (drain_every > 1, or a drain that was interrupted), every rank's piece is verified on its own
+ * node, the pieces a lost or wiped node took with it are rebuilt from the other nodes' redundancy (checksums
+ * verified), and the checkpoint is drained to `dir`; then the newest checkpoint of `dir` that verifies, as
+ * ckptio_latest_verified. Needs the rank count and the nodes' stages of the job that wrote the staged
+ * checkpoint (otherwise `dir`'s newest, with a warning on stderr saying why). stage_dir NULL or "":
+ * ckptio_latest_verified. An empty string when there is none; `dir` must exist. */
+int ckptio_latest_verified_ex(MPI_Comm comm, const char *dir, const char *prefix, const char *stage_dir, char *buf,
+                              size_t buflen);
+
 /* Collective. Retention, as ckptio.Series(dir, prefix=prefix, keep=keep) does after each commit: delete all but
  * the newest `keep` complete checkpoints named `{prefix}_NNNNNN` in `dir` (prefix NULL: "chk"); rank 0 deletes.
  * nremoved may be NULL. */
@@ -335,6 +362,12 @@ int ckptio_latest_verified_f(MPI_Fint comm, const char *dir, const char *prefix,
 int ckptio_series_create_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int64_t step,
                            const char *backend, const char *mode, const char *stage_dir, const char *compression,
                            const char *problem, ckptio_file *file);
+int ckptio_series_create_ml_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int64_t step,
+                              const char *backend, const char *mode, const char *stage_dir, const char *compression,
+                              const char *redundancy, int drain_every, const char *failure_group,
+                              const char *problem, ckptio_file *file);
+int ckptio_latest_verified_ex_f(MPI_Fint comm, const char *dir, const char *prefix, const char *stage_dir, char *buf,
+                                size_t buflen);
 int ckptio_prune_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int *nremoved);
 /* internal to module ckptio: Fortran-order write (segment 1: ckptio_write_segment, 2: with rows=.true.; force_copy != 0: copy
  * even in zero-copy mode, for a temporary made by the module) and read, with a problem found in Fortran;

@@ -115,20 +115,34 @@ def create(path: str, comm, backend: str, mode: str | None = None, stage_dir: st
                                      compression=compression))
 
 
+# multi-level series (ckptio_series_create_ml): how many checkpoints this process created per (directory,
+# prefix), so that drain_every=k drains every k-th one as a Python Series object does (each C call makes a new
+# Series). The same on every rank: the count only grows when the collective Series construction succeeded.
+_series_counts: dict[tuple[str, str], int] = {}
+
+
 def series_create(directory: str, comm, prefix: str, keep: int, step: int, backend: str,
                   problem: str | None, mode: str | None = None, stage_dir: str | None = None,
-                  compression: str | None = None) -> WriteHandle:
+                  compression: str | None = None, redundancy: str | None = None, drain_every: int = 1,
+                  failure_group: str | None = None) -> WriteHandle:
     """Collective: ``ckptio.Series(directory, comm, prefix=prefix, keep=keep, backend=backend, stage_dir=stage_dir,
-    mode=mode, compression=compression).create(step)`` (None: the defaults); its close applies the retention
-    (for a background checkpoint: in the I/O thread after the commit). The directory is made by rank 0 first,
-    errors reaching every rank."""
+    mode=mode, compression=compression, redundancy=redundancy, drain_every=drain_every,
+    failure_group=failure_group).create(step)`` (None: the defaults); its close applies the retention (for a
+    background checkpoint: in the I/O thread after the commit). The directory is made by rank 0 first, errors
+    reaching every rank. With ``drain_every=k`` the k-th, 2k-th, ... checkpoint this process creates in the
+    series is drained to ``directory`` (the others stay at the node-local level, protected by ``redundancy``)."""
     _agree(comm, f"series {directory}", problem)
     coord.bcast_from_root(comm, f"create the series directory {directory}",
                           lambda: os.makedirs(directory, exist_ok=True))
-    options = {k: v for k, v in (("mode", mode), ("compression", compression)) if v is not None}
+    options = {k: v for k, v in (("mode", mode), ("compression", compression), ("redundancy", redundancy),
+                                 ("failure_group", failure_group)) if v is not None}
     series = ckptio.Series(directory, comm, prefix=prefix, keep=keep, backend=backend, stage_dir=stage_dir,
-                           **options)
-    return WriteHandle(series.create(step))
+                           drain_every=drain_every, **options)
+    if redundancy is None and drain_every == 1:
+        return WriteHandle(series.create(step))
+    key = (os.path.abspath(directory), prefix)
+    _series_counts[key] = _series_counts.get(key, 0) + 1
+    return WriteHandle(series.create(step, drain=_series_counts[key] % drain_every == 0))
 
 
 def _selected(array, select):
@@ -355,6 +369,14 @@ def latest(directory: str, prefix: str, comm, verify: int = 0) -> str:
         return ckptio.latest(directory, prefix, verify=bool(verify)) or ""
     return coord.bcast_from_root(comm, f"latest checkpoint in {directory}",
                                  lambda: ckptio.latest(directory, prefix, verify=bool(verify)) or "")
+
+
+def latest_staged(directory: str, prefix: str, comm, stage_dir: str) -> str:
+    """Collective: ``ckptio.Series(directory, comm, prefix=prefix, stage_dir=stage_dir, must_exist=True).latest()``
+    ('' if none): the newest checkpoint of the series on any level -- a staged one that never reached
+    ``directory`` is rebuilt from the other nodes' redundancy if a node lost it, verified and drained first."""
+    found = ckptio.Series(directory, comm, prefix=prefix, stage_dir=stage_dir, must_exist=True).latest()
+    return found or ""
 
 
 def prune(directory: str, prefix: str, keep: int, comm, problem: str | None) -> int:

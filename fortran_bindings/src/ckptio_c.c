@@ -477,8 +477,11 @@ static int create_impl(const char *path, MPI_Comm comm, const char *backend, con
 }
 
 /* Collective: bridge.series_create agrees on `problem` before anything else. */
+/* redundancy/failure_group NULL or "": none (the node is its own failure group); drain_every: as given (the
+ * bridge's Series checks it, agreed). */
 static int series_impl(MPI_Comm comm, const char *dir, const char *prefix, int keep, int64_t step,
                        const char *backend, const char *mode, const char *stage_dir, const char *compression,
+                       const char *redundancy, int drain_every, const char *failure_group,
                        const char *given_problem, ckptio_file *file) {
   char where[1200], problem[256] = "";
   snprintf(where, sizeof where, "ckptio_series_create(\"%.1000s\")", dir ? dir : "(null)");
@@ -493,11 +496,13 @@ static int series_impl(MPI_Comm comm, const char *dir, const char *prefix, int k
   ENTER(where);
   int st = CKPTIO_OK;
   PyObject *w = bridge_call("series_create",
-                            Py_BuildValue("(sNsiLszzzz)", dir ? dir : "", PyMPIComm_New(comm), prefix ? prefix : "chk",
-                                          keep, (long long)step, backend && *backend ? backend : "mpiio",
-                                          problem[0] ? problem : NULL, mode && *mode ? mode : NULL,
-                                          stage_dir && *stage_dir ? stage_dir : NULL,
-                                          compression && *compression ? compression : NULL));
+                            Py_BuildValue("(sNsiLszzzzziz)", dir ? dir : "", PyMPIComm_New(comm),
+                                          prefix ? prefix : "chk", keep, (long long)step,
+                                          backend && *backend ? backend : "mpiio", problem[0] ? problem : NULL,
+                                          mode && *mode ? mode : NULL, stage_dir && *stage_dir ? stage_dir : NULL,
+                                          compression && *compression ? compression : NULL,
+                                          redundancy && *redundancy ? redundancy : NULL, drain_every,
+                                          failure_group && *failure_group ? failure_group : NULL));
   if (w == NULL) st = fail_python(where);
   else if ((*file = new_handle(w, 1, where)) == NULL) st = t_status;
   else (*file)->background = (mode && strcmp(mode, "async") == 0) || (stage_dir && *stage_dir);
@@ -508,14 +513,23 @@ static int series_impl(MPI_Comm comm, const char *dir, const char *prefix, int k
 int ckptio_series_create(MPI_Comm comm, const char *dir, const char *prefix, int keep, int64_t step,
                          const char *backend, ckptio_file *file) {
   t_fortran = 0;
-  return series_impl(comm, dir, prefix, keep, step, backend, NULL, NULL, NULL, NULL, file);
+  return series_impl(comm, dir, prefix, keep, step, backend, NULL, NULL, NULL, NULL, 1, NULL, NULL, file);
 }
 
 int ckptio_series_create_ex(MPI_Comm comm, const char *dir, const char *prefix, int keep, int64_t step,
                             const char *backend, const char *mode, const char *stage_dir, const char *compression,
                             ckptio_file *file) {
   t_fortran = 0;
-  return series_impl(comm, dir, prefix, keep, step, backend, mode, stage_dir, compression, NULL, file);
+  return series_impl(comm, dir, prefix, keep, step, backend, mode, stage_dir, compression, NULL, 1, NULL, NULL, file);
+}
+
+int ckptio_series_create_ml(MPI_Comm comm, const char *dir, const char *prefix, int keep, int64_t step,
+                            const char *backend, const char *mode, const char *stage_dir, const char *compression,
+                            const char *redundancy, int drain_every, const char *failure_group,
+                            ckptio_file *file) {
+  t_fortran = 0;
+  return series_impl(comm, dir, prefix, keep, step, backend, mode, stage_dir, compression, redundancy, drain_every,
+                     failure_group, NULL, file);
 }
 
 int ckptio_create(const char *path, MPI_Comm comm, const char *backend, ckptio_file *file) {
@@ -1123,7 +1137,9 @@ int ckptio_var_name(ckptio_file f, int index, char *buf, size_t buflen) {
 /* ---------------------------------------------------------------------------------------------------------
  * Finding checkpoints
  * ------------------------------------------------------------------------------------------------------- */
-static int latest_impl(MPI_Comm *comm, const char *dir, const char *prefix, char *buf, size_t buflen, int verify) {
+/* stage_dir non-NULL and non-empty (ckptio_latest_verified_ex, verify 1): the series' node-local level too */
+static int latest_impl(MPI_Comm *comm, const char *dir, const char *prefix, char *buf, size_t buflen, int verify,
+                       const char *stage_dir) {
   char where[1200];
   snprintf(where, sizeof where, "%s(\"%.1000s\")", verify ? "ckptio_latest_verified" : "ckptio_latest",
            dir ? dir : "(null)");
@@ -1132,7 +1148,11 @@ static int latest_impl(MPI_Comm *comm, const char *dir, const char *prefix, char
   int st = CKPTIO_OK;
   /* collective with comm: take part even with bad arguments (they are reported afterwards, locally) */
   PyObject *c = comm ? PyMPIComm_New(*comm) : Py_NewRef(Py_None);
-  PyObject *r = bridge_call("latest", Py_BuildValue("(ssNi)", dir ? dir : "", prefix ? prefix : "chk", c, verify));
+  PyObject *r = comm && stage_dir && *stage_dir
+                    ? bridge_call("latest_staged", Py_BuildValue("(ssNs)", dir ? dir : "", prefix ? prefix : "chk", c,
+                                                                 stage_dir))
+                    : bridge_call("latest", Py_BuildValue("(ssNi)", dir ? dir : "", prefix ? prefix : "chk", c,
+                                                          verify));
   if (r == NULL) st = fail_python(where);
   else if (dir == NULL) st = recordf(CKPTIO_ERR_ARGUMENT, "%s: dir is NULL", where);
   else {
@@ -1147,17 +1167,23 @@ static int latest_impl(MPI_Comm *comm, const char *dir, const char *prefix, char
 
 int ckptio_latest(const char *dir, const char *prefix, char *buf, size_t buflen) {
   t_fortran = 0;
-  return latest_impl(NULL, dir, prefix, buf, buflen, 0);
+  return latest_impl(NULL, dir, prefix, buf, buflen, 0, NULL);
 }
 
 int ckptio_latest_comm(MPI_Comm comm, const char *dir, const char *prefix, char *buf, size_t buflen) {
   t_fortran = 0;
-  return latest_impl(&comm, dir, prefix, buf, buflen, 0);
+  return latest_impl(&comm, dir, prefix, buf, buflen, 0, NULL);
 }
 
 int ckptio_latest_verified(MPI_Comm comm, const char *dir, const char *prefix, char *buf, size_t buflen) {
   t_fortran = 0;
-  return latest_impl(&comm, dir, prefix, buf, buflen, 1);
+  return latest_impl(&comm, dir, prefix, buf, buflen, 1, NULL);
+}
+
+int ckptio_latest_verified_ex(MPI_Comm comm, const char *dir, const char *prefix, const char *stage_dir, char *buf,
+                              size_t buflen) {
+  t_fortran = 0;
+  return latest_impl(&comm, dir, prefix, buf, buflen, 1, stage_dir);
 }
 
 static int prune_impl(MPI_Comm comm, const char *dir, const char *prefix, int keep, int *nremoved) {
@@ -1295,24 +1321,39 @@ int ckptio_open_f(const char *path, MPI_Fint comm, const char *stage_dir, const 
 
 int ckptio_latest_comm_f(MPI_Fint comm, const char *dir, const char *prefix, char *buf, size_t buflen) {
   FORTRAN_COMM("ckptio_latest", comm, c);
-  return latest_impl(&c, dir, prefix, buf, buflen, 0);
+  return latest_impl(&c, dir, prefix, buf, buflen, 0, NULL);
 }
 
 int ckptio_latest_verified_f(MPI_Fint comm, const char *dir, const char *prefix, char *buf, size_t buflen) {
   FORTRAN_COMM("ckptio_latest_verified", comm, c);
-  return latest_impl(&c, dir, prefix, buf, buflen, 1);
+  return latest_impl(&c, dir, prefix, buf, buflen, 1, NULL);
+}
+
+int ckptio_latest_verified_ex_f(MPI_Fint comm, const char *dir, const char *prefix, const char *stage_dir, char *buf,
+                                size_t buflen) {
+  FORTRAN_COMM("ckptio_latest_verified", comm, c);
+  return latest_impl(&c, dir, prefix, buf, buflen, 1, stage_dir);
 }
 
 int ckptio_latest_f(const char *dir, const char *prefix, char *buf, size_t buflen) {
   t_fortran = 1;
-  return latest_impl(NULL, dir, prefix, buf, buflen, 0);
+  return latest_impl(NULL, dir, prefix, buf, buflen, 0, NULL);
 }
 
 int ckptio_series_create_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int64_t step,
                            const char *backend, const char *mode, const char *stage_dir, const char *compression,
                            const char *problem, ckptio_file *file) {
   FORTRAN_COMM("ckptio_series_create", comm, c);
-  return series_impl(c, dir, prefix, keep, step, backend, mode, stage_dir, compression, problem, file);
+  return series_impl(c, dir, prefix, keep, step, backend, mode, stage_dir, compression, NULL, 1, NULL, problem, file);
+}
+
+int ckptio_series_create_ml_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int64_t step,
+                              const char *backend, const char *mode, const char *stage_dir, const char *compression,
+                              const char *redundancy, int drain_every, const char *failure_group,
+                              const char *problem, ckptio_file *file) {
+  FORTRAN_COMM("ckptio_series_create", comm, c);
+  return series_impl(c, dir, prefix, keep, step, backend, mode, stage_dir, compression, redundancy, drain_every,
+                     failure_group, problem, file);
 }
 
 int ckptio_prune_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int *nremoved) {

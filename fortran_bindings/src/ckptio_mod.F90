@@ -135,14 +135,20 @@ module ckptio
   interface ckptio_batch_add
      module procedure batch_r4, batch_r8, batch_i4, batch_i8, batch_c4, batch_c8
   end interface ckptio_batch_add
-  !> ckptio_series_create(comm, dir, step, keep, file [, prefix] [, backend] [, ierr]) -- collective: start
-  !> checkpoint dir/prefix_NNNNNN of a series (ckptio.Series); after its ckptio_close commits, only the newest
-  !> keep complete checkpoints of the series are kept. Restart with ckptio_latest_verified.
+  !> ckptio_series_create(comm, dir, step, keep, file [, prefix] [, backend] [, ierr] [, mode=] [, stage_dir=]
+  !> [, compression=] [, redundancy=] [, drain_every=] [, failure_group=]) -- collective: start checkpoint
+  !> dir/prefix_NNNNNN of a series (ckptio.Series); after its ckptio_close commits, only the newest keep complete
+  !> checkpoints of the series are kept. Restart with ckptio_latest_verified. Multi-level (with a node-local
+  !> stage_dir, as ckptio_series_create_ml in ckptio.h): redundancy='single'|'partner'|'xor', drain_every=k (only
+  !> every k-th checkpoint of the series this process creates reaches dir), failure_group= (e.g. the rack);
+  !> restart with ckptio_latest_verified(..., stage_dir=).
   interface ckptio_series_create
      module procedure series_f08, series_int
   end interface ckptio_series_create
-  !> ckptio_latest_verified(comm, dir, path [, prefix] [, ierr]) -- collective: the newest checkpoint whose
-  !> checksums verify, falling back past corrupt or incomplete newer ones (as ckptio.Series.latest).
+  !> ckptio_latest_verified(comm, dir, path [, prefix] [, ierr] [, stage_dir=]) -- collective: the newest checkpoint
+  !> whose checksums verify, falling back past corrupt or incomplete newer ones (as ckptio.Series.latest). With
+  !> stage_dir= (a multi-level series): a newer checkpoint on the node-local level is verified, rebuilt from the
+  !> other nodes' redundancy if a node lost it, and drained to dir first (ckptio_latest_verified_ex in ckptio.h).
   interface ckptio_latest_verified
      module procedure latest_verified_f08, latest_verified_int
   end interface ckptio_latest_verified
@@ -219,19 +225,19 @@ module ckptio
        character(kind=c_char), intent(in) :: problem(*)
      end function c_read_many
      integer(c_int) function c_series_create(comm, dir, prefix, keep, step, backend, mode, stage_dir, compression, &
-          problem, file) bind(C, name="ckptio_series_create_f")
+          redundancy, drain_every, failure_group, problem, file) bind(C, name="ckptio_series_create_ml_f")
        import :: c_int, c_char, c_ptr, c_int64_t
-       integer(c_int), value :: comm, keep
+       integer(c_int), value :: comm, keep, drain_every
        character(kind=c_char), intent(in) :: dir(*), prefix(*), backend(*), mode(*), stage_dir(*), compression(*), &
-            problem(*)
+            redundancy(*), failure_group(*), problem(*)
        integer(c_int64_t), value :: step
        type(c_ptr), intent(inout) :: file
      end function c_series_create
-     integer(c_int) function c_latest_verified(comm, dir, prefix, buf, buflen) &
-          bind(C, name="ckptio_latest_verified_f")
+     integer(c_int) function c_latest_verified(comm, dir, prefix, stage_dir, buf, buflen) &
+          bind(C, name="ckptio_latest_verified_ex_f")
        import :: c_int, c_char, c_size_t
        integer(c_int), value :: comm
-       character(kind=c_char), intent(in) :: dir(*), prefix(*)
+       character(kind=c_char), intent(in) :: dir(*), prefix(*), stage_dir(*)
        character(kind=c_char), intent(out) :: buf(*)
        integer(c_size_t), value :: buflen
      end function c_latest_verified
@@ -1435,7 +1441,8 @@ contains
          interior_start, interior_shape)
   end subroutine batch_c8
 
-  subroutine series_int(comm, dir, step, keep, file, prefix, backend, ierr, mode, stage_dir, compression)
+  subroutine series_int(comm, dir, step, keep, file, prefix, backend, ierr, mode, stage_dir, compression, &
+       redundancy, drain_every, failure_group)
     integer, intent(in) :: comm
     character(len=*), intent(in) :: dir
     integer(int64), intent(in) :: step
@@ -1445,23 +1452,29 @@ contains
     character(len=*), intent(in), optional :: backend  !< default "mpiio"
     integer, intent(out), optional :: ierr
     character(len=*), intent(in), optional :: mode, stage_dir, compression  !< as for ckptio_create
+    character(len=*), intent(in), optional :: redundancy     !< 'single', 'partner' or 'xor' (needs stage_dir)
+    integer, intent(in), optional :: drain_every             !< default 1: every checkpoint reaches dir
+    character(len=*), intent(in), optional :: failure_group  !< this node's group, e.g. its rack
     character(len=:), allocatable :: pre, be
-    integer(c_int) :: st
+    integer(c_int) :: st, every
     pre = 'chk'
     be = 'mpiio'
+    every = 1
     if (present(prefix)) pre = prefix
     if (present(backend)) be = backend
+    if (present(drain_every)) every = int(drain_every, c_int)
     ! collective: a rank whose handle is still open takes part with that problem, so all fail together (and its
     ! handle stays open and unchanged)
     if (c_associated(file%handle)) then
        st = c_series_create(int(comm, c_int), cstr(dir), cstr(pre), int(keep, c_int), int(step, c_int64_t), &
             cstr(be), cstr(opt(mode, '')), cstr(opt(stage_dir, '')), cstr(opt(compression, '')), &
-            cstr(open_problem(file)), file%handle)
+            cstr(opt(redundancy, '')), every, cstr(opt(failure_group, '')), cstr(open_problem(file)), file%handle)
        call finish(st, file%comm, ierr)
        return
     end if
     st = c_series_create(int(comm, c_int), cstr(dir), cstr(pre), int(keep, c_int), int(step, c_int64_t), cstr(be), &
-         cstr(opt(mode, '')), cstr(opt(stage_dir, '')), cstr(opt(compression, '')), cstr(''), file%handle)
+         cstr(opt(mode, '')), cstr(opt(stage_dir, '')), cstr(opt(compression, '')), cstr(opt(redundancy, '')), every, &
+         cstr(opt(failure_group, '')), cstr(''), file%handle)
     if (st == CKPTIO_OK) then
        file%comm = comm
        file%background = opt(mode, '') == 'async' .or. len_trim(opt(stage_dir, '')) > 0
@@ -1470,7 +1483,8 @@ contains
     call finish(st, comm, ierr)
   end subroutine series_int
 
-  subroutine series_f08(comm, dir, step, keep, file, prefix, backend, ierr, mode, stage_dir, compression)
+  subroutine series_f08(comm, dir, step, keep, file, prefix, backend, ierr, mode, stage_dir, compression, &
+       redundancy, drain_every, failure_group)
     type(MPI_Comm), intent(in) :: comm
     character(len=*), intent(in) :: dir
     integer(int64), intent(in) :: step
@@ -1478,35 +1492,35 @@ contains
     type(ckptio_file), intent(inout) :: file
     character(len=*), intent(in), optional :: prefix, backend
     integer, intent(out), optional :: ierr
-    character(len=*), intent(in), optional :: mode, stage_dir, compression
-    call series_int(comm%MPI_VAL, dir, step, keep, file, prefix, backend, ierr, mode, stage_dir, compression)
+    character(len=*), intent(in), optional :: mode, stage_dir, compression, redundancy, failure_group
+    integer, intent(in), optional :: drain_every
+    call series_int(comm%MPI_VAL, dir, step, keep, file, prefix, backend, ierr, mode, stage_dir, compression, &
+         redundancy, drain_every, failure_group)
   end subroutine series_f08
 
-  subroutine latest_verified_int(comm, dir, path, prefix, ierr)
+  subroutine latest_verified_int(comm, dir, path, prefix, ierr, stage_dir)
     integer, intent(in) :: comm
     character(len=*), intent(in) :: dir
     character(len=*), intent(out) :: path              !< blank when no checkpoint verifies
     character(len=*), intent(in), optional :: prefix   !< default "chk"
     integer, intent(out), optional :: ierr
+    character(len=*), intent(in), optional :: stage_dir  !< a multi-level series' node-local stage
     character(kind=c_char) :: buf(len(path) + 1)
     integer(c_int) :: st
     path = ' '
-    if (present(prefix)) then
-       st = c_latest_verified(int(comm, c_int), cstr(dir), cstr(prefix), buf, size(buf, kind=c_size_t))
-    else
-       st = c_latest_verified(int(comm, c_int), cstr(dir), cstr('chk'), buf, size(buf, kind=c_size_t))
-    end if
+    st = c_latest_verified(int(comm, c_int), cstr(dir), cstr(opt(prefix, 'chk')), cstr(opt(stage_dir, '')), buf, &
+         size(buf, kind=c_size_t))
     if (st == CKPTIO_OK) call from_c(buf, path)
     call finish(st, comm, ierr)
   end subroutine latest_verified_int
 
-  subroutine latest_verified_f08(comm, dir, path, prefix, ierr)
+  subroutine latest_verified_f08(comm, dir, path, prefix, ierr, stage_dir)
     type(MPI_Comm), intent(in) :: comm
     character(len=*), intent(in) :: dir
     character(len=*), intent(out) :: path
-    character(len=*), intent(in), optional :: prefix
+    character(len=*), intent(in), optional :: prefix, stage_dir
     integer, intent(out), optional :: ierr
-    call latest_verified_int(comm%MPI_VAL, dir, path, prefix, ierr)
+    call latest_verified_int(comm%MPI_VAL, dir, path, prefix, ierr, stage_dir)
   end subroutine latest_verified_f08
 
   subroutine prune_int(comm, dir, keep, prefix, nremoved, ierr)

@@ -37,6 +37,14 @@
  *   ckptio_test_c stage_restart DIR         restart from DIR/chk_000004: ckptio_open (ERR lines: the caller
  *                                           damaged the file's data) and ckptio_open_ex with DIR/stage, which
  *                                           reads the intact stages. "STAGE_RESTART OK"
+ *   ckptio_test_c multilevel DIR STAGE SCHEME PHASE [BACKEND]
+ *                                           multi-level series (ckptio_series_create_ml), run on emulated nodes by
+ *                                           tests/test_bindings_multilevel.py (STAGE node-local). PHASE "write":
+ *                                           bad options on one rank (ERR lines), then steps 1-3 with redundancy
+ *                                           SCHEME, drain_every=2, keep=2, failure_group "rack<the node's lowest
+ *                                           rank % 2>" ("ML_WRITE OK"); "restart": ckptio_latest_verified_ex must
+ *                                           find DIR/chk_000003 (rebuilt if a node lost its stage) and every value
+ *                                           reads back bit-identical ("ML_RESTART OK <path>")
  *   ckptio_test_c should_exit DIR           ckptio_should_exit: 0 outside a batch job; after SIGUSR1 raised on
  *                                           the last rank only, 1 on every rank (and it stays 1); a NULL flag on
  *                                           rank 0 fails every rank (ERR lines). "SHOULD_EXIT OK"
@@ -792,6 +800,70 @@ static void stage_restart(const char *dir) {
   if (rank == 0) printf("STAGE_RESTART OK\n");
 }
 
+/* multilevel: rank r's block of "x" is ML_ROWS(r) rows of NCOL (uneven: the nodes' pieces differ in size),
+ * values with every mantissa bit in use (a rebuild that is off by one bit shows), and a segment "ids" of r+1 */
+#define ML_ROWS(r) (3 + (r))
+static int64_t ml_first_row(int r) { return (int64_t)r * 3 + (int64_t)r * (r - 1) / 2; }
+static double ml_value(int step, int64_t row, int col) { return (1000.0 * step + 7.0 * row + col) / 3.0; }
+
+static void multilevel(const char *dir, const char *stage, const char *scheme, const char *phase,
+                       const char *backend) {
+  int64_t g[2] = {ml_first_row(nprocs), NCOL}, o[2] = {ml_first_row(rank), 0}, n[2] = {ML_ROWS(rank), NCOL};
+  double *x = malloc(sizeof(double) * ML_ROWS(rank) * NCOL);
+  int64_t ids[64];
+  EXPECT(x != NULL && nprocs < 64);
+  if (strcmp(phase, "write") == 0) {
+    ckptio_file f = NULL;
+    char group[32];
+    MPI_Comm node;
+    int leader = rank;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+    MPI_Bcast(&leader, 1, MPI_INT, 0, node); /* the node's lowest rank */
+    MPI_Comm_free(&node);
+    snprintf(group, sizeof group, "rack%d", leader % 2); /* failure groups: the same on every rank of a node */
+    /* bad options, one rank's or all ranks': the same clear error on every rank, nothing created */
+    report("ml_bad_scheme", ckptio_series_create_ml(MPI_COMM_WORLD, dir, "bad", 2, 1, backend, NULL, stage, NULL,
+                                                   rank == nprocs - 1 ? "raid" : scheme, 2, NULL, &f));
+    EXPECT(f == NULL);
+    report("ml_bad_drain", ckptio_series_create_ml(MPI_COMM_WORLD, dir, "bad", 2, 1, backend, NULL, stage, NULL,
+                                                  scheme, rank == 0 ? 0 : 2, NULL, &f));
+    report("ml_no_stage", ckptio_series_create_ml(MPI_COMM_WORLD, dir, "bad", 2, 1, backend, NULL, NULL, NULL,
+                                                 scheme, 2, NULL, &f));
+    for (int step = 1; step <= 3; step++) {
+      for (int64_t i = 0; i < n[0]; i++)
+        for (int j = 0; j < NCOL; j++) x[i * NCOL + j] = ml_value(step, o[0] + i, j);
+      for (int i = 0; i <= rank; i++) ids[i] = 10 * rank + i + step;
+      CHECK(ckptio_series_create_ml(MPI_COMM_WORLD, dir, "chk", 2, step, backend, NULL, stage, NULL, scheme, 2,
+                                    group, &f));
+      CHECK(ckptio_set_attr_int64(f, "step", step));
+      CHECK(ckptio_write(f, "x", CKPTIO_FLOAT64, 2, g, o, n, x));
+      CHECK(ckptio_write_segment(f, "ids", CKPTIO_INT64, rank + 1, ids));
+      CHECK(ckptio_close(f));
+      CHECK(ckptio_wait(f));
+    }
+    if (rank == 0) printf("ML_WRITE OK\n");
+  } else {
+    char found[1024], want[1100];
+    ckptio_file f;
+    int64_t step = -1, so = ml_first_row(rank) - rank * 2, sn = rank + 1; /* segment offset: sum of (q+1), q<r */
+    CHECK(ckptio_latest_verified_ex(MPI_COMM_WORLD, dir, "chk", stage, found, sizeof found));
+    snprintf(want, sizeof want, "%s/chk_000003", dir);
+    if (strcmp(found, want) != 0) fprintf(stderr, "rank %d: latest %s, expected %s\n", rank, found, want);
+    EXPECT(strcmp(found, want) == 0);
+    CHECK(ckptio_open(found, MPI_COMM_WORLD, &f));
+    CHECK(ckptio_get_attr_int64(f, "step", &step));
+    EXPECT(step == 3);
+    CHECK(ckptio_read(f, "x", CKPTIO_FLOAT64, 2, o, n, x));
+    for (int64_t i = 0; i < n[0]; i++)
+      for (int j = 0; j < NCOL; j++) EXPECT(x[i * NCOL + j] == ml_value(3, o[0] + i, j));
+    CHECK(ckptio_read(f, "ids", CKPTIO_INT64, 1, &so, &sn, ids));
+    for (int i = 0; i <= rank; i++) EXPECT(ids[i] == 10 * rank + i + 3);
+    CHECK(ckptio_close(f));
+    if (rank == 0) printf("ML_RESTART OK %s\n", found);
+  }
+  free(x);
+}
+
 static void varmeta(const char *dir, const char *backend) {
   char path[1024];
   enum { NY = 2, NX = 3 };
@@ -846,7 +918,7 @@ int main(int argc, char **argv) {
   if (argc >= 3 && strcmp(argv[1], "lifecycle") == 0) return lifecycle(argc, argv);
   int provided = 0, unwaited = 0;
   if (argc >= 3 && ((strcmp(argv[1], "background") == 0 && !(argc > 3 && strcmp(argv[3], "single") == 0)) ||
-                    strcmp(argv[1], "series_bg") == 0))
+                    strcmp(argv[1], "series_bg") == 0 || strcmp(argv[1], "multilevel") == 0))
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided); /* what mode "async" needs */
   else
     MPI_Init(&argc, &argv);
@@ -881,6 +953,8 @@ int main(int argc, char **argv) {
   else if (strcmp(argv[1], "stage_restart") == 0) stage_restart(argv[2]);
   else if (strcmp(argv[1], "varmeta") == 0) varmeta(argv[2], argc > 3 ? argv[3] : "mpiio");
   else if (strcmp(argv[1], "should_exit") == 0) should_exit();
+  else if (strcmp(argv[1], "multilevel") == 0 && argc >= 6)
+    multilevel(argv[2], argv[3], argv[4], argv[5], argc > 6 ? argv[6] : "mpiio");
   else EXPECT(!"unknown mode");
 
   if (unwaited) report("finalize_unwaited", ckptio_finalize());

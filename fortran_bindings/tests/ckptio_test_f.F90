@@ -29,6 +29,13 @@
 !>   ckptio_test_f series_bg DIR ckptio_series_create with mode='async' + compression= (step 1) and stage_dir=
 !>                               (steps 2, 3), keep=2, each waited for; restart with ckptio_latest_verified and
 !>                               ckptio_open(..., stage_dir=). "SERIES_BG OK <path>" (MPI_THREAD_MULTIPLE)
+!>   ckptio_test_f multilevel DIR STAGE SCHEME PHASE   multi-level series (tests/test_bindings_multilevel.py, on
+!>                               emulated nodes; STAGE node-local): PHASE "write": redundancy='raid' on the last
+!>                               rank (ERR line), then steps 1-3 of x(5, 3+rank) with redundancy=SCHEME,
+!>                               drain_every=2, keep=2, failure_group='rack<node's lowest rank mod 2>',
+!>                               "ML_WRITE OK"; "restart": ckptio_latest_verified(...,
+!>                               stage_dir=) must give DIR/chk_000003 and x reads back bit-identical,
+!>                               "ML_RESTART OK <path>" (MPI_THREAD_MULTIPLE)
 !>   ckptio_test_f varmeta DIR BACKEND   per-variable dims (Fortran order) and attributes (ckptio_set_dims,
 !>                               ckptio_set_var_attr), Python checks them; a late declaration fails (ERR lines).
 !>                               "VARMETA OK"
@@ -53,7 +60,7 @@ program ckptio_test_f
      call lifecycle()
      stop
   end if
-  if (trim(mode) == 'background' .or. trim(mode) == 'series_bg') then
+  if (trim(mode) == 'background' .or. trim(mode) == 'series_bg' .or. trim(mode) == 'multilevel') then
      call MPI_Init_thread(MPI_THREAD_MULTIPLE, provided)   ! what mode='async' needs
   else
      call MPI_Init()
@@ -89,6 +96,8 @@ program ckptio_test_f
      call series_bg()
   case ('should_exit')
      call should_exit()
+  case ('multilevel')
+     call multilevel()
   case default
      call MPI_Abort(MPI_COMM_WORLD, 2)
   end select
@@ -838,6 +847,63 @@ contains
     call expect(all(back == [(300.0_real64 + 4 * rank + i, i = 0, 3)]), 'restart from the stage')
     if (rank == 0) print '(a,a)', 'SERIES_BG OK ', trim(found)
   end subroutine series_bg
+
+  !> x(5, 3+rank): rank's columns of the global x(5, sum of 3+q), values using every mantissa bit
+  real(real64) function ml_value(step, col, row)   ! 0-based global col (second index) and row (first index)
+    integer, intent(in) :: step, col, row
+    ml_value = (1000.0_real64 * step + 7.0_real64 * col + row) / 3.0_real64
+  end function ml_value
+
+  subroutine multilevel()
+    type(ckptio_file) :: f
+    character(len=1024) :: stage, scheme, phase, found
+    real(real64), allocatable :: x(:,:), back(:,:)
+    integer(int64) :: first, total, got
+    integer :: step, i, j, ierr, leader
+    character(len=16) :: group
+    type(MPI_Comm) :: node
+    call get_command_argument(3, stage)
+    call get_command_argument(4, scheme)
+    call get_command_argument(5, phase)
+    first = 3_int64 * rank + rank * (rank - 1) / 2
+    total = 3_int64 * nprocs + nprocs * (nprocs - 1) / 2
+    allocate (x(5, 3 + rank), back(5, 3 + rank))
+    if (trim(phase) == 'write') then
+       call MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, node)
+       leader = rank
+       call MPI_Bcast(leader, 1, MPI_INTEGER, 0, node)   ! the node's lowest rank
+       call MPI_Comm_free(node)
+       write (group, '(a,i0)') 'rack', mod(leader, 2)
+       if (rank == nprocs - 1) then
+          call ckptio_series_create(MPI_COMM_WORLD, trim(dir), 1_int64, 2, f, prefix='bad', ierr=ierr, &
+               stage_dir=trim(stage), redundancy='raid', drain_every=2)
+       else
+          call ckptio_series_create(MPI_COMM_WORLD, trim(dir), 1_int64, 2, f, prefix='bad', ierr=ierr, &
+               stage_dir=trim(stage), redundancy=trim(scheme), drain_every=2)
+       end if
+       call report('ml_bad_scheme', ierr)
+       do step = 1, 3
+          x = reshape([((ml_value(step, int(first) + j, i), i = 0, 4), j = 0, 2 + rank)], [5, 3 + rank])
+          call ckptio_series_create(MPI_COMM_WORLD, trim(dir), int(step, int64), 2, f, stage_dir=trim(stage), &
+               redundancy=trim(scheme), drain_every=2, failure_group=trim(group))
+          call ckptio_set_attr(f, 'step', step)
+          call ckptio_write(f, 'x', x, [0_int64, first], [5_int64, total])
+          call ckptio_close(f)
+          call ckptio_wait(f)
+       end do
+       if (rank == 0) print '(a)', 'ML_WRITE OK'
+    else
+       call ckptio_latest_verified(MPI_COMM_WORLD, trim(dir), found, stage_dir=trim(stage))
+       call expect(trim(found) == trim(dir) // '/chk_000003', 'latest from the node-local level: ' // trim(found))
+       call ckptio_open(trim(found), MPI_COMM_WORLD, f)
+       call ckptio_get_attr(f, 'step', got)
+       call ckptio_read(f, 'x', back, offset=[0_int64, first])
+       call ckptio_close(f)
+       x = reshape([((ml_value(3, int(first) + j, i), i = 0, 4), j = 0, 2 + rank)], [5, 3 + rank])
+       call expect(got == 3 .and. all(back == x), 'restart reads step 3 bit-identical')
+       if (rank == 0) print '(a,a)', 'ML_RESTART OK ', trim(found)
+    end if
+  end subroutine multilevel
 
   ! ---- async, staged and compressed checkpoints (keyword options of ckptio_create), ckptio_wait/done/wait_all
   subroutine write_x(f, step, gextra)        ! x = 100*step + global 0-based index; gextra > 0: uncovered elements

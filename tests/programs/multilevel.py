@@ -1,8 +1,9 @@
 """The MPI programs of ``tests/test_multilevel.py`` (multi-level checkpoints, issue 28), run on emulated nodes
 (``tests/multinode.py``); every case prints one ``JSON {...}`` line per rank.
 
-* ``lose SCHEME OUT STAGE WHAT``: a Series with ``redundancy=SCHEME, drain_every=2`` writes steps 1-3 (only step 2
-  reaches OUT; the stage keeps step 3 alone, with its redundancy); then the node of the last rank loses its stage
+* ``lose SCHEME OUT STAGE WHAT [BACKEND]``: a Series with ``redundancy=SCHEME, drain_every=2`` (and
+  ``backend=BACKEND``, default mpiio: the format of the drained level) writes steps 1-3 (only step 2 reaches OUT;
+  the stage keeps step 3 alone, with its redundancy); then the node of the last rank loses its stage
   (``WHAT=wipe``), or that and one more piece elsewhere (``WHAT=two``: for ``xor`` rank 0's data, for ``partner``
   the lost node's partner copy); a new Series' ``latest()`` must rebuild and restart from step 3 (``wipe``) or
   fall back to step 2 with a warning saying why (``two``); the data is read back on every rank and N-to-M;
@@ -10,6 +11,9 @@
   of a node replacement; with ``CKPTIO_FAULT``, a job killed inside the redundancy exchange);
 * ``restart SCHEME OUT STAGE STEP``: ``latest()`` must give STEP (rebuilt onto a node with a new name), then
   step 4 is written with redundancy again, and drained (``drain=True``);
+* ``other SCHEME OUT STAGE WRITERS STEP``: a job of another rank count than the WRITERS that wrote the stage:
+  ``latest()`` must give STEP (drained by WRITERS of its ranks when its nodes hold every piece, else the
+  fallback), read back whole on every rank;
 * ``bad_args OUT STAGE``: a bad ``redundancy=`` on the last rank, ``redundancy=`` without ``stage_dir=``, and
   failure groups that differ within a node: the same clear error on every rank.
 """
@@ -44,13 +48,13 @@ def expected(nprocs: int, step: int) -> np.ndarray:
     return np.concatenate([values(r, step) for r in range(nprocs)])
 
 
-def series(comm, scheme: str, out: str, stage: str) -> ckptio.Series:
-    return ckptio.Series(out, comm, stage_dir=stage, redundancy=scheme, drain_every=2, keep=2)
+def series(comm, scheme: str, out: str, stage: str, backend: str = "mpiio") -> ckptio.Series:
+    return ckptio.Series(out, comm, stage_dir=stage, redundancy=scheme, drain_every=2, keep=2, backend=backend)
 
 
-def write_steps(comm, scheme: str, out: str, stage: str, steps=(1, 2, 3)) -> ckptio.Series:
+def write_steps(comm, scheme: str, out: str, stage: str, steps=(1, 2, 3), backend: str = "mpiio") -> ckptio.Series:
     r, n = comm.Get_rank(), comm.Get_size()
-    s = series(comm, scheme, out, stage)
+    s = series(comm, scheme, out, stage, backend)
     for step in steps:
         with s.create(step, attrs={"step": step}) as ck:
             ck.write("x", values(r, step), offset=(sum(rows(q) for q in range(r)), 0),
@@ -106,10 +110,10 @@ def check_restart(comm, found: str, step: int) -> None:
         sub.Free()
 
 
-def latest(comm, scheme: str, out: str, stage: str) -> tuple[str | None, list[str]]:
+def latest(comm, scheme: str, out: str, stage: str, backend: str = "mpiio") -> tuple[str | None, list[str]]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        found = series(comm, scheme, out, stage).latest()
+        found = series(comm, scheme, out, stage, backend).latest()
     return found, [str(w.message) for w in caught if "staged copy" in str(w.message)]
 
 
@@ -121,9 +125,9 @@ def flip(path: str) -> None:
         f.write(bytes([byte[0] ^ 0xFF]))
 
 
-def lose(comm, scheme: str, out: str, stage: str, what: str) -> None:
+def lose(comm, scheme: str, out: str, stage: str, what: str, backend: str = "mpiio") -> None:
     r, n = comm.Get_rank(), comm.Get_size()
-    write_steps(comm, scheme, out, stage)
+    write_steps(comm, scheme, out, stage, backend=backend)
     before = written(comm, out, stage)
     hosts, node = nodes(comm)
     victim = hosts[n - 1]
@@ -140,7 +144,7 @@ def lose(comm, scheme: str, out: str, stage: str, what: str) -> None:
                 if f"partner-{victim_node}" + os.sep in p and p.endswith(".data"):
                     flip(os.path.join(stage, p))
     comm.Barrier()
-    found, warned = latest(comm, scheme, out, stage)
+    found, warned = latest(comm, scheme, out, stage, backend)
     step = 3 if what == "wipe" else 2
     assert found == os.path.join(out, f"chk_{step:06d}"), (found, warned)
     check_restart(comm, found, step)
@@ -170,6 +174,17 @@ def restart(comm, scheme: str, out: str, stage: str, step: str) -> None:
     report(comm, after=after, next=written(comm, out, stage), found=os.path.basename(found), warned=warned, ok=True)
 
 
+def other(comm, scheme: str, out: str, stage: str, writers: str, step: str) -> None:
+    found, warned = latest(comm, scheme, out, stage)
+    assert found == os.path.join(out, f"chk_{int(step):06d}"), (found, warned)
+    n = int(writers)
+    with ckptio.open(found, comm) as rd:
+        assert rd.attrs["step"] == int(step) and (rd.read("x") == expected(n, int(step))).all()
+        ids = np.concatenate([np.arange(r + 1) + 10 * r for r in range(n)])
+        assert (rd.read("ids", offset=(0,), shape=(len(ids),)) == ids).all()
+    report(comm, found=os.path.basename(found), warned=warned, ok=True)
+
+
 def bad_args(comm, out: str, stage: str) -> None:
     r, n = comm.Get_rank(), comm.Get_size()
     errors = []
@@ -193,7 +208,7 @@ def bad_args(comm, out: str, stage: str) -> None:
            staged=stage_files(stage), ok=True)
 
 
-CASES = {"lose": lose, "write": write, "restart": restart, "bad_args": bad_args}
+CASES = {"lose": lose, "write": write, "restart": restart, "other": other, "bad_args": bad_args}
 
 if __name__ == "__main__":
     from dispatch import run_case
