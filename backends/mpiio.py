@@ -60,9 +60,9 @@ from ckptio.backends.rawio import SerialRawReader, transfer
 
 from ckptio.coord.hints import COLLECTIVE_ONLY_HINTS, info_to_dict
 from ckptio.errors import CheckpointIOError, CorruptCheckpointError, FormatVersionError, IncompleteCheckpointError
+from ckptio.model import document
 from ckptio.model import meta as metamod
 from ckptio.model.block_table import BlockTable
-from ckptio.model.document import CheckpointDocument, variables_of
 from ckptio.model.native_layout import BLOCK_ALIGN, HEADER_SIZE, place_blocks
 from ckptio.model.native_layout import align as _align
 from ckptio.model.plan import Extent, VariablePlan
@@ -343,7 +343,7 @@ class NativeBackend(Backend):
         from ckptio.model.layout import Box
 
         out = []
-        for name, var in variables_of(meta).items():
+        for name, var in document.variables_of(meta).items():
             for b in var.block_table().blocks():
                 box = Box(b.offset, b.shape)
                 if box.size == 0:
@@ -375,7 +375,7 @@ def _blocks_in_data_region(blocks: BlockTable, itemsize: int, data_start: int, d
     return bool(inside.all() and (~plain | (stored == raw)).all())
 
 
-def check_block_table(path: str, meta: CheckpointDocument, data_start: int, data_end: int) -> None:
+def check_block_table(path: str, meta: document.CheckpointDocument, data_start: int, data_end: int) -> None:
     """The native format's own checks of a document that passed :func:`ckptio.model.meta.validate` (types, tiling):
     every block lies in the data region and stores exactly its bytes unless compressed, so a damaged index
     fails here and not deep in a read."""
