@@ -58,7 +58,7 @@ from ckptio.model import memsel, varmeta
 from ckptio.model import meta as metamod
 from ckptio.model.block_table import user_table
 from ckptio.model.declared import Declared, RankShare, prepared
-from ckptio.model.document import CheckpointDocument, as_document
+from ckptio.model.document import CheckpointDocument
 from ckptio.model.plan import VariablePlan, own_plan, pack_declarations, plan_headers, plan_packed, segment_starts
 from ckptio.model.series_record import SeriesRecord
 from ckptio.pathcheck import symlink_problem
@@ -190,6 +190,8 @@ class _Job:
         self.agg_comm = None  # the aggregators' communicator (CKPTIO_WRITE_IO=mpiio)
         self.aggregation: aggregate.AggregatedWrite | None = None
         self.placement_share: Mapping[str, Any] = {}  # this rank's placement share (the whole one on rank 0)
+        self.document: dict[str, Any] | None = None  # the planning rank's document, as the commit stores it
+        self.typed: CheckpointDocument | None = None  # ... and typed
 
     @contextlib.contextmanager
     def phase(self, name: str, since: float | None = None) -> Iterator[None]:
@@ -338,8 +340,8 @@ class _Job:
     def index(self, variables: Mapping[str, VariablePlan], report: RankReport
               ) -> dict[str, Any] | CheckpointDocument:
         """Collective: the planning rank builds the document from every rank's report (the effective hints are
-        asked for inside the phase: an MPI error there is agreed on too) and keeps it (the dict the commit stores);
-        every other rank gets its light copy."""
+        asked for inside the phase: an MPI error there is agreed on too) and keeps it (the dict the commit stores,
+        and its typed form in :attr:`typed`); every other rank gets its light copy."""
         request = self.request
 
         def build(reports: list[RankReport]) -> CheckpointDocument:
@@ -348,7 +350,8 @@ class _Job:
                                     request.series_record)
             self.document = build_document(variables, reports, inputs, self.handle.effective_hints(),
                                            self.handle.storage_info())
-            return light_copy(self.document)
+            self.typed = CheckpointDocument.of(self.document)
+            return light_copy(self.typed)
 
         _faults.point("checksum gather", self.comm)
         with gc_paused():
@@ -386,7 +389,8 @@ def write_checkpoint(request: WriteRequest) -> WriteResult:
         if info is not None:
             info.Free()
         request.blocks.clear()
-    meta = as_document(meta)  # (the planning rank's is the dict the commit stored)
+    if job.plan is not None:  # the planning rank: the typed form of the dict the commit stored
+        meta = job.typed
     written = meta.stats.write
     stats = WriteStats({**written.seconds, "commit": commit_seconds, "total": time.perf_counter() - t0},
                        written.bytes["total"], written.bytes["min"], written.bytes["max"])
