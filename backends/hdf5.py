@@ -57,7 +57,6 @@ full file system; see :meth:`_HDF5WriteHandle.abort` for what happens after othe
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 from struct import error as struct_error
@@ -240,10 +239,10 @@ def _read_metadata_lite(path: str) -> dict[str, Any]:
             if ds is None or ds.shape != () or ds.dtype is None or ds.dtype.kind != "S" or ds.dtype.itemsize > size:
                 raise CorruptCheckpointError(f"{path}: /{GROUP}/metadata is missing or damaged")
             meta = _parse_document(path, f.read(ds)[()], attrs.get("metadata_checksum"))
-            if meta.get("backend") != HDF5Backend.name:
-                raise CorruptCheckpointError(f"{path}: metadata says backend {meta.get('backend')!r}, file is HDF5")
+            if meta.backend != HDF5Backend.name:
+                raise CorruptCheckpointError(f"{path}: metadata says backend {meta.backend!r}, file is HDF5")
             found = {}
-            for name in meta["variables"]:
+            for name in meta.variables:
                 addr = f.lookup(f"/{name}")
                 dset = f.dataset(addr) if addr is not None else None
                 found[name] = (None, None) if dset is None else (list(dset.shape), dset.address)
@@ -257,34 +256,33 @@ def _read_metadata_lite(path: str) -> dict[str, Any]:
     return meta
 
 
-def _check_dataset(path: str, name: str, var: Mapping[str, Any], shape: list[int] | None, offset: int | None,
+def _check_dataset(path: str, name: str, var: VariableRecord, shape: list[int] | None, offset: int | None,
                    size: int) -> None:
     """Variable ``name`` of the document is a dataset of its shape (``shape``; None: no such dataset) at its
     recorded offset (``offset``), inside the file (``size`` bytes)."""
-    storage = var.get("storage", {})
-    nbytes = math.prod(var["shape"]) * np.dtype(var["dtype"]).itemsize
-    if shape is None or shape != list(var["shape"]):
-        raise CorruptCheckpointError(f"{path}: variable {name!r}: no dataset /{name} of shape {var['shape']}")
-    if nbytes and (storage.get("file_offset") is None or offset != storage["file_offset"]):
+    recorded = var.file_offset
+    if shape is None or shape != list(var.shape):
+        raise CorruptCheckpointError(f"{path}: variable {name!r}: no dataset /{name} of shape {list(var.shape)}")
+    if var.nbytes and (recorded is None or offset != recorded):
         raise CorruptCheckpointError(f"{path}: variable {name!r}: dataset offset {offset} does "
-                                     f"not match the metadata ({storage.get('file_offset')})")
-    if nbytes and storage["file_offset"] + nbytes > size:
+                                     f"not match the metadata ({recorded})")
+    if var.nbytes and recorded + var.nbytes > size:
         raise IncompleteCheckpointError(f"{path}: variable {name!r}: file ends inside the dataset (truncated)")
 
 
-def _check_datasets(path: str, f: h5py.File, meta: Mapping[str, Any], size: int) -> None:
+def _check_datasets(path: str, f: h5py.File, meta: CheckpointDocument, size: int) -> None:
     """Every variable of the document is a dataset of its shape at its recorded offset, inside the file."""
-    if meta.get("backend") != HDF5Backend.name:
-        raise CorruptCheckpointError(f"{path}: metadata says backend {meta.get('backend')!r}, file is HDF5")
+    if meta.backend != HDF5Backend.name:
+        raise CorruptCheckpointError(f"{path}: metadata says backend {meta.backend!r}, file is HDF5")
     found = {}
-    for name in meta["variables"]:
+    for name in meta.variables:
         dset = f.get(name)
         is_dataset = isinstance(dset, h5py.Dataset)
         found[name] = (list(dset.shape), dset.id.get_offset()) if is_dataset else (None, None)
     _check_found_datasets(path, meta, found, size)
 
 
-def _check_found_datasets(path: str, meta: Mapping[str, Any], found: Mapping[str, tuple[list[int] | None, int | None]],
+def _check_found_datasets(path: str, meta: CheckpointDocument, found: Mapping[str, tuple[list[int] | None, int | None]],
                           size: int) -> None:
     """Every variable of the document against ``found`` (name -> the dataset's shape and offset, or Nones: no
     such dataset): first whether another tool rewrote the file (:func:`rewritten_by_another_tool`), then each
@@ -295,11 +293,11 @@ def _check_found_datasets(path: str, meta: Mapping[str, Any], found: Mapping[str
                                        f"h5copy or a program that copied every object into a new file?): {why}; "
                                        "ckptio cannot read or verify the values there (they are probably intact: "
                                        "h5dump shows them); restart from the file as ckptio wrote it")
-    for name, var in meta["variables"].items():
+    for name, var in meta.variables.items():
         _check_dataset(path, name, var, found[name][0], found[name][1], size)
 
 
-def rewritten_by_another_tool(meta: Mapping[str, Any], found: Mapping[str, tuple[list[int] | None, int | None]],
+def rewritten_by_another_tool(meta: CheckpointDocument, found: Mapping[str, tuple[list[int] | None, int | None]],
                               size: int) -> str | None:
     """Local: why the file looks rewritten by another tool, or None. The evidence: the metadata document is intact
     (checked before), every variable holding data is a dataset of its shape, and EVERY one of them is somewhere
@@ -307,13 +305,13 @@ def rewritten_by_another_tool(meta: Mapping[str, Any], found: Mapping[str, tuple
     address (a flipped bit) moves one dataset, not all of them, and stays "corrupt"; so does a single-variable
     file whose one dataset now points outside the file."""
     moved = []
-    for name, var in meta["variables"].items():
-        nbytes = math.prod(var["shape"]) * np.dtype(var["dtype"]).itemsize
+    for name, var in meta.variables.items():
+        nbytes = var.nbytes
         if not nbytes:
             continue
         shape, offset = found.get(name, (None, None))
-        recorded = var.get("storage", {}).get("file_offset")
-        if shape != list(var["shape"]) or offset == recorded:
+        recorded = var.file_offset
+        if shape != list(var.shape) or offset == recorded:
             return None
         if offset is not None and offset + nbytes > size:
             return None
@@ -325,7 +323,7 @@ def rewritten_by_another_tool(meta: Mapping[str, Any], found: Mapping[str, tuple
     return f"every dataset moved ({shown})"
 
 
-def _parse_document(path: str, text: bytes, stored_checksum: Any) -> dict[str, Any]:
+def _parse_document(path: str, text: bytes, stored_checksum: Any) -> CheckpointDocument:
     """The metadata document of ``/ckptio`` (read through h5py or the built-in parser), checked against its
     stored checksum; damage is CorruptCheckpointError, a newer schema FormatVersionError. Local."""
     if np.bytes_(metamod.checksum(text)) != stored_checksum:

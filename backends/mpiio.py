@@ -60,8 +60,9 @@ from ckptio.backends.rawio import SerialRawReader, transfer
 
 from ckptio.coord.hints import COLLECTIVE_ONLY_HINTS, info_to_dict
 from ckptio.errors import CheckpointIOError, CorruptCheckpointError, FormatVersionError, IncompleteCheckpointError
+from ckptio.model import document
 from ckptio.model import meta as metamod
-from ckptio.model.block_table import BlockTable, as_table
+from ckptio.model.block_table import BlockTable
 from ckptio.model.native_layout import BLOCK_ALIGN, HEADER_SIZE, place_blocks
 from ckptio.model.native_layout import align as _align
 from ckptio.model.plan import Extent, VariablePlan
@@ -342,13 +343,13 @@ class NativeBackend(Backend):
         from ckptio.model.layout import Box
 
         out = []
-        for name, var in meta["variables"].items():
-            for i, b in enumerate(var["blocks"]):
-                box = Box(tuple(b["offset"]), tuple(b["shape"]))
+        for name, var in document.variables_of(meta).items():
+            for b in var.block_table().blocks():
+                box = Box(b.offset, b.shape)
                 if box.size == 0:
                     continue
-                out.append(Extent(name, box, int(b["file_offset"]), int(b["stored_nbytes"]),
-                                  ((i, box, b["checksum"]),), None, b.get("codec")))
+                out.append(Extent(name, box, int(b.file_offset), b.stored_nbytes, ((b.index, box, b.checksum),), None,
+                                  b.codec))
         out.sort(key=lambda e: e.file_offset)
         return out
 
@@ -374,33 +375,31 @@ def _blocks_in_data_region(blocks: BlockTable, itemsize: int, data_start: int, d
     return bool(inside.all() and (~plain | (stored == raw)).all())
 
 
-def check_block_table(path: str, meta: Mapping[str, Any], data_start: int, data_end: int) -> None:
+def check_block_table(path: str, meta: document.CheckpointDocument, data_start: int, data_end: int) -> None:
     """The native format's own checks of a document that passed :func:`ckptio.model.meta.validate` (types, tiling):
     every block lies in the data region and stores exactly its bytes unless compressed, so a damaged index
     fails here and not deep in a read."""
-    if meta.get("backend") != NativeBackend.name:
-        raise CorruptCheckpointError(f"{path}: metadata says backend {meta.get('backend')!r}, file is in the "
-                                     "native format")
+    if meta.backend != NativeBackend.name:
+        raise CorruptCheckpointError(f"{path}: metadata says backend {meta.backend!r}, file is in the native format")
     name = None  # the variable being checked, for the message
     try:
-        for name in meta["variables"]:
-            var = meta["variables"][name]
-            dtype = np.dtype(var["dtype"])
-            shape = [int(s) for s in var["shape"]]
-            if _blocks_in_data_region(as_table(var["blocks"], len(shape)), dtype.itemsize, data_start, data_end):
+        for name in meta.variables:
+            var = meta.variables[name]
+            itemsize = np.dtype(var.dtype).itemsize
+            ndim = len(var.shape)
+            blocks = var.block_table()
+            if _blocks_in_data_region(blocks, itemsize, data_start, data_end):
                 continue
-            for i, b in enumerate(var["blocks"]):  # something is wrong: find and name it
-                raw = int(np.prod(b["shape"], dtype=np.int64)) * dtype.itemsize
-                if raw and b["file_offset"] is None:
+            for b in blocks.blocks():  # something is wrong: find and name it
+                i, raw = b.index, b.size * itemsize
+                if raw and b.file_offset is None:
                     raise ValueError(f"block {i} has no file offset")
-                off, n = int(b["file_offset"] or 0), int(b["stored_nbytes"])
-                if len(b["offset"]) != len(shape) or len(b["shape"]) != len(shape):
+                off, n = b.file_offset or 0, b.stored_nbytes
+                if len(b.offset) != ndim or len(b.shape) != ndim:
                     raise ValueError(f"block {i} has the wrong number of dimensions")
                 if raw and (off < data_start or off + n > data_end):
                     raise ValueError(f"block {i} lies outside the data region")
-                if b.get("codec") is None and n != raw:
+                if b.codec is None and n != raw:
                     raise ValueError(f"block {i} stores {n} bytes for {raw} bytes of data")
-                if not isinstance(b["checksum"], str):
-                    raise ValueError(f"block {i} has no checksum")
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptCheckpointError(f"{path}: block table is inconsistent: variable {name!r}: {exc}") from None

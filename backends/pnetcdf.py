@@ -47,7 +47,6 @@ neither MPI nor PnetCDF to check a file.
 from __future__ import annotations
 
 import importlib.util
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -203,7 +202,7 @@ class PnetCDFBackend(Backend):
         return SerialRawReader(path, meta)
 
 
-def _check_variables(path: str, header: CDFHeader, meta: Mapping[str, Any]) -> None:
+def _check_variables(path: str, header: CDFHeader, meta: CheckpointDocument) -> None:
     """Every stored variable of the document is in the header, at its recorded offset, of its size; when every one
     is there but elsewhere, the file was rewritten by another tool (:func:`_moved_by_another_tool`)."""
     why = _moved_by_another_tool(header, meta)
@@ -214,42 +213,43 @@ def _check_variables(path: str, header: CDFHeader, meta: Mapping[str, Any]) -> N
                                        "the values there (they are probably intact: ncdump shows them); restart from "
                                        "the file as ckptio wrote it")
     try:
-        if meta["backend"] != PnetCDFBackend.name:
-            raise ValueError(f"metadata says backend {meta['backend']!r}, file is CDF")
-        for name, var in meta["variables"].items():
-            nbytes = math.prod(var["shape"]) * np.dtype(var["dtype"]).itemsize
-            storage = var.get("storage", {})
+        if meta.backend != PnetCDFBackend.name:
+            raise ValueError(f"metadata says backend {meta.backend!r}, file is CDF")
+        for name, var in meta.variables.items():
+            nbytes = var.nbytes
             if not nbytes:
                 continue
             cdf = header.vars.get(name)
-            if cdf is None or cdf.is_record or cdf.begin != storage.get("file_offset"):
-                raise ValueError(f"variable {name!r} is not in the CDF header at offset {storage.get('file_offset')}")
-            if np.dtype(storage["file_dtype"]).itemsize != np.dtype(var["dtype"]).itemsize or cdf.vsize < nbytes:
+            if cdf is None or cdf.is_record or cdf.begin != var.file_offset:
+                raise ValueError(f"variable {name!r} is not in the CDF header at offset {var.file_offset}")
+            if var.storage is None or var.storage.file_dtype is None:
+                raise ValueError(f"variable {name!r} has no file dtype in the metadata document")
+            if np.dtype(var.file_dtype).itemsize != var.itemsize or cdf.vsize < nbytes:
                 raise ValueError(f"variable {name!r} has the wrong size in the CDF header")
             lengths = [header.dims[d][1] for d in cdf.dimids]  # what netCDF tools see (ckptio reads the document's)
-            if lengths != list(var["shape"]):
+            if lengths != list(var.shape):
                 raise ValueError(f"variable {name!r} has dimensions {lengths} in the CDF header but shape "
-                                 f"{list(var['shape'])} in the metadata document")
+                                 f"{list(var.shape)} in the metadata document")
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptCheckpointError(f"{path}: metadata and CDF header disagree: {exc}") from None
 
 
-def _moved_by_another_tool(header: CDFHeader, meta: Mapping[str, Any]) -> str | None:
+def _moved_by_another_tool(header: CDFHeader, meta: CheckpointDocument) -> str | None:
     """Local: why the file looks rewritten by another tool, or None. The evidence: the metadata document is intact
     (checked before), every variable holding data is a fixed-size variable of its shape and type in the header,
     inside the file, and EVERY one of them begins somewhere else than where ckptio wrote it. A damaged ``begin``
     field (a flipped bit) moves one variable, not all of them, and stays "corrupt"."""
     try:
         shifts = []
-        for name, var in meta["variables"].items():
-            nbytes = math.prod(var["shape"]) * np.dtype(var["dtype"]).itemsize
+        for name, var in meta.variables.items():
+            nbytes = var.nbytes
             if not nbytes:
                 continue
             cdf = header.vars.get(name)
-            recorded = var.get("storage", {}).get("file_offset")
+            recorded = var.file_offset
             if (cdf is None or cdf.is_record or recorded is None or cdf.begin == recorded
-                    or [header.dims[d][1] for d in cdf.dimids] != list(var["shape"])
-                    or np.dtype(NC_TYPES[cdf.nc_type]).itemsize != np.dtype(var["dtype"]).itemsize
+                    or [header.dims[d][1] for d in cdf.dimids] != list(var.shape)
+                    or np.dtype(NC_TYPES[cdf.nc_type]).itemsize != var.itemsize
                     or cdf.begin + nbytes > header.size):
                 return None
             shifts.append((name, cdf.begin, recorded))

@@ -32,7 +32,7 @@ from ckptio.coord.datatypes import hindexed
 from ckptio.coord.hints import uses_romio
 from ckptio.errors import CheckpointIOError, IncompleteCheckpointError
 from ckptio.model import codec as codecs
-from ckptio.model import memsel, pagealign
+from ckptio.model import document, memsel, pagealign
 from ckptio.model.layout import Box
 from ckptio.model.plan import Extent
 
@@ -118,7 +118,7 @@ class RawExtentReader(ExtentReader):
     def __init__(self, path: str, comm, info, meta: Mapping[str, Any]):
         from ckptio.coord.mpi import MPI
 
-        self.meta = meta
+        self.variables = document.variables_of(meta)
         # ckptio already chose its restart aggregators (one per node first) and only they open the file: under
         # ROMIO each of them must also be an MPI-IO aggregator, so the one-per-node cb_config_list of writes
         # (ckptio.coord.hints.ROMIO_DEFAULTS) would funnel aggregators that share a node through one of them.
@@ -143,7 +143,7 @@ class RawExtentReader(ExtentReader):
             views.append(buf[pos:pos + e.nbytes])
             pos += e.nbytes
         transfer(self.fh, [(e.file_offset, e.nbytes) for e in extents], views, write=False)
-        return [decode_extent(self.meta, e, v) for e, v in zip(extents, views, strict=True)], 1
+        return [decode_extent(self.variables[e.var], e, v) for e, v in zip(extents, views, strict=True)], 1
 
     def close(self) -> None:
         if self.fh is not None:
@@ -229,7 +229,7 @@ class PosixExtentReader(ExtentReader):
     independent = True
 
     def __init__(self, path: str, meta: Mapping[str, Any]):
-        self.meta = meta
+        self.variables = document.variables_of(meta)
         self.path = path
         self.fd: int | None = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         self._buffers: dict[int, np.ndarray] = {}
@@ -275,7 +275,7 @@ class PosixExtentReader(ExtentReader):
                 j += 1
             calls += self._preadv(_joined([m for k in range(i, j) for m in memory[k]]), extents[i].file_offset)
             i = j
-        return [decode_extent(self.meta, e, v) for e, v in zip(extents, views, strict=True)], calls
+        return [decode_extent(self.variables[e.var], e, v) for e, v in zip(extents, views, strict=True)], calls
 
     def _preadv(self, memory: list[np.ndarray], offset: int) -> int:
         """Fill the ``memory`` arrays, in order, from file ``offset`` on (short reads continued, at most
@@ -321,7 +321,7 @@ class SerialRawReader(ExtentReader):
     file_bytes = True
 
     def __init__(self, path: str, meta: Mapping[str, Any]):
-        self.meta = meta
+        self.variables = document.variables_of(meta)
         self.fd = os.open(path, os.O_RDONLY)
 
     def read(self, extents: Sequence[Extent], slot: int = 0) -> tuple[list[np.ndarray], int]:
@@ -331,18 +331,17 @@ class SerialRawReader(ExtentReader):
             if len(data) != e.nbytes:
                 raise IncompleteCheckpointError(f"variable {e.var!r}: file ends inside the data at offset "
                                                 f"{e.file_offset}")
-            out.append(decode_extent(self.meta, e, np.frombuffer(data, np.uint8)))
+            out.append(decode_extent(self.variables[e.var], e, np.frombuffer(data, np.uint8)))
         return out, len(extents)
 
     def close(self) -> None:
         os.close(self.fd)
 
 
-def decode_extent(meta: Mapping[str, Any], extent: Extent, raw: np.ndarray) -> np.ndarray:
-    """Stored bytes of an extent -> array of its box shape in native byte order (a foreign byte order is
-    swapped in place when ``raw`` is writable, as the read buffer is: no second array). Local."""
-    var = meta["variables"][extent.var]
-    dtype = np.dtype(var.get("storage", {}).get("file_dtype", var["dtype"]))  # e.g. big-endian in CDF files
+def decode_extent(var: document.VariableRecord, extent: Extent, raw: np.ndarray) -> np.ndarray:
+    """Stored bytes of an extent of variable ``var`` -> array of its box shape in native byte order (a foreign byte
+    order is swapped in place when ``raw`` is writable, as the read buffer is: no second array). Local."""
+    dtype = np.dtype(var.file_dtype)  # e.g. big-endian in CDF files
     if extent.codec is not None:
         where = extent.label or f"variable {extent.var!r} at offset {extent.file_offset}"
         arr = codecs.decompress(raw, extent.codec, dtype, extent.box.size, where)
@@ -368,14 +367,13 @@ def leading_axis_bands(meta: Mapping[str, Any]) -> list[Extent]:
     no extents; a 0-d variable is one extent.
     """
     out: list[Extent] = []
-    for name, var in meta["variables"].items():
-        shape = tuple(int(s) for s in var["shape"])
-        offset = var.get("storage", {}).get("file_offset")
+    for name, var in document.variables_of(meta).items():
+        shape = var.shape
+        offset = var.file_offset
         if math.prod(shape) == 0 or offset is None:
             continue
-        itemsize = np.dtype(var["dtype"]).itemsize
-        blocks = [(i, Box(tuple(b["offset"]), tuple(b["shape"])), b["checksum"])
-                  for i, b in enumerate(var["blocks"]) if math.prod(b["shape"]) > 0]
+        itemsize = np.dtype(var.dtype).itemsize
+        blocks = [(b.index, Box(b.offset, b.shape), b.checksum) for b in var.block_table().blocks() if b.size > 0]
         if not shape:  # a scalar: one element, one block
             out.append(Extent(name, Box((), ()), int(offset), itemsize, tuple(blocks)))
             continue

@@ -20,7 +20,7 @@ from ckptio import coord
 from ckptio.engine.restart import ReadStats, Restart
 from ckptio.engine.restart_plan import resolve_options
 from ckptio.errors import CheckpointError, ClosedCheckpointError
-from ckptio.model import plain
+from ckptio.model.document import CheckpointDocument
 from ckptio.model.layout import Box
 from ckptio.model.plan import Request, segment_box
 from ckptio.model.requests import VariableInfo, checked_requests
@@ -42,14 +42,14 @@ class Reader:
                                     verify)
         r = self._restart
         # what the restart found at open, as the Reader's public attributes
-        self.meta: dict[str, Any] = r.meta
+        self.meta: CheckpointDocument = r.meta
         self.backend = r.backend
         self.hints: dict[str, Any] = r.hints
         self.buffer_bytes: int = r.buffer_bytes
         self.stripe_unit: int = r.stripe_unit
         self.aggregators: list[int] = r.aggregators
         self.stats: ReadStats = r.stats
-        self._attrs: dict[str, Any] = dict(self.meta["attrs"])
+        self._attrs: dict[str, Any] = dict(self.meta.attrs)
         self._variables: dict[str, VariableInfo] = r.variables
         self._last_failed = False
         self._closed = False
@@ -68,7 +68,7 @@ class Reader:
     def checksummed(self) -> bool:
         """Local: whether the file carries checksums that reads verify (False for a plain HDF5 or netCDF file
         ckptio did not write, see :mod:`ckptio.model.plain`)."""
-        return self.meta["checksum"] != plain.NO_CHECKSUM
+        return self.meta.checksummed
 
     @property
     def attrs(self) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from ckptio.errors import (
 from ckptio.model import codec as codecs
 from ckptio.model import meta as metamod
 from ckptio.model import varmeta
-from ckptio.model.plan import SEGMENT, declaration
+from ckptio.model.plan import declaration
 from ckptio.model.series_record import SeriesRecord
 from ckptio.tiers import async_io
 
@@ -149,7 +149,8 @@ class Writer:
         try:
             d = declaration(name, array, offset, global_shape, rank)
             self.backend.check_dtype(name, array.dtype)
-            if d["kind"] == SEGMENT and not self.backend.capabilities.segments:
+            segment = offset is None  # (declaration() took both offset and global_shape, or neither: a segment)
+            if segment and not self.backend.capabilities.segments:
                 raise CapabilityError(f"variable {name!r}: backend {self.backend.name!r} has no per-rank segments")
             described = varmeta.declare(name, array.ndim, dims, attrs, rank)
             for key, value in described.get("attrs", {}).items():
@@ -414,6 +415,7 @@ def restaging_writer(path: str, comm, manifest: Mapping[str, Any] | None) -> Wri
     checkpoint recorded them, and its series identity. Local."""
     manifest = manifest or {}
     writer = Writer(path, comm, backend=manifest.get("backend", "mpiio"), attrs=manifest.get("attrs"))
-    if manifest.get("series") is not None:  # the series identity the staged checkpoint was written with
-        writer.series_record = SeriesRecord.from_json(manifest["series"])
+    series = manifest.get("series")  # the series identity the staged checkpoint was written with
+    if series is not None:
+        writer.series_record = SeriesRecord.from_json(series)
     return writer

@@ -11,6 +11,7 @@ import pytest
 from ckptio.backends import rawio
 from mpi_helpers import BACKENDS, PROGRAMS, run_mpi
 
+from ckptio.model.document import VariableRecord
 from ckptio.model.layout import Box
 from ckptio.model.plan import Extent
 
@@ -55,7 +56,7 @@ def test_scattering_read_fills_buffer_and_stretches_in_file_order(tmp_path, monk
     data = np.random.default_rng(5).integers(0, 256, 3 * 4096, dtype=np.uint8)
     path = tmp_path / "f.bin"
     path.write_bytes(b"\0" * 100 + data.tobytes())
-    meta = {"variables": {"v": {"dtype": "|u1", "shape": [3 * 4096]}}}
+    meta = {"variables": {"v": VariableRecord("|u1", (3 * 4096,), "array", None, 3)}}
     extents = [Extent("v", Box((i * 4096,), (4096,)), 100 + i * 4096, 4096) for i in range(3)]
     # extent 0: 700 stretches of 3 bytes every 5 bytes; extent 1: none; extent 2: read whole into one array
     stretches0 = [(5 * k, np.zeros(3, np.uint8)) for k in range(700)]

@@ -187,12 +187,14 @@ def asked_layout(fs: str, count: int, unit: int) -> dict[str, int]:
 def set_ceph(path: str, asked: Mapping[str, int]) -> str | None:
     """Local: set the CephFS layout of the existing (empty) file ``path``; None on success, else why not. The
     object size first when it grows (a unit may not exceed it), then unit and count."""
-    if asked["stripe_unit"] % CEPH_MIN_UNIT:
-        return (f"stripe unit {asked['stripe_unit']} is not a multiple of {CEPH_MIN_UNIT} (64 KiB), which CephFS "
+    layout = StripeLayout(dict(asked))
+    unit = layout.stripe_unit or 0
+    if unit % CEPH_MIN_UNIT:
+        return (f"stripe unit {unit} is not a multiple of {CEPH_MIN_UNIT} (64 KiB), which CephFS "
                 "requires: the layout was not set")
     current = read_ceph(path) or {}
     order = ["object_size", "stripe_unit", "stripe_count"]
-    if asked["object_size"] < int(current.get("object_size", 0)):
+    if (layout.object_size or 0) < int(current.get("object_size", 0)):
         order = ["stripe_unit", "stripe_count", "object_size"]
     for key in order:
         if current.get(key) == asked[key]:

@@ -6,6 +6,7 @@ engine runs it inside its agreed phase; the scale harness runs it for 100,000 si
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import gc
 import itertools
@@ -20,6 +21,7 @@ from ckptio.coord import hints as hintsmod
 from ckptio.engine import fslayout, placement_stats
 from ckptio.model import meta as metamod
 from ckptio.model.block_table import BlockTable
+from ckptio.model.document import CheckpointDocument
 from ckptio.model.plan import VariablePlan
 from ckptio.model.series_record import SeriesRecord
 
@@ -56,13 +58,39 @@ class DocumentInputs:
     # without MPI (ckptio.testing.contract, comm None) names its own, so building a document never starts MPI
 
 
-def light_copy(document: Mapping[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class WrittenColumns:
+    """What a rank wrote of its blocks (``WrittenBlock`` s, in its declaration order) as three short lists:
+    file offsets (-1: none, as in HDF5/netCDF), stored bytes, codecs (None: raw)."""
+
+    file_offset: list[int]
+    stored: list[int]
+    codec: list[str | None]
+
+
+@dataclass
+class RankReport:
+    """Any rank, the index phase: what it sends the planning rank of its write: its blocks as written, the bytes
+    it handed to the write, its phase timings, its placement record (:func:`ckptio.engine.placement_stats
+    .local_record`) and, with ckptio's own collective buffering, its aggregation figures."""
+
+    written: WrittenColumns
+    bytes: int
+    timings: Mapping[str, float]
+    placement: Mapping[str, Any]
+    aggregation: Mapping[str, Any] | None = None
+
+
+def light_copy(document: Mapping[str, Any]) -> CheckpointDocument:
     """Planning rank: what every other rank receives of the document it committed: no block tables (each variable's
     ``nblocks`` instead) and of the write statistics the seconds and bytes (the per-node placement stays in the
     file): O(variables), whatever the job."""
-    light = metamod.without_blocks(document)
-    light["stats"] = {"write": {k: v for k, v in document["stats"]["write"].items() if k != "placement"}}
-    return light
+    light = CheckpointDocument.of(document).without_blocks()
+    stats = light.stats
+    if stats is None or stats.write is None:
+        return light
+    return dataclasses.replace(light, stats=dataclasses.replace(
+        stats, write=dataclasses.replace(stats.write, placement=None), extra={}))
 
 
 @contextlib.contextmanager
@@ -79,12 +107,11 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def written_columns(written: Sequence[Any]) -> dict[str, list[Any]]:
-    """Any rank: what it wrote of its blocks (``WrittenBlock`` s, in its declaration order) as three short lists
-    for the planning rank's :func:`build_document`: file offsets (-1: none, as in HDF5/netCDF), stored bytes,
-    codecs."""
-    return {"file_offset": [-1 if w.file_offset is None else int(w.file_offset) for w in written],
-            "stored": [int(w.stored_nbytes) for w in written], "codec": [w.codec for w in written]}
+def written_columns(written: Sequence[Any]) -> WrittenColumns:
+    """Any rank: what it wrote of its blocks (``WrittenBlock`` s, in its declaration order) as the three short
+    lists of :class:`WrittenColumns` for the planning rank's :func:`build_document`."""
+    return WrittenColumns([-1 if w.file_offset is None else int(w.file_offset) for w in written],
+                          [int(w.stored_nbytes) for w in written], [w.codec for w in written])
 
 
 def byte_summary(per_rank: Sequence[int]) -> dict[str, int]:
@@ -107,18 +134,18 @@ def created_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def build_document(variables: Mapping[str, VariablePlan], reports: Sequence[Mapping[str, Any]],
+def build_document(variables: Mapping[str, VariablePlan], reports: Sequence[RankReport],
                    inputs: DocumentInputs, effective: Mapping[str, str],
                    storage: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Planning rank: the metadata document. The block tables are the plan's columns (where each block is, its
     checksum from the declaration) with what every rank reported writing (file offset, stored bytes, codec:
     :func:`written_columns`, in its declaration order), joined without a Python step per block."""
-    firsts = np.cumsum([0] + [len(rep["written"]["file_offset"]) for rep in reports])
-    file_offset = np.fromiter(itertools.chain.from_iterable(rep["written"]["file_offset"] for rep in reports),
+    firsts = np.cumsum([0] + [len(rep.written.file_offset) for rep in reports])
+    file_offset = np.fromiter(itertools.chain.from_iterable(rep.written.file_offset for rep in reports),
                               np.int64, int(firsts[-1]))
-    stored = np.fromiter(itertools.chain.from_iterable(rep["written"]["stored"] for rep in reports), np.int64,
+    stored = np.fromiter(itertools.chain.from_iterable(rep.written.stored for rep in reports), np.int64,
                          int(firsts[-1]))
-    codec_of = list(itertools.chain.from_iterable(rep["written"]["codec"] for rep in reports))
+    codec_of = list(itertools.chain.from_iterable(rep.written.codec for rep in reports))
     codec_names = sorted(set(codec_of) - {None})
     ids = {None: -1, **{c: i for i, c in enumerate(codec_names)}}
     codec = np.fromiter(map(ids.__getitem__, codec_of), np.int64, len(codec_of))
@@ -134,20 +161,19 @@ def build_document(variables: Mapping[str, VariablePlan], reports: Sequence[Mapp
         blocks = BlockTable.of_columns(var.rank, var.offset, var.size, var.checksum, file_offset[rows],
                                        stored[rows], codec_ids, names)
         out_vars[name] = {"dtype": var.dtype, "shape": list(var.shape), "kind": var.kind, "blocks": blocks,
-                          **inputs.described.get(name, {})}
-        if name in storage:
-            out_vars[name]["storage"] = storage[name]
+                          **inputs.described.get(name, {}),
+                          **({"storage": storage[name]} if name in storage else {})}
     stripe_count, stripe_unit = hintsmod.stripe_layout(inputs.hints)
     seconds = {"prepare": inputs.prepare_seconds}
     for phase in ("declare", "open", "write"):
-        seconds[phase] = max(rep["timings"].get(phase, 0.0) for rep in reports)
-    for phase in sorted({k for rep in reports for k in rep["timings"]} - set(seconds)):  # e.g. write_exchange
-        seconds[phase] = max(rep["timings"].get(phase, 0.0) for rep in reports)
-    write_stats = {"seconds": seconds, "bytes": byte_summary([rep["bytes"] for rep in reports]),
-                   "placement": placement_stats.summarize([rep["placement"] for rep in reports],
-                                                          [rep["bytes"] for rep in reports])}
-    if "aggregation" in reports[0]:
-        write_stats["aggregation"] = aggregation_summary([rep["aggregation"] for rep in reports])
+        seconds[phase] = max(rep.timings.get(phase, 0.0) for rep in reports)
+    for phase in sorted({k for rep in reports for k in rep.timings} - set(seconds)):  # e.g. write_exchange
+        seconds[phase] = max(rep.timings.get(phase, 0.0) for rep in reports)
+    per_rank = [rep.bytes for rep in reports]
+    write_stats = {"seconds": seconds, "bytes": byte_summary(per_rank),
+                   "placement": placement_stats.summarize([rep.placement for rep in reports], per_rank)}
+    if reports[0].aggregation is not None:
+        write_stats["aggregation"] = aggregation_summary([rep.aggregation for rep in reports])
     return {
         "schema": metamod.SCHEMA_VERSION,
         "ckptio_version": metamod.__version__,

@@ -39,8 +39,8 @@ from ckptio.engine import placement_stats, readpipe, restart_memory
 from ckptio.engine import restart_parts as parts
 from ckptio.engine.restart_plan import ReadOptions, file_identity, plan_open, stripe_unit
 from ckptio.errors import CheckpointIOError
-from ckptio.model import meta as metamod
-from ckptio.model import plain, readplan
+from ckptio.model import readplan
+from ckptio.model.document import CheckpointDocument
 from ckptio.model.extent_table import ExtentTable
 from ckptio.model.plan import Request
 from ckptio.model.requests import VariableInfo
@@ -83,12 +83,11 @@ class ReadStats:
                 "aggregator": self.aggregator, "read_ahead": self.read_ahead}
 
 
-def variable_infos(meta: Mapping[str, Any]) -> dict[str, VariableInfo]:
+def variable_infos(meta: CheckpointDocument) -> dict[str, VariableInfo]:
     """Local: what the checkpoint holds, by name, from its metadata (without block lists)."""
-    return {name: VariableInfo(name, tuple(v["shape"]), np.dtype(v["dtype"]).newbyteorder("="), v["kind"],
-                               v["nblocks"], metamod.variable_nbytes(v), metamod.variable_dims(name, v),
-                               dict(v.get("attrs", {})))
-            for name, v in meta["variables"].items()}
+    return {name: VariableInfo(name, v.shape, np.dtype(v.dtype).newbyteorder("="), v.kind, v.nblocks, v.nbytes,
+                               v.dim_names(name), dict(v.attrs or {}))
+            for name, v in meta.variables.items()}
 
 
 class Restart:
@@ -114,20 +113,19 @@ class Restart:
         common = coord.gather_and_plan(comm, f"open {path}", local, lambda gathered: plan_open(
             path, comm.Get_size(), gathered, gathered[0][0]["aggregators"], per_rank))
         own = coord.scatter_from_root(comm, f"open {path}: restart plan", lambda: per_rank)
-        self.meta: dict[str, Any] = common["meta"]
-        self._identity: tuple[int, int, int] = common["identity"]
-        if self.meta["checksum"] == plain.NO_CHECKSUM:  # a plain HDF5/netCDF file: nothing to verify against
+        self.meta: CheckpointDocument = common.meta
+        self._identity: tuple[int, int, int] = common.identity
+        if not self.meta.checksummed:  # a plain HDF5/netCDF file: nothing to verify against
             self.verify = False
-        self.backend = get_backend(common["backend"])
-        self.routing: readplan.Routing = common["routing"]
+        self.backend = get_backend(common.backend)
+        self.routing: readplan.Routing = common.routing
         self._runs_by_var = self.routing.by_var()
-        names = list(self.meta["variables"])  # the extent table's variable order (ckptio.model.extent_table)
+        names = list(self.meta.variables)  # the extent table's variable order (ckptio.model.extent_table)
         self._var_index = {n: i for i, n in enumerate(names)}
         self.table: ExtentTable | None = ExtentTable.from_arrays(own["table"]) if own["table"] is not None else None
         self.segments: dict[str, tuple[int, int]] = own["segments"]
         self.variables = variable_infos(self.meta)
-        self._itemsizes = np.array([np.dtype(self.meta["variables"][n]["dtype"]).itemsize for n in names] or [1],
-                                   np.int64)
+        self._itemsizes = np.array([self.meta.variables[n].itemsize for n in names] or [1], np.int64)
         self.hints = chosen[0].hints
         for key, value in self.backend.extra_hints.items():
             self.hints.setdefault(key, value)
@@ -138,7 +136,7 @@ class Restart:
         self._extent_reader = None
         self._p2p_comm = None  # the exchange's communicator (a duplicate), made by the first exchange
         self._opened = False
-        self._checker = (parts.PartChecker(path, self.table, self.meta["variables"]) if self.table is not None
+        self._checker = (parts.PartChecker(path, self.table, self.meta.variables) if self.table is not None
                          else None)
         self._direct_pieces: set[int] = set()  # this read's pieces read straight into the outputs
         self.stats = ReadStats(**placement_stats.rank_placement(self.aggregators, comm.Get_rank()))

@@ -77,7 +77,7 @@ class PartChecker:
 
     def _declared(self, row: int) -> np.dtype:
         t = self.table
-        return np.dtype(self.variables[t.names[t.var[row]]]["dtype"])
+        return np.dtype(self.variables[t.names[t.var[row]]].dtype)
 
     def verify_part(self, part: readplan.Part, arr: np.ndarray) -> None:
         """Local: check the checksum of every writer block the part's extent holds (streaming across the parts of
@@ -212,8 +212,8 @@ def direct_parts(checker: PartChecker, plan: readplan.AggregatorPlan, records: n
         if t.codec[part.row] >= 0:
             continue
         var = checker.variables[t.names[t.var[part.row]]]
-        declared = np.dtype(var["dtype"])
-        if not declared.isnative or np.dtype(var.get("storage", {}).get("file_dtype", declared)) != declared:
+        declared = np.dtype(var.dtype)
+        if not declared.isnative or np.dtype(var.file_dtype) != declared:
             continue
         ndim = int(t.var_ndim[t.var[part.row]])
         span = box_bytes(plan.piece_lo[i, :ndim] - part.lo[:ndim], plan.piece_shape[i, :ndim],

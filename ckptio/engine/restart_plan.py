@@ -25,10 +25,9 @@ from ckptio.backends import detect_backend
 from ckptio.coord import hints as hintsmod
 from ckptio.engine import fslayout
 from ckptio.errors import CheckpointIOError, DeclarationError, UnknownFormatError
-from ckptio.model import meta as metamod
 from ckptio.model import readplan, units
-from ckptio.model.block_table import as_table
-from ckptio.model.plan import SEGMENT, choose_aggregators
+from ckptio.model.document import CheckpointDocument
+from ckptio.model.plan import choose_aggregators
 
 DEFAULT_BUFFER_BYTES = 64 << 20
 ENV_BUFFER_BYTES = "CKPTIO_BUFFER_BYTES"
@@ -98,18 +97,18 @@ def stripe_unit(meta: Mapping[str, Any]) -> int:
     return int(meta.get("layout", {}).get("stripe_unit", hintsmod.DEFAULT_STRIPING_UNIT))
 
 
-def own_segments(meta: Mapping[str, Any], nreaders: int) -> list[dict[str, tuple[int, int]]]:
+def own_segments(meta: CheckpointDocument, nreaders: int) -> list[dict[str, tuple[int, int]]]:
     """Rank 0: for every reading rank, ``{segment variable: (start, length)}`` (in rows) of the segments it
     reads by default: those of writer ranks ``[r*W//P, (r+1)*W//P)``, concatenated (empty at the end of the ones
     before when it has none)."""
     out: list[dict[str, tuple[int, int]]] = [{} for _ in range(nreaders)]
-    writers = int(meta["nprocs"])
+    writers = int(meta.nprocs)
     readers = np.arange(nreaders, dtype=np.int64)
     first, last = readers * writers // nreaders, (readers + 1) * writers // nreaders
-    for name, var in meta["variables"].items():
-        if var["kind"] != SEGMENT:
+    for name, var in meta.variables.items():
+        if not var.is_segment:
             continue
-        blocks = as_table(var["blocks"], len(var["shape"]))  # validated: in rank order, end to end from 0
+        blocks = var.block_table()  # validated: in rank order, end to end from 0
         brank = blocks.rank
         ends_before = np.zeros(len(blocks) + 1, np.int64)  # the end of blocks[:i] is where block i starts
         np.cumsum(blocks.shape[:, 0], out=ends_before[1:])
@@ -120,8 +119,19 @@ def own_segments(meta: Mapping[str, Any], nreaders: int) -> list[dict[str, tuple
     return out
 
 
+@dataclass(frozen=True)
+class OpenPlan:
+    """What every rank gets of :func:`plan_open`: the backend's name, the light copy of the document (no block
+    tables), the routing index and the file's identity (checked again before each read)."""
+
+    backend: str
+    meta: CheckpointDocument
+    routing: readplan.Routing
+    identity: tuple[int, int, int]
+
+
 def plan_open(path: str, size: int, gathered: list[tuple[dict[str, Any], int]], aggregators: int | None,
-              per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+              per_rank: list[dict[str, Any]]) -> OpenPlan:
     """Rank 0, once at open: ``gathered`` holds every rank's ``(ReadOptions.agreed_part, node leader)``;
     ``aggregators`` is the requested count (None: the default rule). Fills ``per_rank`` with each rank's own
     payload (``segments``, and ``table``: an aggregator's rows of the extent table as arrays, else None) and
@@ -146,4 +156,4 @@ def plan_open(path: str, size: int, gathered: list[tuple[dict[str, Any], int]], 
     per_rank.extend({"segments": seg, "table": None} for seg in own_segments(meta, size))
     for a, rank in enumerate(chosen):
         per_rank[rank]["table"] = table.take(rows[a]).to_arrays()
-    return {"backend": backend.name, "meta": metamod.without_blocks(meta), "routing": routing, "identity": before}
+    return OpenPlan(backend.name, meta.without_blocks(), routing, before)

@@ -38,6 +38,7 @@ import xxhash
 
 from ckptio.errors import CheckpointError
 from ckptio.model import pagealign
+from ckptio.model.document import VariableRecord
 from ckptio.model.extent_table import ExtentTable
 
 WINDOW = 32 << 20  # bytes per read (a larger extent is read in pieces of this size)
@@ -76,7 +77,7 @@ class Result:
     ranges: dict[str, list[Any]]
 
 
-def check_rows(path: str, variables: Mapping[str, Any], table: ExtentTable, reader: Any, threaded: bool,
+def check_rows(path: str, variables: Mapping[str, VariableRecord], table: ExtentTable, reader: Any, threaded: bool,
                ranges: bool = False) -> Result:
     """Local: read every row of ``table`` and check the checksum of every block it holds; with ``ranges``, also
     the minimum and maximum of every integer and float variable in the same pass (``ckptio inspect --verify``
@@ -107,7 +108,7 @@ def check_rows(path: str, variables: Mapping[str, Any], table: ExtentTable, read
     return Result(findings, acc.values if acc is not None else {})
 
 
-def check_with_reader(reader: Any, variables: Mapping[str, Any], table: ExtentTable, ranges: bool = False
+def check_with_reader(reader: Any, variables: Mapping[str, VariableRecord], table: ExtentTable, ranges: bool = False
                       ) -> Result:
     """Local: :func:`check_rows` with every row read through the backend's own serial extent reader, one at a time
     (a backend whose bytes are not plain file bytes, e.g. the in-memory reference backend of
@@ -155,7 +156,7 @@ class _Plan:
         self.inside = end <= size if size is not None else np.ones(len(t), bool)
         dtypes = _declared(variables)
         declared = self.declared = [dtypes[name] for name in t.names]
-        raw_ok = np.array([d.isnative and np.dtype(variables[name].get("storage", {}).get("file_dtype", d)) == d
+        raw_ok = np.array([d.isnative and np.dtype(variables[name].file_dtype) == d
                            for name, d in zip(t.names, declared, strict=True)] or [False], bool)
         itemsize = np.array([d.itemsize for d in declared] or [1], np.int64)
         self.spans = _block_spans(t, itemsize)  # per block: (start in its row, length), or -1 where not one range
@@ -364,9 +365,9 @@ def _windows(rows: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, inside:
         yield _Window(rows[first:], start, end)
 
 
-def _declared(variables: Mapping[str, Any]) -> dict[str, np.dtype]:
+def _declared(variables: Mapping[str, VariableRecord]) -> dict[str, np.dtype]:
     """Each variable's declared dtype (the one its checksums are computed in)."""
-    return {name: np.dtype(var["dtype"]) for name, var in variables.items()}
+    return {name: np.dtype(var.dtype) for name, var in variables.items()}
 
 
 class _Reader:

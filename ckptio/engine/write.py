@@ -24,10 +24,11 @@ same name and every other checkpoint untouched.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,13 +42,23 @@ from ckptio.engine import commit as commitmod
 from ckptio.engine import faults as _faults
 from ckptio.engine import fslayout, placement_stats, space
 from ckptio.engine import write_aggregate as aggregate
-from ckptio.engine.index import DocumentInputs, WriteStats, build_document, gc_paused, light_copy, written_columns
+from ckptio.engine.index import (
+    DocumentInputs,
+    RankReport,
+    WriteStats,
+    build_document,
+    gc_paused,
+    light_copy,
+    written_columns,
+)
 from ckptio.engine.steps import run_steps
 from ckptio.errors import CheckpointIOError, DeclarationError
 from ckptio.model import codec as codecs
 from ckptio.model import memsel, varmeta
 from ckptio.model import meta as metamod
 from ckptio.model.block_table import user_table
+from ckptio.model.declared import Declared, RankShare, prepared
+from ckptio.model.document import CheckpointDocument
 from ckptio.model.plan import VariablePlan, own_plan, pack_declarations, plan_headers, plan_packed, segment_starts
 from ckptio.model.series_record import SeriesRecord
 from ckptio.pathcheck import symlink_problem
@@ -88,11 +99,11 @@ class WriteResult:
     """What every rank gets back: the committed document (whole on the planning rank, its light copy elsewhere)
     and the write statistics."""
 
-    meta: dict[str, Any]
+    meta: CheckpointDocument
     stats: WriteStats
 
 
-def prepare_blocks(request: WriteRequest) -> dict[str, Any]:
+def prepare_blocks(request: WriteRequest) -> Declared:
     """Local part of the declare phase: this rank's deferred declaration error, if any (raised here, so on every
     rank); C order, checksums, compression; returns what the planning rank needs."""
     if request.error is not None:
@@ -101,19 +112,20 @@ def prepare_blocks(request: WriteRequest) -> dict[str, Any]:
     for p in request.blocks:
         data = memsel.gathered(p.data)  # a strided view stays a view (written in place): ckptio.model.memsel
         p.data = data
-        p.decl["checksum"] = memsel.checksum(data)  # of its C-order bytes, without a copy of the block
+        checksum = memsel.checksum(data)  # of its C-order bytes, without a copy of the block
         if request.compression is not None:
             codec, level = request.compression
             p.stored = np.frombuffer(codecs.compress(np.ascontiguousarray(data), codec, level), np.uint8)
-            p.decl["stored_nbytes"], p.decl["codec"] = int(p.stored.nbytes), f"{codec}:{level}"
+            p.decl = prepared(p.decl, checksum, int(p.stored.nbytes), f"{codec}:{level}")
         else:
             p.stored = data
+            p.decl = prepared(p.decl, checksum)
     from ckptio.coord.mpi import MPI
 
-    return {"decls": pack_declarations([p.decl for p in request.blocks]), "attrs": request.attrs,
-            "described": varmeta.pack(request.described), "host": MPI.Get_processor_name(),
-            "dir_problem": directory_problem(request.path) if request.comm.Get_rank() == commitmod.ROOT else None,
-            "prepare_seconds": time.perf_counter() - t}
+    return Declared(pack_declarations([p.decl for p in request.blocks]), request.attrs,
+                    varmeta.pack(request.described), time.perf_counter() - t,
+                    directory_problem(request.path) if request.comm.Get_rank() == commitmod.ROOT else None,
+                    MPI.Get_processor_name())
 
 
 @dataclass
@@ -128,29 +140,32 @@ class GlobalPlan:
     hosts: list[str] = field(default_factory=list)  # every rank's MPI_Get_processor_name (its node)
 
 
-def plan_globally(request: WriteRequest, gathered: list[dict[str, Any]]) -> GlobalPlan:
+def plan_globally(request: WriteRequest, gathered: Sequence[Declared | Mapping[str, Any]]) -> GlobalPlan:
     """Planning rank: validate everything (the variables' dims and attrs too: the same on every rank, one length
-    per dimension name), choose the temporary name and the alignment. Raises DeclarationError naming ranks."""
-    if gathered[0]["dir_problem"]:
-        raise CheckpointIOError(gathered[0]["dir_problem"])
+    per dimension name), choose the temporary name and the alignment. Raises DeclarationError naming ranks.
+    ``gathered``: every rank's :class:`~ckptio.model.declared.Declared` (or the staged close's dict of it)."""
+    gathered = [Declared.of(g) for g in gathered]
+    if gathered[0].dir_problem:
+        raise CheckpointIOError(gathered[0].dir_problem)
+    a0 = gathered[0].attrs
     for r, g in enumerate(gathered):
-        if not metamod.attrs_identical(g["attrs"], gathered[0]["attrs"]):
-            a0, ar = gathered[0]["attrs"], g["attrs"]
+        if not metamod.attrs_identical(g.attrs, a0):
+            ar = g.attrs
             key = next(k for k in sorted(set(a0) | set(ar))
                        if not metamod.attrs_identical(a0.get(k, "<unset>"), ar.get(k, "<unset>")))
             raise DeclarationError(f"attribute {key!r} differs between rank 0 ({a0.get(key, '<unset>')!r}) and "
                                    f"rank {r} ({ar.get(key, '<unset>')!r}); attrs must be identical on every rank")
-    variables = plan_packed([g["decls"] for g in gathered])
-    hosts = [g.get("host", "") for g in gathered]  # (the staged check of the declarations has none)
-    described = varmeta.agree([g["described"] for g in gathered])
+    variables = plan_packed([g.decls for g in gathered])
+    hosts = [g.host for g in gathered]  # (the staged check of the declarations has none)
+    described = varmeta.agree([g.described for g in gathered])
     varmeta.check_dimensions({name: var.shape for name, var in variables.items()}, described)
-    if not variables and not gathered[0]["attrs"]:
+    if not variables and not a0:
         _warn.warn(f"checkpoint {request.path} holds no variables and no attributes")
     directory, base = os.path.split(os.path.abspath(request.path))
     tmp = os.path.join(directory, f".{base}{TMP_MARK}{uuid.uuid4().hex[:12]}")
     return GlobalPlan(variables, {name: d for name, d in described.items() if d}, tmp,
                       fslayout.write_alignment(request.path, request.hints),  # whole storage objects where known
-                      max(g["prepare_seconds"] for g in gathered), hosts)
+                      max(g.prepare_seconds for g in gathered), hosts)
 
 
 class _Job:
@@ -175,6 +190,16 @@ class _Job:
         self.agg_comm = None  # the aggregators' communicator (CKPTIO_WRITE_IO=mpiio)
         self.aggregation: aggregate.AggregatedWrite | None = None
         self.placement_share: Mapping[str, Any] = {}  # this rank's placement share (the whole one on rank 0)
+        self.document: dict[str, Any] | None = None  # the planning rank's document, as the commit stores it
+        self.typed: CheckpointDocument | None = None  # ... and typed
+
+    @contextlib.contextmanager
+    def phase(self, name: str, since: float | None = None) -> Iterator[None]:
+        """Local: record the seconds of phase ``name`` in :attr:`timings` when it completes (from ``since``, else
+        from entering)."""
+        t = time.perf_counter() if since is None else since
+        yield
+        self.timings[name] = time.perf_counter() - t
 
     # -------------------------------------------------------------------------------------------- declare
     def declare(self) -> tuple[dict[str, VariablePlan], Mapping[str, Any], str, dict[str, Any]]:
@@ -193,24 +218,23 @@ class _Job:
             return (plan_headers(self.plan.variables), self.plan.tmp, self.plan.described, self.plan.stripe_unit,
                     io)
 
-        def shares() -> list[dict[str, Any]]:
+        def shares() -> list[RankShare]:
             nprocs = self.comm.Get_size()
             segments = segment_starts(self.plan.variables, nprocs)
             own = self.contiguous[1] if self.contiguous is not None else [None] * nprocs
-            return [{"segments": segments[r], "placement": self.placement.shares[r], "write_domain": own[r]}
-                    for r in range(nprocs)]
+            return [RankShare(segments[r], self.placement.shares[r], own[r]) for r in range(nprocs)]
 
         _faults.point("declare", self.comm)
         with gc_paused():  # the planning rank unpickles and plans every rank's declarations
             headers, tmp, described, self.stripe_unit, self.write_io = coord.gather_and_plan(
                 self.comm, f"{self.where}: declare", lambda: prepare_blocks(request), plan_common)
         share = coord.scatter_from_root(self.comm, f"{self.where}: declare (each rank's share)", shares)
-        self.own_domain = share["write_domain"]
+        self.own_domain = share.write_domain
         if self.plan is not None:  # the planning rank: the whole plan
             self.placement_share = self.placement.whole
             return self.plan.variables, self.placement.whole, tmp, described
-        variables = own_plan(headers, [p.decl for p in request.blocks], self.rank, share["segments"])
-        self.placement_share = share["placement"]
+        variables = own_plan(headers, [p.decl for p in request.blocks], self.rank, share.segments)
+        self.placement_share = share.placement
         return variables, self.placement_share, tmp, described
 
     # ----------------------------------------------------------------------------------- create, reserve
@@ -265,7 +289,7 @@ class _Job:
         self.p2p = None
 
     # ------------------------------------------------------------------------------------------ write
-    def write(self, variables: Mapping[str, VariablePlan]) -> dict[str, Any]:
+    def write(self, variables: Mapping[str, VariablePlan]) -> RankReport:
         """Collective: the backend's write steps, or ckptio's own collective buffering; then sync; returns this
         rank's report for the index."""
         blocks = self._blocks(variables)
@@ -297,12 +321,11 @@ class _Job:
             extra = self.aggregation.storage_bytes  # the helper thread's writes (not this thread's counter)
             placement["file_bytes"] = (None if extra is None or placement["file_bytes"] is None
                                        else placement["file_bytes"] + extra)
-        report = {"written": written_columns(written), "bytes": sum(w.stored_nbytes for w in written),
-                  "timings": self.timings, "placement": placement}
-        if self.aggregation is not None:
-            report["aggregation"] = {**self.aggregation.statistics(), "io": self.write_io,
-                                     "domains": aggregate.describe(self.domains) if self.rank == 0 else None}
-        return report
+        aggregation = None if self.aggregation is None else {
+            **self.aggregation.statistics(), "io": self.write_io,
+            "domains": aggregate.describe(self.domains) if self.rank == 0 else None}
+        return RankReport(written_columns(written), sum(w.stored_nbytes for w in written), self.timings, placement,
+                          aggregation)
 
     def _blocks(self, variables: Mapping[str, VariablePlan]) -> list[BlockToWrite]:
         """This rank's blocks in declaration order, with their variable and box from the plan."""
@@ -314,18 +337,21 @@ class _Job:
         return out
 
     # ------------------------------------------------------------------------------------------ index
-    def index(self, variables: Mapping[str, VariablePlan], report: dict[str, Any]) -> dict[str, Any]:
+    def index(self, variables: Mapping[str, VariablePlan], report: RankReport
+              ) -> dict[str, Any] | CheckpointDocument:
         """Collective: the planning rank builds the document from every rank's report (the effective hints are
-        asked for inside the phase: an MPI error there is agreed on too); every other rank gets its light copy."""
+        asked for inside the phase: an MPI error there is agreed on too) and keeps it (the dict the commit stores,
+        and its typed form in :attr:`typed`); every other rank gets its light copy."""
         request = self.request
 
-        def build(reports: list[dict[str, Any]]) -> dict[str, Any]:
+        def build(reports: list[RankReport]) -> CheckpointDocument:
             inputs = DocumentInputs(request.backend.name, request.backend.format_version, request.hints,
                                     request.attrs, self.plan.described, self.fs_layout, self.plan.prepare_seconds,
                                     request.series_record)
             self.document = build_document(variables, reports, inputs, self.handle.effective_hints(),
                                            self.handle.storage_info())
-            return light_copy(self.document)
+            self.typed = CheckpointDocument.of(self.document)
+            return light_copy(self.typed)
 
         _faults.point("checksum gather", self.comm)
         with gc_paused():
@@ -341,15 +367,13 @@ def write_checkpoint(request: WriteRequest) -> WriteResult:
     tmp = None
     info = None
     try:
-        variables, placement, tmp, described = job.declare()
-        job.timings["declare"] = time.perf_counter() - t0
-        t = time.perf_counter()
-        info = hintsmod.to_info(request.hints)
-        job.create(tmp, variables, placement, described, info)
-        job.timings["open"] = time.perf_counter() - t
-        t = time.perf_counter()
-        report = job.write(variables)
-        job.timings["write"] = time.perf_counter() - t
+        with job.phase("declare", since=t0):
+            variables, placement, tmp, described = job.declare()
+        with job.phase("open"):
+            info = hintsmod.to_info(request.hints)
+            job.create(tmp, variables, placement, described, info)
+        with job.phase("write"):  # (before the index phase: this rank's report carries job.timings)
+            report = job.write(variables)
         t = time.perf_counter()
         meta = job.index(variables, report)
         commitmod.commit(job.comm, request.backend, job.handle, tmp, request.path,
@@ -365,9 +389,11 @@ def write_checkpoint(request: WriteRequest) -> WriteResult:
         if info is not None:
             info.Free()
         request.blocks.clear()
-    written = meta["stats"]["write"]["bytes"]
-    stats = WriteStats({**meta["stats"]["write"]["seconds"], "commit": commit_seconds,
-                        "total": time.perf_counter() - t0}, written["total"], written["min"], written["max"])
+    if job.plan is not None:  # the planning rank: the typed form of the dict the commit stored
+        meta = job.typed
+    written = meta.stats.write
+    stats = WriteStats({**written.seconds, "commit": commit_seconds, "total": time.perf_counter() - t0},
+                       written.bytes["total"], written.bytes["min"], written.bytes["max"])
     return WriteResult(meta, stats)
 
 

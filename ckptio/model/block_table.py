@@ -30,6 +30,7 @@ import base64
 import binascii
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -38,6 +39,31 @@ ENCODING_VERSION = 1
 COLUMNS = ("rank", "offset", "shape", "checksum", "file_offset", "stored_nbytes", "codec")
 _ALLOWED_DTYPES = frozenset({"|i1", "<i2", "<i4", "<i8", "|u1", "<u2", "<u4", "<u8"})
 _ZLIB_LEVEL = 1  # the columns are regular (offsets, shapes); a higher level buys little and costs rank 0 time
+
+
+@dataclass(frozen=True)
+class Block:
+    """One writer block of a table, typed (:meth:`BlockTable.block`): what the schema-1 dict of the block holds, as
+    Python values (``checksum`` as 16 hex digits; ``file_offset`` None where the format has none; ``codec`` None:
+    stored raw). For code that looks at a few blocks (checks that name a block, the native format's extents);
+    code that looks at all of them uses the columns."""
+
+    index: int  # the block's position in its variable's table
+    rank: int
+    offset: tuple[int, ...]
+    shape: tuple[int, ...]
+    checksum: str
+    file_offset: int | None
+    stored_nbytes: int
+    codec: str | None
+
+    @property
+    def size(self) -> int:
+        """Its number of elements."""
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
 
 
 class BlockTable(Sequence):
@@ -114,6 +140,21 @@ class BlockTable(Sequence):
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return (self[i] for i in range(len(self)))
+
+    # ------------------------------------------------------------------ typed blocks
+    def block(self, i: int) -> Block:
+        """Block ``i`` as a typed :class:`Block`."""
+        i = range(len(self))[i]
+        c = int(self.codec[i])
+        fo = int(self.file_offset[i])
+        return Block(i, int(self.rank[i]), tuple(self.offset[i].tolist()), tuple(self.shape[i].tolist()),
+                     f"{int(self.checksum[i]):016x}", None if fo == -1 else fo, int(self.stored_nbytes[i]),
+                     None if c < 0 else self.codecs[c])
+
+    def blocks(self) -> Iterator[Block]:
+        """Every block in order, typed (one Python object each: for tables that are small or already failed a
+        column check)."""
+        return (self.block(i) for i in range(len(self)))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, BlockTable):

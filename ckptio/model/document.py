@@ -158,6 +158,23 @@ class VariableRecord(_JsonView):
         return math.prod(self.shape) * np.dtype(self.dtype).itemsize
 
     @property
+    def file_offset(self) -> int | None:
+        """Where a backend that stores the variable as one array put it (``storage.file_offset``; None: no single
+        place, or no storage record)."""
+        return None if self.storage is None else self.storage.file_offset
+
+    @property
+    def file_dtype(self) -> str:
+        """Its dtype in the file: ``storage.file_dtype`` where recorded (e.g. big-endian in CDF files), else the
+        declared ``dtype``."""
+        stored = None if self.storage is None else self.storage.file_dtype
+        return self.dtype if stored is None else stored
+
+    @property
+    def itemsize(self) -> int:
+        return np.dtype(self.dtype).itemsize
+
+    @property
     def stored_nbytes(self) -> int:
         """The bytes its blocks occupy in the file (raises on a light copy, which has no blocks)."""
         return int(self._table().stored_nbytes.sum())

@@ -32,7 +32,7 @@ from ckptio import coord
 from ckptio.backends.base import Backend, BlockToWrite, CreateOptions, DocumentSlot, Placement, Step, WriteHandle
 from ckptio.coord import hints as hintsmod
 from ckptio.engine import placement_stats
-from ckptio.engine.index import DocumentInputs, build_document, written_columns
+from ckptio.engine.index import DocumentInputs, RankReport, build_document, written_columns
 from ckptio.engine.steps import run_steps
 from ckptio.errors import CheckpointError
 from ckptio.model import meta as metamod
@@ -296,11 +296,10 @@ def _play(env: Environment, run: Run, stop: str, info: Any) -> None:
     if stop == "written":
         return
 
-    def report(r: int) -> dict[str, Any]:
+    def report(r: int) -> RankReport:
         record = ({"host": socket.gethostname(), "file_bytes": None} if env.comm is None
                   else placement_stats.local_record(marks[r]))
-        return {"written": written_columns(written[r]), "bytes": sum(int(w.stored_nbytes) for w in written[r]),
-                "timings": {}, "placement": record}
+        return RankReport(written_columns(written[r]), sum(int(w.stored_nbytes) for w in written[r]), {}, record)
 
     def build(reports: list[Any]) -> DocumentSlot:
         handle = run.handles[ROOT]

@@ -16,6 +16,8 @@ import os
 import sys
 from typing import Any
 
+from ckptio.model.inspection import DocumentSummary, InspectReport
+from ckptio.model.records import LayoutRecord
 from ckptio.model.units import argparse_count, argparse_size, format_bytes
 
 EXIT_OK, EXIT_BAD, EXIT_USAGE = 0, 1, 2
@@ -33,7 +35,14 @@ EXIT_CODES = """exit status (every command, like h5diff):
 
 
 def inspect_report(path: str, verify: bool) -> tuple[int, dict[str, Any]]:
-    """Build the inspect document (the same fields for every backend) and the exit status."""
+    """Build the inspect document (the same fields for every backend, see :mod:`ckptio.model.inspection`) and the
+    exit status."""
+    code, report = inspect_checkpoint(path, verify)
+    return code, report.to_json()
+
+
+def inspect_checkpoint(path: str, verify: bool) -> tuple[int, InspectReport]:
+    """:func:`inspect_report`, typed: the exit status and the :class:`~ckptio.model.inspection.InspectReport`."""
     from ckptio.backends import detect_backend
     from ckptio.errors import (
         CapabilityError,
@@ -46,61 +55,45 @@ def inspect_report(path: str, verify: bool) -> tuple[int, dict[str, Any]]:
     )
     from ckptio.verify import verify_checkpoint
 
-    report: dict[str, Any] = {"path": path, "format": None, "status": None, "error": None, "verified": False,
-                              "problems": []}
+    report = InspectReport(path)
     if not os.path.lexists(path):
-        report.update(status="missing", error=f"{path}: no such file")
+        report.set_status("missing", f"{path}: no such file")
         return EXIT_USAGE, report
     try:
         backend = detect_backend(path, thorough=True)
     except CorruptCheckpointError as exc:  # no signature, but a damaged checkpoint of the format it names
-        report.update(format=getattr(exc, "backend", None), status="corrupt", error=str(exc))
+        report.format = getattr(exc, "backend", None)
+        report.set_status("corrupt", str(exc))
         return EXIT_BAD, report
     except UnknownFormatError as exc:  # incl. FIFOs, sockets, devices (never opened for reading)
-        report.update(status=NOT_CKPTIO, error=str(exc))
+        report.set_status(NOT_CKPTIO, str(exc))
         return EXIT_USAGE, report
     except OSError as exc:  # e.g. no permission to read it
-        report.update(status="unreadable", error=str(exc))
+        report.set_status("unreadable", str(exc))
         return EXIT_USAGE, report
-    report["format"] = backend.name
+    report.format = backend.name
     try:
         meta = backend.read_metadata(path)
     except UnknownFormatError as exc:  # the format's container, but not written by ckptio (plain HDF5, netCDF)
-        report.update(status=NOT_CKPTIO, error=str(exc))  # format: the container's (hdf5, pnetcdf)
+        report.set_status(NOT_CKPTIO, str(exc))  # format: the container's (hdf5, pnetcdf)
         return EXIT_USAGE, report
     except CapabilityError as exc:  # a valid structure the built-in reader does not implement: not damage
-        report.update(status="unreadable here", error=str(exc))
+        report.set_status("unreadable here", str(exc))
         return EXIT_USAGE, report
     except IncompleteCheckpointError as exc:
-        report.update(status="incomplete", error=str(exc))
+        report.set_status("incomplete", str(exc))
         return EXIT_BAD, report
     except FormatVersionError as exc:
-        report.update(status="unsupported version", error=str(exc))
+        report.set_status("unsupported version", str(exc))
         return EXIT_BAD, report
     except RewrittenCheckpointError as exc:  # h5repack'd, a netCDF header grown by an added attribute: not damage
-        report.update(status="rewritten", error=str(exc))
+        report.set_status("rewritten", str(exc))
         return EXIT_BAD, report
     except CheckpointError as exc:
-        report.update(status="corrupt", error=str(exc))
+        report.set_status("corrupt", str(exc))
         return EXIT_BAD, report
-    variables, dimensions = {}, {}
-    for name, var in meta.variables.items():
-        blocks = var.block_table()
-        stored = int(blocks.stored_nbytes.sum())
-        codecs = sorted({c for c in blocks.codec_names() if c})
-        dims = list(var.dim_names(name))  # declared, or the defaults <name>_d0, ... the files show
-        for dim, length in zip(dims, var.shape, strict=True):
-            dimensions.setdefault(dim, int(length))
-        variables[name] = {"dtype": var.dtype, "shape": list(var.shape), "kind": var.kind, "nblocks": var.nblocks,
-                           "nbytes": var.nbytes, "stored_nbytes": stored, "codec": codecs[0] if codecs else None,
-                           "compression_ratio": (var.nbytes / stored) if codecs and stored else None,
-                           "dims": dims, "dims_declared": bool(var.dims), "attrs": dict(var.attrs or {})}
-    report.update(dimensions=dimensions)
-    report.update(status="complete", format_version=meta.backend_format_version, schema=meta.schema,
-                  ckptio_version=meta.ckptio_version, created=meta.created, nprocs=meta.nprocs,
-                  byteorder=meta.byteorder, checksum=meta.checksum, attrs=dict(meta.attrs),
-                  layout=_json_or_empty(meta.layout), hints=_json_or_empty(meta.hints), variables=variables,
-                  stats=_json_or_empty(meta.stats))
+    report.document = DocumentSummary.of(meta)
+    report.set_status("complete")
     if verify:
         try:  # each variable's min and max come from the same pass (printed by inspect --verify)
             checked = verify_checkpoint(backend, path, meta, ranges=True)
@@ -108,98 +101,93 @@ def inspect_report(path: str, verify: bool) -> tuple[int, dict[str, Any]]:
         except CorruptCheckpointError as exc:
             problems, ranges = [exc], {}
         except IncompleteCheckpointError as exc:
-            report.update(status="incomplete", error=str(exc))
+            report.set_status("incomplete", str(exc))
             return EXIT_BAD, report
         if not problems:
-            for name, r in ranges.items():
-                report["variables"][name].update(r)
-        report["verified"] = True
-        report["problems"] = [p.to_json() if hasattr(p, "to_json") else {"message": str(p)} for p in problems]
+            report.add_ranges(ranges)
+        report.verified = True
+        report.problems = [p.to_json() if hasattr(p, "to_json") else {"message": str(p)} for p in problems]
         if problems:
-            report.update(status="corrupt", error=f"{len(problems)} block(s) failed verification: {problems[0]}")
+            report.set_status("corrupt", f"{len(problems)} block(s) failed verification: {problems[0]}")
             return EXIT_BAD, report
     return EXIT_OK, report
 
 
-def _json_or_empty(record: Any) -> dict[str, Any]:
-    """A record of the document in its JSON form for the report (``{}`` where the checkpoint has none)."""
-    return {} if record is None else record.to_json()
-
-
-def _print_inspect(report: dict[str, Any], show_stats: bool) -> None:
+def _print_inspect(report: InspectReport, show_stats: bool) -> None:
     out = sys.stdout
-    print(f"checkpoint  {report['path']}", file=out)
-    if report["format"] is None or report["status"] in ("missing", NOT_CKPTIO, "unreadable", "unreadable here"):
-        print(f"status      {report['status']}: {report['error']}", file=out)
+    print(f"checkpoint  {report.path}", file=out)
+    if report.format is None or report.status in ("missing", NOT_CKPTIO, "unreadable", "unreadable here"):
+        print(f"status      {report.status}: {report.error}", file=out)
         return
-    if report["status"] != "complete" and "variables" not in report:
-        print(f"format      {report['format']}", file=out)
-        print(f"status      {report['status'].upper()}: {report['error']}", file=out)
+    doc = report.document
+    if doc is None:  # (never "complete" without its document)
+        print(f"format      {report.format}", file=out)
+        print(f"status      {report.status.upper()}: {report.error}", file=out)
         return
-    print(f"format      {report['format']} (format version {report['format_version']}, metadata schema "
-          f"{report['schema']}), written by ckptio {report['ckptio_version']} on {report['nprocs']} ranks at "
-          f"{report['created']}, byte order {report['byteorder']}", file=out)
-    status = report["status"]
-    if report["verified"] and status == "complete":
-        status += f" and verified ({report['checksum']} of every block)"
-    print(f"status      {status}" + (f": {report['error']}" if report["error"] else ""), file=out)
-    if report["verified"] and "verified_on" not in report:  # (the parallel form says how many ranks it used)
+    print(f"format      {report.format} (format version {doc.format_version}, metadata schema "
+          f"{doc.schema}), written by ckptio {doc.ckptio_version} on {doc.nprocs} ranks at "
+          f"{doc.created}, byte order {doc.byteorder}", file=out)
+    status = report.status
+    if report.verified and status == "complete":
+        status += f" and verified ({doc.checksum} of every block)"
+    print(f"status      {status}" + (f": {report.error}" if report.error else ""), file=out)
+    if report.verified and report.verified_on is None:  # (the parallel form says how many ranks it used)
         from ckptio.verify import PARALLEL_HINT
 
         print(f"            in parallel (each restart aggregator its file domains): "
-              f"{PARALLEL_HINT.replace('PATH', report['path'])}", file=out)
-    elif report["verified"]:
-        print(f"            verified on {report['verified_on']['ranks']} ranks, "
-              f"{report['verified_on']['aggregators']} of them reading", file=out)
-    for p in report["problems"][:20]:
-        print(f"  PROBLEM   {p.get('variable', '')} block {p.get('block')} (rank {p.get('rank')}): {p['message']}",
-              file=out)
-    attrs = report.get("attrs", {})
-    print("attributes  " + (", ".join(f"{k}={v!r}" for k, v in attrs.items()) or "(none)"), file=out)
-    print(f"variables   {len(report['variables'])}", file=out)
-    width = max((len(n) for n in report["variables"]), default=4)
+              f"{PARALLEL_HINT.replace('PATH', report.path)}", file=out)
+    elif report.verified:
+        print(f"            verified on {report.verified_on.get('ranks')} ranks, "
+              f"{report.verified_on.get('aggregators')} of them reading", file=out)
+    for p in report.problems[:20]:
+        print(f"  PROBLEM   {p.get('variable', '')} block {p.get('block')} (rank {p.get('rank')}): "
+              f"{p.get('message')}", file=out)
+    print("attributes  " + (", ".join(f"{k}={v!r}" for k, v in doc.attrs.items()) or "(none)"), file=out)
+    print(f"variables   {len(doc.variables)}", file=out)
+    width = max((len(n) for n in doc.variables), default=4)
     print(f"  {'name':<{width}}  {'dtype':<6} {'kind':<8} {'global shape':<22} {'blocks':>6} {'bytes':>12}  stored",
           file=out)
-    for name, v in report["variables"].items():
-        stored = ("" if v["codec"] is None else
-                  f"{format_bytes(v['stored_nbytes'])} ({v['codec']}, ratio {v['compression_ratio']:.2f})")
-        print(f"  {name:<{width}}  {v['dtype']:<6} {v['kind']:<8} {tuple(v['shape'])!s:<22} {v['nblocks']:>6} "
-              f"{format_bytes(v['nbytes']):>12}  {stored}", file=out)
-    _print_dims_and_attrs(report, out)
-    layout = report.get("layout", {})
-    print(f"layout      stripe count {layout.get('stripe_count')}, stripe unit {layout.get('stripe_unit')}", file=out)
-    if "fs" in layout:  # older files: no record (ckptio.engine.fslayout)
+    for name, v in doc.variables.items():
+        stored = ("" if v.codec is None else
+                  f"{format_bytes(v.stored_nbytes)} ({v.codec}, ratio {v.compression_ratio:.2f})")
+        print(f"  {name:<{width}}  {v.dtype:<6} {v.kind:<8} {tuple(v.shape)!s:<22} {v.nblocks:>6} "
+              f"{format_bytes(v.nbytes):>12}  {stored}", file=out)
+    _print_dims_and_attrs(doc, out)
+    layout = doc.layout or LayoutRecord()
+    print(f"layout      stripe count {layout.stripe_count}, stripe unit {layout.stripe_unit}", file=out)
+    if layout.fs is not None:  # older files: no record (ckptio.engine.fslayout)
         from ckptio.engine.fslayout import show
 
-        print(f"layout got  {show(layout['fs'])}", file=out)
-    hints = report.get("hints", {})
-    print(f"io          {hints.get('io_component', '?')}", file=out)
-    print("hints asked " + " ".join(f"{k}={v}" for k, v in sorted(hints.get("requested", {}).items())), file=out)
-    print("hints got   " + (" ".join(f"{k}={v}" for k, v in sorted(hints.get("effective", {}).items())) or "(none)"),
-          file=out)
+        print(f"layout got  {show(layout.fs.to_json())}", file=out)
+    hints = doc.hints
+    print(f"io          {'?' if hints is None else hints.io_component}", file=out)
+    requested = {} if hints is None else hints.requested
+    effective = {} if hints is None else hints.effective
+    print("hints asked " + " ".join(f"{k}={v}" for k, v in sorted(requested.items())), file=out)
+    print("hints got   " + (" ".join(f"{k}={v}" for k, v in sorted(effective.items())) or "(none)"), file=out)
     if show_stats:
         from ckptio.tools.commands.stats_view import print_stats
 
-        print_stats(report.get("stats", {}), format_bytes, out)
+        print_stats({} if doc.stats is None else doc.stats.to_json(), format_bytes, out)
 
 
-def _print_dims_and_attrs(report: dict[str, Any], out: Any) -> None:
+def _print_dims_and_attrs(doc: DocumentSummary, out: Any) -> None:
     """The declared dimensions (name = length) and the dims and attributes of every variable that declared
     either, as ``ncdump -h`` lists them. Variables without them use the default names ``<name>_d0``, ... (one
     summary line instead of one line each; ``--json`` has every variable's ``dims``)."""
-    described = {n: v for n, v in report["variables"].items() if v["dims_declared"] or v["attrs"]}
+    described = {n: v for n, v in doc.variables.items() if v.dims_declared or v.attrs}
     declared: dict[str, int] = {}
     for v in described.values():
-        if v["dims_declared"]:
-            for dim, length in zip(v["dims"], v["shape"], strict=True):
+        if v.dims_declared:
+            for dim, length in zip(v.dims, v.shape, strict=True):
                 declared.setdefault(dim, int(length))
-    plain = len(report["variables"]) - sum(v["dims_declared"] for v in report["variables"].values())
+    plain = len(doc.variables) - sum(v.dims_declared for v in doc.variables.values())
     note = f"{plain} variable(s) with the default dimension names <name>_d0, <name>_d1, ..." if plain else ""
     parts = [", ".join(f"{k} = {n}" for k, n in declared.items()), note]
     print("dimensions  " + (", ".join(p for p in parts if p) or "(none)"), file=out)
     for name, v in described.items():
-        attrs = "  " + ", ".join(f"{k}={a!r}" for k, a in v["attrs"].items()) if v["attrs"] else ""
-        print(f"  {name}({', '.join(v['dims'])}){attrs}", file=out)
+        attrs = "  " + ", ".join(f"{k}={a!r}" for k, a in v.attrs.items()) if v.attrs else ""
+        print(f"  {name}({', '.join(v.dims)}){attrs}", file=out)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -208,7 +196,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     A closed stdout is handled by :func:`main`."""
     from ckptio.tools.commands.inspect_many import inspect_paths
 
-    return inspect_paths(args, inspect_report, _print_inspect)
+    return inspect_paths(args, inspect_checkpoint, _print_inspect)
 
 
 def _silence_stdout() -> None:

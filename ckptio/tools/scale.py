@@ -292,7 +292,8 @@ def write_control_plane(ranks: int, total_bytes: int, nvars: int = 24, ranks_per
     import pickle
 
     from ckptio.backends import get_backend
-    from ckptio.engine.index import DocumentInputs, build_document, gc_paused, light_copy
+    from ckptio.engine.index import DocumentInputs, RankReport, WrittenColumns, build_document, gc_paused, light_copy
+    from ckptio.model.declared import RankShare
     from ckptio.model.plan import own_plan, pack_declarations, plan_headers, plan_packed, segment_starts
 
     rows = _rows(ranks, total_bytes, nvars)
@@ -305,9 +306,8 @@ def write_control_plane(ranks: int, total_bytes: int, nvars: int = 24, ranks_per
                              pickle.HIGHEST_PROTOCOL) for r in range(ranks)]
     offsets = [share["offsets"] for share in
                backend.place(plan_packed([pickle.loads(d) for d in declared]), stripe_unit, ranks).shares]
-    reported = [pickle.dumps({"written": {"file_offset": offsets[r], "stored": [rows * ROW_BYTES] * nvars,
-                                          "codec": [None] * nvars},
-                              "bytes": nvars * rows * ROW_BYTES, "timings": {}, "placement": hosts[r]},
+    reported = [pickle.dumps(RankReport(WrittenColumns(offsets[r], [rows * ROW_BYTES] * nvars, [None] * nvars),
+                                        nvars * rows * ROW_BYTES, {}, hosts[r]),
                              pickle.HIGHEST_PROTOCOL) for r in range(ranks)]
     del offsets
 
@@ -319,7 +319,7 @@ def write_control_plane(ranks: int, total_bytes: int, nvars: int = 24, ranks_per
         variables = plan_packed([pickle.loads(d) for d in declared])
         placement = backend.place(variables, stripe_unit, ranks)
         headers = pickle.dumps((plan_headers(variables), "tmp", {}, stripe_unit), pickle.HIGHEST_PROTOCOL)
-        shares = [pickle.dumps({"segments": s, "placement": share}, pickle.HIGHEST_PROTOCOL) for s, share in
+        shares = [pickle.dumps(RankShare(s, share), pickle.HIGHEST_PROTOCOL) for s, share in
                   zip(segment_starts(variables, ranks), placement.shares, strict=True)]
         reports = [pickle.loads(r) for r in reported]
         inputs = DocumentInputs(backend.name, backend.format_version,
@@ -337,7 +337,7 @@ def write_control_plane(ranks: int, total_bytes: int, nvars: int = 24, ranks_per
         common, _tmp, _described, _unit = pickle.loads(headers)
         received = pickle.loads(share)
         pickle.loads(light)
-        return own_plan(common, mine, ranks // 2, received["segments"])
+        return own_plan(common, mine, ranks // 2, received.segments)
 
     plan, other = measure(on_other_rank, traced=True)
     assert sum(len(v.rank) for v in plan.values()) == nvars

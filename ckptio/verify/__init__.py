@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckptio.engine import verify_scan
 from ckptio.errors import UnknownFormatError
-from ckptio.model.document import CheckpointDocument
+from ckptio.model.document import CheckpointDocument, variables_of
 from ckptio.model.plan import Extent
 
 if TYPE_CHECKING:  # (an annotation only: backends/rawio.py imports this module)
@@ -120,7 +120,7 @@ def _scan_rows(backend: Backend, path: str, meta: CheckpointDocument | Mapping[s
                ranges: bool) -> verify_scan.Result:
     """Local: the rows through large reads of the file where the backend's serial reader says its extents are the
     file's own bytes (``file_bytes``: every format ckptio ships), else one extent at a time through that reader."""
-    variables = meta["variables"]
+    variables = variables_of(meta)
     reader = backend.serial_extent_reader(path, meta)
     try:
         if getattr(reader, "file_bytes", False):

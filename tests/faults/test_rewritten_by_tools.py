@@ -81,8 +81,12 @@ def test_one_moved_dataset_is_still_corrupt(tmp_path: Path) -> None:
     flipped address bit looks like) stays "corrupt"."""
     from ckptio.backends.hdf5 import rewritten_by_another_tool
 
-    meta = {"variables": {"a": {"shape": [4], "dtype": "<f8", "storage": {"file_offset": 1000}},
-                          "b": {"shape": [4], "dtype": "<f8", "storage": {"file_offset": 2000}}}}
+    from ckptio.model.document import CheckpointDocument, StorageRecord, VariableRecord
+
+    def var(offset: int) -> VariableRecord:
+        return VariableRecord("<f8", (4,), "array", None, 1, storage=StorageRecord({"file_offset": offset}))
+
+    meta = CheckpointDocument(2, "hdf5", 1, "xxh3_64", {}, {"a": var(1000), "b": var(2000)})
     assert rewritten_by_another_tool(meta, {"a": ([4], 1000), "b": ([4], 3000)}, 10_000) is None
     assert rewritten_by_another_tool(meta, {"a": ([4], 5000), "b": ([4], 3000)}, 10_000) is not None
     assert rewritten_by_another_tool(meta, {"a": ([4], 5000), "b": ([4], 9990)}, 10_000) is None  # outside

@@ -21,6 +21,7 @@ import os
 import re
 import stat
 import sys
+from dataclasses import dataclass, field
 from typing import Any
 
 from ckptio.errors import (
@@ -31,6 +32,7 @@ from ckptio.errors import (
     IncompleteCheckpointError,
     UnknownFormatError,
 )
+from ckptio.model.series_record import SeriesRecord
 from ckptio.model.units import format_bytes
 from ckptio.tiers.catalog import _TEMP, identify, list_directory, superseded
 from ckptio.tiers.catalog import Entry as CatalogEntry
@@ -43,24 +45,58 @@ NOT_CKPTIO = "not a ckptio checkpoint"  # = ckptio.tools.cli.NOT_CKPTIO, inspect
 DAMAGED = ("incomplete", "corrupt", "unsupported version")
 
 
-def examine(path: str, verify: bool) -> dict[str, Any]:
-    """Local, serial: format, status, attributes (step/time/sequence) of one file."""
+@dataclass
+class ListedFile:
+    """One row of the listing: the file (name, path, size, modification time), what its name says (the series it
+    belongs to, as ``{stem}<step>{suffix}``, and its step; or a temporary), what reading it found (format, status,
+    why not valid, the checkpoint's attributes, writer ranks, commit time and series identity) and whether it is
+    the newest valid checkpoint of its series."""
+
+    name: str
+    path: str
+    size: int
+    mtime_ns: int
+    series: str | None
+    step: int | None
+    temporary: bool
+    newest_valid: bool = False
+    format: str | None = None
+    status: str | None = None
+    error: str | None = None
+    attrs: dict[str, Any] = field(default_factory=dict)
+    nprocs: int | None = None
+    created: str | None = None
+    identity: SeriesRecord | None = None  # read for the timeline only (not listed)
+    time: Any = None
+
+    def found(self, status: str, error: str | None = None) -> None:
+        self.status, self.error = status, error
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "path": self.path, "series": self.series, "step": self.step, "time": self.time,
+                "format": self.format, "status": self.status, "error": self.error, "size": self.size,
+                "newest_valid": self.newest_valid, "nprocs": self.nprocs}
+
+
+def examine(row: ListedFile, verify: bool) -> None:
+    """Local, serial: format, status, attributes (step/time/sequence) of the file of ``row``, filled in."""
     from ckptio.backends import detect_backend
     from ckptio.verify import verify_blocks
 
-    info: dict[str, Any] = {"format": None, "status": None, "error": None, "attrs": {}, "nprocs": None}
+    path = row.path
     try:
         backend = detect_backend(path)
     except CorruptCheckpointError as exc:
-        info.update(format=getattr(exc, "backend", None), status="corrupt", error=str(exc))
-        return info
+        row.format = getattr(exc, "backend", None)
+        row.found("corrupt", str(exc))
+        return
     except UnknownFormatError as exc:
-        info.update(status=NOT_CKPTIO, error=str(exc))
-        return info
+        row.found(NOT_CKPTIO, str(exc))
+        return
     except OSError as exc:  # e.g. no permission to read it
-        info.update(status="unreadable", error=str(exc))
-        return info
-    info["format"] = backend.name
+        row.found("unreadable", str(exc))
+        return
+    row.format = backend.name
     try:
         meta = backend.read_metadata(path)
         if verify:
@@ -69,29 +105,28 @@ def examine(path: str, verify: bool) -> dict[str, Any]:
                 more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
                 raise CorruptCheckpointError(f"{problems[0]}{more}")
     except UnknownFormatError as exc:  # the format's container, not written by ckptio (plain HDF5/netCDF): no damage
-        info.update(status=NOT_CKPTIO, error=str(exc))  # format: the container's, as inspect shows it
-        return info
+        row.found(NOT_CKPTIO, str(exc))  # format: the container's, as inspect shows it
+        return
     except CapabilityError as exc:  # a valid structure the built-in reader does not implement: not damage
-        info.update(status="unreadable here", error=str(exc))
-        return info
+        row.found("unreadable here", str(exc))
+        return
     except IncompleteCheckpointError as exc:
-        info.update(status="incomplete", error=str(exc))
-        return info
+        row.found("incomplete", str(exc))
+        return
     except FormatVersionError as exc:
-        info.update(status="unsupported version", error=str(exc))
-        return info
+        row.found("unsupported version", str(exc))
+        return
     except (CheckpointError, OSError, ValueError) as exc:
-        info.update(status="corrupt", error=str(exc))
-        return info
-    info.update(status="valid+verified" if verify else "valid", attrs=dict(meta.attrs), nprocs=meta.nprocs,
-                created=meta.created, _identity=meta.series)
-    return info
+        row.found("corrupt", str(exc))
+        return
+    row.found("valid+verified" if verify else "valid")
+    row.attrs, row.nprocs, row.created, row.identity = dict(meta.attrs), meta.nprocs, meta.created, meta.series
 
 
-def list_run(directory: str, verify: bool = False) -> list[dict[str, Any]]:
+def list_run(directory: str, verify: bool = False) -> list[ListedFile]:
     """Local: one row per listed file, sorted by series then step (newest last). Raises CheckpointIOError if
     ``directory`` is missing or not a directory."""
-    rows: list[dict[str, Any]] = []
+    rows: list[ListedFile] = []
     for name in sorted(list_directory(directory)):
         path = os.path.join(directory, name)
         try:
@@ -101,51 +136,47 @@ def list_run(directory: str, verify: bool = False) -> list[dict[str, Any]]:
         if not stat.S_ISREG(st.st_mode):
             continue
         m, temp = STEP_NAME.fullmatch(name), _TEMP.fullmatch(name)
-        rows.append({"name": name, "path": path, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-                     "series": f"{m['stem']}<step>{m['suffix']}" if m and not temp else None,
-                     "step": int(m["step"]) if m and not temp else None, "temporary": temp is not None,
-                     "newest_valid": False})
+        named = m is not None and temp is None
+        rows.append(ListedFile(name, path, st.st_size, st.st_mtime_ns,
+                               f"{m.group('stem')}<step>{m.group('suffix')}" if named else None,
+                               int(m.group("step")) if named else None, temp is not None))
     for row in progress(rows, desc="ls", unit="file"):
-        if row["temporary"]:
-            row.update(format=None, status="temporary", attrs={},
-                       error=f"temporary of {_TEMP.fullmatch(row['name'])['name']} (a write in progress or "
-                             "interrupted)")
+        if row.temporary:
+            row.format, row.attrs = None, {}
+            row.found("temporary", f"temporary of {_TEMP.fullmatch(row.name).group('name')} (a write in progress "
+                                   "or interrupted)")
             continue
-        row.update(examine(row["path"], verify))
-    rows = [r for r in rows if r["series"] is not None or r["temporary"] or r["status"] != NOT_CKPTIO]
+        examine(row, verify)
+    rows = [r for r in rows if r.series is not None or r.temporary or r.status != NOT_CKPTIO]
     for row in rows:
-        attrs = row.get("attrs") or {}
-        row["time"] = attrs.get("time")
-        if row["step"] is None and isinstance(attrs.get("step"), int):
-            row["step"] = attrs["step"]
+        row.time = row.attrs.get("time")
+        if row.step is None and isinstance(row.attrs.get("step"), int):
+            row.step = row.attrs.get("step")
     _mark_timeline(rows)
-    for row in rows:
-        row.pop("_identity", None)  # read for the timeline only
-    rows.sort(key=lambda r: (r["series"] or "~", r["step"] if r["step"] is not None else -1, r["name"]))
+    rows.sort(key=lambda r: (r.series or "~", r.step if r.step is not None else -1, r.name))
     return rows
 
 
-def _mark_timeline(rows: list[dict[str, Any]]) -> None:
+def _mark_timeline(rows: list[ListedFile]) -> None:
     """Per series: mark superseded checkpoints (ckptio.tiers.catalog's rule) and the newest valid one."""
-    series: dict[str, list[dict[str, Any]]] = {}
+    series: dict[str, list[ListedFile]] = {}
     for row in rows:
-        if row["series"] is not None:
-            series.setdefault(row["series"], []).append(row)
+        if row.series is not None:
+            series.setdefault(row.series, []).append(row)
     for members in series.values():
         entries = {}
         for r in members:  # the timeline as ckptio.latest sees it (catalog.identify)
-            entry = CatalogEntry(r["path"], r["step"], None, r["mtime_ns"])
-            if r["status"] in VALID:  # (a damaged series record failed the read: "corrupt", never chosen)
-                identify(entry, r.get("created"), r.get("_identity"), r.get("attrs") or {})
-            entries[r["path"]] = entry
+            entry = CatalogEntry(r.path, r.step, None, r.mtime_ns)
+            if r.status in VALID:  # (a damaged series record failed the read: "corrupt", never chosen)
+                identify(entry, r.created, r.identity, r.attrs)
+            entries[r.path] = entry
         gone = superseded(list(entries.values()))
         for r in members:
-            if r["path"] in gone:
-                r["status"] = "superseded"
-                r["error"] = f"by {os.path.basename(gone[r['path']].path)}"
-        valid = [r for r in members if r["status"] in VALID]
+            if r.path in gone:
+                r.found("superseded", f"by {os.path.basename(gone[r.path].path)}")
+        valid = [r for r in members if r.status in VALID]
         if valid:
-            max(valid, key=lambda r: r["step"])["newest_valid"] = True
+            max(valid, key=lambda r: r.step).newest_valid = True
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -163,27 +194,25 @@ def run(args: argparse.Namespace) -> int:
         rows = list_run(args.directory, args.verify)
     except (CheckpointError, OSError) as exc:
         return error_exit(NAME, exc)
-    code = EXIT_DIFFERENT if any(r["status"] in DAMAGED for r in rows) else EXIT_OK
+    code = EXIT_DIFFERENT if any(r.status in DAMAGED for r in rows) else EXIT_OK
     if args.json:
-        keep = ("name", "path", "series", "step", "time", "format", "status", "error", "size", "newest_valid",
-                "nprocs")
-        json.dump({"directory": args.directory, "verified": args.verify,
-                   "files": [{k: r.get(k) for k in keep} for r in rows]}, sys.stdout, indent=2, default=str)
+        json.dump({"directory": args.directory, "verified": args.verify, "files": [r.to_json() for r in rows]},
+                  sys.stdout, indent=2, default=str)
         print()
         return code
     if not rows:
         print(f"{args.directory}: no checkpoint files")
         return code
 
-    width = max(len(r["name"]) for r in rows)
+    width = max(len(r.name) for r in rows)
     print(f"  {'name':<{width}}  {'step':>8}  {'time':>12}  {'format':<7}  {'size':>10}  status")
     for r in rows:
-        mark = "*" if r["newest_valid"] else " "
-        step = "" if r["step"] is None else str(r["step"])
-        time = "" if r["time"] is None else f"{r['time']:.6g}" if isinstance(r["time"], int | float) else str(r["time"])
-        status = r["status"] + (f" ({r['error']})" if r["error"] and r["status"] not in VALID else "")
-        print(f"{mark} {r['name']:<{width}}  {step:>8}  {time:>12}  {r['format'] or '-':<7}  "
-              f"{format_bytes(r['size']):>10}  {status}")
+        mark = "*" if r.newest_valid else " "
+        step = "" if r.step is None else str(r.step)
+        time = "" if r.time is None else f"{r.time:.6g}" if isinstance(r.time, int | float) else str(r.time)
+        status = r.status + (f" ({r.error})" if r.error and r.status not in VALID else "")
+        print(f"{mark} {r.name:<{width}}  {step:>8}  {time:>12}  {r.format or '-':<7}  "
+              f"{format_bytes(r.size):>10}  {status}")
     print("* newest valid checkpoint of its series (what ckptio.latest returns"
           + (", verified)" if args.verify else ")"))
     return code

@@ -16,9 +16,9 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from ckptio.errors import CheckpointError, CorruptCheckpointError, IncompleteCheckpointError
+from ckptio.model.inspection import InspectReport
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -48,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if comm.Get_rank() != 0:
             continue
         if args.json:
-            reports.append(report)
+            reports.append(report.to_json())
             continue
         if i:
             print()
@@ -60,43 +60,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def verify_one(comm, path: str, aggregators: int | None) -> tuple[int, dict[str, Any]]:
+def verify_one(comm, path: str, aggregators: int | None) -> tuple[int, InspectReport]:
     """Collective over ``comm``: ``(exit status, inspect report)`` of one path, the same on every rank."""
     from ckptio import coord
-    from ckptio.tools.cli import EXIT_BAD, EXIT_USAGE, inspect_report
+    from ckptio.tools.cli import EXIT_BAD, EXIT_USAGE, inspect_checkpoint
     from ckptio.verify import verify_parallel
 
-    status, report = coord.bcast_from_root(comm, f"inspect {path}", lambda: inspect_report(path, False))
-    report.pop("stats", None)
+    status, report = coord.bcast_from_root(comm, f"inspect {path}", lambda: inspect_checkpoint(path, False))
+    if report.document is not None:
+        report.document.show_stats = False
     if status != 0:
         return status, report
     try:
         checked = verify_parallel(path, comm, aggregators, ranges=True)
     except CorruptCheckpointError as exc:  # (agreed: the same on every rank, as every error below)
-        report.update(status="corrupt", error=str(exc), verified=True, problems=[{"message": str(exc)}])
+        report.set_status("corrupt", str(exc))
+        report.verified, report.problems = True, [{"message": str(exc)}]
         return EXIT_BAD, report
     except IncompleteCheckpointError as exc:
-        report.update(status="incomplete", error=str(exc))
+        report.set_status("incomplete", str(exc))
         return EXIT_BAD, report
     except CheckpointError as exc:  # the file went away, could not be read, or is no longer a checkpoint
-        report.update(status="unreadable", error=str(exc))
+        report.set_status("unreadable", str(exc))
         return EXIT_USAGE, report
-    report.update(verified=True, problems=[p.to_json() for p in checked.problems],
-                  verified_on={"ranks": comm.Get_size(), "aggregators": checked.aggregators})
+    report.verified, report.problems = True, [p.to_json() for p in checked.problems]
+    report.verified_on = {"ranks": comm.Get_size(), "aggregators": checked.aggregators}
     if checked.problems:
-        report.update(status="corrupt", error=f"{len(checked.problems)} block(s) failed verification: "
-                                              f"{checked.problems[0]}")
+        report.set_status("corrupt", f"{len(checked.problems)} block(s) failed verification: "
+                                     f"{checked.problems[0]}")
         return EXIT_BAD, report
-    for name, r in checked.ranges.items():
-        report["variables"][name].update(r)
+    report.add_ranges(checked.ranges)
     return 0, report
 
 
-def print_report(report: dict[str, Any]) -> None:
+def print_report(report: InspectReport) -> None:
     """Rank 0: the text ``ckptio inspect --verify`` prints for ``report``."""
     from ckptio.tools.cli import _print_inspect
     from ckptio.tools.commands.inspect_many import _print_ranges
 
     _print_inspect(report, False)
-    if report["status"] == "complete":
+    if report.status == "complete":
         _print_ranges(report)
