@@ -28,7 +28,8 @@ import numpy as np
 from mpi4py import MPI
 
 import ckptio
-from ckptio.engine import fslayout
+from ckptio.model.document import CheckpointDocument
+from ckptio.model.fs_layout_record import StripeLayout
 from ckptio.tools.simulate import parse_size
 
 
@@ -39,22 +40,29 @@ def _ceph(*args: str) -> str:
     return subprocess.run([*cmd, *args[1:]], capture_output=True, text=True, check=True, timeout=120).stdout
 
 
-def objects_per_osd(path: str, meta: dict) -> dict:
+def got_layout(meta: CheckpointDocument) -> StripeLayout | None:
+    """The layout the file system gave the checkpoint (``inspect``'s "layout got"), None where none was read."""
+    fs = meta.layout.fs if meta.layout is not None else None
+    return None if fs is None else fs.got
+
+
+def objects_per_osd(path: str, meta: CheckpointDocument) -> dict:
     """Rank 0: objects, bytes and writing ranks per OSD of the checkpoint file ``path`` (see module docstring)."""
     pool = os.environ.get("CKPTIO_CEPH_DATA_POOL", "cephfs_data")
-    got = meta["layout"]["fs"]["got"]
-    su, sc, osz = got["stripe_unit"], got["stripe_count"], got["object_size"]
+    got = got_layout(meta)
+    assert got is not None, "CephFS reported no layout for the checkpoint"
+    su, sc, osz = got.stripe_unit, got.stripe_count, got.object_size
     prefix = f"{os.stat(path).st_ino:x}."
     names = [n for n in _ceph("rados", "-p", pool, "ls").split() if n.startswith(prefix)]
     from ckptio.backends import detect_backend
 
-    blocks = [dict(b) for b in detect_backend(path).read_metadata(path)["variables"]["u"]["blocks"]]
+    stored = detect_backend(path).read_metadata(path)
     writer_of: dict[int, set[int]] = defaultdict(set)
-    for b in blocks:
-        start, end = int(b["file_offset"]), int(b["file_offset"]) + int(b["stored_nbytes"])
+    for b in stored.variables["u"].blocks.blocks():
+        start, end = b.file_offset, b.file_offset + b.stored_nbytes
         for unit in range(start // su, (end - 1) // su + 1):
             stripe, pos = divmod(unit, sc)
-            writer_of[(stripe // (osz // su)) * sc + pos].add(int(b["rank"]))
+            writer_of[(stripe // (osz // su)) * sc + pos].add(b.rank)
     per_osd: dict[int, dict] = defaultdict(lambda: {"objects": 0, "bytes": 0, "writers": set()})
     for name in names:
         osd = json.loads(_ceph("ceph", "osd", "map", pool, name, "-f", "json"))["acting_primary"]
@@ -64,7 +72,7 @@ def objects_per_osd(path: str, meta: dict) -> dict:
         entry["bytes"] += size
         entry["writers"] |= writer_of.get(int(name[len(prefix):], 16), set())
     shared = sum(1 for w in writer_of.values() if len(w) > 1)
-    return {"layout": got, "objects": len(names), "objects_with_two_writers": shared,
+    return {"layout": dict(got.values), "objects": len(names), "objects_with_two_writers": shared,
             "per_osd": {str(k): {**v, "writers": sorted(v["writers"])} for k, v in sorted(per_osd.items())}}
 
 
@@ -96,7 +104,8 @@ def run_case(comm, directory: str, nbytes: int, count: int, repeat: int) -> dict
     out = {"stripe_count": count, "repeat": repeat, "write_s": write_s, "read_s": read_s,
            "write_MiBps": nbytes / write_s / 2**20, "read_MiBps": nbytes / read_s / 2**20}
     if rank == 0:
-        out["got"] = fslayout.got_layout(meta)
+        got = got_layout(meta)
+        out["got"] = None if got is None else dict(got.values)
         out["placement"] = objects_per_osd(path, meta) if repeat == 0 else None
         os.unlink(path)
     return comm.bcast(out if rank == 0 else None, root=0)
