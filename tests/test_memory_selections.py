@@ -91,15 +91,12 @@ def test_halo_interiors_async_compressed_staged(mode, tmp_path):
     assert proc.stdout.count("OK") == 2, proc.stdout + proc.stderr
 
 
-# The native format's own write aggregators (issue 29 item 1, CKPTIO_WRITE_IO=posix or mpiio, the default) hold
-# a round buffer the size of the interior here (peak 9.48 MB for 8 MiB, measured 2026-11-27): a known defect,
-# open on issue 29, strict so that the fix must remove the mark. MPI-IO's own collective write (write_all) does
-# not copy.
-WRITE_IO_CASES = [
-    pytest.param(be, io, marks=pytest.mark.xfail(strict=True, reason="the aggregated native write copies the "
-                                                 "interior into its round buffer (issue 29)"))
-    if be == "mpiio" and io != "write_all" else (be, io)
-    for be in BACKENDS for io in (("posix", "write_all") if be == "mpiio" else ("posix",))]
+# The native format's own write aggregators (issue 29 item 1, CKPTIO_WRITE_IO=posix, the default, or mpiio) write an
+# aggregator's own pieces straight from the caller's arrays (a strided interior as its rows); MPI-IO's own
+# collective write (write_all) does not copy either. (Before the fix: a round buffer the size of the interior,
+# peak 9.48 MB for 8 MiB.)
+WRITE_IO_CASES = [(be, io) for be in BACKENDS
+                  for io in (("posix", "mpiio", "write_all") if be == "mpiio" else ("posix",))]
 
 
 @pytest.mark.mpi

@@ -6,15 +6,19 @@ Both sides of every message describe it alike (:class:`ckptio.coord.datatypes.St
 round for one aggregator in domain-position order, as runs of the caller's arrays (a strided view gives one run
 per contiguous row: MPI reads them in place through an hindexed datatype); the aggregator's as the places of the
 same pieces in its round buffer (position modulo the round size: the buffer holds the file's bytes at their file
-alignment). An aggregator's own pieces never go through MPI: a contiguous one is written straight from the
-caller's array (one ``pwritev`` iovec), a strided one copied into the round buffer first.
+alignment). An aggregator's own pieces never go through MPI nor through a round buffer: they are written straight
+from the caller's arrays, a contiguous one as one array, a strided one as its contiguous runs (one ``pwritev``
+iovec or one block of the ``MPI_File_write_at`` memory type per run, :class:`StridedBytes`), so the round buffers
+hold only what other ranks send (at most ``round_bytes`` each, two of them) and are allocated only when something
+arrives. A run's arrays are handed to the byte-range writer a batch at a time (:func:`batches`): a halo'd
+interior's thousands of rows are never all views at once.
 
 Everything here is local; a descriptor row is ``[file offset, domain position, length]`` (int64).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -25,6 +29,7 @@ from ckptio.model.write_domains import PieceCut, RankDomain, WriteDomains
 
 _I64 = np.int64
 WIDTH = 3  # a descriptor row: file offset, domain position, length
+BATCH_ARRAYS = 512  # arrays per write call (one pwritev's iovecs: well under IOV_MAX, 1024 on Linux)
 
 
 def byte_view(array: np.ndarray) -> np.ndarray:
@@ -32,34 +37,55 @@ def byte_view(array: np.ndarray) -> np.ndarray:
     return array.reshape(-1).view(np.uint8)
 
 
-def copy_bytes(src: np.ndarray, start: int, stop: int, dst: np.ndarray) -> None:
-    """Bytes ``[start, stop)`` of ``src``'s elements in C order (a strided view: a memory selection) into the uint8
-    array ``dst``, a slab of rows at a time (no per-row Python loop)."""
-    if stop <= start:
-        return
-    if src.flags.c_contiguous:
-        dst[:stop - start] = byte_view(src)[start:stop]
-        return
-    row = src.nbytes // src.shape[0]
+class StridedBytes:
+    """Bytes of a strided piece (a passable view, :mod:`ckptio.model.memsel`) as its contiguous runs in C order:
+    ``starts``/``lengths`` relative to ``span`` (the uint8 memory from the view's first to its last element).
+    Each run becomes a uint8 view of the caller's memory only when asked for (:meth:`arrays`). Local."""
 
-    def sub(i: int) -> np.ndarray:
-        return src[i] if src.ndim > 1 else src[i:i + 1]
+    def __init__(self, span: np.ndarray, starts: np.ndarray, lengths: np.ndarray):
+        self.span, self.starts, self.lengths = span, starts, lengths
+        self.nbytes = int(lengths.sum())
 
-    first, last = start // row, (stop - 1) // row
-    if first == last:
-        copy_bytes(sub(first), start - first * row, stop - first * row, dst)
-        return
-    pos, full_from = 0, first
-    if start % row:
-        copy_bytes(sub(first), start % row, row, dst)
-        pos, full_from = row - start % row, first + 1
-    full_to = last + 1 if stop - last * row == row else last
-    if full_to > full_from:
-        slab = src[full_from:full_to]
-        dst[pos:pos + slab.nbytes].view(src.dtype).reshape(slab.shape)[...] = slab
-        pos += slab.nbytes
-    if full_to == last:
-        copy_bytes(sub(last), 0, stop - last * row, dst[pos:])
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def arrays(self, lo: int, hi: int) -> list[np.ndarray]:
+        """Runs ``[lo, hi)`` as uint8 views of the caller's memory."""
+        span = self.span
+        return [span[a:a + n] for a, n in zip(self.starts[lo:hi].tolist(), self.lengths[lo:hi].tolist(),
+                                               strict=True)]
+
+
+#: What a run of an aggregator's round is made of: contiguous uint8 arrays (a round buffer's bytes, a caller's
+#: contiguous array) and the runs of strided pieces, in file order (see :func:`batches`).
+Memory = np.ndarray | StridedBytes
+PlannedRun = tuple[int, list[Memory]]
+
+
+def batches(runs: Sequence[PlannedRun], limit: int = BATCH_ARRAYS) -> Iterator[list[Run]]:
+    """Local: ``runs`` as byte-range writer runs (``Run``: a file offset and contiguous uint8 arrays), in file
+    order, in groups of at most ``limit`` arrays (a run longer than that is continued in the next group at the
+    file offset where it stopped). Only one group's views exist at a time."""
+    group: list[Run] = []
+    count = 0
+    for offset, parts in runs:
+        at, current = offset, []
+        for part in parts:
+            total = 1 if isinstance(part, np.ndarray) else len(part)
+            lo = 0
+            while lo < total:
+                take = min(total - lo, limit - count)
+                current.extend([part] if isinstance(part, np.ndarray) else part.arrays(lo, lo + take))
+                lo, count = lo + take, count + take
+                if count == limit:
+                    group.append((at, current))
+                    yield group
+                    at += sum(a.nbytes for a in current)
+                    group, current, count = [], [], 0
+        if current:
+            group.append((at, current))
+    if group:
+        yield group
 
 
 class SenderPlan:
@@ -142,18 +168,17 @@ class SenderPlan:
         lens[-1] -= (last + 1) * run - stop
         return addrs, lens
 
-    def own_bytes(self, row: int, slot: np.ndarray, position: int) -> np.ndarray:
-        """Own part ``row``'s bytes for the write: a view of the caller's contiguous array, or (strided) copied
-        into ``slot`` at ``position`` and that view."""
+    def own_memory(self, row: int) -> Memory:
+        """Own part ``row``'s bytes for the write, in the caller's memory: a uint8 view of a contiguous array, or
+        the runs of a strided one (no copy either way)."""
         p = int(self.own.piece[row])
         start = int(self.own.offset[row]) - int(self.starts[p])
         n = int(self.own.length[row])
         arr = self.arrays[p]
         if arr.flags.c_contiguous:
             return byte_view(arr)[start:start + n]
-        dst = slot[position:position + n]
-        copy_bytes(arr, start, start + n, dst)
-        return dst
+        addrs, lens = self._strided(p, start, start + n)
+        return StridedBytes(memsel.span(arr).view(np.uint8), addrs - memsel.address(arr), lens)
 
 
 class AggregatorPlan:
@@ -169,11 +194,8 @@ class AggregatorPlan:
         order = np.lexsort((rows[:, 1], src, rnd))
         self.rows, self.src, self.round = rows[order], src[order], rnd[order]
         self.sender = sender
-        strided_own = [i for i in range(len(sender.own)) if
-                       not sender.arrays[int(sender.own.piece[i])].flags.c_contiguous]
-        needs = [int(r[1] % round_bytes + r[2]) for r in self.rows] + [
-            int(sender.own.position[i] % round_bytes + sender.own.length[i]) for i in strided_own]
-        self.slot_bytes = min(round_bytes, max(needs, default=0))
+        needs = (self.rows[:, 1] % round_bytes + self.rows[:, 2]) if len(self.rows) else np.zeros(0, _I64)
+        self.slot_bytes = min(round_bytes, int(needs.max(initial=0)))  # only what other ranks send lands here
         self.nrounds = max(int(self.round.max()) + 1 if len(self.round) else 0, sender.own.nrounds)
         self._slots: dict[int, np.ndarray] = {}
 
@@ -201,23 +223,21 @@ class AggregatorPlan:
                                           np.zeros(b - a, _I64))
         return out
 
-    def runs(self, k: int) -> list[Run]:
+    def runs(self, k: int) -> list[PlannedRun]:
         """Round ``k``'s writes, in file order: the received rows (from the round buffer) and the own parts
-        (the caller's memory, or copied into the buffer), consecutive file ranges joined into one run."""
-        entries: list[tuple[int, np.ndarray]] = []
+        (the caller's memory, contiguous arrays or the runs of strided ones), consecutive file ranges joined
+        into one run."""
+        entries: list[tuple[int, Memory]] = []
         lo, hi = np.searchsorted(self.round, [k, k + 1]).tolist()
         if hi > lo:
             buf = self.slot(k)
             for off, pos, n in self.rows[lo:hi].tolist():
                 at = pos % self.round_bytes
                 entries.append((off, buf[at:at + n]))
-        own = self.sender.own
-        for i in np.flatnonzero(own.round == k).tolist():
-            pos = int(own.position[i] % self.round_bytes)
-            entries.append((int(own.offset[i]), self.sender.own_bytes(i, self.slot(k) if self._needs_slot(i)
-                                                                       else np.zeros(0, np.uint8), pos)))
+        for i in np.flatnonzero(self.sender.own.round == k).tolist():
+            entries.append((int(self.sender.own.offset[i]), self.sender.own_memory(i)))
         entries.sort(key=lambda e: e[0])
-        out: list[tuple[int, list[np.ndarray]]] = []
+        out: list[PlannedRun] = []
         end = -1
         for off, mem in entries:
             if off == end:
@@ -226,6 +246,3 @@ class AggregatorPlan:
                 out.append((off, [mem]))
             end = off + mem.nbytes
         return out
-
-    def _needs_slot(self, i: int) -> bool:
-        return not self.sender.arrays[int(self.sender.own.piece[i])].flags.c_contiguous

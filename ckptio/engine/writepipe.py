@@ -1,6 +1,6 @@
 """A write aggregator's file writes, round by round (the write side's mirror of :mod:`ckptio.engine.readpipe`).
 
-Round k is written from buffer slot ``k % 2`` (and from the caller's own arrays) while round k+1 is received
+Round k is written from buffer slot ``k % 2`` (and from the caller's own arrays, in place) while round k+1 is received
 into the other slot: with an independent byte-range writer (``pwritev``, no MPI) and threads allowed
 (``CKPTIO_WRITE_THREAD`` not 0 and an MPI thread level above ``MPI_THREAD_SINGLE``), in one helper thread, one
 round behind the exchange; otherwise (``CKPTIO_WRITE_IO=mpiio``: MPI calls stay in the calling thread) at once,
@@ -20,8 +20,9 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from ckptio import settings
-from ckptio.backends.base import RangeWriter, Run
+from ckptio.backends.base import RangeWriter
 from ckptio.engine import placement_stats
+from ckptio.engine.write_rounds import PlannedRun, batches
 
 THREAD_ENV = "CKPTIO_WRITE_THREAD"  # "0": write in the calling thread (no overlap)
 
@@ -53,13 +54,15 @@ class RoundWriter:
         self.file_calls = 0
         self.storage_bytes: int | None = 0
 
-    def _write(self, runs: Sequence[Run]) -> None:
-        """Local, in the writing thread: one round's runs, timed and accounted."""
+    def _write(self, runs: Sequence[PlannedRun]) -> None:
+        """Local, in the writing thread: one round's runs (their arrays a batch at a time: views of the rows of
+        a strided piece exist only for the write call that takes them), timed and accounted."""
         t, c = time.perf_counter(), time.thread_time()
         mark = placement_stats.storage_bytes_written() if self._pool is not None else None
         try:
-            self.file_calls += self._writer.write(runs)
-            self.file_bytes += sum(a.nbytes for _, arrays in runs for a in arrays)
+            for group in batches(runs):
+                self.file_calls += self._writer.write(group)
+                self.file_bytes += sum(a.nbytes for _, arrays in group for a in arrays)
         finally:
             if self._pool is not None:  # (the calling thread's own writes are measured by the engine)
                 now = placement_stats.storage_bytes_written()
@@ -70,7 +73,7 @@ class RoundWriter:
             self._seconds["write_io"] += time.perf_counter() - t
             self._seconds["write_io_cpu"] += time.thread_time() - c
 
-    def submit(self, k: int, runs: Sequence[Run]) -> BaseException | None:
+    def submit(self, k: int, runs: Sequence[PlannedRun]) -> BaseException | None:
         """Round ``k``'s runs: handed to the helper thread (None: its outcome comes with :meth:`wait`), or
         written now (this rank's failure, or None)."""
         if not runs:
