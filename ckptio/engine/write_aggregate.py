@@ -90,7 +90,7 @@ class AggregatedWrite:
         def plan_rounds() -> int:
             nonlocal plan
             if self.ranges is not None:
-                plan = AggregatorPlan(received, sender, self.domains.round_bytes)
+                plan = AggregatorPlan(received, sender, self.domains.round_bytes, self.domains.cell)
                 return plan.nrounds
             if any(len(r) for r in received.values()):
                 raise AssertionError("a rank that is not a write aggregator received pieces")

@@ -183,9 +183,15 @@ class SenderPlan:
 
 class AggregatorPlan:
     """What an aggregator writes: the rows it received (``received``: by source rank) and its own parts, by
-    round; its two round buffers (allocated only when something lands in them)."""
+    round; its two round buffers (allocated only when something lands in them).
 
-    def __init__(self, received: Mapping[int, np.ndarray], sender: SenderPlan, round_bytes: int):
+    A round buffer holds only what other ranks send: round k's received rows at ``position mod round_bytes -
+    base[k]``, with ``base[k]`` their lowest place in the round rounded down to the ``align`` bytes that keep file
+    and buffer alignment alike (the cell: the file's bytes stay at their alignment modulo the cell). So an
+    aggregator's own region, which would have been the start of the round, is no hole in the buffer: its size is
+    the largest received extent of a round, at most ``round_bytes``."""
+
+    def __init__(self, received: Mapping[int, np.ndarray], sender: SenderPlan, round_bytes: int, align: int = 1):
         self.round_bytes = round_bytes
         srcs = sorted(s for s, rows in received.items() if len(rows))
         rows = (np.concatenate([received[s] for s in srcs]) if srcs else np.zeros((0, 3), _I64)).reshape(-1, 3)
@@ -194,8 +200,15 @@ class AggregatorPlan:
         order = np.lexsort((rows[:, 1], src, rnd))
         self.rows, self.src, self.round = rows[order], src[order], rnd[order]
         self.sender = sender
-        needs = (self.rows[:, 1] % round_bytes + self.rows[:, 2]) if len(self.rows) else np.zeros(0, _I64)
-        self.slot_bytes = min(round_bytes, int(needs.max(initial=0)))  # only what other ranks send lands here
+        self._base: dict[int, int] = {}
+        self.slot_bytes = 0  # only what other ranks send lands in a round buffer
+        if len(self.rows):
+            place = self.rows[:, 1] % round_bytes
+            rounds, first = np.unique(self.round, return_index=True)
+            base = np.minimum.reduceat(place, first) // align * align
+            ends = np.maximum.reduceat(place + self.rows[:, 2], first)
+            self._base = dict(zip(rounds.tolist(), base.tolist(), strict=True))
+            self.slot_bytes = min(round_bytes, int((ends - base).max()))
         self.nrounds = max(int(self.round.max()) + 1 if len(self.round) else 0, sender.own.nrounds)
         self._slots: dict[int, np.ndarray] = {}
 
@@ -211,7 +224,7 @@ class AggregatorPlan:
         lo, hi = np.searchsorted(self.round, [k, k + 1]).tolist()
         if lo == hi:
             return {}
-        base = memtypes.address(self.slot(k))
+        base = memtypes.address(self.slot(k)) - self._base[k]
         rows, src = self.rows[lo:hi], self.src[lo:hi]
         out = {}
         uniq, first = np.unique(src, return_index=True)
@@ -230,9 +243,9 @@ class AggregatorPlan:
         entries: list[tuple[int, Memory]] = []
         lo, hi = np.searchsorted(self.round, [k, k + 1]).tolist()
         if hi > lo:
-            buf = self.slot(k)
+            buf, base = self.slot(k), self._base[k]
             for off, pos, n in self.rows[lo:hi].tolist():
-                at = pos % self.round_bytes
+                at = pos % self.round_bytes - base
                 entries.append((off, buf[at:at + n]))
         for i in np.flatnonzero(self.sender.own.round == k).tolist():
             entries.append((int(self.sender.own.offset[i]), self.sender.own_memory(i)))
