@@ -29,7 +29,7 @@ from ckptio.model.write_domains import PieceCut, RankDomain, WriteDomains
 
 _I64 = np.int64
 WIDTH = 3  # a descriptor row: file offset, domain position, length
-BATCH_ARRAYS = 512  # arrays per write call (one pwritev's iovecs: well under IOV_MAX, 1024 on Linux)
+BATCH_ARRAYS = 512  # row views of strided pieces per write call (one pwritev's iovecs, < IOV_MAX = 1024)
 
 
 def byte_view(array: np.ndarray) -> np.ndarray:
@@ -64,24 +64,27 @@ PlannedRun = tuple[int, list[Memory]]
 
 def batches(runs: Sequence[PlannedRun], limit: int = BATCH_ARRAYS) -> Iterator[list[Run]]:
     """Local: ``runs`` as byte-range writer runs (``Run``: a file offset and contiguous uint8 arrays), in file
-    order, in groups of at most ``limit`` arrays (a run longer than that is continued in the next group at the
-    file offset where it stopped). Only one group's views exist at a time."""
+    order, in groups that hold at most ``limit`` views made from strided pieces' rows (a run with more is
+    continued in the next group at the file offset where it stopped). Contiguous arrays exist already and do not
+    count: a round of them is one group, written as before. Only one group's row views exist at a time."""
     group: list[Run] = []
-    count = 0
+    made = 0
     for offset, parts in runs:
         at, current = offset, []
         for part in parts:
-            total = 1 if isinstance(part, np.ndarray) else len(part)
+            if isinstance(part, np.ndarray):
+                current.append(part)
+                continue
             lo = 0
-            while lo < total:
-                take = min(total - lo, limit - count)
-                current.extend([part] if isinstance(part, np.ndarray) else part.arrays(lo, lo + take))
-                lo, count = lo + take, count + take
-                if count == limit:
+            while lo < len(part):
+                take = min(len(part) - lo, limit - made)
+                current.extend(part.arrays(lo, lo + take))
+                lo, made = lo + take, made + take
+                if made == limit:
                     group.append((at, current))
                     yield group
                     at += sum(a.nbytes for a in current)
-                    group, current, count = [], [], 0
+                    group, current, made = [], [], 0
         if current:
             group.append((at, current))
     if group:
