@@ -113,8 +113,9 @@ def test_no_copy_of_the_interior(backend, write_io, tmp_path):
 @pytest.mark.parametrize("write_io", ["posix", "mpiio"])
 def test_senders_and_aggregator_memory_bounded(write_io, tmp_path):
     """Two ranks, one write aggregator, a 1 MiB round buffer: the rank that sends its 8 MiB interior allocates far
-    less than it (its rows go out in place, through datatypes); the aggregator writes its own interior in place and
-    receives the other one through two round buffers of at most 1 MiB, not a buffer the size of the data."""
+    less than it (its rows go out in place, through datatypes); the aggregator writes its own interior from the
+    caller's memory (short rows: through a staging buffer of at most the round size) and receives the other one
+    through two round buffers of at most 1 MiB: three buffers of the round size, not one the size of the data."""
     env = {"CKPTIO_WRITE_IO": write_io, "CKPTIO_WRITE_AGGREGATORS": "1", "CKPTIO_WRITE_BUFFER_BYTES": "1M"}
     proc = run_mpi(2, [PROGRAM, "no_copy_ranks", "mpiio", str(tmp_path / "chk")], env=env)
     peaks = {}
@@ -124,7 +125,7 @@ def test_senders_and_aggregator_memory_bounded(write_io, tmp_path):
             peaks[rank] = peak
     assert sorted(peaks) == [0, 1], proc.stdout + proc.stderr
     assert peaks[1] < size // 4, f"sender: {peaks[1]:,} bytes allocated while sending {size:,} bytes"
-    assert peaks[0] < 2 * (1 << 20) + size // 4, f"aggregator: {peaks[0]:,} bytes allocated for 2 x {size:,}"
+    assert peaks[0] < 3 * (1 << 20) + size // 4, f"aggregator: {peaks[0]:,} bytes allocated for 2 x {size:,}"
 
 
 @pytest.mark.mpi

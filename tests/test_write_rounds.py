@@ -30,11 +30,17 @@ def _pieces(rank: int, base: int) -> tuple[list[tuple[int, np.ndarray]], np.ndar
     return pieces, np.concatenate([np.ascontiguousarray(a).reshape(-1).view(np.uint8) for _, a in pieces])
 
 
-def _write(runs, image: np.ndarray, limit: int) -> int:
+def _write(runs, image: np.ndarray, limit: int, stage_bytes: int | None = None) -> int:
+    """Write ``runs`` into ``image`` as a byte-range writer would, group by group; the number of groups. With
+    ``stage_bytes``: short rows gathered into a staging buffer of that size (every row counts as short)."""
     calls = 0
     plain = {id(a) for _, parts in runs for a in parts if isinstance(a, np.ndarray)}
-    for group in batches(runs, limit):
-        assert sum(id(a) not in plain for _, arrays in group for a in arrays) <= limit  # row views made
+    stage = np.zeros(stage_bytes or 0, np.uint8)
+    groups = batches(runs, limit, (lambda: stage) if stage_bytes else None, short=1 << 40)
+    for group in groups:
+        staged = [a for _, arrays in group for a in arrays if np.shares_memory(a, stage)]
+        assert sum(a.nbytes for a in staged) <= len(stage)
+        assert sum(id(a) not in plain for _, arrays in group for a in arrays) - len(staged) <= limit  # row views
         for offset, arrays in group:
             for a in arrays:
                 assert a.dtype == np.uint8 and a.flags.c_contiguous
@@ -44,9 +50,10 @@ def _write(runs, image: np.ndarray, limit: int) -> int:
     return calls
 
 
-@pytest.mark.parametrize("limit", [1, 3, 7, 512])
+@pytest.mark.parametrize(("limit", "stage_bytes"), [(1, None), (3, None), (7, None), (512, None), (512, 5),
+                                                   (512, 96), (512, 4096)])
 @pytest.mark.parametrize("buffer_bytes", [256, 4096, 1 << 20])
-def test_rounds_put_the_bytes_of_both_ranks_at_their_offsets(limit, buffer_bytes):
+def test_rounds_put_the_bytes_of_both_ranks_at_their_offsets(limit, stage_bytes, buffer_bytes):
     mine, image0 = _pieces(0, 0)
     theirs, image1 = _pieces(1, image0.nbytes + 24)  # rank 1's region after a gap
     start1 = theirs[0][0]
@@ -82,7 +89,7 @@ def test_rounds_put_the_bytes_of_both_ranks_at_their_offsets(limit, buffer_bytes
                 memory = part.span if isinstance(part, StridedBytes) else part
                 assert any(np.shares_memory(memory, s) for s in plan._slots.values()) != \
                     any(np.shares_memory(memory, a) for _, a in mine)
-        _write(runs, got, limit)
+        _write(runs, got, limit, stage_bytes)
     assert (got == expected).all()
     assert len(plan._slots) == min(2, len({k % 2 for k in received}))  # only rounds that receive use a buffer
     assert all(s.nbytes >= plan.slot_bytes for s in plan._slots.values()) and plan.slot_bytes <= domains.round_bytes
@@ -104,4 +111,8 @@ def test_own_pieces_alone_need_no_round_buffer():
     assert [len(p) for p in strided] == [5 * 6, 6]  # one run per interior row, per row of the 2-D view
     assert _write(runs, got, 4) == -(-(5 * 6 + 6) // 4)  # the contiguous piece rides along
     assert not plan._slots
+    assert (got[40:] == image).all()
+    got[:] = 0
+    strided_bytes = sum(p.nbytes for p in strided)
+    assert _write(runs, got, 4, 100) == -(-strided_bytes // 100)  # gathered: one group per full staging buffer
     assert (got[40:] == image).all()

@@ -6,19 +6,21 @@ Both sides of every message describe it alike (:class:`ckptio.coord.datatypes.St
 round for one aggregator in domain-position order, as runs of the caller's arrays (a strided view gives one run
 per contiguous row: MPI reads them in place through an hindexed datatype); the aggregator's as the places of the
 same pieces in its round buffer (position modulo the round size: the buffer holds the file's bytes at their file
-alignment). An aggregator's own pieces never go through MPI nor through a round buffer: they are written straight
-from the caller's arrays, a contiguous one as one array, a strided one as its contiguous runs (one ``pwritev``
-iovec or one block of the ``MPI_File_write_at`` memory type per run, :class:`StridedBytes`), so the round buffers
-hold only what other ranks send (at most ``round_bytes`` each, two of them) and are allocated only when something
-arrives. A run's arrays are handed to the byte-range writer a batch at a time (:func:`batches`): a halo'd
-interior's thousands of rows are never all views at once.
+alignment). An aggregator's own pieces never go through MPI nor through a round buffer: a contiguous one is
+written straight from the caller's array; a strided one (:class:`StridedBytes`) from the caller's memory too, as
+views of its rows (one ``pwritev`` iovec or one block of the ``MPI_File_write_at`` memory type each) when its rows
+are long, or, when they are short (a halo'd 3-D interior: a few KiB), gathered a slab of rows at a time into a
+staging buffer of at most ``STAGE_BYTES`` that each write call reuses (the byte-range writer's cost per array,
+some microseconds, is far more than copying a short row). The round buffers hold only what other ranks send (at
+most ``round_bytes`` each, two of them, allocated only when something arrives): no buffer of an aggregator grows
+with its own data. A run's arrays go to the writer a group at a time (:func:`batches`).
 
 Everything here is local; a descriptor row is ``[file offset, domain position, length]`` (int64).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -30,6 +32,8 @@ from ckptio.model.write_domains import PieceCut, RankDomain, WriteDomains
 _I64 = np.int64
 WIDTH = 3  # a descriptor row: file offset, domain position, length
 BATCH_ARRAYS = 512  # row views of strided pieces per write call (one pwritev's iovecs, < IOV_MAX = 1024)
+SHORT_RUN_BYTES = 128 << 10  # rows shorter than this are gathered into a bounded staging buffer (see batches)
+STAGE_BYTES = 1 << 20  # an aggregator's staging buffer for short rows (at most the round size)
 
 
 def byte_view(array: np.ndarray) -> np.ndarray:
@@ -37,23 +41,67 @@ def byte_view(array: np.ndarray) -> np.ndarray:
     return array.reshape(-1).view(np.uint8)
 
 
-class StridedBytes:
-    """Bytes of a strided piece (a passable view, :mod:`ckptio.model.memsel`) as its contiguous runs in C order:
-    ``starts``/``lengths`` relative to ``span`` (the uint8 memory from the view's first to its last element).
-    Each run becomes a uint8 view of the caller's memory only when asked for (:meth:`arrays`). Local."""
+def copy_bytes(src: np.ndarray, start: int, stop: int, dst: np.ndarray) -> None:
+    """Bytes ``[start, stop)`` of ``src``'s elements in C order (a strided view: a memory selection) into the uint8
+    array ``dst``, a slab of rows at a time (no per-row Python loop)."""
+    if stop <= start:
+        return
+    if src.flags.c_contiguous:
+        dst[:stop - start] = byte_view(src)[start:stop]
+        return
+    row = src.nbytes // src.shape[0]
 
-    def __init__(self, span: np.ndarray, starts: np.ndarray, lengths: np.ndarray):
-        self.span, self.starts, self.lengths = span, starts, lengths
-        self.nbytes = int(lengths.sum())
+    def sub(i: int) -> np.ndarray:
+        return src[i] if src.ndim > 1 else src[i:i + 1]
+
+    first, last = start // row, (stop - 1) // row
+    if first == last:
+        copy_bytes(sub(first), start - first * row, stop - first * row, dst)
+        return
+    pos, full_from = 0, first
+    if start % row:
+        copy_bytes(sub(first), start % row, row, dst)
+        pos, full_from = row - start % row, first + 1
+    full_to = last + 1 if stop - last * row == row else last
+    if full_to > full_from:
+        slab = src[full_from:full_to]
+        dst[pos:pos + slab.nbytes].view(src.dtype).reshape(slab.shape)[...] = slab
+        pos += slab.nbytes
+    if full_to == last:
+        copy_bytes(sub(last), 0, stop - last * row, dst[pos:])
+
+
+class StridedBytes:
+    """Bytes ``[start, stop)`` (C order) of a strided piece ``array`` (a passable view, :mod:`ckptio.model.memsel`),
+    in the caller's memory; ``run`` is the length of a whole run (a row of the view). Its contiguous runs
+    (``runs()``: starts relative to :attr:`span`, the uint8 memory from the view's first to its last element, and
+    lengths) are computed only when they are written as views (:meth:`arrays`), not when they are gathered. Local."""
+
+    def __init__(self, array: np.ndarray, start: int, stop: int,
+                 runs: Callable[[], tuple[np.ndarray, np.ndarray]]):
+        self.array, self.start, self.stop = array, start, stop
+        self.nbytes = stop - start
+        self.run = memsel.run_layout(array)[2]
+        self._runs = runs
+        self._got: tuple[np.ndarray, np.ndarray] | None = None
+
+    def _starts_lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._got is None:
+            self._got = self._runs()
+        return self._got
+
+    @property
+    def span(self) -> np.ndarray:
+        return memsel.span(self.array).view(np.uint8)
 
     def __len__(self) -> int:
-        return len(self.starts)
+        return len(self._starts_lengths()[0])
 
     def arrays(self, lo: int, hi: int) -> list[np.ndarray]:
         """Runs ``[lo, hi)`` as uint8 views of the caller's memory."""
         span = self.span
-        return [span[a:a + n] for a, n in zip(self.starts[lo:hi].tolist(), self.lengths[lo:hi].tolist(),
-                                               strict=True)]
+        starts, lengths = self._starts_lengths()
+        return [span[a:a + n] for a, n in zip(starts[lo:hi].tolist(), lengths[lo:hi].tolist(), strict=True)]
 
 
 #: What a run of an aggregator's round is made of: contiguous uint8 arrays (a round buffer's bytes, a caller's
@@ -62,29 +110,45 @@ Memory = np.ndarray | StridedBytes
 PlannedRun = tuple[int, list[Memory]]
 
 
-def batches(runs: Sequence[PlannedRun], limit: int = BATCH_ARRAYS) -> Iterator[list[Run]]:
+def batches(runs: Sequence[PlannedRun], limit: int = BATCH_ARRAYS, stage: Callable[[], np.ndarray] | None = None,
+            short: int = SHORT_RUN_BYTES) -> Iterator[list[Run]]:
     """Local: ``runs`` as byte-range writer runs (``Run``: a file offset and contiguous uint8 arrays), in file
-    order, in groups that hold at most ``limit`` views made from strided pieces' rows (a run with more is
-    continued in the next group at the file offset where it stopped). Contiguous arrays exist already and do not
-    count: a round of them is one group, written as before. Only one group's row views exist at a time."""
+    order, in groups; a run is continued in the next group at the file offset where it stopped.
+
+    Contiguous arrays (a round buffer's bytes, the caller's contiguous arrays) go as they are. A strided piece
+    goes from the caller's memory: as views of its rows (at most ``limit`` made per group), or, when its rows are
+    ``short`` (below that many bytes: a writer's cost per array, some microseconds, would exceed the copy) and
+    ``stage()`` gives a staging buffer, gathered into it a slab of rows at a time (``copy_bytes``), a group
+    ending whenever the buffer is full. The consumer writes each group before it asks for the next one, so the
+    buffer (its size bounds the memory: never the piece's) is reused. Only one group's views exist at a time."""
     group: list[Run] = []
-    made = 0
+    made = filled = 0
+    buf: np.ndarray | None = None
     for offset, parts in runs:
         at, current = offset, []
         for part in parts:
             if isinstance(part, np.ndarray):
                 current.append(part)
                 continue
-            lo = 0
-            while lo < len(part):
-                take = min(len(part) - lo, limit - made)
-                current.extend(part.arrays(lo, lo + take))
-                lo, made = lo + take, made + take
-                if made == limit:
+            staged = stage is not None and part.run < short
+            done, total = 0, (part.nbytes if staged else len(part))
+            while done < total:
+                if staged:
+                    buf = stage() if buf is None else buf
+                    take = min(total - done, buf.nbytes - filled)
+                    copy_bytes(part.array, part.start + done, part.start + done + take, buf[filled:filled + take])
+                    current.append(buf[filled:filled + take])
+                    filled += take
+                else:
+                    take = min(total - done, limit - made)
+                    current.extend(part.arrays(done, done + take))
+                    made += take
+                done += take
+                if made == limit or (buf is not None and filled == buf.nbytes):
                     group.append((at, current))
                     yield group
                     at += sum(a.nbytes for a in current)
-                    group, current, made = [], [], 0
+                    group, current, made, filled = [], [], 0, 0
         if current:
             group.append((at, current))
     if group:
@@ -180,8 +244,11 @@ class SenderPlan:
         arr = self.arrays[p]
         if arr.flags.c_contiguous:
             return byte_view(arr)[start:start + n]
-        addrs, lens = self._strided(p, start, start + n)
-        return StridedBytes(memsel.span(arr).view(np.uint8), addrs - memsel.address(arr), lens)
+        def runs() -> tuple[np.ndarray, np.ndarray]:
+            addrs, lens = self._strided(p, start, start + n)
+            return addrs - memsel.address(arr), lens
+
+        return StridedBytes(arr, start, start + n, runs)
 
 
 class AggregatorPlan:
