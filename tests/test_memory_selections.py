@@ -91,15 +91,12 @@ def test_halo_interiors_async_compressed_staged(mode, tmp_path):
     assert proc.stdout.count("OK") == 2, proc.stdout + proc.stderr
 
 
-# The native format's own write aggregators (issue 29 item 1, CKPTIO_WRITE_IO=posix or mpiio, the default) hold
-# a round buffer the size of the interior here (peak 9.48 MB for 8 MiB, measured 2026-11-27): a known defect,
-# open on issue 29, strict so that the fix must remove the mark. MPI-IO's own collective write (write_all) does
-# not copy.
-WRITE_IO_CASES = [
-    pytest.param(be, io, marks=pytest.mark.xfail(strict=True, reason="the aggregated native write copies the "
-                                                 "interior into its round buffer (issue 29)"))
-    if be == "mpiio" and io != "write_all" else (be, io)
-    for be in BACKENDS for io in (("posix", "write_all") if be == "mpiio" else ("posix",))]
+# The native format's own write aggregators (issue 29 item 1, CKPTIO_WRITE_IO=posix, the default, or mpiio) write an
+# aggregator's own pieces straight from the caller's arrays (a strided interior as its rows); MPI-IO's own
+# collective write (write_all) does not copy either. (Before the fix: a round buffer the size of the interior,
+# peak 9.48 MB for 8 MiB.)
+WRITE_IO_CASES = [(be, io) for be in BACKENDS
+                  for io in (("posix", "mpiio", "write_all") if be == "mpiio" else ("posix",))]
 
 
 @pytest.mark.mpi
@@ -110,6 +107,25 @@ def test_no_copy_of_the_interior(backend, write_io, tmp_path):
     proc = run_mpi(1, [PROGRAM, "no_copy", backend, str(tmp_path / "chk")], env={"CKPTIO_WRITE_IO": write_io})
     peak, size = (int(x) for x in proc.stdout.split("PEAK", 1)[1].split()[:2])
     assert peak < size // 4, f"{peak:,} bytes allocated while writing an interior of {size:,} bytes"
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("write_io", ["posix", "mpiio"])
+def test_senders_and_aggregator_memory_bounded(write_io, tmp_path):
+    """Two ranks, one write aggregator, a 1 MiB round buffer: the rank that sends its 8 MiB interior allocates far
+    less than it (its rows go out in place, through datatypes); the aggregator writes its own interior from the
+    caller's memory (short rows: through a staging buffer of at most the round size) and receives the other one
+    through two round buffers of at most 1 MiB: three buffers of the round size, not one the size of the data."""
+    env = {"CKPTIO_WRITE_IO": write_io, "CKPTIO_WRITE_AGGREGATORS": "1", "CKPTIO_WRITE_BUFFER_BYTES": "1M"}
+    proc = run_mpi(2, [PROGRAM, "no_copy_ranks", "mpiio", str(tmp_path / "chk")], env=env)
+    peaks = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("PEAK "):
+            rank, peak, size = (int(x) for x in line.split()[1:4])
+            peaks[rank] = peak
+    assert sorted(peaks) == [0, 1], proc.stdout + proc.stderr
+    assert peaks[1] < size // 4, f"sender: {peaks[1]:,} bytes allocated while sending {size:,} bytes"
+    assert peaks[0] < 3 * (1 << 20) + size // 4, f"aggregator: {peaks[0]:,} bytes allocated for 2 x {size:,}"
 
 
 @pytest.mark.mpi

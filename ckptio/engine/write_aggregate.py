@@ -9,9 +9,10 @@
                                                        whole rank regions elsewhere)
     descriptors [offset, position, length]   ---->    rounds: what arrives from whom, where it goes
                     (sparse exchange: O(peers) per rank, no P-sized array)
-    round k: Isend its pieces of round k     ---->    Irecv into round buffer k % 2; own pieces: no MPI
-             (zero-copy: datatypes over the            write round k with large aligned writes (pwritev in a
-              caller's arrays, strided views too)      helper thread while round k+1 is received; or
+    round k: Isend its pieces of round k     ---->    Irecv into round buffer k % 2 (what others send: at most
+             (zero-copy: datatypes over the            round_bytes); own pieces: no MPI, no round buffer
+              caller's arrays, strided views too)      write round k with large aligned writes (pwritev in a
+                                                       helper thread while round k+1 is received; or
                                                        MPI_File_write_at in the calling thread)
     agree after every round: a failed write on one aggregator is the error of every rank at the next round
 
@@ -37,7 +38,7 @@ from ckptio.backends.base import RangeWriter
 from ckptio.coord import exchange
 from ckptio.coord import hints as hintsmod
 from ckptio.engine import fslayout
-from ckptio.engine.write_rounds import WIDTH, AggregatorPlan, SenderPlan
+from ckptio.engine.write_rounds import STAGE_BYTES, WIDTH, AggregatorPlan, SenderPlan
 from ckptio.engine.writepipe import RoundWriter, threads_allowed
 from ckptio.model import units
 from ckptio.model.write_domains import (
@@ -90,7 +91,7 @@ class AggregatedWrite:
         def plan_rounds() -> int:
             nonlocal plan
             if self.ranges is not None:
-                plan = AggregatorPlan(received, sender, self.domains.round_bytes)
+                plan = AggregatorPlan(received, sender, self.domains.round_bytes, self.domains.cell)
                 return plan.nrounds
             if any(len(r) for r in received.values()):
                 raise AssertionError("a rank that is not a write aggregator received pieces")
@@ -101,7 +102,7 @@ class AggregatedWrite:
         pipe = None
         if plan is not None:
             self.threaded = nrounds > 1 and self.ranges.independent and threads_allowed()
-            pipe = RoundWriter(self.ranges, self.threaded, self.seconds)
+            pipe = RoundWriter(self.ranges, self.threaded, self.seconds, min(STAGE_BYTES, self.domains.round_bytes))
         self.seconds["write_plan"] += time.perf_counter() - t
         try:
             for k in range(nrounds):

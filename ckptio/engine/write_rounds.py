@@ -6,15 +6,21 @@ Both sides of every message describe it alike (:class:`ckptio.coord.datatypes.St
 round for one aggregator in domain-position order, as runs of the caller's arrays (a strided view gives one run
 per contiguous row: MPI reads them in place through an hindexed datatype); the aggregator's as the places of the
 same pieces in its round buffer (position modulo the round size: the buffer holds the file's bytes at their file
-alignment). An aggregator's own pieces never go through MPI: a contiguous one is written straight from the
-caller's array (one ``pwritev`` iovec), a strided one copied into the round buffer first.
+alignment). An aggregator's own pieces never go through MPI nor through a round buffer: a contiguous one is
+written straight from the caller's array; a strided one (:class:`StridedBytes`) from the caller's memory too, as
+views of its rows (one ``pwritev`` iovec or one block of the ``MPI_File_write_at`` memory type each) when its rows
+are long, or, when they are short (a halo'd 3-D interior: a few KiB), gathered a slab of rows at a time into a
+staging buffer of at most ``STAGE_BYTES`` that each write call reuses (the byte-range writer's cost per array,
+some microseconds, is far more than copying a short row). The round buffers hold only what other ranks send (at
+most ``round_bytes`` each, two of them, allocated only when something arrives): no buffer of an aggregator grows
+with its own data. A run's arrays go to the writer a group at a time (:func:`batches`).
 
 Everything here is local; a descriptor row is ``[file offset, domain position, length]`` (int64).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -25,6 +31,9 @@ from ckptio.model.write_domains import PieceCut, RankDomain, WriteDomains
 
 _I64 = np.int64
 WIDTH = 3  # a descriptor row: file offset, domain position, length
+BATCH_ARRAYS = 512  # row views of strided pieces per write call (one pwritev's iovecs, < IOV_MAX = 1024)
+SHORT_RUN_BYTES = 128 << 10  # rows shorter than this are gathered into a bounded staging buffer (see batches)
+STAGE_BYTES = 1 << 20  # an aggregator's staging buffer for short rows (at most the round size)
 
 
 def byte_view(array: np.ndarray) -> np.ndarray:
@@ -60,6 +69,90 @@ def copy_bytes(src: np.ndarray, start: int, stop: int, dst: np.ndarray) -> None:
         pos += slab.nbytes
     if full_to == last:
         copy_bytes(sub(last), 0, stop - last * row, dst[pos:])
+
+
+class StridedBytes:
+    """Bytes ``[start, stop)`` (C order) of a strided piece ``array`` (a passable view, :mod:`ckptio.model.memsel`),
+    in the caller's memory; ``run`` is the length of a whole run (a row of the view). Its contiguous runs
+    (``runs()``: starts relative to :attr:`span`, the uint8 memory from the view's first to its last element, and
+    lengths) are computed only when they are written as views (:meth:`arrays`), not when they are gathered. Local."""
+
+    def __init__(self, array: np.ndarray, start: int, stop: int,
+                 runs: Callable[[], tuple[np.ndarray, np.ndarray]]):
+        self.array, self.start, self.stop = array, start, stop
+        self.nbytes = stop - start
+        self.run = memsel.run_layout(array)[2]
+        self._runs = runs
+        self._got: tuple[np.ndarray, np.ndarray] | None = None
+
+    def _starts_lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._got is None:
+            self._got = self._runs()
+        return self._got
+
+    @property
+    def span(self) -> np.ndarray:
+        return memsel.span(self.array).view(np.uint8)
+
+    def __len__(self) -> int:
+        return len(self._starts_lengths()[0])
+
+    def arrays(self, lo: int, hi: int) -> list[np.ndarray]:
+        """Runs ``[lo, hi)`` as uint8 views of the caller's memory."""
+        span = self.span
+        starts, lengths = self._starts_lengths()
+        return [span[a:a + n] for a, n in zip(starts[lo:hi].tolist(), lengths[lo:hi].tolist(), strict=True)]
+
+
+#: What a run of an aggregator's round is made of: contiguous uint8 arrays (a round buffer's bytes, a caller's
+#: contiguous array) and the runs of strided pieces, in file order (see :func:`batches`).
+Memory = np.ndarray | StridedBytes
+PlannedRun = tuple[int, list[Memory]]
+
+
+def batches(runs: Sequence[PlannedRun], limit: int = BATCH_ARRAYS, stage: Callable[[], np.ndarray] | None = None,
+            short: int = SHORT_RUN_BYTES) -> Iterator[list[Run]]:
+    """Local: ``runs`` as byte-range writer runs (``Run``: a file offset and contiguous uint8 arrays), in file
+    order, in groups; a run is continued in the next group at the file offset where it stopped.
+
+    Contiguous arrays (a round buffer's bytes, the caller's contiguous arrays) go as they are. A strided piece
+    goes from the caller's memory: as views of its rows (at most ``limit`` made per group), or, when its rows are
+    ``short`` (below that many bytes: a writer's cost per array, some microseconds, would exceed the copy) and
+    ``stage()`` gives a staging buffer, gathered into it a slab of rows at a time (``copy_bytes``), a group
+    ending whenever the buffer is full. The consumer writes each group before it asks for the next one, so the
+    buffer (its size bounds the memory: never the piece's) is reused. Only one group's views exist at a time."""
+    group: list[Run] = []
+    made = filled = 0
+    buf: np.ndarray | None = None
+    for offset, parts in runs:
+        at, current = offset, []
+        for part in parts:
+            if isinstance(part, np.ndarray):
+                current.append(part)
+                continue
+            staged = stage is not None and part.run < short
+            done, total = 0, (part.nbytes if staged else len(part))
+            while done < total:
+                if staged:
+                    buf = stage() if buf is None else buf
+                    take = min(total - done, buf.nbytes - filled)
+                    copy_bytes(part.array, part.start + done, part.start + done + take, buf[filled:filled + take])
+                    current.append(buf[filled:filled + take])
+                    filled += take
+                else:
+                    take = min(total - done, limit - made)
+                    current.extend(part.arrays(done, done + take))
+                    made += take
+                done += take
+                if made == limit or (buf is not None and filled == buf.nbytes):
+                    group.append((at, current))
+                    yield group
+                    at += sum(a.nbytes for a in current)
+                    group, current, made, filled = [], [], 0, 0
+        if current:
+            group.append((at, current))
+    if group:
+        yield group
 
 
 class SenderPlan:
@@ -142,25 +235,33 @@ class SenderPlan:
         lens[-1] -= (last + 1) * run - stop
         return addrs, lens
 
-    def own_bytes(self, row: int, slot: np.ndarray, position: int) -> np.ndarray:
-        """Own part ``row``'s bytes for the write: a view of the caller's contiguous array, or (strided) copied
-        into ``slot`` at ``position`` and that view."""
+    def own_memory(self, row: int) -> Memory:
+        """Own part ``row``'s bytes for the write, in the caller's memory: a uint8 view of a contiguous array, or
+        the runs of a strided one (no copy either way)."""
         p = int(self.own.piece[row])
         start = int(self.own.offset[row]) - int(self.starts[p])
         n = int(self.own.length[row])
         arr = self.arrays[p]
         if arr.flags.c_contiguous:
             return byte_view(arr)[start:start + n]
-        dst = slot[position:position + n]
-        copy_bytes(arr, start, start + n, dst)
-        return dst
+        def runs() -> tuple[np.ndarray, np.ndarray]:
+            addrs, lens = self._strided(p, start, start + n)
+            return addrs - memsel.address(arr), lens
+
+        return StridedBytes(arr, start, start + n, runs)
 
 
 class AggregatorPlan:
     """What an aggregator writes: the rows it received (``received``: by source rank) and its own parts, by
-    round; its two round buffers (allocated only when something lands in them)."""
+    round; its two round buffers (allocated only when something lands in them).
 
-    def __init__(self, received: Mapping[int, np.ndarray], sender: SenderPlan, round_bytes: int):
+    A round buffer holds only what other ranks send: round k's received rows at ``position mod round_bytes -
+    base[k]``, with ``base[k]`` their lowest place in the round rounded down to the ``align`` bytes that keep file
+    and buffer alignment alike (the cell: the file's bytes stay at their alignment modulo the cell). So an
+    aggregator's own region, which would have been the start of the round, is no hole in the buffer: its size is
+    the largest received extent of a round, at most ``round_bytes``."""
+
+    def __init__(self, received: Mapping[int, np.ndarray], sender: SenderPlan, round_bytes: int, align: int = 1):
         self.round_bytes = round_bytes
         srcs = sorted(s for s, rows in received.items() if len(rows))
         rows = (np.concatenate([received[s] for s in srcs]) if srcs else np.zeros((0, 3), _I64)).reshape(-1, 3)
@@ -169,11 +270,15 @@ class AggregatorPlan:
         order = np.lexsort((rows[:, 1], src, rnd))
         self.rows, self.src, self.round = rows[order], src[order], rnd[order]
         self.sender = sender
-        strided_own = [i for i in range(len(sender.own)) if
-                       not sender.arrays[int(sender.own.piece[i])].flags.c_contiguous]
-        needs = [int(r[1] % round_bytes + r[2]) for r in self.rows] + [
-            int(sender.own.position[i] % round_bytes + sender.own.length[i]) for i in strided_own]
-        self.slot_bytes = min(round_bytes, max(needs, default=0))
+        self._base: dict[int, int] = {}
+        self.slot_bytes = 0  # only what other ranks send lands in a round buffer
+        if len(self.rows):
+            place = self.rows[:, 1] % round_bytes
+            rounds, first = np.unique(self.round, return_index=True)
+            base = np.minimum.reduceat(place, first) // align * align
+            ends = np.maximum.reduceat(place + self.rows[:, 2], first)
+            self._base = dict(zip(rounds.tolist(), base.tolist(), strict=True))
+            self.slot_bytes = min(round_bytes, int((ends - base).max()))
         self.nrounds = max(int(self.round.max()) + 1 if len(self.round) else 0, sender.own.nrounds)
         self._slots: dict[int, np.ndarray] = {}
 
@@ -189,7 +294,7 @@ class AggregatorPlan:
         lo, hi = np.searchsorted(self.round, [k, k + 1]).tolist()
         if lo == hi:
             return {}
-        base = memtypes.address(self.slot(k))
+        base = memtypes.address(self.slot(k)) - self._base[k]
         rows, src = self.rows[lo:hi], self.src[lo:hi]
         out = {}
         uniq, first = np.unique(src, return_index=True)
@@ -201,23 +306,21 @@ class AggregatorPlan:
                                           np.zeros(b - a, _I64))
         return out
 
-    def runs(self, k: int) -> list[Run]:
+    def runs(self, k: int) -> list[PlannedRun]:
         """Round ``k``'s writes, in file order: the received rows (from the round buffer) and the own parts
-        (the caller's memory, or copied into the buffer), consecutive file ranges joined into one run."""
-        entries: list[tuple[int, np.ndarray]] = []
+        (the caller's memory, contiguous arrays or the runs of strided ones), consecutive file ranges joined
+        into one run."""
+        entries: list[tuple[int, Memory]] = []
         lo, hi = np.searchsorted(self.round, [k, k + 1]).tolist()
         if hi > lo:
-            buf = self.slot(k)
+            buf, base = self.slot(k), self._base[k]
             for off, pos, n in self.rows[lo:hi].tolist():
-                at = pos % self.round_bytes
+                at = pos % self.round_bytes - base
                 entries.append((off, buf[at:at + n]))
-        own = self.sender.own
-        for i in np.flatnonzero(own.round == k).tolist():
-            pos = int(own.position[i] % self.round_bytes)
-            entries.append((int(own.offset[i]), self.sender.own_bytes(i, self.slot(k) if self._needs_slot(i)
-                                                                       else np.zeros(0, np.uint8), pos)))
+        for i in np.flatnonzero(self.sender.own.round == k).tolist():
+            entries.append((int(self.sender.own.offset[i]), self.sender.own_memory(i)))
         entries.sort(key=lambda e: e[0])
-        out: list[tuple[int, list[np.ndarray]]] = []
+        out: list[PlannedRun] = []
         end = -1
         for off, mem in entries:
             if off == end:
@@ -226,6 +329,3 @@ class AggregatorPlan:
                 out.append((off, [mem]))
             end = off + mem.nbytes
         return out
-
-    def _needs_slot(self, i: int) -> bool:
-        return not self.sender.arrays[int(self.sender.own.piece[i])].flags.c_contiguous

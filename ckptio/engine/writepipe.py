@@ -1,6 +1,7 @@
 """A write aggregator's file writes, round by round (the write side's mirror of :mod:`ckptio.engine.readpipe`).
 
-Round k is written from buffer slot ``k % 2`` (and from the caller's own arrays) while round k+1 is received
+Round k is written from buffer slot ``k % 2`` (and from the caller's own arrays: in place, or their short rows
+gathered into one staging buffer of at most ``STAGE_BYTES`` reused by every write call) while round k+1 is received
 into the other slot: with an independent byte-range writer (``pwritev``, no MPI) and threads allowed
 (``CKPTIO_WRITE_THREAD`` not 0 and an MPI thread level above ``MPI_THREAD_SINGLE``), in one helper thread, one
 round behind the exchange; otherwise (``CKPTIO_WRITE_IO=mpiio``: MPI calls stay in the calling thread) at once,
@@ -19,9 +20,13 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
+import numpy as np
+
 from ckptio import settings
-from ckptio.backends.base import RangeWriter, Run
+from ckptio.backends.base import RangeWriter
 from ckptio.engine import placement_stats
+from ckptio.engine.write_rounds import STAGE_BYTES, PlannedRun, batches
+from ckptio.model import pagealign
 
 THREAD_ENV = "CKPTIO_WRITE_THREAD"  # "0": write in the calling thread (no overlap)
 
@@ -42,9 +47,11 @@ class RoundWriter:
     :attr:`file_bytes`, :attr:`file_calls` and :attr:`storage_bytes` (what the kernel accounted to the writing
     thread as storage writes, None where it cannot: ``stats.write.placement``) count what was written."""
 
-    def __init__(self, writer: RangeWriter, threaded: bool, seconds: dict[str, float]):
+    def __init__(self, writer: RangeWriter, threaded: bool, seconds: dict[str, float], stage_bytes: int = STAGE_BYTES):
         self._writer = writer
         self._seconds = seconds
+        self._stage_bytes = stage_bytes
+        self._stage: np.ndarray | None = None  # short rows of strided own pieces are gathered here (the writing thread)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="ckptio-write") if (
             threaded and writer.independent) else None
         self.threaded = self._pool is not None  # (stays as it was after close)
@@ -53,13 +60,15 @@ class RoundWriter:
         self.file_calls = 0
         self.storage_bytes: int | None = 0
 
-    def _write(self, runs: Sequence[Run]) -> None:
-        """Local, in the writing thread: one round's runs, timed and accounted."""
+    def _write(self, runs: Sequence[PlannedRun]) -> None:
+        """Local, in the writing thread: one round's runs (their arrays a batch at a time: views of the rows of
+        a strided piece exist only for the write call that takes them), timed and accounted."""
         t, c = time.perf_counter(), time.thread_time()
         mark = placement_stats.storage_bytes_written() if self._pool is not None else None
         try:
-            self.file_calls += self._writer.write(runs)
-            self.file_bytes += sum(a.nbytes for _, arrays in runs for a in arrays)
+            for group in batches(runs, stage=self._staging):
+                self.file_calls += self._writer.write(group)
+                self.file_bytes += sum(a.nbytes for _, arrays in group for a in arrays)
         finally:
             if self._pool is not None:  # (the calling thread's own writes are measured by the engine)
                 now = placement_stats.storage_bytes_written()
@@ -70,7 +79,13 @@ class RoundWriter:
             self._seconds["write_io"] += time.perf_counter() - t
             self._seconds["write_io_cpu"] += time.thread_time() - c
 
-    def submit(self, k: int, runs: Sequence[Run]) -> BaseException | None:
+    def _staging(self) -> np.ndarray:
+        """The staging buffer (page-aligned, allocated at first use; one writing thread uses it at a time)."""
+        if self._stage is None:
+            self._stage = pagealign.page_aligned_bytes(self._stage_bytes)
+        return self._stage
+
+    def submit(self, k: int, runs: Sequence[PlannedRun]) -> BaseException | None:
         """Round ``k``'s runs: handed to the helper thread (None: its outcome comes with :meth:`wait`), or
         written now (this rank's failure, or None)."""
         if not runs:

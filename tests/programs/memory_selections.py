@@ -7,6 +7,8 @@
   ``tests/`` but ``internals``;
 * ``no_copy BACKEND PATH`` (one rank): an 8 MiB interior written; prints ``PEAK <bytes> <interior bytes>``
   (tracemalloc's peak while writing).
+* ``no_copy_ranks BACKEND PATH`` (any ranks): every rank writes an 8 MiB interior of its own; every rank prints
+  ``PEAK <rank> <bytes> <interior bytes>`` (run it with fewer write aggregators than ranks: the others send).
 """
 
 from __future__ import annotations
@@ -71,7 +73,23 @@ def no_copy(comm, backend: str, path: str) -> None:
     print("PEAK", peak, interior.nbytes)
 
 
-CASES = {"halo": halo, "no_copy": no_copy}
+def no_copy_ranks(comm, backend: str, path: str) -> None:
+    g, n = 2, 128
+    full = np.ones((n + 2 * g, n + 2 * g, 64 + 2 * g))  # interior 128 x 128 x 64 float64: 8 MiB
+    interior = full[g:-g, g:-g, g:-g]
+    interior[...] = np.arange(interior.size, dtype=np.float64).reshape(interior.shape) + comm.rank
+    ckptio.create(path + ".warm", comm, backend=backend).close()  # imports and first-use caches before measuring
+    shape = (comm.size * n, n, 64)
+    tracemalloc.start()
+    with ckptio.create(path, comm, backend=backend) as ck:
+        ck.write("u", interior, offset=(comm.rank * n, 0, 0), global_shape=shape)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert (ckptio.open(path, comm).read("u", (comm.rank * n, 0, 0), interior.shape) == interior).all()
+    print("PEAK", comm.rank, peak, interior.nbytes, flush=True)
+
+
+CASES = {"halo": halo, "no_copy": no_copy, "no_copy_ranks": no_copy_ranks}
 
 
 if __name__ == "__main__":
