@@ -16,16 +16,13 @@ not a cluster's network or bandwidth. Prints one JSON line.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shutil
 import statistics
 import sys
 import time
-from pathlib import Path
 
-from ckptio.tools.simulate import parse_size
+from benchmarks import emulated_nodes
 
 SCHEMES = ("single", "partner", "xor")
 
@@ -104,39 +101,8 @@ def measure(size: int, outdir: str, stage: str, repeats: int) -> dict | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size", default="256M", help="checkpoint size (all ranks), e.g. 256M, 1G")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--outdir", required=True, help="the parallel file system (here: a disk directory)")
-    parser.add_argument("--stage", default="/dev/shm/ckptio-bench-multilevel", help="stage_dir (node-local tmpfs)")
-    parser.add_argument("--nodes", help="emulated nodes, ranks per node: e.g. 1,1,1,1 (starts the job itself)")
-    parser.add_argument("--run", action="store_true", help="be the MPI program (under mpirun)")
-    args = parser.parse_args(argv)
-    if args.run:
-        out = measure(parse_size(args.size), args.outdir, args.stage, args.repeats)
-        if out is not None:
-            print("RESULT " + json.dumps(out), flush=True)
-        return 0
-    if not args.nodes:
-        parser.error("give --nodes (emulated) or run under mpirun with --run")
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    import multinode
-
-    layout = tuple(int(n) for n in args.nodes.split(","))
-    root = Path(args.outdir) / "nodes-root"
-    os.makedirs(args.outdir, exist_ok=True)
-    try:
-        proc = multinode.run_nodes(layout, [sys.executable, "-m", "benchmarks.multilevel", "--run", "--size",
-                                            args.size, "--repeats", str(args.repeats), "--outdir", args.outdir,
-                                            "--stage", args.stage], root, timeout=1800)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            result = {**json.loads(line[7:]), "nodes": list(layout),
-                      "note": "emulated nodes share this machine's cores and disk"}
-            print(json.dumps(result))
-    return 0
+    return emulated_nodes.main("benchmarks.multilevel", measure, __doc__.split("\n\n")[0], size="256M",
+                               stage="/dev/shm/ckptio-bench-multilevel", nodes_example="1,1,1,1", argv=argv)
 
 
 if __name__ == "__main__":
