@@ -43,7 +43,7 @@ def _ceph(*args: str) -> str:
 def got_layout(meta: CheckpointDocument) -> StripeLayout | None:
     """The layout the file system gave the checkpoint (``inspect``'s "layout got"), None where none was read."""
     fs = meta.layout.fs if meta.layout is not None else None
-    return None if fs is None else fs.got
+    return None if fs is None else fs.got_layout()
 
 
 def objects_per_osd(path: str, meta: CheckpointDocument) -> dict:
