@@ -19,7 +19,7 @@ import numpy as np
 from ckptio import coord
 from ckptio.engine.restart import ReadStats, Restart
 from ckptio.engine.restart_plan import resolve_options
-from ckptio.errors import CheckpointError, ClosedCheckpointError
+from ckptio.errors import ClosedCheckpointError
 from ckptio.model.document import CheckpointDocument
 from ckptio.model.layout import Box
 from ckptio.model.plan import Request, segment_box
@@ -90,13 +90,7 @@ class Reader:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        # An exception here (also sys.exit() or Ctrl-C) may be this rank's alone: close() tells the others
-        # (see _close), then the original exception goes on.
-        try:
-            self._close(exc)
-        except BaseException as close_exc:
-            if exc is None or (close_exc is not exc and not isinstance(close_exc, CheckpointError)):
-                raise
+        coord.close_on_exit(self._close, exc)  # collective: an exception here may be this rank's alone
         return False
 
     def read(self, name: str, offset: Sequence[int] | None = None, shape: Sequence[int] | None = None,

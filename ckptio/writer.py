@@ -38,6 +38,7 @@ from ckptio.model import meta as metamod
 from ckptio.model import varmeta
 from ckptio.model.plan import declaration
 from ckptio.model.series_record import SeriesRecord
+from ckptio.model.stage_manifest import StageManifest
 from ckptio.tiers import async_io
 
 
@@ -410,12 +411,12 @@ def _naming_rank(exc: CheckpointError, rank: int) -> CheckpointError:
         return exc
 
 
-def restaging_writer(path: str, comm, manifest: Mapping[str, Any] | None) -> Writer:
+def restaging_writer(path: str, comm, manifest: StageManifest | None) -> Writer:
     """A Writer for a drain at restart (:func:`ckptio.tiers.staging.recover`): backend and attributes as the staged
     checkpoint recorded them, and its series identity. Local."""
-    manifest = manifest or {}
-    writer = Writer(path, comm, backend=manifest.get("backend", "mpiio"), attrs=manifest.get("attrs"))
-    series = manifest.get("series")  # the series identity the staged checkpoint was written with
-    if series is not None:
-        writer.series_record = SeriesRecord.from_json(series)
+    if manifest is None:  # this rank's piece could not be read: the drain's close() raises that on every rank
+        return Writer(path, comm)
+    writer = Writer(path, comm, backend=manifest.backend, attrs=dict(manifest.attrs))
+    if manifest.series is not None:  # the series identity the staged checkpoint was written with
+        writer.series_record = SeriesRecord.from_json(manifest.series)
     return writer

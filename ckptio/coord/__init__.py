@@ -17,6 +17,7 @@ because another raised.
 from ckptio.coord.agreement import (
     agree,
     bcast_from_root,
+    close_on_exit,
     collective_section,
     count_ranks,
     deliver_held_signals,
@@ -31,6 +32,7 @@ from ckptio.coord.comms import node_leader
 __all__ = [
     "agree",
     "bcast_from_root",
+    "close_on_exit",
     "collective_section",
     "count_ranks",
     "deliver_held_signals",

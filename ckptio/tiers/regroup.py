@@ -13,7 +13,6 @@ caller falls back to an older checkpoint; a lost node is rebuilt only by a job o
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -24,7 +23,7 @@ from ckptio import coord
 from ckptio.coord import comms
 from ckptio.errors import CheckpointError
 from ckptio.tiers import redundancy
-from ckptio.tiers.stage_files import host_name, piece_names
+from ckptio.tiers.stage_files import host_name, piece_names, read_manifest
 
 _PIECE = re.compile(r"rank-(\d{6})-of-(\d{6})\.json$")
 
@@ -117,9 +116,8 @@ def _asks_redundancy(directory: str, here: list[tuple[int, int]]) -> bool:
     """Local: whether a piece manifest on this node asks for redundancy (a Series' multi-level checkpoint)."""
     for rank, n in here[:1]:
         try:
-            with open(os.path.join(directory, piece_names(rank, n)[1])) as f:
-                return "redundancy" in json.load(f)
-        except (OSError, ValueError):
+            return read_manifest(os.path.join(directory, piece_names(rank, n)[1])).redundancy is not None
+        except CheckpointError:
             return False
     return False
 

@@ -5,6 +5,7 @@ of the calling rank (or of its node), no MPI call is made."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -12,15 +13,13 @@ import re
 import time
 import uuid
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from ckptio.errors import CheckpointIOError, CorruptCheckpointError
 from ckptio.model import meta as metamod
+from ckptio.model.stage_manifest import StagedBlock, StageManifest
 
-FORMAT = "ckptio-stage"
-VERSION = 1
 _TOKEN_RE = re.compile(r"^\d{20}-[0-9a-f]{8}$")
 _DRAINED = "drained"  # marker in a staged checkpoint's directory: its final copy committed
 _CHUNK = 8 << 20  # bytes checksummed and written at a time
@@ -53,15 +52,15 @@ def piece_names(rank: int, nprocs: int) -> tuple[str, str]:
 
 
 # --------------------------------------------------------------------------------------------- pieces
-def write_piece(directory: str, rank: int, nprocs: int, header: dict[str, Any],
-                blocks: Sequence[tuple[dict[str, Any], np.ndarray]], spare: str | None = None) -> int:
+def write_piece(directory: str, header: StageManifest, blocks: Sequence[tuple[StagedBlock, np.ndarray]],
+                spare: str | None = None) -> int:
     """Local: write this rank's blocks (C-contiguous arrays with their declarations; each block's checksum is
-    computed on the way, chunk by chunk while the chunk is in cache) and then its manifest (atomically, by
-    rename: a piece without a manifest does not exist). ``spare``: a data file of an older, drained piece
-    of this rank (:func:`spare_data_file`), overwritten in place instead of allocating new pages. Returns
-    the bytes written."""
+    computed on the way, chunk by chunk while the chunk is in cache) and then its manifest, ``header`` with the
+    blocks as written (atomically, by rename: a piece without a manifest does not exist). ``spare``: a data file
+    of an older, drained piece of this rank (:func:`spare_data_file`), overwritten in place instead of allocating
+    new pages. Returns the bytes written."""
     os.makedirs(directory, exist_ok=True)
-    data_name, manifest_name = piece_names(rank, nprocs)
+    data_name, manifest_name = piece_names(header.rank, header.nprocs)
     data_path = os.path.join(directory, data_name)
     flags = os.O_WRONLY | os.O_CREAT
     if spare is not None:
@@ -72,7 +71,7 @@ def write_piece(directory: str, rank: int, nprocs: int, header: dict[str, Any],
     else:
         flags |= os.O_TRUNC
     try:
-        return _write_piece_files(directory, data_path, manifest_name, flags, rank, nprocs, header, blocks)
+        return _write_piece_files(directory, data_path, manifest_name, flags, header, blocks)
     except BaseException:  # a full stage or an interrupt: leave nothing of this piece (it would fill the stage
         for path in (data_path, os.path.join(directory, f".{manifest_name}.tmp")):  # for every later checkpoint)
             remove_if_there(path)
@@ -98,13 +97,13 @@ def remove_if_there(path: str) -> None:
         pass
 
 
-def _write_piece_files(directory: str, data_path: str, manifest_name: str, flags: int, rank: int, nprocs: int,
-                       header: dict[str, Any], blocks: Sequence[tuple[dict[str, Any], np.ndarray]]) -> int:
+def _write_piece_files(directory: str, data_path: str, manifest_name: str, flags: int, header: StageManifest,
+                       blocks: Sequence[tuple[StagedBlock, np.ndarray]]) -> int:
     """Local: :func:`write_piece`'s data file, then its manifest (atomically); returns the bytes written."""
     entries, pos = [], 0
     fd = os.open(data_path, flags, 0o644)
     try:
-        for decl, array in blocks:
+        for block, array in blocks:
             view = memoryview(array.reshape(-1).view(np.uint8)) if array.size else memoryview(b"")
             digest = metamod.StreamingChecksum()
             done = 0
@@ -115,16 +114,14 @@ def _write_piece_files(directory: str, data_path: str, manifest_name: str, flags
                 while written < len(chunk):
                     written += os.write(fd, chunk[written:])
                 done += len(chunk)
-            entries.append({**decl, "checksum": digest.hexdigest(), "array_shape": list(array.shape),
-                            "data_offset": pos, "nbytes": len(view)})
+            entries.append(block.stored(pos, len(view), digest.hexdigest()))
             pos += len(view)
         os.ftruncate(fd, pos)
     finally:
         os.close(fd)
-    manifest = {"format": FORMAT, "version": VERSION, **header, "rank": rank, "nprocs": nprocs, "blocks": entries}
     tmp = os.path.join(directory, f".{manifest_name}.tmp")
     with open(tmp, "w") as f:
-        json.dump(manifest, f)
+        json.dump(dataclasses.replace(header, blocks=tuple(entries)).to_json(), f)
     os.replace(tmp, os.path.join(directory, manifest_name))
     return pos
 
@@ -146,42 +143,46 @@ def spare_data_file(stage_dir: str, final_path: str, rank: int, nprocs: int) -> 
 
 
 def read_piece(directory: str, rank: int, nprocs: int, final_path: str,
-               verify: bool = True) -> tuple[dict[str, Any], list[np.ndarray]]:
+               verify: bool = True) -> tuple[StageManifest, list[np.ndarray]]:
     """Local: this rank's piece of a staged checkpoint, every checksum verified (arrays map the file: no copy).
 
     Raises CheckpointIOError when the piece is missing or belongs to another checkpoint (final path, rank
-    count), CorruptCheckpointError when a block does not match its checksum."""
+    count), CorruptCheckpointError when its manifest is damaged or a block does not match its checksum."""
     data_name, manifest_name = piece_names(rank, nprocs)
     where = os.path.join(directory, manifest_name)
-    try:
-        with open(where) as f:
-            manifest = json.load(f)
-    except FileNotFoundError:
-        raise CheckpointIOError(f"staged piece {where} is missing (on {host_name()})") from None
-    except (OSError, ValueError) as exc:
-        raise CorruptCheckpointError(f"staged piece {where}: unreadable manifest: {exc}") from None
-    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
-        raise CorruptCheckpointError(f"staged piece {where}: not a ckptio stage manifest")
-    if manifest.get("final") != os.path.abspath(final_path) or manifest.get("nprocs") != nprocs:
-        raise CheckpointIOError(f"staged piece {where} belongs to {manifest.get('final')} written by "
-                                f"{manifest.get('nprocs')} ranks, not to {os.path.abspath(final_path)} on {nprocs}")
-    size = sum(int(b["nbytes"]) for b in manifest["blocks"])
+    manifest = read_manifest(where)
+    if manifest.final != os.path.abspath(final_path) or manifest.nprocs != nprocs or manifest.rank != rank:
+        raise CheckpointIOError(f"staged piece {where} belongs to {manifest.final} written by "
+                                f"{manifest.nprocs} ranks, not to {os.path.abspath(final_path)} on {nprocs}")
+    size = manifest.data_bytes
     data_path = os.path.join(directory, data_name)
     try:
         actual = os.path.getsize(data_path)
     except OSError as exc:
         raise CheckpointIOError(f"staged piece {data_path}: {exc.strerror}") from None
-    if actual != size:
+    if actual != size or any(b.data_offset + b.nbytes > size for b in manifest.blocks):
         raise CorruptCheckpointError(f"staged piece {data_path}: {actual} bytes, its manifest says {size}")
     raw = np.memmap(data_path, np.uint8, "r") if size else np.empty(0, np.uint8)
     arrays = []
-    for b in manifest["blocks"]:
-        chunk = raw[b["data_offset"]:b["data_offset"] + b["nbytes"]]
-        if verify and metamod.checksum(chunk if b["nbytes"] else b"") != b["checksum"]:
-            raise CorruptCheckpointError(f"staged piece {data_path}: variable {b['name']!r} does not match "
+    for b in manifest.blocks:
+        chunk = raw[b.data_offset:b.data_offset + b.nbytes]
+        if verify and metamod.checksum(chunk if b.nbytes else b"") != b.checksum:
+            raise CorruptCheckpointError(f"staged piece {data_path}: variable {b.name!r} does not match "
                                          f"its checksum (on {host_name()})")
-        arrays.append(chunk.view(np.dtype(b["dtype"])).reshape(b["array_shape"]))
+        arrays.append(chunk.view(np.dtype(b.dtype)).reshape(b.array_shape))
     return manifest, arrays
+
+
+def read_manifest(where: str) -> StageManifest:
+    """Local: the piece manifest at ``where``. CheckpointIOError when it is missing, CorruptCheckpointError
+    naming what is wrong when it is not a readable stage manifest of this version."""
+    try:
+        with open(where) as f:
+            return StageManifest.from_json(json.load(f))
+    except FileNotFoundError:
+        raise CheckpointIOError(f"staged piece {where} is missing (on {host_name()})") from None
+    except (OSError, ValueError) as exc:
+        raise CorruptCheckpointError(f"staged piece {where}: unreadable manifest: {exc}") from None
 
 
 def host_name() -> str:

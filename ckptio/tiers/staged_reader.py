@@ -38,6 +38,7 @@ from ckptio.model.layout import Box
 from ckptio.model.meta import default_dims
 from ckptio.model.plan import ARRAY, segment_box
 from ckptio.model.requests import VariableInfo, checked_requests
+from ckptio.model.stage_manifest import StagedBlock, StageManifest
 from ckptio.tiers import stage_files
 
 
@@ -115,29 +116,6 @@ def _agree_token(views: Sequence[tuple[str | None, str | None]], stage_dir: str,
 
 
 @dataclass(frozen=True)
-class _Block:
-    """A block of this rank's staged piece, as its manifest declares it."""
-
-    name: str
-    kind: str
-    dtype: str
-    offset: tuple[int, ...] | None  # an array's block; None for a segment
-    shape: tuple[int, ...]
-    global_shape: tuple[int, ...] | None
-    dims: Any
-    attrs: Any
-
-
-def _blocks(manifest: dict[str, Any]) -> list[_Block]:
-    """Local: the manifest's blocks (the one place that reads its JSON)."""
-    def tup(value: Any) -> tuple[int, ...] | None:
-        return None if value is None else tuple(int(x) for x in value)
-
-    return [_Block(b.get("name"), b["kind"], b["dtype"], tup(b.get("offset")), tup(b.get("array_shape")),
-                   tup(b.get("global_shape")), b.get("dims"), b.get("attrs")) for b in manifest["blocks"]]
-
-
-@dataclass(frozen=True)
 class _Variable:
     """A variable as the ranks' manifests declare it, merged over the ranks (:func:`_merge`)."""
 
@@ -154,13 +132,13 @@ class _Variable:
         return tuple(self.global_shape) if self.kind == ARRAY else (self.rows, *self.trailing)
 
 
-def _summary(blocks: list[_Block]) -> dict[str, _Variable]:
+def _summary(blocks: list[StagedBlock]) -> dict[str, _Variable]:
     """Local: this rank's variables as its blocks declare them."""
     out: dict[str, _Variable] = {}
     for b in blocks:
-        rows = b.shape[0] if b.kind != ARRAY else 0
+        rows = b.array_shape[0] if b.kind != ARRAY else 0
         seen = out.get(b.name)
-        out[b.name] = (_Variable(b.kind, b.dtype, b.global_shape, b.shape[1:], rows, 1, b.dims, b.attrs)
+        out[b.name] = (_Variable(b.kind, b.dtype, b.global_shape, b.array_shape[1:], rows, 1, b.dims, b.attrs)
                        if seen is None else replace(seen, rows=seen.rows + rows, nblocks=seen.nblocks + 1))
     return out
 
@@ -184,7 +162,7 @@ class StagedReader:
 
     source = "stage"
 
-    def __init__(self, path: str, comm, directory: str, manifest: dict[str, Any], arrays: list[np.ndarray]):
+    def __init__(self, path: str, comm, directory: str, manifest: StageManifest, arrays: list[np.ndarray]):
         """Collective over ``comm``: merge the variables from every rank's manifest (a reduction tree), find where
         this rank's segments start (an exclusive scan), and publish this rank's blocks to their directory ranks
         (a sparse exchange on a duplicate of ``comm``, freed at close)."""
@@ -197,11 +175,11 @@ class StagedReader:
         self._closed = True  # until opened
         self._last_failed = False
         self._exchanges = 0
-        parsed: list[list[_Block]] = []
+        parsed: list[list[StagedBlock]] = []
 
         def summary() -> dict[str, _Variable]:  # inside the agreed step: a bad manifest fails on every rank
-            self.attrs: dict[str, Any] = dict(manifest["attrs"])
-            parsed.append(_blocks(manifest))
+            self.attrs: dict[str, Any] = dict(manifest.attrs)
+            parsed.append(list(manifest.blocks))
             return _summary(parsed[0])
 
         with coord.collective_section():
@@ -209,7 +187,7 @@ class StagedReader:
             blocks = parsed[0]
             self._describe(merged)
             starts = exchange.exclusive_prefix_sum(comm, np.array(
-                [sum(b.shape[0] for b in blocks if b.name == n) for n in self._segment_names], np.int64))
+                [sum(b.array_shape[0] for b in blocks if b.name == n) for n in self._segment_names], np.int64))
             self._p2p = comms.duplicate(comm)
             try:
                 records = coord.run(comm, f"open {path} (staged): blocks",
@@ -236,7 +214,7 @@ class StagedReader:
         self._dir = sd.Directory.build([v.shape for v in self.variables.values()], self.comm.Get_size())
         self._nd = self._dir.ndim
 
-    def _own_blocks(self, blocks: list[_Block], arrays: list[np.ndarray], starts: np.ndarray
+    def _own_blocks(self, blocks: list[StagedBlock], arrays: list[np.ndarray], starts: np.ndarray
                     ) -> dict[int, np.ndarray]:
         """Local: this rank's blocks as padded boxes (``self._block_lo``), its arrays in native byte order (a block
         stored in the other one is converted here, once: the exchange moves raw bytes into native outputs), its
@@ -247,12 +225,12 @@ class StagedReader:
         rows[:, 2 + nd:] = 1
         self._own_segment: dict[str, Box] = {}
         for k, b in enumerate(blocks):
-            offset = b.offset if b.kind == ARRAY else (start[b.name], *(0 for _ in b.shape[1:]))
+            offset = b.offset if b.kind == ARRAY else (start[b.name], *(0 for _ in b.array_shape[1:]))
             if b.kind != ARRAY:
-                self._own_segment[b.name] = segment_box(start[b.name], b.shape[0], b.shape[1:])
+                self._own_segment[b.name] = segment_box(start[b.name], b.array_shape[0], b.array_shape[1:])
             rows[k, 0], rows[k, 1] = k, self._var_index[b.name]
             rows[k, 2:2 + len(offset)] = offset
-            rows[k, 2 + nd:2 + nd + len(b.shape)] = b.shape
+            rows[k, 2 + nd:2 + nd + len(b.array_shape)] = b.array_shape
         for name in self._segment_names:  # a rank without a segment reads an empty one, after all the others
             shape = self.variables[name].shape
             self._own_segment.setdefault(name, segment_box(shape[0], 0, shape[1:]))
@@ -277,12 +255,7 @@ class StagedReader:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        # as Reader.__exit__: an exception here may be this rank's alone; close() tells the others
-        try:
-            self._close(exc)
-        except BaseException as close_exc:
-            if exc is None or (close_exc is not exc and not isinstance(close_exc, CheckpointError)):
-                raise
+        coord.close_on_exit(self._close, exc)  # collective: an exception here may be this rank's alone
         return False
 
     def close(self) -> None:

@@ -46,6 +46,7 @@ from ckptio.engine.write import WriteRequest, directory_problem, plan_globally
 from ckptio.errors import CheckpointError, CheckpointIOError
 from ckptio.model import varmeta
 from ckptio.model.plan import pack_declarations
+from ckptio.model.stage_manifest import ARRAY, StagedBlock, StageManifest
 from ckptio.pathcheck import symlink_problem
 from ckptio.tiers import async_io, catalog, redundancy, regroup
 from ckptio.tiers.stage_files import (
@@ -162,15 +163,15 @@ def close_staged(writer: Any, background: bool) -> None:
         info = locate(comm, writer.stage_dir)
         directory = checkpoint_dir(writer.stage_dir, writer.path, token)
         policy = getattr(writer, "stage_policy", None)  # a Series' multi-level policy (ckptio.tiers.redundancy)
-        header = {"final": os.path.abspath(writer.path), "token": token, "host": info.host,
-                  **({} if policy is None else {"redundancy": policy.scheme}),
-                  "backend": writer.backend.name, "attrs": writer.attrs,
-                  "series": None if writer.series_record is None else writer.series_record.to_json()}
-        blocks = [({**p.decl, **writer._described.get(p.decl["name"], {})}, p.data) for p in writer._pending]
+        header = StageManifest(os.path.abspath(writer.path), token, info.host, writer.backend.name, writer.attrs,
+                               None if writer.series_record is None else writer.series_record.to_json(),
+                               None if policy is None else policy.scheme, rank, nprocs)
+        blocks = [(StagedBlock.declared(p.decl, writer._described.get(p.decl["name"], {}), p.data.shape), p.data)
+                  for p in writer._pending]
 
         def piece() -> int:
             spare = spare_data_file(writer.stage_dir, writer.path, rank, nprocs)
-            return write_piece(directory, rank, nprocs, header, blocks, spare)
+            return write_piece(directory, header, blocks, spare)
 
         try:
             written = coord.run(comm, f"checkpoint {writer.path}: write to stage {writer.stage_dir}", piece)
@@ -283,12 +284,11 @@ def drain(comm, writer_factory, directory: str, final_path: str) -> None:
         return
     twin = writer_factory(final_path, comm, manifest)
     try:
-        for b, a in zip(manifest["blocks"], arrays, strict=True):
-            described = {"dims": b.get("dims"), "attrs": b.get("attrs")}  # declared with the block, if any
-            if b["kind"] == "array":
-                twin.write(b["name"], a, offset=b["offset"], global_shape=b["global_shape"], **described)
+        for b, a in zip(manifest.blocks, arrays, strict=True):
+            if b.kind == ARRAY:
+                twin.write(b.name, a, offset=b.offset, global_shape=b.global_shape, **b.described)
             else:
-                twin.write(b["name"], a, **described)
+                twin.write(b.name, a, **b.described)
     except CheckpointError as exc:
         twin._error = twin._error or exc  # raised by close() on every rank, naming this one
     twin.close()
@@ -371,7 +371,7 @@ def recover(comm, directory: str, pattern: catalog.NamePattern, stage_dir: str, 
             """Local: (the problem of this rank's piece, its manifest asks for redundancy, its node completed it)"""
             try:
                 manifest, _ = read_piece(piece, comm.Get_rank(), comm.Get_size(), final)
-                return None, "redundancy" in manifest, redundancy.completed(piece)
+                return None, manifest.redundancy is not None, redundancy.completed(piece)
             except CheckpointError as exc:
                 return str(exc), False, redundancy.completed(piece)
 
