@@ -178,6 +178,29 @@ def test_rank_killed_in_the_exchange_restarts_from_the_level_below(tmp_path):
     assert len(said) == 1 and "redundancy exchange never completed" in said[0], said
 
 
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("scheme", ["partner", "xor"])
+def test_leader_killed_between_chunks_of_the_exchange_restarts_from_the_level_below(scheme, tmp_path):
+    """As above, but the exchange runs in 64-byte chunks and node B's leader (rank 2) is killed just after it
+    wrote the first chunk it received: a partner copy or the parity file is half written on its node and the
+    other leaders are between chunks. mpirun ends the job; the half-written level is never used (no node marked
+    it complete) and the restart says so and restarts from step 2, which it reads back whole."""
+    out = tmp_path / "out"
+    out.mkdir()
+    stage = node_local(tmp_path) / "stage"
+    job((2, 1, 1), ["write", scheme, out, stage, "1,2"], tmp_path)
+    killed = run_nodes((2, 1, 1), [sys.executable, PROGRAM, "write", scheme, out, stage, "3"], tmp_path,
+                       timeout=120, env={"CKPTIO_FAULT": "redundancy chunk:2", "MULTILEVEL_CHUNK": "64"},
+                       check=False)
+    assert killed.returncode != 0 and "phase 'redundancy chunk'" in killed.stderr, killed.stderr[-3000:]
+    half = [p for p in (node_dir(tmp_path, "nodeB") / "stage").rglob("*") if p.is_file()
+            and "redundancy" in p.parts and p.stat().st_size > 0]
+    assert half, "node B's leader was killed before it wrote any redundancy byte"
+    got = job((2, 1, 1), ["restart", scheme, out, stage, 2], tmp_path)
+    said = got[0]["warned"]
+    assert len(said) == 1 and "redundancy exchange never completed" in said[0], said
+
+
 @pytest.mark.timeout(200)
 def test_bad_redundancy_arguments_fail_on_every_rank(tmp_path):
     out = tmp_path / "out"

@@ -26,6 +26,8 @@ Phases, in the order :meth:`~ckptio.writer.Writer.close` reaches them (see its m
 
 ``redundancy exchange`` a staged checkpoint with ``redundancy=`` (ckptio.tiers.redundancy): every piece staged,
                      before the node leaders exchange copies or parity
+``redundancy chunk``  inside that exchange, on a node leader that just wrote the first chunk it received (a
+                     partner copy or the parity file is half written; more chunks are in flight)
 
 A misspelt phase in ``CKPTIO_FAULT`` raises ``ValueError`` at the first point reached, so a fault test can
 never pass because its fault silently did not fire.
@@ -39,7 +41,7 @@ import signal
 ENV = "CKPTIO_FAULT"
 MARKER = "ckptio fault injected:"  # written to stderr (unbuffered) just before the kill, so tests see it fired
 PHASES = ("declare", "create file", "write data", "checksum gather", "write index", "commit vote", "rename")
-TIER_PHASES = ("redundancy exchange",)  # points of the tiers above Writer.close's protocol
+TIER_PHASES = ("redundancy exchange", "redundancy chunk")  # points of the tiers above Writer.close's protocol
 
 
 def parse(spec: str) -> list[tuple[str, int | None]]:

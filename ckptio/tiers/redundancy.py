@@ -143,10 +143,18 @@ def _prepare(p2p, layout: Layout, node: int, directory: str, red: str, digest: l
     leader calls one of the two wire functions), run once every rank prepared."""
     mine = Concat(directory, layout.files[node])
     os.makedirs(red, exist_ok=True)
+
+    def landed(write: Any) -> Any:  # a received chunk's writer, with the fault point after the first one
+        def chunk(offset: int, data: np.ndarray) -> None:
+            write(offset, data)
+            if offset == 0:
+                faults.point("redundancy chunk", p2p)
+        return chunk
+
     if layout.scheme == "partner":
         sends = [(layout.ranks[layout.partner[node]][0], mine.size, mine.read)]
         recvs = [(layout.ranks[j][0], layout.node_bytes(j),
-                  Spill(os.path.join(red, f"partner-{j}"), layout.files[j], False).write)
+                  landed(Spill(os.path.join(red, f"partner-{j}"), layout.files[j], False).write))
                  for j, p in enumerate(layout.partner) if p == node]
         return lambda: wire.transfer(p2p, sends, recvs, _TAG_PROTECT)
     members = layout.set_of(node)
@@ -168,7 +176,7 @@ def _prepare(p2p, layout: Layout, node: int, directory: str, red: str, digest: l
     digest[0] = sum_.hexdigest()
     return lambda: wire.xor_ring(p2p, layout.ranks[members[pos - 1]][0], layout.ranks[members[(pos + 1) % n]][0],
                                  n, block, lambda step, lo, cnt: mine.read(parity.ring_block(step, n) * block + lo,
-                                                                           cnt), done, _TAG_PROTECT)
+                                                                           cnt), landed(done), _TAG_PROTECT)
 
 
 def _write_json(path: str, doc: dict[str, Any]) -> None:

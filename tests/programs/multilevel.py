@@ -8,7 +8,8 @@
   the lost node's partner copy); a new Series' ``latest()`` must rebuild and restart from step 3 (``wipe``) or
   fall back to step 2 with a warning saying why (``two``); the data is read back on every rank and N-to-M;
 * ``write SCHEME OUT STAGE [STEPS]``: steps 1-3 (or STEPS, e.g. ``3``) as above, nothing lost (the first job
-  of a node replacement; with ``CKPTIO_FAULT``, a job killed inside the redundancy exchange);
+  of a node replacement; with ``CKPTIO_FAULT``, a job killed inside the redundancy exchange; with
+  ``MULTILEVEL_CHUNK``, the exchange's chunk size in bytes);
 * ``restart SCHEME OUT STAGE STEP``: ``latest()`` must give STEP (rebuilt onto a node with a new name), then
   step 4 is written with redundancy again, and drained (``drain=True``);
 * ``other SCHEME OUT STAGE WRITERS STEP``: a job of another rank count than the WRITERS that wrote the stage:
@@ -212,5 +213,10 @@ CASES = {"lose": lose, "write": write, "restart": restart, "other": other, "bad_
 
 if __name__ == "__main__":
     from dispatch import run_case
+
+    if os.environ.get("MULTILEVEL_CHUNK"):  # many chunks per stream for these few-hundred-byte pieces
+        from ckptio.coord import redundancy as wire
+
+        wire.CHUNK = int(os.environ["MULTILEVEL_CHUNK"])
 
     sys.exit(run_case(CASES, sys.argv[1:]))
