@@ -74,16 +74,39 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar, Protocol
+from typing import Any, BinaryIO, ClassVar, Protocol
 
 import numpy as np
 
-from ckptio.errors import CapabilityError
+# The contract's vocabulary, re-exported: the model types in the signatures below, the errors a backend raises
+# (their meaning is part of each method's contract), the user block table's shape and notes (``write``'s
+# ``tables``) and ``variables_of`` (the typed variables of the ``meta`` the read side is handed). A backend takes
+# them from this module, so what it needs to know of the core is this module and the few helpers it chooses (the
+# MPI-IO hints and datatypes, memory selections, the document's JSON codec).
+from ckptio.errors import (
+    CapabilityError,
+    CheckpointError,
+    CheckpointIOError,
+    CorruptCheckpointError,
+    FormatVersionError,
+    IncompleteCheckpointError,
+    RewrittenCheckpointError,
+    UnknownFormatError,
+)
+from ckptio.model.block_table import USER_CHECKSUMS_NOTE, USER_TABLE_NOTE, BlockTable, user_table_shape
+from ckptio.model.document import CheckpointDocument, VariableRecord, variables_of
+from ckptio.model.extent_table import ExtentTable
+from ckptio.model.layout import Box
+from ckptio.model.plan import Extent, VariablePlan
 
-if TYPE_CHECKING:
-    from ckptio.model.extent_table import ExtentTable
-    from ckptio.model.layout import Box
-    from ckptio.model.plan import Extent, VariablePlan
+__all__ = [
+    "USER_CHECKSUMS_NOTE", "USER_TABLE_NOTE", "Backend", "BlockTable", "BlockToWrite", "Box", "Capabilities",
+    "CapabilityError", "CheckpointDocument", "CheckpointError", "CheckpointIOError", "CorruptCheckpointError",
+    "CreateOptions", "DocumentSlot", "Extent", "ExtentReader", "ExtentTable", "FormatVersionError",
+    "IncompleteCheckpointError", "Placement", "RangeWriter", "RewrittenCheckpointError", "Run", "Step",
+    "UnknownFormatError", "VariablePlan", "VariableRecord", "WriteHandle", "WrittenBlock", "user_table_shape",
+    "variables_of",
+]
 
 #: One collective step of a backend: a label for messages and the function that makes the call.
 Step = tuple[str, Callable[[], object]]
@@ -359,9 +382,7 @@ class Backend(Protocol):
     def extent_table(self, meta: Any) -> ExtentTable:
         """Pure: ``extents`` as columns, what the restart planner partitions. The default converts the list;
         a backend overrides it with a vectorized builder."""
-        from ckptio.model import extent_table
-
-        return extent_table.from_extents(meta, self.extents(meta))
+        return ExtentTable.of_extents(meta, self.extents(meta))
 
     def open_extents(self, path: str, comm, info, meta: Any) -> ExtentReader:
         """Collective over ``comm`` (the aggregators): open the file for reading its extents."""
@@ -375,17 +396,4 @@ class Backend(Protocol):
         """Serial: a document describing a file of this container format that ckptio did not write (an HDF5 or
         netCDF file of an existing code), so its variables can be restarted from; UnknownFormatError when the
         format has no such files."""
-        from ckptio.errors import UnknownFormatError
-
         raise UnknownFormatError(f"{path}: not a ckptio checkpoint ({self.name} has no plain files)")
-
-    # The names before the storage contract (issue 24), kept while callers move to the new ones; removed in the
-    # layer moves, when every caller uses read_document, open_extents and serial_extents.
-    def read_metadata(self, path: str) -> Any:
-        return self.read_document(path)
-
-    def open_extent_reader(self, path: str, comm, info, meta: Any) -> ExtentReader:
-        return self.open_extents(path, comm, info, meta)
-
-    def serial_extent_reader(self, path: str, meta: Any) -> ExtentReader:
-        return self.serial_extents(path, meta)

@@ -11,10 +11,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from ckptio.backends.base import (
+    CheckpointDocument,
+    CheckpointIOError,
+    CorruptCheckpointError,
+    IncompleteCheckpointError,
+    VariableRecord,
+)
 
-from ckptio.errors import CheckpointIOError, CorruptCheckpointError, IncompleteCheckpointError
 from ckptio.model import plain
-from ckptio.model.document import CheckpointDocument, VariableRecord
 
 NC_TYPES = {1: "i1", 2: "S1", 3: ">i2", 4: ">i4", 5: ">f4", 6: ">f8", 7: "u1", 8: ">u2", 9: ">u4", 10: ">i8",
              11: ">u8"}

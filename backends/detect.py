@@ -14,9 +14,8 @@ import stat
 from typing import BinaryIO
 
 from ckptio.backends import registry
-from ckptio.backends.base import Backend
+from ckptio.backends.base import Backend, CheckpointError, CorruptCheckpointError, UnknownFormatError
 
-from ckptio.errors import CheckpointError, CorruptCheckpointError, UnknownFormatError
 from ckptio.pathcheck import unfollowable
 
 SNIFF_BYTES = 512  # what detect_backend reads first

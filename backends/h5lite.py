@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
-from ckptio.errors import CapabilityError, CorruptCheckpointError
+from ckptio.backends.base import CapabilityError, CorruptCheckpointError
 
 SIGNATURE = b"\x89HDF\r\n\x1a\n"
 UNDEFINED = 0xFFFFFFFFFFFFFFFF

@@ -65,7 +65,25 @@ from typing import Any
 import numpy as np
 from ckptio.backends import hdf5_lib as lib
 from ckptio.backends import hdf5_write, rawio
-from ckptio.backends.base import Backend, Capabilities, CreateOptions, ExtentReader, Placement
+from ckptio.backends.base import (
+    Backend,
+    Capabilities,
+    CapabilityError,
+    CheckpointDocument,
+    CheckpointError,
+    CheckpointIOError,
+    CorruptCheckpointError,
+    CreateOptions,
+    Extent,
+    ExtentReader,
+    ExtentTable,
+    FormatVersionError,
+    IncompleteCheckpointError,
+    Placement,
+    RewrittenCheckpointError,
+    VariablePlan,
+    VariableRecord,
+)
 from ckptio.backends.detect import not_ckptio
 from ckptio.backends.hdf5_lib import (
     ATTR_MESSAGE_LIMIT,
@@ -79,19 +97,8 @@ from ckptio.backends.hdf5_lib import (
 )
 from ckptio.backends.rawio import SerialRawReader, leading_axis_bands
 
-from ckptio.errors import (
-    CapabilityError,
-    CheckpointError,
-    CheckpointIOError,
-    CorruptCheckpointError,
-    FormatVersionError,
-    IncompleteCheckpointError,
-    RewrittenCheckpointError,
-)
 from ckptio.model import meta as metamod
 from ckptio.model import plain
-from ckptio.model.document import CheckpointDocument, VariableRecord
-from ckptio.model.plan import Extent, VariablePlan
 
 h5py: Any = None  # the module, once load_h5py() found it (every use below comes after a call)
 
@@ -200,23 +207,21 @@ class HDF5Backend(Backend):
     def extents(self, meta: Mapping[str, Any]) -> list[Extent]:
         return leading_axis_bands(meta)
 
-    def extent_table(self, meta: Mapping[str, Any]):
-        from ckptio.model import extent_table
-
-        return extent_table.from_bands(meta)
+    def extent_table(self, meta: Mapping[str, Any]) -> ExtentTable:
+        return ExtentTable.of_bands(meta)
 
     def plain_document(self, path: str) -> CheckpointDocument:
         return plain_hdf5_document(path)
 
     def open_extents(self, path: str, comm, info, meta: Mapping[str, Any]) -> ExtentReader:
-        return rawio.open_extent_reader(path, comm, info, meta)
+        return rawio.open_extents(path, comm, info, meta)
 
     def serial_extents(self, path: str, meta: Mapping[str, Any]) -> ExtentReader:
         return SerialRawReader(path, meta)
 
 
 def _read_metadata_lite(path: str) -> dict[str, Any]:
-    """:meth:`HDF5Backend.read_metadata` without h5py: the same checks, through :mod:`.h5lite`. A structure the
+    """:meth:`HDF5Backend.read_document` without h5py: the same checks, through :mod:`.h5lite`. A structure the
     parser does not implement raises CapabilityError naming h5py (never CorruptCheckpointError)."""
     from ckptio.backends import h5lite
 

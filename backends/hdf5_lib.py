@@ -10,10 +10,9 @@ from typing import Any
 
 import numpy as np
 from ckptio.backends import install_hints
+from ckptio.backends.base import Box, VariablePlan
 
 from ckptio.model.dims_attrs import numeric_list_array
-from ckptio.model.layout import Box
-from ckptio.model.plan import VariablePlan
 
 # Reading needs no h5py (h5lite parses ckptio's HDF5 files); writing needs h5py built with parallel HDF5. It is
 # imported on first use, never by ``import ckptio`` (issue 16: h5py and libhdf5 cost ~100 opened files and ~20 MB

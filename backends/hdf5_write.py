@@ -15,16 +15,25 @@ from typing import Any
 
 import numpy as np
 from ckptio.backends import hdf5_lib as lib
-from ckptio.backends.base import BlockToWrite, CreateOptions, DocumentSlot, Step, WrittenBlock
+from ckptio.backends.base import (
+    USER_CHECKSUMS_NOTE,
+    USER_TABLE_NOTE,
+    BlockToWrite,
+    Box,
+    CapabilityError,
+    CheckpointIOError,
+    CreateOptions,
+    DocumentSlot,
+    Step,
+    VariablePlan,
+    WrittenBlock,
+    user_table_shape,
+)
 from ckptio.backends.hdf5_lib import COMPLETE, FORMAT_VERSION, GROUP, NOT_A_VARIABLE, attr_value, dcpl, write_groups
 
 from ckptio.coord.hints import info_to_dict, transfer_mode
-from ckptio.errors import CapabilityError, CheckpointIOError
 from ckptio.model import memsel
 from ckptio.model import meta as metamod
-from ckptio.model.block_table import USER_CHECKSUMS_NOTE, USER_TABLE_NOTE, user_table_shape
-from ckptio.model.layout import Box
-from ckptio.model.plan import VariablePlan
 
 h5py: Any = None  # the module, set by the first HDF5WriteHandle (writing needs h5py with MPI: checked before)
 

@@ -47,25 +47,32 @@ import xxhash
 from ckptio.backends import rangeio, rawio
 from ckptio.backends.base import (
     Backend,
+    BlockTable,
     BlockToWrite,
+    Box,
     Capabilities,
+    CheckpointDocument,
+    CheckpointIOError,
+    CorruptCheckpointError,
     CreateOptions,
     DocumentSlot,
+    Extent,
     ExtentReader,
+    ExtentTable,
+    FormatVersionError,
+    IncompleteCheckpointError,
     Placement,
     Step,
+    VariablePlan,
     WrittenBlock,
+    variables_of,
 )
 from ckptio.backends.rawio import SerialRawReader, transfer
 
 from ckptio.coord.hints import COLLECTIVE_ONLY_HINTS, info_to_dict
-from ckptio.errors import CheckpointIOError, CorruptCheckpointError, FormatVersionError, IncompleteCheckpointError
-from ckptio.model import document
 from ckptio.model import meta as metamod
-from ckptio.model.block_table import BlockTable
 from ckptio.model.native_layout import BLOCK_ALIGN, HEADER_SIZE, place_blocks
 from ckptio.model.native_layout import align as _align
-from ckptio.model.plan import Extent, VariablePlan
 
 MAGIC = b"\x89CKPTIO\n"
 TRAILER_MAGIC = b"CKPTEND\x00"
@@ -340,10 +347,8 @@ class NativeBackend(Backend):
         return meta
 
     def extents(self, meta: Mapping[str, Any]) -> list[Extent]:
-        from ckptio.model.layout import Box
-
         out = []
-        for name, var in document.variables_of(meta).items():
+        for name, var in variables_of(meta).items():
             for b in var.block_table().blocks():
                 box = Box(b.offset, b.shape)
                 if box.size == 0:
@@ -353,13 +358,11 @@ class NativeBackend(Backend):
         out.sort(key=lambda e: e.file_offset)
         return out
 
-    def extent_table(self, meta: Mapping[str, Any]):
-        from ckptio.model import extent_table
-
-        return extent_table.from_blocks(meta)
+    def extent_table(self, meta: Mapping[str, Any]) -> ExtentTable:
+        return ExtentTable.of_blocks(meta)
 
     def open_extents(self, path: str, comm, info, meta: Mapping[str, Any]) -> ExtentReader:
-        return rawio.open_extent_reader(path, comm, info, meta)
+        return rawio.open_extents(path, comm, info, meta)
 
     def serial_extents(self, path: str, meta: Mapping[str, Any]) -> ExtentReader:
         return SerialRawReader(path, meta)
@@ -375,7 +378,7 @@ def _blocks_in_data_region(blocks: BlockTable, itemsize: int, data_start: int, d
     return bool(inside.all() and (~plain | (stored == raw)).all())
 
 
-def check_block_table(path: str, meta: document.CheckpointDocument, data_start: int, data_end: int) -> None:
+def check_block_table(path: str, meta: CheckpointDocument, data_start: int, data_end: int) -> None:
     """The native format's own checks of a document that passed :func:`ckptio.model.meta.validate` (types, tiling):
     every block lies in the data region and stores exactly its bytes unless compressed, so a damaged index
     fails here and not deep in a read."""

@@ -39,7 +39,7 @@ Writing: see :mod:`ckptio.backends.pnetcdf_write`.
 The metadata records ``storage = {"file_offset": begin, "file_dtype": ">f8", ...}`` per variable, with
 ``begin`` read from the CDF header that PnetCDF wrote (pnetcdf-python's ``inq_offset`` returns a C int and
 is unsafe). Restart reads bypass PnetCDF: non-record CDF variables are contiguous C-ordered arrays, read as
-raw byte ranges by the aggregators (:mod:`ckptio.backends.rawio`). ``read_metadata`` parses the header with
+raw byte ranges by the aggregators (:mod:`ckptio.backends.rawio`). ``read_document`` parses the header with
 the small reader below (the format is documented by Unidata and PnetCDF), so ``ckptio inspect`` needs
 neither MPI nor PnetCDF to check a file.
 """
@@ -55,8 +55,19 @@ from ckptio.backends import cdf, install_hints, rawio
 from ckptio.backends.base import (
     Backend,
     Capabilities,
+    CapabilityError,
+    CheckpointDocument,
+    CheckpointError,
+    CheckpointIOError,
+    CorruptCheckpointError,
     CreateOptions,
+    Extent,
     ExtentReader,
+    ExtentTable,
+    FormatVersionError,
+    IncompleteCheckpointError,
+    RewrittenCheckpointError,
+    VariablePlan,
 )
 from ckptio.backends.cdf import NC_TYPES, CDFHeader, read_header
 from ckptio.backends.detect import not_ckptio
@@ -72,18 +83,7 @@ from ckptio.backends.pnetcdf_write import (
 )
 from ckptio.backends.rawio import SerialRawReader, leading_axis_bands
 
-from ckptio.errors import (
-    CapabilityError,
-    CheckpointError,
-    CheckpointIOError,
-    CorruptCheckpointError,
-    FormatVersionError,
-    IncompleteCheckpointError,
-    RewrittenCheckpointError,
-)
 from ckptio.model import meta as metamod
-from ckptio.model.document import CheckpointDocument
-from ckptio.model.plan import Extent, VariablePlan
 
 # pnetcdf-python initializes MPI when imported: import it only to write a file (reading needs neither it nor MPI)
 INSTALL_HINT = install_hints.PNETCDF  # names ckptio-install-parallel (issue 27)
@@ -187,16 +187,14 @@ class PnetCDFBackend(Backend):
     def extents(self, meta: Mapping[str, Any]) -> list[Extent]:
         return leading_axis_bands(meta)
 
-    def extent_table(self, meta: Mapping[str, Any]):
-        from ckptio.model import extent_table
-
-        return extent_table.from_bands(meta)
+    def extent_table(self, meta: Mapping[str, Any]) -> ExtentTable:
+        return ExtentTable.of_bands(meta)
 
     def plain_document(self, path: str) -> CheckpointDocument:
         return cdf.plain_document(path)
 
     def open_extents(self, path: str, comm, info, meta: Mapping[str, Any]) -> ExtentReader:
-        return rawio.open_extent_reader(path, comm, info, meta)
+        return rawio.open_extents(path, comm, info, meta)
 
     def serial_extents(self, path: str, meta: Mapping[str, Any]) -> ExtentReader:
         return SerialRawReader(path, meta)

@@ -23,22 +23,23 @@ from typing import Any
 
 import numpy as np
 from ckptio.backends.base import (
+    USER_TABLE_NOTE,
     BlockToWrite,
+    CheckpointIOError,
     CreateOptions,
     DocumentSlot,
     Step,
+    VariablePlan,
     WrittenBlock,
+    user_table_shape,
 )
 from ckptio.backends.cdf import read_header
 
 from ckptio.coord.datatypes import hindexed
 from ckptio.coord.hints import DEFAULT_STRIPING_UNIT, info_to_dict, transfer_mode
-from ckptio.errors import CheckpointIOError
 from ckptio.model import memsel
 from ckptio.model import meta as metamod
-from ckptio.model.block_table import USER_TABLE_NOTE, user_table_shape
 from ckptio.model.dims_attrs import numeric_list_array
-from ckptio.model.plan import VariablePlan
 
 FORMAT_VERSION = 2
 COMPLETE = 1

@@ -21,9 +21,7 @@ import os
 from collections.abc import Sequence
 
 import numpy as np
-from ckptio.backends.base import Run
-
-from ckptio.errors import CheckpointIOError
+from ckptio.backends.base import CheckpointIOError, Run
 
 _MAX_IOV = 512  # arrays per pwritev call (well under IOV_MAX, 1024 on Linux)
 _MAX_CALL = 1 << 30  # bytes per call (Linux moves at most 0x7ffff000 per call; MPI counts are C ints)

@@ -25,16 +25,21 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from ckptio.backends.base import ExtentReader
+from ckptio.backends.base import (
+    Box,
+    CheckpointIOError,
+    Extent,
+    ExtentReader,
+    IncompleteCheckpointError,
+    VariableRecord,
+    variables_of,
+)
 
 from ckptio import settings
 from ckptio.coord.datatypes import hindexed
 from ckptio.coord.hints import uses_romio
-from ckptio.errors import CheckpointIOError, IncompleteCheckpointError
 from ckptio.model import codec as codecs
-from ckptio.model import document, memsel, pagealign
-from ckptio.model.layout import Box
-from ckptio.model.plan import Extent
+from ckptio.model import memsel, pagealign
 
 _MAX_CHUNK = 1 << 30  # bytes per preadv call at most (and per MPI piece: see ckptio.coord.datatypes)
 
@@ -118,7 +123,7 @@ class RawExtentReader(ExtentReader):
     def __init__(self, path: str, comm, info, meta: Mapping[str, Any]):
         from ckptio.coord.mpi import MPI
 
-        self.variables = document.variables_of(meta)
+        self.variables = variables_of(meta)
         # ckptio already chose its restart aggregators (one per node first) and only they open the file: under
         # ROMIO each of them must also be an MPI-IO aggregator, so the one-per-node cb_config_list of writes
         # (ckptio.coord.hints.ROMIO_DEFAULTS) would funnel aggregators that share a node through one of them.
@@ -163,7 +168,7 @@ def aligned_scratch(buffers: dict[int, np.ndarray], slot: int, nbytes: int) -> n
 READ_IO_ENV = "CKPTIO_READ_IO"  # "posix" (default): independent preads; "mpiio": one collective Read_all per round
 
 
-def open_extent_reader(path: str, comm, info, meta: Mapping[str, Any]) -> ExtentReader:
+def open_extents(path: str, comm, info, meta: Mapping[str, Any]) -> ExtentReader:
     """Collective over ``comm`` (the restart aggregators; opening is agreed on by the caller): the reader
     every backend's restart uses. By default :class:`PosixExtentReader`: ckptio's aggregation already happened
     (each aggregator owns contiguous, stripe-aligned file domains), so a second two-phase layer inside MPI-IO
@@ -229,7 +234,7 @@ class PosixExtentReader(ExtentReader):
     independent = True
 
     def __init__(self, path: str, meta: Mapping[str, Any]):
-        self.variables = document.variables_of(meta)
+        self.variables = variables_of(meta)
         self.path = path
         self.fd: int | None = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         self._buffers: dict[int, np.ndarray] = {}
@@ -321,7 +326,7 @@ class SerialRawReader(ExtentReader):
     file_bytes = True
 
     def __init__(self, path: str, meta: Mapping[str, Any]):
-        self.variables = document.variables_of(meta)
+        self.variables = variables_of(meta)
         self.fd = os.open(path, os.O_RDONLY)
 
     def read(self, extents: Sequence[Extent], slot: int = 0) -> tuple[list[np.ndarray], int]:
@@ -338,7 +343,7 @@ class SerialRawReader(ExtentReader):
         os.close(self.fd)
 
 
-def decode_extent(var: document.VariableRecord, extent: Extent, raw: np.ndarray) -> np.ndarray:
+def decode_extent(var: VariableRecord, extent: Extent, raw: np.ndarray) -> np.ndarray:
     """Stored bytes of an extent of variable ``var`` -> array of its box shape in native byte order (a foreign byte
     order is swapped in place when ``raw`` is writable, as the read buffer is: no second array). Local."""
     dtype = np.dtype(var.file_dtype)  # e.g. big-endian in CDF files
@@ -367,7 +372,7 @@ def leading_axis_bands(meta: Mapping[str, Any]) -> list[Extent]:
     no extents; a 0-d variable is one extent.
     """
     out: list[Extent] = []
-    for name, var in document.variables_of(meta).items():
+    for name, var in variables_of(meta).items():
         shape = var.shape
         offset = var.file_offset
         if math.prod(shape) == 0 or offset is None:

@@ -19,9 +19,7 @@ from __future__ import annotations
 import importlib
 from importlib import metadata
 
-from ckptio.backends.base import Backend
-
-from ckptio.errors import CapabilityError
+from ckptio.backends.base import Backend, CapabilityError
 
 GROUP = "ckptio.backends"
 # name -> "module:class" of the formats shipped with ckptio (also declared as entry points in pyproject.toml, so

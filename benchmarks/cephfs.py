@@ -56,7 +56,7 @@ def objects_per_osd(path: str, meta: CheckpointDocument) -> dict:
     names = [n for n in _ceph("rados", "-p", pool, "ls").split() if n.startswith(prefix)]
     from ckptio.backends import detect_backend
 
-    stored = detect_backend(path).read_metadata(path)
+    stored = detect_backend(path).read_document(path)
     writer_of: dict[int, set[int]] = defaultdict(set)
     for b in stored.variables["u"].blocks.blocks():
         start, end = b.file_offset, b.file_offset + b.stored_nbytes

@@ -212,7 +212,7 @@ def check_netcdf4_reads_hdf5_tables(path: str) -> None:
     import netCDF4
     from ckptio.backends import detect_backend
 
-    meta = detect_backend(path).read_metadata(path)  # before: HDF5 refuses a second open with other locking
+    meta = detect_backend(path).read_document(path)  # before: HDF5 refuses a second open with other locking
     with netCDF4.Dataset(path) as ds:
         group = ds.groups["ckptio"]
         table, sums = group["block_table"][...], group["block_checksums"][...]
@@ -265,7 +265,7 @@ def damage(path: str, how: str) -> None:
     from ckptio.backends import detect_backend
 
     backend = detect_backend(path)
-    meta = backend.read_metadata(path)
+    meta = backend.read_document(path)
     var = meta["variables"]["dens"]
     if how == "flip":
         _flip(path, var["storage"]["file_offset"] + math.prod(var["shape"]) * 8 // 2 + 3)

@@ -56,7 +56,7 @@ def test_flipped_data_byte_exit_1_naming_the_block(checkpoint):
     from ckptio.backends import detect_backend
 
     backend = detect_backend(str(path))
-    meta = backend.read_metadata(str(path))
+    meta = backend.read_document(str(path))
     extent = next(e for e in backend.extents(meta) if e.var == "dens" and e.box.offset[0] == 4)
     with open(path, "r+b") as f:
         f.seek(extent.file_offset + 3)

@@ -209,7 +209,7 @@ def test_convert_force_never_replaces_an_hdf5_or_netcdf_file_ckptio_did_not_writ
 def _flip_data_byte(path: Path) -> None:
     """Damage one data byte of a native checkpoint (a block of "dens"), leaving its index intact."""
     proc = subprocess.run([sys.executable, "-c", "import sys, json, ckptio.backends as b; m = b.detect_backend("
-                           "sys.argv[1]).read_metadata(sys.argv[1]); print(m['variables']['dens']['blocks'][0]"
+                           "sys.argv[1]).read_document(sys.argv[1]); print(m['variables']['dens']['blocks'][0]"
                            "['file_offset'])", str(path)], capture_output=True, text=True, env=mpi_env(),
                           timeout=120, check=True)
     offset = int(proc.stdout)

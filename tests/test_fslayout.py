@@ -79,7 +79,7 @@ def test_format1_fixtures_have_no_record_and_still_read():
 
     read = 0
     for path in fixtures:
-        meta = detect_backend(str(path), thorough=True).read_metadata(str(path))
+        meta = detect_backend(str(path), thorough=True).read_document(str(path))
         assert "fs" not in meta.get("layout", {})
         assert fslayout.restart_layout(meta)[0] >= 1
         read += 1

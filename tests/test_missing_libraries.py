@@ -46,7 +46,7 @@ def test_h5lite_reads_what_h5py_reads(checkpoints):
     from ckptio.backends import hdf5
 
     path = str(checkpoints / "chk_000003")
-    assert hdf5._read_metadata_lite(path) == hdf5.HDF5Backend().read_metadata(path)
+    assert hdf5._read_metadata_lite(path) == hdf5.HDF5Backend().read_document(path)
     raw = bytearray((checkpoints / "chk_000003").read_bytes())
     doc = raw.find(b'{"attrs"')
     raw[doc + 20] ^= 0x01

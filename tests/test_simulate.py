@@ -94,9 +94,9 @@ def test_modelled_rounds_are_the_planners(ranks, per_rank, readers, naggr, buffe
         plan = readplan.match_requests(t.take(rows), inbox[a], np.full(3, 8, np.int64), s.buffer_bytes)
         real = sorted((k, plan.parts[p].file_offset, plan.parts[p].nbytes) for k, rnd in enumerate(plan.rounds)
                       for p in rnd)
-        mine = model["agg"] == a
-        modelled = sorted(zip(model["round"][mine].tolist(), model["offset"][mine].tolist(),
-                              model["nbytes"][mine].tolist(), strict=True))
+        mine = model.agg == a
+        modelled = sorted(zip(model.round[mine].tolist(), model.offset[mine].tolist(), model.nbytes[mine].tolist(),
+                              strict=True))
         assert modelled == real
 
 

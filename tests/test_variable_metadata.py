@@ -263,7 +263,7 @@ with h5py.File({str(path)!r}, "r") as f:
     lite = _serial(f"""
 import sys; sys.modules["h5py"] = None
 from ckptio.backends import get_backend
-meta = get_backend("hdf5").read_metadata({str(path)!r})
+meta = get_backend("hdf5").read_document({str(path)!r})
 print(meta["variables"]["dens"]["dims"], meta["variables"]["dens"]["attrs"]["units"])
 """, path.parent)
     assert lite.split() == ["['block',", "'y',", "'x']", "g/cm**3"]

@@ -37,7 +37,7 @@ def _results(stdout: str, tag: str) -> list[dict]:
 
 def _flip(path: Path, picks: list[tuple[str, int]]) -> None:
     backend = detect_backend(str(path))
-    extents = backend.extents(backend.read_metadata(str(path)))
+    extents = backend.extents(backend.read_document(str(path)))
     for name, index in picks:
         e = [x for x in extents if x.var == name][index]
         with open(path, "r+b") as f:
@@ -50,8 +50,8 @@ def _flip(path: Path, picks: list[tuple[str, int]]) -> None:
 def _per_extent(path: str, meta: dict | None = None) -> verify.Verification:
     """The first implementation's results: one extent at a time through the backend's serial reader."""
     b = detect_backend(path)
-    meta = b.read_metadata(path) if meta is None else meta
-    reader = b.serial_extent_reader(path, meta)
+    meta = b.read_document(path) if meta is None else meta
+    reader = b.serial_extents(path, meta)
     try:
         found = verify_scan.check_with_reader(reader, meta["variables"], b.extent_table(meta), ranges=True)
     finally:
@@ -75,7 +75,7 @@ def test_serial_verification_finds_what_the_per_extent_one_found_whatever_the_wi
     if window is not None:  # many windows: extents larger than a window, windows across holes and variables
         monkeypatch.setattr(verify_scan, "WINDOW", window)
     b = detect_backend(str(damaged))
-    meta = b.read_metadata(str(damaged))
+    meta = b.read_document(str(damaged))
     got = verify.verify_checkpoint(b, str(damaged), meta, ranges=True)
     want = _per_extent(str(damaged))
     assert [p.to_json() for p in got.problems] == [p.to_json() for p in want.problems]
@@ -92,7 +92,7 @@ def test_min_max_and_nan_count_come_from_the_verification_pass(tmp_path):
     path = tmp_path / "chk"
     write(2, path)
     b = detect_backend(str(path))
-    got = verify.verify_checkpoint(b, str(path), b.read_metadata(str(path)), ranges=True)
+    got = verify.verify_checkpoint(b, str(path), b.read_document(str(path)), ranges=True)
     assert not got.problems
     assert got.ranges["nanv"] == {"min": 0.0, "max": 2.0, "nan_count": 2}
     assert got.ranges["big"] == {"min": 0, "max": 19999 * 2, "nan_count": 0}
@@ -106,7 +106,7 @@ def test_an_extent_past_the_end_of_the_file_is_reported_per_block(tmp_path):
     path = tmp_path / "chk"
     write(2, path)
     b = detect_backend(str(path))
-    meta = b.read_metadata(str(path))
+    meta = b.read_document(str(path))
     last = max(b.extents(meta), key=lambda e: e.file_offset)
     with open(path, "r+b") as f:
         f.truncate(last.file_offset + 10)
@@ -126,7 +126,7 @@ def test_a_file_that_shrinks_during_the_verification_reports_what_it_lost(tmp_pa
     path = tmp_path / "chk"
     write(2, path)
     b = detect_backend(str(path))
-    meta = b.read_metadata(str(path))
+    meta = b.read_document(str(path))
     rows = sorted(b.extents(meta), key=lambda e: e.file_offset)
     cut = rows[len(rows) * 2 // 3].file_offset + 100  # inside a row
     shorter = tmp_path / "shorter"

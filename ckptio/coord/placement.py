@@ -70,7 +70,7 @@ def write_report(writer) -> dict[str, Any] | None:
 
     def recorded() -> dict[str, Any] | None:  # rank 0: the document it committed, or the checkpoint's own
         """Local."""
-        document = as_document(meta) if meta is not None else writer.backend.read_metadata(writer.path)
+        document = as_document(meta) if meta is not None else writer.backend.read_document(writer.path)
         stats = None if document.stats is None else document.stats.write
         return None if stats is None or stats.placement is None else dict(stats.placement)
 

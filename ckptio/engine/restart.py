@@ -225,7 +225,7 @@ class Restart:
                 info = hintsmod.to_info(self.hints)
                 try:
                     self.check_identity()
-                    self._extent_reader = self.backend.open_extent_reader(self.path, self._agg_comm, info, self.meta)
+                    self._extent_reader = self.backend.open_extents(self.path, self._agg_comm, info, self.meta)
                     self.stats.opened_file = True
                     self.check_identity()  # what was opened is what rank 0 described (the file is held from now on)
                 finally:

@@ -141,7 +141,7 @@ def plan_open(path: str, size: int, gathered: list[tuple[dict[str, Any], int]], 
     backend = detect_backend(path, thorough=True)  # one file, opened on purpose: diagnose damage
     before = file_identity(path)  # (after detect_backend, which names a missing or unfollowable path)
     try:
-        meta = backend.read_metadata(path)
+        meta = backend.read_document(path)
     except UnknownFormatError:  # an HDF5 or netCDF file some other program wrote: read it unchecked
         meta = backend.plain_document(path)
     if file_identity(path) != before:

@@ -101,6 +101,22 @@ class ExtentTable:
     def from_arrays(cls, d: Mapping[str, Any]) -> ExtentTable:
         return cls(**d)
 
+    # The builders a backend's ``extent_table`` picks from (the module functions below)
+    @classmethod
+    def of_blocks(cls, meta: CheckpointDocument | Mapping[str, Any]) -> ExtentTable:
+        """One extent per block of the block table (the native format): :func:`from_blocks`."""
+        return from_blocks(meta)
+
+    @classmethod
+    def of_bands(cls, meta: CheckpointDocument | Mapping[str, Any]) -> ExtentTable:
+        """Each contiguous variable cut into leading-axis bands (HDF5, netCDF): :func:`from_bands`."""
+        return from_bands(meta)
+
+    @classmethod
+    def of_extents(cls, meta: CheckpointDocument | Mapping[str, Any], extents: Sequence[Extent]) -> ExtentTable:
+        """Any backend's ``extents`` list as columns: :func:`from_extents`."""
+        return from_extents(meta, extents)
+
 
 def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Concatenation of ``arange(s, s + c)`` for every (s, c), vectorized."""

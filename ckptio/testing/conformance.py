@@ -232,7 +232,7 @@ def corrupt_block_detected_on_every_rank(ctx: Ctx) -> None:
             from ckptio.backends import detect_backend
 
             backend = detect_backend(path)
-            meta = backend.read_metadata(path)
+            meta = backend.read_document(path)
             extent = backend.extents(meta)[-1]
             with open(path, "r+b") as f:
                 f.seek(extent.file_offset + extent.nbytes // 2)

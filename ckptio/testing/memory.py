@@ -39,18 +39,22 @@ from ckptio.backends.base import (
     Backend,
     BlockToWrite,
     Capabilities,
+    CheckpointIOError,
+    CorruptCheckpointError,
     CreateOptions,
     DocumentSlot,
+    Extent,
     ExtentReader,
+    ExtentTable,
+    FormatVersionError,
+    IncompleteCheckpointError,
     Placement,
     Step,
+    VariablePlan,
     WrittenBlock,
 )
-from ckptio.errors import CheckpointIOError, CorruptCheckpointError, FormatVersionError, IncompleteCheckpointError
 from ckptio.model import codec as codecs
-from ckptio.model import extent_table as extent_tables
 from ckptio.model import meta as metamod
-from ckptio.model.plan import Extent, VariablePlan
 
 MAGIC = b"\x89CKMEM\n\0"
 TRAILER_MAGIC = b"CKMEMEND"
@@ -284,8 +288,8 @@ class MemoryBackend(Backend):
         table = self.extent_table(meta)
         return [table.extent(i) for i in range(len(table))]
 
-    def extent_table(self, meta: Mapping[str, Any]) -> extent_tables.ExtentTable:
-        return extent_tables.from_blocks(meta)
+    def extent_table(self, meta: Mapping[str, Any]) -> ExtentTable:
+        return ExtentTable.of_blocks(meta)
 
     def open_extents(self, path: str, comm, info, meta: Mapping[str, Any]) -> ExtentReader:
         return MemoryExtentReader(path)

@@ -163,7 +163,7 @@ def scan(directory: str | os.PathLike, pattern: NamePattern, read: bool = True) 
 
 
 def read_metadata(path: str) -> CheckpointDocument:
-    return detect_backend(path).read_metadata(path)
+    return detect_backend(path).read_document(path)
 
 
 def describe(entry: Entry, meta: CheckpointDocument) -> Entry:
@@ -222,7 +222,7 @@ def check(path: str, verify: bool = False) -> None:
     from ckptio.verify import verify_blocks
 
     backend = detect_backend(path)
-    meta = backend.read_metadata(path)
+    meta = backend.read_document(path)
     if verify:
         problems = verify_blocks(backend, path, meta)
         if problems:

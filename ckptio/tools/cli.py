@@ -73,7 +73,7 @@ def inspect_checkpoint(path: str, verify: bool) -> tuple[int, InspectReport]:
         return EXIT_USAGE, report
     report.format = backend.name
     try:
-        meta = backend.read_metadata(path)
+        meta = backend.read_document(path)
     except UnknownFormatError as exc:  # the format's container, but not written by ckptio (plain HDF5, netCDF)
         report.set_status(NOT_CKPTIO, str(exc))  # format: the container's (hdf5, pnetcdf)
         return EXIT_USAGE, report

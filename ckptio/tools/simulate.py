@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -190,13 +190,21 @@ def needed_rows(job: FlashJob) -> np.ndarray:
     return np.flatnonzero(covered[hi] > covered[lo])
 
 
-def aggregator_rounds(table: ExtentTable, rows: np.ndarray, owner: np.ndarray,
-                      buffer_bytes: int) -> dict[str, np.ndarray]:
+class ReadParts(NamedTuple):
+    """The parts the restart aggregators read (:func:`aggregator_rounds`), one entry per part in each column."""
+
+    agg: np.ndarray  # the aggregator (its index among the aggregators)
+    offset: np.ndarray  # file offset
+    nbytes: np.ndarray
+    round: np.ndarray  # the aggregator's round that reads it
+
+
+def aggregator_rounds(table: ExtentTable, rows: np.ndarray, owner: np.ndarray, buffer_bytes: int) -> ReadParts:
     """The parts every aggregator reads and the round of each, as :func:`ckptio.model.readplan.match_requests` plans
     them for an aggregator whose needed rows are ``rows`` (file order): an uncompressed extent of more than
     ``buffer_bytes`` with more than one leading row is split along its leading axis into parts of whole rows
     fitting the buffer; each aggregator's parts, in file order, are grouped greedily into rounds of at most
-    ``buffer_bytes`` (a part alone may be larger). Returns columns ``agg``, ``offset``, ``nbytes``, ``round``."""
+    ``buffer_bytes`` (a part alone may be larger)."""
     rows = rows[np.lexsort((table.file_offset[rows], owner[rows]))]
     nbytes, lead = table.nbytes[rows], table.shape[rows, 0]
     splittable = (nbytes > buffer_bytes) & (table.codec[rows] < 0) & (lead > 1) & \
@@ -221,7 +229,7 @@ def aggregator_rounds(table: ExtentTable, rows: np.ndarray, owner: np.ndarray,
             j = max(i + 1, int(np.searchsorted(cum, base + buffer_bytes, side="right")))
             rnd[a + i:a + j] = k
             i, k = j, k + 1
-    return {"agg": p_agg, "offset": p_off, "nbytes": p_bytes, "round": rnd}
+    return ReadParts(p_agg, p_off, p_bytes, rnd)
 
 
 def node_of_ranks(nranks: int, ranks_per_node: int | None) -> list[int]:
@@ -283,16 +291,16 @@ def simulate(s: PlanScenario) -> dict[str, Any]:
     # restart, ckptio: the real partition of the table; each aggregator reads its needed rows in rounds
     owner, _routing = readplan.partition(t, aggs, s.stripe_size)
     parts = aggregator_rounds(t, needed_rows(job), owner, s.buffer_bytes)
-    runs, key = merge_runs(parts["offset"], parts["nbytes"], parts["agg"] * (int(parts["round"].max(
-        initial=0)) + 1) + parts["round"])
-    who = key // (int(parts["round"].max(initial=0)) + 1)
+    per_agg_rounds = int(parts.round.max(initial=0)) + 1
+    runs, key = merge_runs(parts.offset, parts.nbytes, parts.agg * per_agg_rounds + parts.round)
+    who = key // per_agg_rounds
     restart_agg = ost_load(runs, who, s.stripe_size, s.stripe_count)
-    nrounds = int(parts["round"].max(initial=-1)) + 1
+    nrounds = int(parts.round.max(initial=-1)) + 1
     domains, per_agg = [], np.bincount(who, minlength=len(aggs))
     for a in range(len(aggs)):
         mine = runs[who == a]
         domains.append((int(mine[:, 0].min()), int((mine[:, 0] + mine[:, 1]).max())) if len(mine) else (0, 0))
-    spans = merge_runs(parts["offset"], parts["nbytes"], parts["agg"])[0]
+    spans = merge_runs(parts.offset, parts.nbytes, parts.agg)[0]
     restart_naive = _restart_naive(s, job)
     # write: naive = every rank writes its region itself; ckptio = cb_nodes aggregators with stripe-aligned domains
     runs_w, who_w = merge_runs(t.file_offset, t.nbytes, job.writer.astype(_I64))

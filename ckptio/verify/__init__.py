@@ -121,7 +121,7 @@ def _scan_rows(backend: Backend, path: str, meta: CheckpointDocument | Mapping[s
     """Local: the rows through large reads of the file where the backend's serial reader says its extents are the
     file's own bytes (``file_bytes``: every format ckptio ships), else one extent at a time through that reader."""
     variables = variables_of(meta)
-    reader = backend.serial_extent_reader(path, meta)
+    reader = backend.serial_extents(path, meta)
     try:
         if getattr(reader, "file_bytes", False):
             return verify_scan.check_rows(path, variables, table, reader, threaded, ranges)

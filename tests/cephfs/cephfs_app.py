@@ -83,7 +83,7 @@ def _domains(ck, path: str) -> list[list[int]] | None:
     backend = detect_backend(path)
     if backend.name != "mpiio":
         return None
-    meta = backend.read_metadata(path)
+    meta = backend.read_document(path)
     blocks = [dict(b) for b in meta["variables"]["u"]["blocks"]]
     routing = ck._restart.routing
     index = list(meta["variables"]).index("u")

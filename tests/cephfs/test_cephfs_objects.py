@@ -158,7 +158,7 @@ def test_write_aggregators_write_whole_objects_one_class_each(cephdir, ceph, tmp
     assert agg["kind"] == "cyclic" and agg["aggregators"] == [0, 1, 2, 3] and agg["cell"] == MIB, agg
     assert agg["rounds"] > 1 and agg["threaded"], agg  # 8 MiB rounds of a 16+ MiB domain: the pipeline ran
     rank_of = {pid: r for r, pid in enumerate(rep["pids"])}
-    meta = NativeBackend().read_metadata(str(path))
+    meta = NativeBackend().read_document(str(path))
     data_end = max(int(b["file_offset"]) + int(b["stored_nbytes"]) for v in meta["variables"].values()
                    for b in v["blocks"])
     writes = traced_writes(prefix, path)

@@ -8,7 +8,7 @@ that continues after the fatal trial.
 
 Every trial damages a private copy of the pristine file, then:
 
-1. ``backend.read_metadata(copy)`` must return or raise a :class:`ckptio.CheckpointError`;
+1. ``backend.read_document(copy)`` must return or raise a :class:`ckptio.CheckpointError`;
 2. ``ckptio.tools.cli.inspect_report(copy, verify=True)`` must return (never raise) an exit code, and the outcome is
    ``detected`` (exit 1), ``unidentified`` (exit 2: not recognised as a checkpoint at all), ``benign`` (exit 0
    and the metadata document is exactly the pristine one, so every byte ckptio reads is unchanged or
@@ -55,7 +55,7 @@ def regions(path: str) -> list[Region]:
     from ckptio.backends import detect_backend
 
     backend = detect_backend(path)
-    meta = backend.read_metadata(path)
+    meta = backend.read_document(path)
     size = os.path.getsize(path)
     named = {"mpiio": _native_regions, "hdf5": _hdf5_regions, "pnetcdf": _cdf_regions}[backend.name](path, meta, size)
     return _fill_gaps(named, size, "padding (unused bytes)")
@@ -242,13 +242,13 @@ def judge(path: str, pristine_meta: dict[str, Any]) -> dict[str, Any]:
         except ckptio.UnknownFormatError:
             backend = None
         if backend is not None:
-            meta = backend.read_metadata(path)
+            meta = backend.read_document(path)
             result["meta_changed"] = sorted(k for k in set(meta) | set(pristine_meta)
                                             if meta.get(k) != pristine_meta.get(k))
     except ckptio.CheckpointError as exc:
-        result["read_metadata"] = type(exc).__name__
+        result["read_document"] = type(exc).__name__
     except Exception as exc:
-        return {"outcome": "exception", "where": "read_metadata", "error": f"{type(exc).__name__}: {exc}",
+        return {"outcome": "exception", "where": "read_document", "error": f"{type(exc).__name__}: {exc}",
                 "traceback": traceback.format_exc(limit=-4)}
     try:
         code, report = inspect_report(path, verify=True)
@@ -275,7 +275,7 @@ def run(path: str, seed: int, out_path: str, skip: int = 0, trial_seconds: int =
 
     with open(path, "rb") as f:
         pristine = f.read()
-    pristine_meta = detect_backend(path).read_metadata(path)
+    pristine_meta = detect_backend(path).read_document(path)
     regs = regions(path)
     work = os.path.join(os.path.dirname(out_path), "trial_" + os.path.basename(path))
     shutil.copyfile(path, work)

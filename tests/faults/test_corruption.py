@@ -2,7 +2,7 @@
 
 A checkpoint of every backend (and a zstd-compressed native one) is written once by a 4-rank job. Then, in one
 serial worker process per checkpoint (:mod:`corruption`), several hundred seeded trials each damage a copy and
-run ``read_metadata`` and ``inspect_report(verify=True)``; the tests below judge the recorded outcomes, so each
+run ``read_document`` and ``inspect_report(verify=True)``; the tests below judge the recorded outcomes, so each
 property fails on its own with the trials that break it. Finally a 4-rank job opens and reads a few damaged
 files: every rank must get CorruptCheckpointError or IncompleteCheckpointError.
 """
@@ -75,7 +75,7 @@ def test_enough_seeded_bit_flips(trials, corpus_name):
 
 
 def test_damage_never_raises_anything_else_hangs_or_crashes(trials, corpus_name):
-    """read_metadata raises only CheckpointError subclasses; inspect_report never raises; nothing hangs."""
+    """read_document raises only CheckpointError subclasses; inspect_report never raises; nothing hangs."""
     bad = [t for t in trials if t["outcome"] in ("exception", "hang", "crash")]
     assert not bad, show(bad) + "\n" + "\n".join(t.get("traceback", "") for t in bad[:3])
 

@@ -78,7 +78,7 @@ def test_holes_of_zeros_are_data(tmp_path):
         ck.write("zeros", np.zeros(1 << 16), offset=(0,), global_shape=(1 << 16,))
         ck.write("ones", np.ones(1 << 16), offset=(0,), global_shape=(1 << 16,))
     backend = detect_backend(str(path))
-    meta = backend.read_metadata(str(path))
+    meta = backend.read_document(str(path))
     where = {e.var: e for e in backend.extents(meta)}
     assert missing_data(str(path), backend, meta) is None
     z, o = where["zeros"], where["ones"]

@@ -1,4 +1,4 @@
-"""Hypothesis fuzzing of the native format's trailer and index parser (``NativeBackend.read_metadata``) and of
+"""Hypothesis fuzzing of the native format's trailer and index parser (``NativeBackend.read_document``) and of
 everything that trusts what it returns (``inspect --verify``, ``ckptio.open`` + ``read``).
 
 Four strategies, each on a copy of a real 4-rank checkpoint:
@@ -61,7 +61,7 @@ class Native:
         self.ioff, self.ilen = fields[3], fields[4]
         self.body = self.raw[:self.ioff]  # header + data
         self.document = json.loads(self.raw[self.ioff:self.ioff + self.ilen])  # as stored: what the fuzzer edits
-        self.meta = metamod.loads(self.raw[self.ioff:self.ioff + self.ilen])  # as read_metadata returns it
+        self.meta = metamod.loads(self.raw[self.ioff:self.ioff + self.ilen])  # as read_document returns it
 
     def with_index(self, index: bytes, data_end: int | None = None) -> str:
         """The file with another index behind a consistent trailer."""
@@ -86,9 +86,9 @@ def native(corpus, tmp_path_factory) -> Native:
 
 
 def parse(path: str) -> dict[str, Any] | None:
-    """read_metadata: a document or a CheckpointError (None); anything else propagates and fails the test."""
+    """read_document: a document or a CheckpointError (None); anything else propagates and fails the test."""
     try:
-        return mpiio.NativeBackend().read_metadata(path)
+        return mpiio.NativeBackend().read_document(path)
     except ckptio.CheckpointError:
         return None
 

@@ -22,11 +22,11 @@ from typing import Any
 # ----------------------------------------------------------------------- a backend's view of a file
 def extent_span(path: str, index: int) -> tuple[int, int]:
     """(file offset, bytes) of data extent ``index`` of the checkpoint ``path`` (negative: from the end), as its
-    backend (``ckptio.backends.detect_backend``) lists them (``Backend.extents`` of ``Backend.read_metadata``)."""
+    backend (``ckptio.backends.detect_backend``) lists them (``Backend.extents`` of ``Backend.read_document``)."""
     from ckptio.backends import detect_backend
 
     backend = detect_backend(path)
-    extent = backend.extents(backend.read_metadata(path))[index]
+    extent = backend.extents(backend.read_document(path))[index]
     return int(extent.file_offset), int(extent.nbytes)
 
 
@@ -36,7 +36,7 @@ def extent_table(path: str, backend: str) -> Any:
     from ckptio.backends import get_backend
 
     b = get_backend(backend)
-    return b.extent_table(b.read_metadata(path))
+    return b.extent_table(b.read_document(path))
 
 
 def stored_blocks(path: str, variable: str) -> list[Any]:
@@ -44,7 +44,7 @@ def stored_blocks(path: str, variable: str) -> list[Any]:
     ``codec``, ``stored_nbytes``...), read by the file's backend."""
     from ckptio.backends import detect_backend
 
-    return list(detect_backend(path).read_metadata(path)["variables"][variable]["blocks"])
+    return list(detect_backend(path).read_document(path)["variables"][variable]["blocks"])
 
 
 def verify_blocks(path: str) -> list[Any]:
@@ -54,7 +54,7 @@ def verify_blocks(path: str) -> list[Any]:
     from ckptio import verify
 
     backend = detect_backend(path)
-    return verify.verify_blocks(backend, path, backend.read_metadata(path))
+    return verify.verify_blocks(backend, path, backend.read_document(path))
 
 
 def inspect_exit_code(path: str) -> int:

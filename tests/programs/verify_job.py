@@ -47,7 +47,7 @@ def write(path: str, backend: str, comm, compression: str | None = None) -> None
 def flip(path: str, picks: list[tuple[str, int]]) -> None:
     """Rank 0: one byte flipped in block ``index`` (in file order) of each variable of ``picks``."""
     backend = detect_backend(path)
-    extents = backend.extents(backend.read_metadata(path))
+    extents = backend.extents(backend.read_document(path))
     for name, index in picks:
         e = [x for x in extents if x.var == name][index]
         with open(path, "r+b") as f:
@@ -96,7 +96,7 @@ def main() -> None:
     out["aggregators"] = checked.aggregators
     if r == 0:
         b = detect_backend(path)
-        out["serial"] = as_json(verify.verify_checkpoint(b, path, b.read_metadata(path), ranges=True))
+        out["serial"] = as_json(verify.verify_checkpoint(b, path, b.read_document(path), ranges=True))
     print("RESULT", json.dumps(out), flush=True)
 
 

@@ -110,7 +110,7 @@ def convert(src: str, dst: str, backend: str, force: bool = False) -> ConvertSum
         if not force:
             raise UsageError(f"{dst} exists (use --force to replace it)")
         try:  # a ckptio checkpoint whose metadata reads back: a file in a checkpoint FORMAT (any HDF5 or CDF
-            detect_backend(dst, thorough=True).read_metadata(dst)  # file) that ckptio did not write is user data
+            detect_backend(dst, thorough=True).read_document(dst)  # file) that ckptio did not write is user data
         except (CheckpointError, OSError):
             raise UsageError(f"{dst} exists and is not a complete ckptio checkpoint: not replaced, even with "
                              "--force (ckptio never deletes a file it did not create)") from None

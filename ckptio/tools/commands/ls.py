@@ -98,7 +98,7 @@ def examine(row: ListedFile, verify: bool) -> None:
         return
     row.format = backend.name
     try:
-        meta = backend.read_metadata(path)
+        meta = backend.read_document(path)
         if verify:
             problems = verify_blocks(backend, path, meta)
             if problems:

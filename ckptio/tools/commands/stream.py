@@ -33,7 +33,7 @@ class Source:
     def __init__(self, path: str):
         self.backend = checkpoint_backend(path)
         self.path = path
-        self.meta: CheckpointDocument = self.backend.read_metadata(path)
+        self.meta: CheckpointDocument = self.backend.read_document(path)
         self._extents: dict[str, list[Extent]] = defaultdict(list)
         for extent in self.backend.extents(self.meta):
             self._extents[extent.var].append(extent)
@@ -103,7 +103,7 @@ class Source:
 
     def _open(self):
         if self._reader is None:
-            self._reader = self.backend.serial_extent_reader(self.path, self.meta)
+            self._reader = self.backend.serial_extents(self.path, self.meta)
         return self._reader
 
     def close(self) -> None:
