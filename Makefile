@@ -3,6 +3,7 @@
 #   make demo         FLASH-like checkpoint/restart demo on 4 ranks
 #   make test         the test suite without the slow fault matrices (tests start mpirun themselves)
 #   make test-nodes   only its tests on emulated nodes (tests/multinode.py)
+#   make test-bindings  only its tests of the C/Fortran bindings (those on emulated nodes are make test-nodes')
 #   make test-faults  every fault-injection test, the slow matrices included
 #   make test-cephfs  the stripe-layout tests on a real single-host CephFS (ci/cephfs.sh; root, /dev/fuse)
 #   make test-slow    only the slow tests (make test + make test-slow = everything on this MPI; what .ci/run does)
@@ -49,7 +50,7 @@ export VENV MPI
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := test
-.PHONY: install demo test test-nodes test-cephfs test-faults test-slow test-matrix test-matrix-driver test-slurm lint docs bench clean distclean
+.PHONY: install demo test test-nodes test-bindings test-cephfs test-faults test-slow test-matrix test-matrix-driver test-slurm lint docs bench clean distclean
 
 install:
 	bash ci/install.sh
@@ -68,6 +69,12 @@ test: install
 # lane than make test (make test TEST_MARKS="... and not nodes").
 test-nodes: install
 	$(PY) -m pytest tests -m "nodes and not slow and not matrix and not cephfs" $(PYTEST_FLAGS)
+
+# `make test-bindings`: make test's tests of the C/Fortran bindings alone (without those on emulated nodes, which
+# are make test-nodes'); .ci/run runs them in the MPICH lane after its matrix (make test TEST_MARKS="... and not
+# bindings" in the main lane).
+test-bindings: install
+	$(PY) -m pytest tests -m "bindings and not nodes and not slow and not matrix and not cephfs" $(PYTEST_FLAGS)
 
 # `make test-cephfs`: ckptio's stripe layouts on a real single-host CephFS (tests/cephfs/conftest.py runs
 # `ci/cephfs.sh up`: installs Ceph if missing, starts or reuses the cluster, mounts it with ceph-fuse; the tests

@@ -31,7 +31,7 @@ SMALL = ["--nblocks", "13", "--nxb", "8", "--checkpoint-every", "5", "--quiet"]
 # What the compiled programs wrote, as Python reads it (for every test_bindings*.py)
 PROGRAM = str(PROGRAMS / "bindings.py")
 
-pytestmark = [pytest.mark.mpi, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.mpi, pytest.mark.bindings, pytest.mark.timeout(600)]
 
 
 # ------------------------------------------------------------------------------------------------- helpers

@@ -16,7 +16,7 @@ from test_bindings import CODES, ensure_build, error_lines
 
 import ckptio
 
-pytestmark = [pytest.mark.mpi, pytest.mark.nodes, pytest.mark.timeout(600),
+pytestmark = [pytest.mark.mpi, pytest.mark.bindings, pytest.mark.nodes, pytest.mark.timeout(600),
               pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))]
 
 LAYOUT = (2, 1, 1)  # nodeA: ranks 0-1, nodeB: rank 2, nodeC: rank 3 (its stage is wiped)

@@ -18,7 +18,7 @@ import pytest
 from mpi_helpers import run_program
 from test_bindings import _run, ensure_build
 
-pytestmark = [pytest.mark.mpi, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.mpi, pytest.mark.bindings, pytest.mark.timeout(900)]
 
 C_APP = r"""
 #include <mpi.h>

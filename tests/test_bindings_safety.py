@@ -20,7 +20,7 @@ import pytest
 from mpi_helpers import run_mpi, run_program
 from test_bindings import CODES, PROGRAM, ensure_build, error_lines, same_everywhere
 
-pytestmark = [pytest.mark.mpi, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.mpi, pytest.mark.bindings, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from test_bindings import CODES, ensure_build, error_lines
 
 import ckptio
 
-pytestmark = [pytest.mark.mpi, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.mpi, pytest.mark.bindings, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="session")
