@@ -198,6 +198,8 @@ class Series:
         drain = options.pop("drain", None)  # multi-level: True drains this one whatever drain_every says
         writer = _SeriesWriter(path, self.comm, backend=self.backend, attrs=attrs, stage_dir=self.stage_dir,
                                **{**self.create_options, **options})
+        if self.stage_dir:  # the stage's retention keeps to this series' names (other series may share it)
+            writer.stage_family = lambda name: self.pattern.step(name) is not None  # type: ignore[attr-defined]
         if self.stage_dir and (self.redundancy is not None or self.drain_every > 1):
             self._staged += 1
             writer.stage_policy = redundancy_mod.StagePolicy(  # type: ignore[attr-defined]

@@ -66,18 +66,53 @@ def test_partners_and_sets_follow_failure_groups():
     assert sorted(partner) == [0, 1, 2, 3]  # everyone holds one copy
     partner, note = parity.partners(["g", "g", "g"])
     assert partner == [1, 2, 0] and "one failure group" in note
-    assert parity.xor_sets(["a", "b", "c", "d"]) == [[0, 1, 2, 3]]
-    sets = parity.xor_sets([f"n{i}" for i in range(17)])
+    assert parity.xor_sets(["a", "b", "c", "d"]) == ([[0, 1, 2, 3]], "")
+    sets, _ = parity.xor_sets([f"n{i}" for i in range(17)])
     assert len(sets) == 3 and sorted(n for s in sets for n in s) == list(range(17)) and all(len(s) >= 5 for s in sets)
-    sets = parity.xor_sets(["a", "a", "b", "b"], size=2)
-    assert all(len({["a", "a", "b", "b"][i] for i in s}) == 2 for s in sets)
+    sets, note = parity.xor_sets(["a", "a", "b", "b"], size=2)
+    assert all(len({["a", "a", "b", "b"][i] for i in s}) == 2 for s in sets) and not note
+
+
+@pytest.mark.parametrize("groups", [["r1"] * 3 + ["r2"], ["r1"] * 30 + ["r2"] * 2, ["a", "a", "b", "b", "c"],
+                                    [f"rack{i % 4}" for i in range(13)], ["x"] * 5, [f"n{i}" for i in range(7)]])
+def test_partners_are_a_permutation_whatever_the_failure_groups(groups):
+    """Every node holds exactly one other node's copy (the 100 % the docs promise, on every node); a partner is in
+    another group unless one group holds more than half the nodes, and then the note counts those that are not."""
+    partner, note = parity.partners(groups)
+    n = len(groups)
+    assert sorted(partner) == list(range(n)) and all(partner[i] != i for i in range(n))
+    shared = sum(groups[partner[i]] == groups[i] for i in range(n))
+    largest = max(groups.count(g) for g in set(groups))
+    if len(set(groups)) > 1 and largest <= n - largest:
+        assert shared == 0 and not note
+    elif len(set(groups)) > 1:
+        assert shared > 0 and f"{shared} of them" in note
+
+
+@pytest.mark.parametrize(("racks", "per_rack"), [(2, 4), (2, 8), (3, 5), (4, 4), (8, 2)])
+def test_xor_sets_take_one_node_per_failure_group(racks, per_rack):
+    """Racks of several nodes (failure_group=rack): each set holds at most one node of a rack, so losing a whole
+    rack costs each set one member, which its parity rebuilds (two racks of 4: 4 sets of 2, not one set of 8)."""
+    groups = [f"rack{i // per_rack}" for i in range(racks * per_rack)]
+    sets, note = parity.xor_sets(groups)
+    assert sorted(n for s in sets for n in s) == list(range(len(groups))) and all(len(s) >= 2 for s in sets)
+    assert all(len({groups[i] for i in s}) == len(s) for s in sets) and not note
+    for rack in set(groups):  # lose a rack: every set loses at most one member
+        assert all(sum(groups[i] == rack for i in s) <= 1 for s in sets)
+
+
+def test_xor_sets_say_when_the_groups_cannot_keep_a_set_apart():
+    sets, note = parity.xor_sets(["r1", "r1", "r1", "r2"])
+    assert sorted(n for s in sets for n in s) == [0, 1, 2, 3] and "hold two nodes of one failure group" in note
 
 
 def layout(scheme: str, per_node=(2, 2, 1)) -> Layout:
     views, r = [], 0
     for i, count in enumerate(per_node):
         for _ in range(count):
-            views.append((f"node{i}", sum(per_node[:i]), None, [(f"d{r}", 10 + r, None), (f"m{r}", 5, "x")]))
+            name = f"rank-{r:06d}-of-{sum(per_node):06d}"
+            files = [(f"{name}.data", 10 + r, None), (f"{name}.json", 5, "x")]
+            views.append((f"node{i}", sum(per_node[:i]), None, files))
             r += 1
     return parity.plan_layout(scheme, views)
 

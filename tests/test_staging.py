@@ -54,6 +54,29 @@ def test_staged_copies_are_keyed_by_the_final_directory(tmp_path):
 
 
 @pytest.mark.mpi
+@pytest.mark.timeout(300)
+def test_two_series_in_one_directory_never_remove_each_others_staged_copies(tmp_path):
+    """Review finding: a staged commit removed EVERY older staged copy of its directory, so a series drained every
+    checkpoint (plt) deleted another's newest checkpoint (chk, drain_every=2), which existed on the stage only;
+    and a create(drain=...) that differs between ranks sent the ranks into different collectives."""
+    (tmp_path / "out").mkdir()
+    proc = run_mpi(2, [PROGRAM, "two_series", str(tmp_path / "out"), str(tmp_path / "stage")])
+    assert proc.stdout.count("DRAIN") == 2 and proc.stdout.count("OK") == 2, proc.stdout + proc.stderr[-3000:]
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(200)
+def test_a_rank0_warning_turned_into_an_error_fails_every_rank_instead_of_hanging(tmp_path):
+    """Review finding: warnings that rank 0 alone gives between two collectives (a weaker redundancy than asked, a
+    staged copy not used) raised on rank 0 only under ``-W error`` and left the other ranks in the next collective;
+    they are now given inside an agreed step (coord.warn_from_root)."""
+    (tmp_path / "out").mkdir()
+    proc = run_mpi(2, [PROGRAM, "warning_is_error", str(tmp_path / "out"), str(tmp_path / "stage")], timeout=120,
+                   env={"PYTHONWARNINGS": "error::RuntimeWarning"})
+    assert proc.stdout.count("FAILED") == 2 and proc.stdout.count("OK") == 2, proc.stdout + proc.stderr[-3000:]
+
+
+@pytest.mark.mpi
 @pytest.mark.timeout(120)
 def test_staged_close_with_one_failing_rank_raises_everywhere_and_stages_nothing(tmp_path):
     (tmp_path / "out").mkdir()

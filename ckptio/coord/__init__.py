@@ -17,7 +17,6 @@ because another raised.
 from ckptio.coord.agreement import (
     agree,
     bcast_from_root,
-    close_on_exit,
     collective_section,
     count_ranks,
     deliver_held_signals,
@@ -28,6 +27,7 @@ from ckptio.coord.agreement import (
     sum_min_max,
 )
 from ckptio.coord.comms import node_leader
+from ckptio.coord.leaving import close_on_exit, warn_from_root
 
 __all__ = [
     "agree",
@@ -42,4 +42,5 @@ __all__ = [
     "run",
     "scatter_from_root",
     "sum_min_max",
+    "warn_from_root",
 ]

@@ -33,7 +33,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from ckptio.errors import CheckpointError, CollectiveError, collective_error_class
+from ckptio.errors import CollectiveError, collective_error_class
 
 T = TypeVar("T")
 
@@ -161,18 +161,6 @@ class _Watchdog:
             sys.stderr.flush()
         finally:
             os._exit(128 + signum)
-
-
-def close_on_exit(close: Callable[[BaseException | None], None], exc: BaseException | None) -> None:
-    """The ``__exit__`` of an object whose close is collective (the readers): ``close(exc)`` on every rank. An
-    exception that ends the with-block (also ``sys.exit()`` or Ctrl-C) may be this rank's alone: ``close`` tells
-    the other ranks, which are, or will be, in their own close. Then the original exception goes on, unless the
-    close raised something new meanwhile (a signal held during it), which wins."""
-    try:
-        close(exc)
-    except BaseException as close_exc:
-        if exc is None or (close_exc is not exc and not isinstance(close_exc, CheckpointError)):
-            raise
 
 
 @contextlib.contextmanager

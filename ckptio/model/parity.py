@@ -16,6 +16,7 @@ The parity is computed on a ring (SCR's XOR): at step ``s`` (``0 .. n-2``) membe
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ import numpy as np
 
 SCHEMES = ("single", "partner", "xor")
 XOR_SET_SIZE = 8  # at most this many nodes per XOR set (SCR's default)
+_PIECE_FILE = re.compile(r"rank-\d{6}-of-\d{6}\.(data|json)")  # ckptio.tiers.stage_files.piece_names
 
 
 @dataclass(frozen=True)
@@ -53,11 +55,27 @@ class Layout:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Layout:
-        if doc.get("scheme") not in SCHEMES:
-            raise ValueError(f"unknown redundancy scheme {doc.get('scheme')!r}")
-        return cls(doc["scheme"], int(doc["nprocs"]), tuple(doc["hosts"]), tuple(tuple(r) for r in doc["ranks"]),
-                   tuple(doc["groups"]), tuple(tuple((str(n), int(s), c) for n, s, c in node) for node in doc["files"]),
-                   tuple(doc.get("partner", ())), tuple(tuple(s) for s in doc.get("sets", ())), doc.get("note", ""))
+        """A layout read from a ``level.json``; ValueError saying what is wrong with a damaged one (its file names
+        are checked too: a rebuild creates files of those names)."""
+        try:
+            if doc.get("scheme") not in SCHEMES:
+                raise ValueError(f"unknown redundancy scheme {doc.get('scheme')!r}")
+            out = cls(doc["scheme"], int(doc["nprocs"]), tuple(map(str, doc["hosts"])),
+                      tuple(tuple(map(int, r)) for r in doc["ranks"]), tuple(map(str, doc["groups"])),
+                      tuple(tuple((str(n), int(s), c) for n, s, c in node) for node in doc["files"]),
+                      tuple(map(int, doc.get("partner", ()))), tuple(tuple(map(int, s)) for s in doc.get("sets", ())),
+                      str(doc.get("note", "")))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"damaged layout record: {type(exc).__name__}: {exc}") from None
+        nodes = len(out.hosts)
+        if not (len(out.ranks) == len(out.groups) == len(out.files) == nodes) or nodes == 0:
+            raise ValueError("damaged layout record: hosts, ranks, groups and files differ in length")
+        if any(not 0 <= p < nodes for p in out.partner) or any(not 0 <= m < nodes for s in out.sets for m in s):
+            raise ValueError("damaged layout record: a partner or set member is not a node")
+        bad = [n for node in out.files for n, _, _ in node if not _PIECE_FILE.fullmatch(n)]
+        if bad:
+            raise ValueError(f"damaged layout record: {bad[0]!r} is not a piece file name")
+        return out
 
     def node_bytes(self, node: int) -> int:
         return sum(size for _, size, _ in self.files[node])
@@ -85,8 +103,11 @@ def plan_layout(scheme: str, views: Sequence[tuple[str, int, str | None, Sequenc
     """Rank 0: the layout of a staged checkpoint from every rank's ``(host, node leader, failure group, files)``.
     A node's ranks must name the same failure group (ValueError otherwise). With one node, or ``partner`` with one
     failure group only, the layout says so in ``note`` (one node: ``single``; one group: partners in it)."""
-    leaders = sorted({leader for _, leader, _, _ in views})
-    ranks = tuple(tuple(r for r, v in enumerate(views) if v[1] == leader) for leader in leaders)
+    by_leader: dict[int, list[int]] = {}
+    for r, v in enumerate(views):  # one pass: O(ranks), not O(ranks x nodes)
+        by_leader.setdefault(v[1], []).append(r)
+    leaders = sorted(by_leader)
+    ranks = tuple(tuple(by_leader[leader]) for leader in leaders)
     hosts = tuple(views[leader][0] for leader in leaders)
     groups = []
     for i, rs in enumerate(ranks):
@@ -105,32 +126,61 @@ def plan_layout(scheme: str, views: Sequence[tuple[str, int, str | None, Sequenc
     if scheme == "partner":
         partner, note = partners(groups)
         return Layout("partner", **base, partner=tuple(partner), note=note)
-    return Layout("xor", **base, sets=tuple(tuple(s) for s in xor_sets(groups)))
+    sets, note = xor_sets(groups)
+    return Layout("xor", **base, sets=tuple(tuple(s) for s in sets), note=note)
 
 
 def partners(groups: Sequence[str]) -> tuple[list[int], str]:
-    """Local: for each node, the node holding its copy: the next node (cyclically, nodes interleaved by failure
-    group) in another failure group; with a single failure group, the next node, and a note saying so."""
-    order = _interleaved(groups)
-    n = len(order)
+    """Local: for each node, the node holding its copy. A permutation (every node holds exactly one other node's
+    copy, so each pays the same 100 %): the nodes in order of their failure group, largest group first, each
+    partnered with the node as many places further on as the largest group has nodes, cyclically. A node's
+    partner is then in another group whenever the largest group holds at most half the nodes; otherwise, or with
+    a single group, ``note`` says how many copies stay in their own group."""
+    n = len(groups)
+    by_group: dict[str, list[int]] = {}
+    for node, g in enumerate(groups):
+        by_group.setdefault(g, []).append(node)
+    order = [node for members in sorted(by_group.values(), key=lambda m: (-len(m), m[0])) for node in members]
+    largest = max(map(len, by_group.values()))
+    shift = largest if largest < n else 1
     out = [0] * n
     for pos, node in enumerate(order):
-        nxt = next((order[(pos + d) % n] for d in range(1, n) if groups[order[(pos + d) % n]] != groups[node]), None)
-        out[node] = nxt if nxt is not None else order[(pos + 1) % n]
-    note = "" if len(set(groups)) > 1 else "every node is in one failure group: partners share it"
+        out[node] = order[(pos + shift) % n]
+    if len(by_group) == 1:
+        return out, "every node is in one failure group: partners share it"
+    shared = sum(groups[out[i]] == groups[i] for i in range(n))
+    note = "" if not shared else (f"failure group {groups[order[0]]!r} holds {largest} of the {n} nodes: "
+                                  f"{shared} of them keep their partner copy in that group")
     return out, note
 
 
-def xor_sets(groups: Sequence[str], size: int = XOR_SET_SIZE) -> list[list[int]]:
-    """Local: the XOR sets: ``ceil(N / size)`` sets of nearly equal size (at least two nodes each), consecutive
-    runs of the nodes interleaved by failure group, so a set's members are in different groups where the groups
-    allow it."""
-    order = _interleaved(groups)
-    count = max(1, -(-len(order) // size))
-    while count > 1 and len(order) // count < 2:
+def xor_sets(groups: Sequence[str], size: int = XOR_SET_SIZE) -> tuple[list[list[int]], str]:
+    """Local: the XOR sets (each survives the loss of one member) and a note when a set holds two nodes of one
+    failure group. Without groups of several nodes: ``ceil(N / size)`` sets of nearly equal size (at least two
+    nodes each), consecutive runs of the nodes. With them (a rack holds several nodes), a set takes at most one
+    node of each group where it can, as SCR's failure domains: sets of ``min(size, groups)`` members, the nodes
+    dealt to the sets group by group, largest group first, so a lost group costs each set one member."""
+    n = len(groups)
+    by_group: dict[str, list[int]] = {}
+    for node, g in enumerate(groups):
+        by_group.setdefault(g, []).append(node)
+    singletons = max(map(len, by_group.values())) == 1
+    width = size if singletons else min(size, len(by_group))
+    count = max(1, -(-n // max(width, 2)))
+    while count > 1 and n // count < 2:
         count -= 1
-    cuts = [len(order) * k // count for k in range(count + 1)]
-    return [sorted(order[cuts[k]:cuts[k + 1]]) for k in range(count)]
+    if singletons:  # every group one node: consecutive runs, as the nodes come
+        order = _interleaved(groups)
+        cuts = [n * k // count for k in range(count + 1)]
+        return [sorted(order[cuts[k]:cuts[k + 1]]) for k in range(count)], ""
+    sets: list[list[int]] = [[] for _ in range(count)]
+    order = [node for members in sorted(by_group.values(), key=lambda m: (-len(m), m[0])) for node in members]
+    for k, node in enumerate(order):
+        sets[k % count].append(node)
+    crowded = [s for s in sets if len({groups[i] for i in s}) < len(s)]
+    note = "" if not crowded else (f"{len(crowded)} of {count} XOR sets hold two nodes of one failure group "
+                                   "(the groups are too few or too uneven): losing that group loses those sets")
+    return [sorted(s) for s in sets], note
 
 
 def _interleaved(groups: Sequence[str]) -> list[int]:
@@ -191,13 +241,17 @@ def plan_rebuild(layout: Layout | None, rank_views: Sequence[tuple[str, int, str
     if layout.nprocs != len(rank_views):
         return (f"it was written by {layout.nprocs} ranks and this job has {len(rank_views)} (node-local pieces are "
                 "rebuilt for the same ranks per node; N-to-M restarts read the parallel file system copy)")
+    on_node: dict[int, list[int]] = {}
+    for r, v in enumerate(rank_views):  # one pass: O(ranks), not O(ranks x nodes)
+        on_node.setdefault(v[1], []).append(r)
     where: list[int] = []
     for i, rs in enumerate(layout.ranks):
         leaders = {rank_views[r][1] for r in rs}
-        mates = [r for r, v in enumerate(rank_views) if v[1] in leaders]
-        if len(leaders) != 1 or mates != list(rs):
-            return (f"the ranks {ranges(rs)} written on {layout.hosts[i]} are not alone on one node in this job "
-                    "(a node's stage serves the ranks that wrote it)")
+        if len(leaders) != 1 or on_node[next(iter(leaders))] != list(rs):
+            now = sorted({rank_views[r][0] for r in rs})
+            return (f"the ranks {ranges(rs)} written together on {layout.hosts[i]} are not alone on one node in this "
+                    f"job (now on {', '.join(now[:4])}{' ...' if len(now) > 4 else ''}): a node's stage serves the "
+                    "ranks that wrote it, so restart with the same ranks per node as the writing job")
         where.append(leaders.pop())
     lost = [i for i, rs in enumerate(layout.ranks) if any(rank_views[r][2] for r in rs)]
     plan = Rebuild()

@@ -36,16 +36,16 @@ from typing import Any
 
 import numpy as np
 
-from ckptio import _warn, coord
+from ckptio import coord
 from ckptio.coord import comms
 from ckptio.coord import redundancy as wire
 from ckptio.engine import faults
-from ckptio.errors import CheckpointError, DeclarationError
+from ckptio.errors import CheckpointError, CorruptCheckpointError, DeclarationError
 from ckptio.model import meta as metamod
 from ckptio.model import parity
 from ckptio.model.parity import Layout
 from ckptio.tiers.stage_files import read_piece, remove_if_there
-from ckptio.tiers.streams import Concat, Spill, own_files
+from ckptio.tiers.streams import Concat, Spill, own_files, pwrite_all
 
 SUBDIR = "redundancy"
 LEVEL = "level.json"
@@ -100,11 +100,14 @@ def protect(comm, info: Any, directory: str, policy: StagePolicy) -> Layout | No
     coord.gather_and_plan(comm, f"{phase}: layout",
                           lambda: (info.host, leader, policy.group, own_files(directory, rank, nprocs)), plan)
     # only node leaders receive the layout (O(ranks) of the job); the other ranks take no part in the exchange
-    given = coord.scatter_from_root(comm, f"{phase}: the layout to node leaders", lambda: [
-        planned[0].to_json() if r in {rs[0] for rs in planned[0].ranks} else None for r in range(nprocs)])
+    def to_leaders() -> list[Any]:  # one JSON form, the same object for every leader; the leader set built once
+        text, leaders = planned[0].to_json(), {rs[0] for rs in planned[0].ranks}
+        return [text if r in leaders else None for r in range(nprocs)]
+
+    given = coord.scatter_from_root(comm, f"{phase}: the layout to node leaders", to_leaders)
     layout = None if given is None else Layout.from_json(given)
-    if layout is not None and layout.note and rank == 0:
-        _warn.warn(f"ckptio: redundancy={policy.scheme!r}: {layout.note}", RuntimeWarning)
+    note = planned[0].note if planned else ""
+    coord.warn_from_root(comm, f"{phase}: note", note and f"ckptio: redundancy={policy.scheme!r}: {note}")
     node = None if layout is None else next(i for i, rs in enumerate(layout.ranks) if rs[0] == rank)
     red = os.path.join(directory, SUBDIR)
     p2p = comms.duplicate(comm)
@@ -167,7 +170,7 @@ def _prepare(p2p, layout: Layout, node: int, directory: str, red: str, digest: l
     def done(offset: int, data: np.ndarray) -> None:
         fd = os.open(path, os.O_WRONLY)
         try:
-            os.pwrite(fd, memoryview(data), offset)
+            pwrite_all(fd, data, offset)
         finally:
             os.close(fd)
         sum_.update(data)  # chunks arrive in order
@@ -234,7 +237,7 @@ def rebuild(comm, directory: str, final: str, problems: dict[int, str]) -> str |
         if root is None:
             return "no node recorded the checkpoint's redundancy (it was staged without redundancy=)"
         layout = Layout.from_json(coord.bcast_from_root(comm, f"stage {final}: rebuild, the level",
-                                                        lambda: _read_level(directory)["level"], root=root))
+                                                        lambda: _level_layout(directory), root=root))
 
         def plan(reports: list[Any]) -> Any:
             decided = parity.plan_rebuild(layout, kept[0], {r: v for r, v in enumerate(reports) if v is not None})
@@ -272,18 +275,34 @@ def rebuild(comm, directory: str, final: str, problems: dict[int, str]) -> str |
         comms.free(p2p)
         for spill in spills:
             remove_if_there(getattr(spill, "accumulator", ""))
-    if rank == 0:
-        _warn.warn(f"ckptio: staged copy of {final}: " + "; ".join(decided["said"]), RuntimeWarning)
+    coord.warn_from_root(comm, f"stage {final}: rebuilt", f"ckptio: staged copy of {final}: " + "; ".join(
+        decided["said"]))
     return None
 
 
 def _read_level(directory: str) -> dict[str, Any]:
-    """Local: a node's ``level.json`` of the staged checkpoint ``directory`` (OSError/ValueError if unreadable)."""
-    with open(os.path.join(directory, SUBDIR, LEVEL)) as f:
+    """Local: a node's ``level.json`` of the staged checkpoint ``directory``, its layout checked
+    (:meth:`Layout.from_json`); OSError/ValueError if unreadable or damaged."""
+    where = os.path.join(directory, SUBDIR, LEVEL)
+    with open(where) as f:
         level = json.load(f)
-    if not isinstance(level, dict) or not isinstance(level.get("node"), int):
-        raise ValueError(f"{os.path.join(directory, SUBDIR, LEVEL)}: not a ckptio level record")
+    if not isinstance(level, dict) or not isinstance(level.get("node"), int) or not isinstance(level.get("level"),
+                                                                                                 dict):
+        raise ValueError(f"{where}: not a ckptio level record")
+    try:
+        Layout.from_json(level["level"])
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
     return level
+
+
+def _level_layout(directory: str) -> dict[str, Any]:
+    """Local, the node chosen to send it: its recorded layout; CorruptCheckpointError if unreadable or damaged
+    (then every rank gets that error from the broadcast, and the rebuild says why it cannot use the level)."""
+    try:
+        return _read_level(directory)["level"]
+    except (OSError, ValueError) as exc:
+        raise CorruptCheckpointError(f"its level record: {exc}") from None
 
 
 def _leader_report(directory: str, final: str, nprocs: int, layout: Layout) -> dict[str, Any]:

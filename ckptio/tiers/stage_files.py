@@ -12,7 +12,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -126,14 +126,27 @@ def _write_piece_files(directory: str, data_path: str, manifest_name: str, flags
     return pos
 
 
-def spare_data_file(stage_dir: str, final_path: str, rank: int, nprocs: int) -> str | None:
-    """Local: this rank's data file of a staged checkpoint of the same final directory whose drain committed
-    (marked by :func:`retain`), to be reused by the next :func:`write_piece` (writing into existing tmpfs pages
-    is about twice as fast as allocating new ones). Its manifest is removed first, so that piece is never
-    taken for valid again. None when there is none."""
+def family_of(final_path: str, family: Callable[[str], bool] | None) -> Callable[[str], bool]:
+    """Local: which staged checkpoint names are of ``final_path``'s family: those ``family`` accepts (a Series:
+    its name pattern), else ``final_path``'s own name only."""
+    if family is not None:
+        return family
+    own = os.path.basename(final_path)
+    return lambda name: name == own
+
+
+def spare_data_file(stage_dir: str, final_path: str, rank: int, nprocs: int,
+                    family: Callable[[str], bool] | None = None) -> str | None:
+    """Local: this rank's data file of a staged checkpoint of the same family (the names ``family`` accepts, else
+    ``final_path``'s own name, as :func:`ckptio.tiers.staging.retain` takes them) whose drain committed (marked
+    by retain), to be reused by the next :func:`write_piece` (writing into existing tmpfs pages is about twice as
+    fast as allocating new ones). Its manifest is removed first, so that piece is never taken for valid again.
+    None when there is none."""
+    same = family_of(final_path, family)
     data_name, manifest_name = piece_names(rank, nprocs)
-    for _name, _tok, path in staged_copies(key_dir(stage_dir, final_path)):
-        if os.path.exists(os.path.join(path, _DRAINED)) and os.path.exists(os.path.join(path, data_name)):
+    for name, _tok, path in staged_copies(key_dir(stage_dir, final_path)):
+        if same(name) and os.path.exists(os.path.join(path, _DRAINED)) and os.path.exists(
+                os.path.join(path, data_name)):
             try:
                 os.unlink(os.path.join(path, manifest_name))
             except FileNotFoundError:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ckptio import _warn, coord
+from ckptio import coord
 from ckptio.coord import comms, exchange
 from ckptio.coord import datatypes as memtypes
 from ckptio.engine import placement_stats
@@ -91,9 +91,8 @@ def open_staged(path: str, comm, stage_dir: str, verify: bool = True) -> StagedR
             return StagedReader(path, comm, directory, *piece)
         first = min(problems)
         problem = f"rank {first}: {problems[first]}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
-    if rank == 0 and problem:
-        _warn.warn(f"ckptio: not restarting {path} from the stage: {problem}; reading the parallel file "
-                   f"system copy", RuntimeWarning)
+    coord.warn_from_root(comm, f"open {path}: staged copy not used", problem and (
+        f"ckptio: not restarting {path} from the stage: {problem}; reading the parallel file system copy"))
     return None
 
 

@@ -34,7 +34,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +43,7 @@ import numpy as np
 from ckptio import _warn, coord
 from ckptio.engine.index import WriteStats
 from ckptio.engine.write import WriteRequest, directory_problem, plan_globally
-from ckptio.errors import CheckpointError, CheckpointIOError
+from ckptio.errors import CheckpointError, CheckpointIOError, CorruptCheckpointError, DeclarationError
 from ckptio.model import varmeta
 from ckptio.model.plan import pack_declarations
 from ckptio.model.stage_manifest import ARRAY, StagedBlock, StageManifest
@@ -51,6 +51,7 @@ from ckptio.pathcheck import symlink_problem
 from ckptio.tiers import async_io, catalog, redundancy, regroup
 from ckptio.tiers.stage_files import (
     checkpoint_dir,
+    family_of,
     host_name,
     key_dir,
     mark_drained,
@@ -170,7 +171,8 @@ def close_staged(writer: Any, background: bool) -> None:
                   for p in writer._pending]
 
         def piece() -> int:
-            spare = spare_data_file(writer.stage_dir, writer.path, rank, nprocs)
+            spare = spare_data_file(writer.stage_dir, writer.path, rank, nprocs,
+                                    getattr(writer, "stage_family", None))
             return write_piece(directory, header, blocks, spare)
 
         try:
@@ -198,15 +200,17 @@ def close_staged(writer: Any, background: bool) -> None:
         twins.append(writer._clone(path, comm))
         return twins[-1]
 
+    family = getattr(writer, "stage_family", None)  # a Series' names (retain: one series never removes another's)
+
     def drain_now(comm) -> None:
         drain(comm, twin, directory, final)
         writer._adopt(twins[-1], {"stage": stage_seconds})
-        retain(comm, info, final, token)
+        retain(comm, info, final, token, family=family)
         if on_commit is not None and background:  # synchronous: Series runs it after close() returns
             on_commit(comm)
 
     def keep_level(comm) -> None:  # not drained (drain_every=k): the node-local level keeps its newest copy
-        retain(comm, info, final, token, drained=False)
+        retain(comm, info, final, token, drained=False, family=family)
 
     job = drain_now if policy is None or policy.drain else keep_level
     if not background:
@@ -230,13 +234,14 @@ def _prepare_staged(writer: Any) -> dict[str, Any]:
     t = time.perf_counter()
     for p in writer._pending:
         p.data = np.ascontiguousarray(p.data).reshape(p.data.shape)  # (ascontiguousarray makes 0-d 1-d)
+    policy = getattr(writer, "stage_policy", None)
     final_dir = os.path.dirname(os.path.abspath(writer.path))
     problem = None if os.path.isdir(final_dir) else (f"{final_dir} is not a directory seen from "
                                                      f"{host_name()} (rank {writer.comm.Get_rank()})")
     return {"decls": pack_declarations([p.decl for p in writer._pending]), "attrs": writer.attrs,
             "described": varmeta.pack(writer._described), "prepare_seconds": time.perf_counter() - t,
             "dir_problem": directory_problem(writer.path) if writer.comm.Get_rank() == 0 else None,
-            "sees_final": problem}
+            "sees_final": problem, "drain": None if policy is None else policy.drain}
 
 
 def _plan_staged(writer: Any, gathered: list[dict[str, Any]]) -> str:
@@ -245,9 +250,20 @@ def _plan_staged(writer: Any, gathered: list[dict[str, Any]]) -> str:
     blind = [g["sees_final"] for g in gathered if g["sees_final"]]
     if blind:
         raise CheckpointIOError(f"checkpoint {writer.path}: " + "; ".join(blind))
+    drains = [g["drain"] for g in gathered]
+    if len(set(drains)) > 1:  # each rank would run another background job: drain, or keep the node level
+        yes = [r for r, d in enumerate(drains) if d]
+        raise DeclarationError(f"checkpoint {writer.path}: drained to the parallel file system on rank(s) "
+                               f"{_ranks(yes)} but kept node-local on the others (Series.create(drain=...) must be "
+                               "the same on every rank)")
     plan_globally(WriteRequest(writer.path, writer.comm, writer.backend, writer.hints, writer.compression,
                                writer.attrs, []), gathered)
     return new_token()
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    shown = ", ".join(map(str, ranks[:8]))
+    return shown + (f" (+{len(ranks) - 8} more)" if len(ranks) > 8 else "")
 
 
 def check_stage_dir(stage_dir: str | None) -> None:
@@ -282,7 +298,13 @@ def drain(comm, writer_factory, directory: str, final_path: str) -> None:
         twin._error = exc  # raised by close() on every rank, naming this one
         twin.close()
         return
-    twin = writer_factory(final_path, comm, manifest)
+    try:
+        twin = writer_factory(final_path, comm, manifest)
+    except (CheckpointError, ValueError, TypeError) as exc:  # its backend or series record cannot be used
+        twin = writer_factory(final_path, comm, None)
+        twin._error = CorruptCheckpointError(f"staged piece of {final_path} on rank {comm.Get_rank()}: {exc}")
+        twin.close()
+        return
     try:
         for b, a in zip(manifest.blocks, arrays, strict=True):
             if b.kind == ARRAY:
@@ -294,21 +316,27 @@ def drain(comm, writer_factory, directory: str, final_path: str) -> None:
     twin.close()
 
 
-def retain(comm, info: StageInfo, final_path: str, token: str, drained: bool = True) -> None:
+def retain(comm, info: StageInfo, final_path: str, token: str, drained: bool = True,
+           family: Callable[[str], bool] | None = None) -> None:
     """Collective: after the checkpoint ``token`` committed at ``final_path``, mark it drained (its data files
     may then be reused by the next staged checkpoint, see :func:`spare_data_file`) and remove the staged
-    checkpoints of the same final directory staged before it (drained, or failed and superseded). The
-    cleaner of each stage does this; a failure is a warning, never an error of the committed checkpoint.
-    ``drained=False``: ``token`` is complete at the node-local level only (``drain_every``, run by the I/O thread
-    after the drains of older ones): the older staged copies go, ``token`` stays unmarked."""
+    checkpoints of the same family staged before it (drained, or failed and superseded). The family: the names
+    ``family`` accepts (a Series: its name pattern), else ``final_path``'s own name: the stage of a directory is
+    shared by every series writing there, and one series' checkpoint never removes another's, whose newest copy
+    may exist on the stage alone (``drain_every``). The cleaner of each stage does this; a failure is a warning,
+    never an error of the committed checkpoint. ``drained=False``: ``token`` is complete at the node-local level
+    only (``drain_every``, run by the I/O thread after the drains of older ones): the older staged copies go,
+    ``token`` stays unmarked."""
+    same = family_of(final_path, family)
+
     def remove() -> None:
         if not info.cleaner:
             return
         base = key_dir(info.directory, final_path)
         if drained:
             mark_drained(checkpoint_dir(info.directory, final_path, token), final_path)
-        for _name, tok, path in staged_copies(base):
-            if tok < token:
+        for name, tok, path in staged_copies(base):
+            if tok < token and same(name):
                 shutil.rmtree(path, ignore_errors=True)
                 parent = os.path.dirname(path)
                 if not os.listdir(parent):
@@ -362,9 +390,9 @@ def recover(comm, directory: str, pattern: catalog.NamePattern, stage_dir: str, 
         if other is not None:
             if other == "":
                 return final
-            if comm.Get_rank() == 0:
-                _warn.warn(f"ckptio: staged copy of {final} not used: {other}; falling back to an older checkpoint",
-                           RuntimeWarning)
+            coord.warn_from_root(comm, f"stage {stage_dir}: {name} not used",
+                                 f"ckptio: staged copy of {final} not used: {other}; falling back to an older "
+                                 "checkpoint")
             continue
 
         def check(piece: str = piece, final: str = final) -> tuple[str | None, bool, bool]:
@@ -385,19 +413,19 @@ def recover(comm, directory: str, pattern: catalog.NamePattern, stage_dir: str, 
                 problems = verify()
                 why = None if not problems else "the rebuilt pieces do not verify"
             if problems:
-                if comm.Get_rank() == 0:
-                    first = min(problems)
-                    _warn.warn(f"ckptio: staged copy of {final} is not usable on every rank ({len(problems)} "
-                               f"rank(s), e.g. rank {first}: {problems[first]}); not restarting from it"
-                               + ("" if why.startswith("no node recorded") else f": cannot be rebuilt: {why}; "
-                                  "falling back to an older checkpoint"), RuntimeWarning)
+                first = min(problems)
+                coord.warn_from_root(comm, f"stage {stage_dir}: {name} not usable",
+                                     f"ckptio: staged copy of {final} is not usable on every rank ({len(problems)} "
+                                     f"rank(s), e.g. rank {first}: {problems[first]}); not restarting from it"
+                                     + ("" if why.startswith("no node recorded") else f": cannot be rebuilt: {why}; "
+                                        "falling back to an older checkpoint"))
                 continue
         try:
             drain(comm, writer_factory, piece, final)
         except CheckpointError as exc:  # agreed: every rank is here (a full destination, a lost file system...)
-            if comm.Get_rank() == 0:
-                _warn.warn(f"ckptio: could not drain the staged copy of {final} ({exc}); not restarting from it, "
-                           "falling back to an older checkpoint", RuntimeWarning)
+            coord.warn_from_root(comm, f"stage {stage_dir}: {name} not drained",
+                                 f"ckptio: could not drain the staged copy of {final} ({exc}); not restarting from "
+                                 "it, falling back to an older checkpoint")
             continue
         try:
             coord.run(comm, f"stage {stage_dir}: mark {name} drained", lambda piece=piece, final=final:

@@ -23,6 +23,18 @@ def own_files(directory: str, rank: int, nprocs: int) -> list[tuple[str, int, st
     return [(data, os.path.getsize(os.path.join(directory, data)), None), (manifest, len(text), metamod.checksum(text))]
 
 
+def pwrite_all(fd: int, data: np.ndarray, offset: int) -> None:
+    """Local: every byte of ``data`` at ``offset`` of ``fd``; ``pwrite`` may write fewer bytes than asked (a
+    filling tmpfs) without raising."""
+    view = memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8))
+    done = 0
+    while done < len(view):
+        n = os.pwrite(fd, view[done:], offset + done)
+        if n <= 0:
+            raise CheckpointIOError(f"short write: {done} of {len(view)} bytes at offset {offset}")
+        done += n
+
+
 class Concat:
     """Local: a node's files read as one byte stream (zeros past the end)."""
 
@@ -71,7 +83,7 @@ class Spill:
             if lo < hi:
                 fd = os.open(path, os.O_WRONLY)
                 try:
-                    os.pwrite(fd, memoryview(data[lo - offset:hi - offset]), lo - start)
+                    pwrite_all(fd, data[lo - offset:hi - offset], lo - start)
                 finally:
                     os.close(fd)
 

@@ -8,6 +8,13 @@
   inside the with block (``RAISED`` on rank 0, ``OTHERS`` elsewhere); nothing is staged; ``OK <rank>``;
 * ``corrupt_piece OUT STAGE``: the restart reads the stage, then falls back past one flipped byte in the last
   rank's piece with a warning naming it; ``OK <rank>``;
+* ``two_series OUT STAGE``: series ``chk`` (``drain_every=2``: its step 1 stays on the stage only) and ``plt``
+  (every checkpoint drained) share a directory and its stage: plt's commits leave chk's staged copy alone and a
+  new chk Series restarts from it; then ``create(drain=...)`` that differs between the ranks fails on every rank
+  with a DeclarationError (``DRAIN <rank>``); ``OK <rank>``;
+* ``warning_is_error OUT STAGE`` (run with ``PYTHONWARNINGS=error::RuntimeWarning``): a one-node job asks for
+  ``redundancy="partner"``; rank 0's warning that it cannot have it, an exception under that filter, fails the
+  checkpoint on every rank instead of leaving the others in the next collective (``FAILED <rank>``); ``OK <rank>``;
 * ``staged_reader PATH STAGE``: the staged restart reader reads like a Reader (out=, slicing, a bad request on one
   rank, a rank leaving its with block); ``STAGED READER OK <rank>``.
 """
@@ -166,7 +173,54 @@ def staged_reader(comm, path: str, stage: str) -> None:
     print("STAGED READER OK", r, flush=True)
 
 
-CASES = {"two_runs": two_runs, "bad_stage": bad_stage, "one_rank_fails": one_rank_fails,
+def two_series(comm, out: str, stage: str) -> None:
+    r, n = comm.Get_rank(), comm.Get_size()
+    data = np.arange(8.0) + 100 * r
+    whole = np.concatenate([np.arange(8.0) + 100 * q for q in range(n)])
+    chk = ckptio.Series(out, comm, prefix="chk", stage_dir=stage, drain_every=2)
+    plt = ckptio.Series(out, comm, prefix="plt", stage_dir=stage)
+    with chk.create(1) as ck:
+        ck.write("x", data, offset=(8 * r,), global_shape=(8 * n,))
+    chk.wait()
+    for step in (1, 2):  # each plt commit runs the stage's retention
+        with plt.create(step) as ck:
+            ck.write("y", data + step, offset=(8 * r,), global_shape=(8 * n,))
+    plt.wait()
+    assert not os.path.exists(os.path.join(out, "chk_000001")), "chk's step 1 was drained"
+    found = ckptio.Series(out, comm, prefix="chk", stage_dir=stage, drain_every=2).latest()
+    assert found == os.path.join(out, "chk_000001"), f"chk's node-local step 1 is gone: latest() gave {found}"
+    with ckptio.open(found, comm) as rd:
+        assert (rd.read("x") == whole).all()
+    ml = ckptio.Series(out, comm, prefix="ml", stage_dir=stage, drain_every=5)  # its step 1: drained only if asked
+    try:
+        with ml.create(1, drain=(r == 0)) as ck:
+            ck.write("x", data, offset=(8 * r,), global_shape=(8 * n,))
+        ml.wait()
+        print("NOERROR", r, flush=True)
+    except ckptio.DeclarationError as exc:
+        assert "Series.create(drain=...) must be the same on every rank" in str(exc), exc
+        print("DRAIN", r, flush=True)
+    comm.Barrier()
+    print("OK", r, flush=True)
+
+
+def warning_is_error(comm, out: str, stage: str) -> None:
+    r, n = comm.Get_rank(), comm.Get_size()
+    s = ckptio.Series(out, comm, stage_dir=stage, redundancy="partner")
+    try:
+        with s.create(1) as ck:
+            ck.write("x", np.zeros(4) + r, offset=(4 * r,), global_shape=(4 * n,))
+        s.wait()
+        print("NOERROR", r, flush=True)
+    except (RuntimeWarning, ckptio.CheckpointError) as exc:
+        assert "redundancy='partner'" in str(exc) and "no partner redundancy" in str(exc), exc
+        print("FAILED", r, flush=True)
+    comm.Barrier()
+    print("OK", r, flush=True)
+
+
+CASES = {"two_runs": two_runs, "two_series": two_series, "warning_is_error": warning_is_error,
+         "bad_stage": bad_stage, "one_rank_fails": one_rank_fails,
          "corrupt_piece": corrupt_piece, "staged_reader": staged_reader}
 
 
