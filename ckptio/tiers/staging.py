@@ -51,6 +51,7 @@ from ckptio.pathcheck import symlink_problem
 from ckptio.tiers import async_io, catalog, redundancy, regroup
 from ckptio.tiers.stage_files import (
     checkpoint_dir,
+    drained_identity,
     family_of,
     host_name,
     key_dir,
@@ -320,10 +321,11 @@ def retain(comm, info: StageInfo, final_path: str, token: str, drained: bool = T
            family: Callable[[str], bool] | None = None) -> None:
     """Collective: after the checkpoint ``token`` committed at ``final_path``, mark it drained (its data files
     may then be reused by the next staged checkpoint, see :func:`spare_data_file`) and remove the staged
-    checkpoints of the same family staged before it (drained, or failed and superseded). The family: the names
-    ``family`` accepts (a Series: its name pattern), else ``final_path``'s own name: the stage of a directory is
-    shared by every series writing there, and one series' checkpoint never removes another's, whose newest copy
-    may exist on the stage alone (``drain_every``). The cleaner of each stage does this; a failure is a warning,
+    checkpoints staged before it: those of the same family (drained, or failed and superseded) and any drained
+    one (the parallel file system has it). The family: the names ``family`` accepts (a Series: its name
+    pattern), else ``final_path``'s own name: the stage of a directory is shared by every series writing there,
+    and one series' checkpoint never removes another's undrained copy, which may be that series' newest
+    checkpoint, on the stage alone (``drain_every``). The cleaner of each stage does this; a failure is a warning,
     never an error of the committed checkpoint. ``drained=False``: ``token`` is complete at the node-local level
     only (``drain_every``, run by the I/O thread after the drains of older ones): the older staged copies go,
     ``token`` stays unmarked."""
@@ -336,7 +338,7 @@ def retain(comm, info: StageInfo, final_path: str, token: str, drained: bool = T
         if drained:
             mark_drained(checkpoint_dir(info.directory, final_path, token), final_path)
         for name, tok, path in staged_copies(base):
-            if tok < token and same(name):
+            if tok < token and (same(name) or drained_identity(path) is not None):
                 shutil.rmtree(path, ignore_errors=True)
                 parent = os.path.dirname(path)
                 if not os.listdir(parent):
