@@ -30,7 +30,7 @@ from ckptio.model.layout import Box, check_dtype, check_name, find_overlap, tile
 CHECKSUM_ALGORITHM = "xxh3_64"
 
 MAX_NBYTES = 2**63 - 1  # no file holds more: a larger variable is a damaged document
-_CHECKSUM_RE = re.compile(r"^[0-9a-f]{16}$")
+CHECKSUM_RE = re.compile(r"^[0-9a-f]{16}$")  # a block checksum: xxh3-64, 16 lowercase hex digits
 _CODEC_RE = re.compile(r"^(zstd|zstd\+shuffle)(:-?[0-9]+)?$")
 
 
@@ -158,7 +158,7 @@ def _validate_variable(name: str, var: Any, nprocs: int) -> None:
             raise ValueError(f"block {i} was written by rank {rank} of a {nprocs}-rank job")
         box = Box(_int_list(b["offset"], f"block {i} offset", len(shape)),
                   _int_list(b["shape"], f"block {i} shape", len(shape)))
-        if not isinstance(b["checksum"], str) or not _CHECKSUM_RE.match(b["checksum"]):
+        if not isinstance(b["checksum"], str) or not CHECKSUM_RE.match(b["checksum"]):
             raise ValueError(f"block {i} checksum {b['checksum']!r} is not {CHECKSUM_ALGORITHM} hex digits")
         if b.get("file_offset") is not None:
             _nonneg_int(b["file_offset"], f"block {i} file_offset")

@@ -13,17 +13,17 @@ field is checked on the way in, so a damaged or foreign manifest is a ``ValueErr
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ckptio.model.plan import ARRAY, SEGMENT
+from ckptio.model.schema_checks import CHECKSUM_RE
+
 FORMAT = "ckptio-stage"
 VERSION = 1
-ARRAY, SEGMENT = "array", "segment"
-_CHECKSUM_RE = re.compile(r"^[0-9a-f]{16}$")
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ class StagedBlock:
         if attrs is not None and not isinstance(attrs, Mapping):
             raise ValueError(f"{where}: attrs is {type(attrs).__name__}, not an object")
         checksum = _text(obj, "checksum", where)
-        if not _CHECKSUM_RE.match(checksum):
+        if not CHECKSUM_RE.match(checksum):
             raise ValueError(f"{where}: checksum {checksum!r} is not 16 hex digits")
         data_offset, nbytes = _count(obj, "data_offset", where), _count(obj, "nbytes", where)
         if nbytes != int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize:
@@ -177,8 +177,9 @@ class StageManifest:
         rank, nprocs = _count(obj, "rank"), _count(obj, "nprocs")
         if not rank < nprocs:
             raise ValueError(f"rank {rank} of {nprocs}")
-        return cls(_text(obj, "final"), _text(obj, "token"), _text({"host": "", **obj}, "host"),
-                   _text({"backend": "mpiio", **obj}, "backend"), attrs, series, redundancy, rank, nprocs,
+        host = _text(obj, "host") if "host" in obj else ""
+        backend = _text(obj, "backend") if "backend" in obj else "mpiio"
+        return cls(_text(obj, "final"), _text(obj, "token"), host, backend, attrs, series, redundancy, rank, nprocs,
                    tuple(StagedBlock.from_json(b) for b in blocks))
 
 

@@ -45,8 +45,8 @@ from ckptio.engine.index import WriteStats
 from ckptio.engine.write import WriteRequest, directory_problem, plan_globally
 from ckptio.errors import CheckpointError, CheckpointIOError, CorruptCheckpointError, DeclarationError
 from ckptio.model import varmeta
-from ckptio.model.plan import pack_declarations
-from ckptio.model.stage_manifest import ARRAY, StagedBlock, StageManifest
+from ckptio.model.plan import ARRAY, pack_declarations
+from ckptio.model.stage_manifest import StagedBlock, StageManifest
 from ckptio.pathcheck import symlink_problem
 from ckptio.tiers import async_io, catalog, redundancy, regroup
 from ckptio.tiers.stage_files import (
