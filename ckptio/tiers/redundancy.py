@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ckptio import coord
+from ckptio import _warn, coord
 from ckptio.coord import comms
 from ckptio.coord import redundancy as wire
 from ckptio.engine import faults
@@ -106,8 +106,7 @@ def protect(comm, info: Any, directory: str, policy: StagePolicy) -> Layout | No
 
     given = coord.scatter_from_root(comm, f"{phase}: the layout to node leaders", to_leaders)
     layout = None if given is None else Layout.from_json(given)
-    note = planned[0].note if planned else ""
-    coord.warn_from_root(comm, f"{phase}: note", note and f"ckptio: redundancy={policy.scheme!r}: {note}")
+    note = planned[0].note if planned else ""  # rank 0's, given inside the agreed prepare step below
     node = None if layout is None else next(i for i, rs in enumerate(layout.ranks) if rs[0] == rank)
     red = os.path.join(directory, SUBDIR)
     p2p = comms.duplicate(comm)
@@ -117,6 +116,8 @@ def protect(comm, info: Any, directory: str, policy: StagePolicy) -> Layout | No
 
         def prepare() -> None:  # the files written by the exchange exist before any byte moves
             nonlocal exchange
+            if note:  # rank 0 only; inside the agreed step, so a warnings filter's exception fails every rank
+                _warn.warn(f"ckptio: redundancy={policy.scheme!r}: {note}", RuntimeWarning)
             if node is not None and layout is not None and layout.scheme != "single":
                 exchange = _prepare(p2p, layout, node, directory, red, digest)
 
