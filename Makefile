@@ -96,7 +96,7 @@ test-slow: install
 MATRIX_TESTS := tests/test_conformance.py tests/test_async_series.py::test_conformance_in_background_modes \
                 tests/test_mpi_stacks.py tests/test_aggregators_strace.py tests/test_bindings.py tests/faults
 test-matrix: install
-	CKPTIO_TEST_OVERSUBSCRIBED=8 $(PY) -m pytest $(MATRIX_TESTS) -m "not slow and not stack_independent" $(PYTEST_FLAGS)
+	$(PY) -m pytest $(MATRIX_TESTS) -m "not slow and not stack_independent" $(PYTEST_FLAGS)
 
 # `make test-matrix-driver`: the part of the matrix that goes through the MPI-IO driver, for a second driver of the
 # same MPI library (CI: Open MPI's ROMIO beside its default OMPIO): conformance, N-to-M, background modes, the
@@ -109,7 +109,7 @@ DRIVER_TESTS := tests/test_conformance.py tests/test_async_series.py::test_confo
                 tests/faults/test_lost_writes.py tests/faults/test_aggregated_write_failure.py \
                 tests/faults/test_disk_and_permissions.py
 test-matrix-driver: install
-	CKPTIO_TEST_OVERSUBSCRIBED=8 $(PY) -m pytest $(DRIVER_TESTS) -m "not slow and not stack_independent" $(PYTEST_FLAGS)
+	$(PY) -m pytest $(DRIVER_TESTS) -m "not slow and not stack_independent" $(PYTEST_FLAGS)
 
 # `make test-slurm`: tests/slurm under the Slurm of ci/slurm.sh (left running afterwards: `bash ci/slurm.sh down`).
 # Not in `make test` (tests/slurm/conftest.py collects them only when asked for). Its own --basetemp: the jobs'

@@ -1,6 +1,6 @@
-"""The conformance suite (ckptio.testing) against every backend, at 1, 2, 4 and 16 (oversubscribed) ranks,
-plus the N-to-M restart matrix: writers {1, 3, 4} x readers {1, 2, 4, 5}, and a reader at twice the oversubscribed
-count (32 ranks in make test, 16 in make test-matrix, where MPICH's Hydra ranks busy-poll)."""
+"""The conformance suite (ckptio.testing) against every backend, at 1, 2, 4 and 8 (oversubscribed: 4x the reference
+machine's cores, CKPTIO_TEST_OVERSUBSCRIBED) ranks, plus the N-to-M restart matrix: writers {1, 3, 4} x readers
+{1, 2, 4, 5}, and a reader at twice the oversubscribed count (16 ranks) restarting what 3 wrote."""
 
 from __future__ import annotations
 

@@ -145,7 +145,10 @@ def test_the_pnetcdf_patch_takes_mpi_handles_from_mpi4py_and_refuses_other_sourc
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_install_parallel_builds_pnetcdf_into_the_fresh_venv_and_it_writes(venv, tmp_path):
-    proc = run([str(venv / "bin" / "ckptio-install-parallel"), "pnetcdf"], timeout=1100, env=venv_env(venv))
+    # -O0: what is tested is that the steps build, install and write, not the module's speed; gcc takes ~6x less
+    # time on pnetcdf-python's Cython output than at Python's -O3 -g (ci/install.sh, CKPTIO_EXT_CFLAGS)
+    proc = run([str(venv / "bin" / "ckptio-install-parallel"), "pnetcdf"], timeout=1100,
+               env=venv_env(venv, CFLAGS="-O0 -g0"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "pnetcdf installed and checked" in proc.stdout
     write_under_mpirun(venv, tmp_path, "pnetcdf")
