@@ -403,6 +403,11 @@ if [ -f pyproject.toml ]; then
   fi
 fi
 
+# ---- 8b. bytecode for the source tree: an editable install is imported from it, and with PYTHONDONTWRITEBYTECODE
+#          set (as in some CI images) no rank ever writes it, so every rank of every job compiled ckptio again.
+#          compileall writes it regardless, for the current sources (~2 s; a stale file is recompiled in memory).
+"$PY" -m compileall -q -j 0 ckptio backends tests > /dev/null || warn "compileall failed: ranks compile at import"
+
 # ---- 9. Fortran/C bindings (when they exist)
 if [ -f fortran_bindings/CMakeLists.txt ]; then
   FB=build/fortran; [ "$MPI" = mpich ] && FB=build/fortran-mpich   # separate builds: one per MPI stack
