@@ -90,14 +90,13 @@ say()  { echo "== [$((SECONDS - T0)) s] $*"; }
 warn() { echo "ci/install.sh: WARNING: $*" >&2; }
 die()  { echo "ci/install.sh: ERROR: $*" >&2; exit 1; }
 BUILD=$(mktemp -d "${TMPDIR:-/tmp}/ckptio-build.XXXXXX")   # sdists, patches, netCDF shim: build time only
-# C flags for the Python extensions compiled here (mpi4py from source, h5py, pnetcdf-python, netCDF4 from source),
-# after Python's own (-g -O3 for this venv's Python), so the last -g/-O wins. The default -g0 drops the debug
-# information that PyPI's wheels do not carry either: 27 % less compile time (gcc on pnetcdf-python's largest
-# module, 3.8 MB of C: 36 s with -g, 27 s without), the same code. CKPTIO_EXT_CFLAGS replaces it: .ci/run builds
-# the MPICH venv, which only runs tests and is never benchmarked, with "-O0 -g0" (4 s for that module). Libraries
-# built with configure (PnetCDF in MPICH mode) and the Fortran/C bindings keep their own flags.
-EXT_CFLAGS=${CKPTIO_EXT_CFLAGS--g0}
-ext_cflags() { echo "${CFLAGS:+$CFLAGS }$EXT_CFLAGS"; }   # the CFLAGS of one extension build
+# CKPTIO_EXT_CFLAGS: compiler flags for the Python extensions built from source here (mpi4py from source, h5py,
+# pnetcdf-python). Unset (the default), their builds get no CFLAGS from this script: setuptools 84 lets $CFLAGS
+# REPLACE Python's own (-g -O3 -Wall here), which is also why netCDF4's flags go in CPPFLAGS below. .ci/run builds
+# the MPICH venv, which only runs tests and is never benchmarked, with "-O0 -g0": h5py 122 s instead of 272 s,
+# pnetcdf-python 25 s instead of 91 s (idle reference machine).
+EXT_CFLAGS=${CKPTIO_EXT_CFLAGS:-}
+ext() { if [ -n "$EXT_CFLAGS" ]; then CFLAGS="$EXT_CFLAGS" "$@"; else "$@"; fi; }   # ext pip_ install ...
 trap 'rm -rf "$BUILD"' EXIT
 
 # MPICH mode is cluster mode with Debian's MPICH as the "site" MPI, after apt-get (step 1) and PnetCDF (step 1b).
@@ -265,7 +264,7 @@ if [ "$FORCE" = 1 ] || ! have "$MPI4PY_OK"; then
     ln -sfn /usr/lib/x86_64-linux-gnu/libmpich.so.12 "$VENV/lib/libmpi.so.12"
   elif [ "$CLUSTER" = 1 ] || [ "$MPI4PY_FROM_SOURCE" = 1 ]; then
     say "mpi4py $MPI4PY_V from source (CC=$CC, ~3 min)"
-    CFLAGS=$(ext_cflags) pip_ install $NOCACHE --force-reinstall --no-deps --no-binary=mpi4py "mpi4py==$MPI4PY_V"
+    ext pip_ install $NOCACHE --force-reinstall --no-deps --no-binary=mpi4py "mpi4py==$MPI4PY_V"
   else
     say "mpi4py $MPI4PY_V (binary wheel)"
     pip_ install --force-reinstall --no-deps --only-binary=mpi4py "mpi4py==$MPI4PY_V"
@@ -279,10 +278,10 @@ if [ "$FORCE" = 1 ] || ! have "import h5py; assert h5py.get_config().mpi and h5p
    ! H5PY_LINK_OK; then
   say "h5py $H5PY_V with parallel HDF5 (~3 min)"
   if [ "$CLUSTER" = 1 ]; then
-    CFLAGS=$(ext_cflags) HDF5_MPI=ON pip_ install --no-cache-dir --no-build-isolation --no-binary=h5py --force-reinstall --no-deps "h5py==$H5PY_V"
+    HDF5_MPI=ON ext pip_ install --no-cache-dir --no-build-isolation --no-binary=h5py --force-reinstall --no-deps "h5py==$H5PY_V"
   else
-    CFLAGS=$(ext_cflags) HDF5_MPI=ON HDF5_PKGCONFIG_NAME=hdf5-openmpi \
-      pip_ install --no-build-isolation --no-binary=h5py --force-reinstall --no-deps "h5py==$H5PY_V"
+    HDF5_MPI=ON HDF5_PKGCONFIG_NAME=hdf5-openmpi \
+      ext pip_ install --no-build-isolation --no-binary=h5py --force-reinstall --no-deps "h5py==$H5PY_V"
   fi
   have "import h5py; assert h5py.get_config().mpi" || die "h5py was built without MPI"
   H5PY_LINK_OK || die "h5py does not link the HDF5 under HDF5_DIR=$HDF5_DIR (ldd)"
@@ -322,7 +321,7 @@ p.write_text(s.replace("bufftype = buftype.ob_mpi", "bufftype = (<Datatype?>buft
 EOF
   # a PnetCDF outside the loader's path (cluster prefix, MPICH mode's $VENV/pnetcdf): record it as an rpath
   PN_LDFLAGS=${LDFLAGS:-}; [ -z "${PNETCDF_DIR:-}" ] || PN_LDFLAGS="$PN_LDFLAGS -Wl,-rpath,$PNETCDF_DIR/lib"
-  CFLAGS=$(ext_cflags) LDFLAGS="$PN_LDFLAGS" pip_ install --no-build-isolation --force-reinstall --no-deps "$BUILD/pnetcdf-$PNETCDF_V"
+  LDFLAGS="$PN_LDFLAGS" ext pip_ install --no-build-isolation --force-reinstall --no-deps "$BUILD/pnetcdf-$PNETCDF_V"
   have "import pnetcdf" || die "pnetcdf does not import"
   CHANGED=1
 fi
@@ -362,7 +361,7 @@ elif [ "$FORCE" = 1 ] || ! have "$NETCDF4_OK"; then
   tar xzf "$BUILD/netcdf4-$NETCDF4_V.tar.gz" -C "$BUILD"
   perl -0pi -e 's/NC_VERSION_GE\(4, 9, 0\)\n#define HAS_NCRCSET 1/NC_VERSION_GE(4, 9, 1)\n#define HAS_NCRCSET 1/ or die "patch failed"' \
        "$BUILD/netcdf4-$NETCDF4_V/include/netcdf-compat.h"
-  ( export "${NC_ENV[@]}" CPPFLAGS="${CPPFLAGS:-} $NC_CPPFLAGS" CFLAGS="$(ext_cflags)"
+  ( export "${NC_ENV[@]}" CPPFLAGS="${CPPFLAGS:-} $NC_CPPFLAGS"
     pip_ install --no-build-isolation --force-reinstall --no-deps "$BUILD/netcdf4-$NETCDF4_V" )
   have "$NETCDF4_OK" || die "netCDF4 does not import or lacks parallel support"
   CHANGED=1
