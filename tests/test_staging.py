@@ -102,3 +102,25 @@ def test_staged_reader_reads_like_a_reader_and_never_hangs_when_a_rank_leaves(np
     proc = run_mpi(nprocs, [PROGRAM, "staged_reader", str(tmp_path / "chk_000001"), str(tmp_path / "stage")],
                    timeout=240)
     assert proc.stdout.count("STAGED READER OK") == nprocs, proc.stdout + proc.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(200)
+def test_stray_files_and_a_read_only_stage_give_the_same_clear_error_and_lose_nothing(tmp_path):
+    """What an outside trial found (issue 28): a stray file where the stage keeps a series' directory made
+    latest() fail instead of falling back, and a write fail with a bare NotADirectoryError on some ranks only (the
+    cleanup's own error replaced the agreed one); a read-only stage reported the probe's removal, not the stage."""
+    import json
+
+    (tmp_path / "out").mkdir()
+    proc = run_mpi(2, [PROGRAM, "stray_files", str(tmp_path / "out"), str(tmp_path / "stage")])
+    got = [json.loads(line[5:]) for line in proc.stdout.splitlines() if line.startswith("JSON ")]
+    assert len(got) == 2, proc.stdout + proc.stderr[-3000:]
+    assert all(g["found"] == str(tmp_path / "out" / "chk_000001") for g in got), got
+    assert got[0]["errors"] == got[1]["errors"], got
+    write = got[0]["errors"][0]
+    assert write is not None and write.startswith("Collective") and "NotADirectoryError" in write, write
+    assert all(g["stray"] == "not ckptio's" for g in got), got
+    if got[0]["mounted"]:
+        readonly = got[0]["errors"][1]
+        assert readonly is not None and "cannot be used on" in readonly and "remove the probe" not in readonly, readonly

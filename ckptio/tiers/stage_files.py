@@ -91,9 +91,12 @@ def remove_piece(directory: str, rank: int, nprocs: int) -> None:
 
 
 def remove_if_there(path: str) -> None:
+    """Local: remove the file ``path`` if it exists. A path under something that is not a directory (a stray file
+    where the stage keeps a directory) does not exist either: the cleanup after a failed step must never replace
+    that step's agreed error with its own (an outside trial got a bare NotADirectoryError on two ranks only)."""
     try:
         os.unlink(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         pass
 
 
@@ -233,7 +236,7 @@ def staged_copies(base: str) -> list[tuple[str, str, str]]:
     out = []
     try:
         names = os.listdir(base)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # a stray file there holds no staged checkpoint (and stays)
         return out
     for name in names:
         try:

@@ -101,9 +101,18 @@ def locate(comm, stage_dir: str) -> StageInfo:
             raise CheckpointIOError(f"stage_dir {stage_dir} cannot be used on {host}: "
                                     f"{exc.strerror or exc}") from None
 
+    failed = True  # the same on every rank: both phases below raise on every rank alike
+
     def remove_probe() -> None:
-        if rank == leader:
+        if rank != leader:
+            return
+        try:
             remove_if_there(probe)
+        except OSError:
+            if not failed:
+                raise
+            # after a failure, the error to report is that one: on a read-only stage the probe was never made
+            # and unlink says EROFS, which used to replace "stage_dir ... cannot be used on <node>"
 
     try:
         coord.run(comm, f"{phase}: create the directory and its probe", make)
@@ -115,6 +124,7 @@ def locate(comm, stage_dir: str) -> StageInfo:
 
         shared = coord.gather_and_plan(comm, f"{phase}: who sees which probe", seen,
                                        lambda views: _decide(stage_dir, views))
+        failed = False
     finally:  # also after a failure (a full stage): a probe left behind would fill it further
         coord.run(comm, f"{phase}: remove the probe", remove_probe)
     return StageInfo(stage_dir, shared, host, rank == 0 if shared else rank == leader)

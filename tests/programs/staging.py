@@ -21,8 +21,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
 import sys
 import warnings
 
@@ -90,6 +92,56 @@ def bad_stage(comm, out: str, stage: str) -> None:
     except ckptio.CheckpointIOError as exc:
         assert stage in str(exc), exc
         print("OK", r, flush=True)
+
+
+def stray_files(comm, out: str, stage: str) -> None:
+    """Step 1 staged and drained; then a stray file where the stage keeps the series' directory (its key
+    directory) on the last rank's view: latest() falls back to the parallel file system (step 1), step 2 fails
+    with the same CheckpointIOError on every rank, the stray file stays. Then a read-only stage (a read-only
+    tmpfs, when this process may mount one): the error names the stage and the node, not the probe's removal."""
+    from ckptio.tiers.stage_files import key_dir
+
+    r = comm.Get_rank()
+    series = ckptio.Series(out, comm, stage_dir=stage)
+    with series.create(1) as ck:
+        ck.write("x", np.arange(3.0) + 3 * r, offset=(3 * r,), global_shape=(3 * comm.Get_size(),))
+    series.wait()
+    comm.Barrier()
+    key = key_dir(stage, os.path.join(out, "x"))
+    if r == 0:
+        shutil.rmtree(key)
+        with open(key, "w") as f:
+            f.write("not ckptio's")
+    comm.Barrier()
+    again = ckptio.Series(out, comm, stage_dir=stage)
+    found = again.latest()
+    errors = []
+    try:
+        with again.create(2) as ck:
+            ck.write("x", np.zeros(3), offset=(3 * r,), global_shape=(3 * comm.Get_size(),))
+        errors.append(None)
+    except Exception as exc:  # must be a ckptio error, the same on every rank
+        errors.append(f"{type(exc).__name__}: {exc}")
+    stray = open(key).read() if os.path.isfile(key) else None
+    readonly = os.path.join(os.path.dirname(stage), "readonly")
+    mounted = False
+    if r == 0:
+        os.makedirs(readonly, exist_ok=True)
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", readonly],
+                                 capture_output=True).returncode == 0
+    mounted = comm.bcast(mounted, root=0)
+    if mounted:
+        try:
+            with ckptio.create(os.path.join(out, "chk_ro"), comm, stage_dir=readonly) as ck:
+                ck.write("x", np.zeros(3), offset=(3 * r,), global_shape=(3 * comm.Get_size(),))
+            errors.append(None)
+        except Exception as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+        comm.Barrier()
+        if r == 0:
+            subprocess.run(["umount", readonly], check=True)
+    print("JSON " + json.dumps({"rank": r, "found": found, "errors": errors, "stray": stray,
+                                "mounted": mounted}), flush=True)
 
 
 def one_rank_fails(comm, out: str, stage: str) -> None:
@@ -220,7 +272,7 @@ def warning_is_error(comm, out: str, stage: str) -> None:
 
 
 CASES = {"two_runs": two_runs, "two_series": two_series, "warning_is_error": warning_is_error,
-         "bad_stage": bad_stage, "one_rank_fails": one_rank_fails,
+         "bad_stage": bad_stage, "one_rank_fails": one_rank_fails, "stray_files": stray_files,
          "corrupt_piece": corrupt_piece, "staged_reader": staged_reader}
 
 
