@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from mpi_helpers import PROGRAMS
+from mpi_helpers import PROGRAMS, run_mpi
 from multinode import node_dir, node_local, run_nodes, skip_reason
 
 import ckptio
@@ -212,3 +212,14 @@ def test_bad_redundancy_arguments_fail_on_every_rank(tmp_path):
         assert "need stage_dir" in no_stage and "drain_every=0" in bad_drain
         assert "failure_group differs between the ranks of node node" in groups, groups
         assert r["pfs"] == [] and not [p for p in r["staged"] if p.endswith(".json")], r
+
+
+@pytest.mark.timeout(120)
+def test_the_rebuild_sends_the_layout_to_node_leaders_only(tmp_path):
+    """The layout is O(ranks): at restart only the node leaders (which plan and move the bytes) receive it from
+    the node that recorded it, not every rank; a level that node cannot read is the same error everywhere."""
+    got = reports(run_mpi(4, [PROGRAM, "layout_to_leaders", str(tmp_path)], timeout=100).stdout)
+    assert [r["layout"] is not None for r in got] == [True, False, True, False], got
+    assert got[0]["same"] and got[2]["same"] and got[0]["layout"] == got[2]["layout"], got
+    assert len({r["damaged"] for r in got}) == 1, got
+    assert "level record" in got[0]["damaged"] and "Corrupt" in got[0]["damaged"], got

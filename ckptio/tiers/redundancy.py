@@ -237,10 +237,10 @@ def rebuild(comm, directory: str, final: str, problems: dict[int, str]) -> str |
                                      lambda: (host, leader, problems.get(rank), recorded), source)
         if root is None:
             return "no node recorded the checkpoint's redundancy (it was staged without redundancy=)"
-        layout = Layout.from_json(coord.bcast_from_root(comm, f"stage {final}: rebuild, the level",
-                                                        lambda: _level_layout(directory), root=root))
+        layout = _layout_to_leaders(comm, f"stage {final}: rebuild, the level", directory, rank == leader, root)
 
-        def plan(reports: list[Any]) -> Any:
+        def plan(reports: list[Any]) -> Any:  # rank 0, a node leader: it has the layout
+            assert layout is not None
             decided = parity.plan_rebuild(layout, kept[0], {r: v for r, v in enumerate(reports) if v is not None})
             return decided if isinstance(decided, str) else decided.__dict__
 
@@ -255,8 +255,8 @@ def rebuild(comm, directory: str, final: str, problems: dict[int, str]) -> str |
     p2p = comms.duplicate(comm)
     try:
         error = None
-        try:
-            sends, recvs = _rebuild_streams(layout, decided, rank, directory, spills)
+        try:  # only node leaders send or receive (and only they have the layout)
+            sends, recvs = ([], []) if layout is None else _rebuild_streams(layout, decided, rank, directory, spills)
         except BaseException as exc:
             error, sends, recvs = exc, [], []
         coord.agree(comm, f"stage {final}: rebuild (prepare)", error)
@@ -295,6 +295,24 @@ def _read_level(directory: str) -> dict[str, Any]:
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}") from None
     return level
+
+
+def _layout_to_leaders(comm, phase: str, directory: str, is_leader: bool, root: int) -> Layout | None:
+    """Collective over ``comm``: the layout node ``root`` recorded (a node leader that has its level), on every
+    node leader; None on the other ranks. The layout is O(ranks) of the job: like :func:`protect`, only the
+    leaders, which plan and move the bytes, receive it (over a communicator of the leaders with ``root`` first),
+    not every rank. A level ``root`` cannot read is the same CheckpointError on every rank of ``comm``."""
+    leaders = comms.subset_keyed(comm, None if not is_leader else 0 if comm.Get_rank() == root else 1)
+    text, error = None, None
+    try:
+        if leaders is not None:
+            text = coord.bcast_from_root(leaders, phase, lambda: _level_layout(directory))
+    except CheckpointError as exc:
+        error = exc
+    finally:
+        comms.free(leaders)
+    coord.agree(comm, phase, error)
+    return None if text is None else Layout.from_json(text)
 
 
 def _level_layout(directory: str) -> dict[str, Any]:

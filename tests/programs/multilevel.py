@@ -15,6 +15,8 @@
 * ``other SCHEME OUT STAGE WRITERS STEP``: a job of another rank count than the WRITERS that wrote the stage:
   ``latest()`` must give STEP (drained by WRITERS of its ranks when its nodes hold every piece, else the
   fallback), read back whole on every rank;
+* ``layout_to_leaders OUT`` (4 ranks, plain mpirun): the rebuild's layout reaches the node leaders only, and a
+  damaged level is the same error on every rank;
 * ``bad_args OUT STAGE``: a bad ``redundancy=`` on the last rank, ``redundancy=`` without ``stage_dir=``, and
   failure groups that differ within a node: the same clear error on every rank.
 """
@@ -209,7 +211,39 @@ def bad_args(comm, out: str, stage: str) -> None:
            staged=stage_files(stage), ok=True)
 
 
-CASES = {"lose": lose, "write": write, "restart": restart, "other": other, "bad_args": bad_args}
+def layout_to_leaders(comm, out: str) -> None:
+    """4 ranks, "nodes" {0, 1} and {2, 3} (leaders 0 and 2); rank 2 holds the recorded level. Only the leaders
+    receive the layout; then with rank 2's level damaged, every rank gets the same CheckpointError."""
+    from ckptio.model import parity
+    from ckptio.tiers import redundancy
+
+    r = comm.Get_rank()
+    views = [("h0", 0, None, []), ("h0", 0, None, []), ("h1", 2, None, []), ("h1", 2, None, [])]
+    recorded = parity.plan_layout("partner", views)
+    mine = os.path.join(out, f"rank{r}")
+    level = os.path.join(mine, redundancy.SUBDIR, redundancy.LEVEL)
+    if r == 2:
+        os.makedirs(os.path.dirname(level))
+        with open(level, "w") as f:
+            json.dump({"level": recorded.to_json(), "node": 1, "parity": None}, f)
+    comm.Barrier()
+    got = redundancy._layout_to_leaders(comm, "test: the level", mine, r in (0, 2), root=2)
+    comm.Barrier()
+    if r == 2:
+        with open(level, "w") as f:
+            f.write("{not json")
+    comm.Barrier()
+    try:
+        redundancy._layout_to_leaders(comm, "test: the damaged level", mine, r in (0, 2), root=2)
+        damaged = None
+    except ckptio.CheckpointError as exc:
+        damaged = f"{type(exc).__name__}: {exc}"
+    report(comm, layout=None if got is None else got.to_json(), same=got == recorded if got else None,
+           damaged=damaged, ok=True)
+
+
+CASES = {"lose": lose, "write": write, "restart": restart, "other": other, "bad_args": bad_args,
+         "layout_to_leaders": layout_to_leaders}
 
 if __name__ == "__main__":
     from dispatch import run_case
