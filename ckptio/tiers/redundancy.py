@@ -307,7 +307,7 @@ def _layout_to_leaders(comm, phase: str, directory: str, is_leader: bool, root: 
     try:
         if leaders is not None:
             text = coord.bcast_from_root(leaders, phase, lambda: _level_layout(directory))
-    except CheckpointError as exc:
+    except BaseException as exc:  # any failure of a leader: the other ranks must learn of it in agree() below
         error = exc
     finally:
         comms.free(leaders)
