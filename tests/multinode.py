@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -100,6 +101,7 @@ def mpirun_command(layout: Sequence[int], argv: Sequence[str | os.PathLike], roo
     agent.write_text(agent_script)
     agent.chmod(0o755)
     cmd = ["mpirun", "--host", hosts_arg(layout, names), "-n", str(sum(layout)),
+           "--output-filename", str(output_dir(root)),
            "--mca", "plm", "rsh", "--mca", "plm_rsh_agent", str(agent), "--mca", "plm_rsh_no_tree_spawn", "1",
            "--mca", "oob_tcp_if_include", "lo", "--mca", "btl_tcp_if_include", "lo",
            "--mca", "btl", "self,vader,tcp"]
@@ -109,13 +111,34 @@ def mpirun_command(layout: Sequence[int], argv: Sequence[str | os.PathLike], roo
     return cmd + [str(a) for a in argv]
 
 
+def output_dir(root: Path) -> Path:
+    """Where each rank's own stdout and stderr are kept (``--output-filename``: ``<dir>/1/rank.N/stdout``).
+
+    mpirun's forwarded stdout cannot carry a rank's lines whole: Open MPI gives each rank a pseudo-terminal, the
+    kernel passes a write through it in pieces of 2,048 bytes, and the node's daemon forwards each piece as soon as
+    it reads it, so a longer line of rank 0 arrived with a line of rank 1 (same node) inside it. The daemon also
+    writes every rank's output, in order, to these files; :func:`run_nodes` reads them."""
+    return root / "output"
+
+
+def rank_output(root: Path, stream: str = "stdout") -> str | None:
+    """Every rank's ``stream`` (from :func:`output_dir`), rank after rank; None when the job wrote no files."""
+    job = output_dir(root) / "1"
+    if not job.is_dir():
+        return None
+    ranks = sorted(job.glob("rank.*"), key=lambda d: int(d.name.split(".")[1]))
+    return "".join((d / stream).read_text(errors="replace") for d in ranks if (d / stream).is_file())
+
+
 def run_nodes(layout: Sequence[int], argv: Sequence[str | os.PathLike], root: str | os.PathLike,
               timeout: float = 240, env: dict[str, str] | None = None, check: bool = True,
               forward: Sequence[str] = (), agent_script: str = AGENT,
               names: Sequence[str] = NODE_NAMES) -> subprocess.CompletedProcess:
     """Run ``argv`` on emulated nodes (``layout``: ranks per node), with a hard timeout (the whole job is killed
     and the test fails: a deadlock never hangs the suite). ``root``: a fresh directory holding the agent and the
-    nodes' node-local directories; ranks see their own node's one at ``node_local(root)``. ``env`` entries
+    nodes' node-local directories; ranks see their own node's one at ``node_local(root)``. The result's
+    ``stdout`` is every rank's own output, rank after rank (:func:`output_dir`: never one rank's line cut by
+    another's); ``stderr`` is mpirun's. ``env`` entries
     reach the ranks (they are forwarded with ``-x``); with ``check``, a non-zero exit fails the test. ``names``:
     the nodes' names (default :data:`NODE_NAMES`)."""
     root = Path(root)
@@ -125,6 +148,7 @@ def run_nodes(layout: Sequence[int], argv: Sequence[str | os.PathLike], root: st
     run_env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
                     "OMPI_MCA_rmaps_base_oversubscribe": "1",
                     "CKPTIO_AGENT_PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"})
+    shutil.rmtree(output_dir(root), ignore_errors=True)  # (a job before this one in the same root)
     run_env.pop("OMPI_MCA_plm", None)  # the Makefile's plm=isolated would refuse a multi-host job
     job = subprocess.Popen(cmd, cwd=REPO, env=run_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            stdin=subprocess.DEVNULL, start_new_session=True)
@@ -135,7 +159,8 @@ def run_nodes(layout: Sequence[int], argv: Sequence[str | os.PathLike], root: st
         out, err = job.communicate()
         raise AssertionError(f"{shlex.join(cmd)} did not finish in {timeout} s (deadlock?)\n"
                              f"stdout: {out[-6000:]}\nstderr: {err[-6000:]}") from None
-    proc = subprocess.CompletedProcess(cmd, job.returncode, out, err)
+    per_rank = rank_output(root)
+    proc = subprocess.CompletedProcess(cmd, job.returncode, out if per_rank is None else per_rank, err)
     if check and proc.returncode != 0:
         raise AssertionError(f"{shlex.join(cmd)} exited {proc.returncode}\nstdout:\n{proc.stdout[-6000:]}\n"
                              f"stderr:\n{proc.stderr[-6000:]}")
