@@ -71,8 +71,8 @@ test-nodes: install
 	$(PY) -m pytest tests -m "nodes and not slow and not matrix and not cephfs" $(PYTEST_FLAGS)
 
 # `make test-bindings`: make test's tests of the C/Fortran bindings alone (without those on emulated nodes, which
-# are make test-nodes'); .ci/run runs them in the MPICH lane after its matrix (make test TEST_MARKS="... and not
-# bindings" in the main lane).
+# are make test-nodes'); .ci/run runs them in the main lane after make test (make test TEST_MARKS="... and not
+# bindings": the MPICH matrix gets the CPU back meanwhile).
 test-bindings: install
 	$(PY) -m pytest tests -m "bindings and not nodes and not slow and not matrix and not cephfs" $(PYTEST_FLAGS)
 
