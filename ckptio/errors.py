@@ -71,18 +71,20 @@ class CheckpointNotFoundError(CheckpointIOError, FileNotFoundError):
 class CollectiveError(CheckpointError):
     """One or more ranks failed inside a collective phase; raised identically on every rank.
 
-    ``failures`` maps rank -> (exception class name, message). The class raised is also a subclass of the
+    ``failures`` maps rank -> (exception class name, message[, host]): the host (the node the rank ran on) is
+    named at the end of the rank's line, because a node-local resource (a full stage, a missing mount) fails on
+    one node only and the rank number alone does not say which. The class raised is also a subclass of the
     most specific ckptio error seen on any rank (see :func:`collective_error_class`), so
     ``except CorruptCheckpointError`` works on every rank, whichever rank saw the corruption.
     """
 
-    def __init__(self, phase: str, failures: dict[int, tuple[str, str]]):
+    def __init__(self, phase: str, failures: dict[int, tuple[str, ...]]):
         self.phase = phase
         self.failures = dict(failures)
         lines = [f"{phase} failed on {len(failures)} rank(s):"]
         for rank in sorted(failures)[:16]:
-            cls, msg = failures[rank]
-            lines.append(f"  rank {rank}: {cls}: {msg}")
+            cls, msg, *host = failures[rank]
+            lines.append(f"  rank {rank}: {cls}: {msg}" + (f" (on {host[0]})" if host and host[0] else ""))
         if len(failures) > 16:
             lines.append(f"  ... and {len(failures) - 16} more rank(s)")
         self.message = "\n".join(lines)

@@ -5,6 +5,8 @@ lost pieces from the other nodes, or falls back to the newest level that survive
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -143,6 +145,38 @@ def test_more_ranks_on_the_same_nodes_restart_from_the_node_level(tmp_path):
     assert sorted(p.name for p in out.glob("chk_*")) == ["chk_000002"]
     got = job((2, 1, 1), ["other", "xor", out, stage, 3, 3], tmp_path)
     assert all(r["found"] == "chk_000003" for r in got) and got[0]["warned"] == [], got
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("scheme", "rows", "file"), [("partner", 7500, "/redundancy/partner-0/rank-00000[01]-of-"),
+                                                     ("xor", 10000, "/redundancy/xor[.]parity"),
+                                                     ("xor", 20000, "/rank-00000[23]-of-000004.data")],
+                         ids=["partner-copy", "xor-parity", "own-piece"])
+def test_a_full_stage_on_one_node_is_one_clear_error_naming_the_node_and_file(scheme, rows, file, tmp_path):
+    """nodeB's node-local directory is a 1 MiB tmpfs: steps 1-3 fit, step 4 (``rows`` x 40 bytes per rank) does
+    not, in the redundancy exchange (a partner copy of nodeA's pieces; the XOR parity) or in a rank's own piece.
+    Every rank raises the same CheckpointIOError, which names the node (nodeB), the stage file and ENOSPC (an
+    outside trial got "rank 2: OSError: [Errno 28] No space left on device" alone); step 3 still restarts."""
+    out = tmp_path / "out"
+    out.mkdir()
+    small = node_dir(tmp_path, "nodeB")
+    small.mkdir(parents=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs for nodeB: {mounted.stderr.strip()}")
+    try:
+        got = job((2, 2), ["full", scheme, out, node_local(tmp_path) / "stage", rows], tmp_path)
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
+    said = {r["said"] for r in got}
+    assert len(said) == 1 and None not in said, said
+    message = said.pop()
+    assert message.startswith("CollectiveCheckpointIOError"), message
+    assert "No space left on device" in message and "(on nodeB)" in message, message
+    assert f"{node_local(tmp_path)}/stage/" in message and re.search(file, message), message  # as seen on nodeB
+    assert "(on nodeA)" not in message, message
+    assert all(r["found"] == "chk_000003" for r in got)
 
 
 @pytest.mark.timeout(300)

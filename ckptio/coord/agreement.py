@@ -26,8 +26,10 @@ delivered then, after the last collective.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -235,8 +237,8 @@ def _phase_work() -> Iterator[None]:
         _Held.inner -= main
 
 
-def _describe(exc: BaseException) -> tuple[str, str]:
-    """Local: ``(error class name, message)`` of a rank's failure, as the other ranks will be told of it."""
+def _describe(exc: BaseException) -> tuple[str, str, str]:
+    """Local: ``(error class name, message, host)`` of a rank's failure, as the other ranks will be told of it."""
     cls = type(exc)
     name = cls.__name__
     if isinstance(exc, CollectiveError):
@@ -252,7 +254,13 @@ def _describe(exc: BaseException) -> tuple[str, str]:
         message = message or "interrupted (Ctrl-C or SIGINT) on this rank"
     elif not isinstance(exc, Exception):
         message = message or f"{name} on this rank"
-    return name, message
+    return name, message, _host()
+
+
+@functools.lru_cache(maxsize=1)
+def _host() -> str:
+    """Local: this rank's host name (the node a failure happened on)."""
+    return socket.gethostname()
 
 
 def _reraise_own(error: BaseException | None) -> None:
@@ -288,12 +296,12 @@ def agree(comm, phase: str, error: BaseException | None, closing: bool = False) 
                 "were still reading; every rank must make the same collective calls") if closing else None
     described = comm.allgather(mine)
     _reraise_own(error)
-    if isinstance(error, CollectiveError) and all(d == described[0] for d in described):
+    if isinstance(error, CollectiveError) and all(d is not None and d[:2] == described[0][:2] for d in described):
         # every rank failed with the same collective error (an inner phase already agreed): name this phase
         # too, without repeating the inner failures once per rank
         raise type(error)(f"{phase}: {error.phase}", error.failures) from error
     failures = {rank: d for rank, d in enumerate(described) if d is not None}
-    cls = collective_error_class([name for name, _ in failures.values()])
+    cls = collective_error_class([name for name, *_ in failures.values()])
     raise cls(phase, failures) from error
 
 
@@ -433,7 +441,7 @@ def _result(phase: str, outcome: Any, own: BaseException | None) -> Any:
     if outcome[0] == _FAILED:
         _reraise_own(own)
         failures = outcome[1]
-        raise collective_error_class([n for n, _ in failures.values()])(phase, failures)
+        raise collective_error_class([n for n, *_ in failures.values()])(phase, failures)
     return outcome[1]
 
 

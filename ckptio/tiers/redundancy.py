@@ -169,11 +169,7 @@ def _prepare(p2p, layout: Layout, node: int, directory: str, red: str, digest: l
     sum_ = metamod.StreamingChecksum()
 
     def done(offset: int, data: np.ndarray) -> None:
-        fd = os.open(path, os.O_WRONLY)
-        try:
-            pwrite_all(fd, data, offset)
-        finally:
-            os.close(fd)
+        pwrite_all(path, data, offset)
         sum_.update(data)  # chunks arrive in order
         digest[0] = sum_.hexdigest()
 

@@ -5,6 +5,7 @@ of the calling rank (or of its node), no MPI call is made."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -12,7 +13,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -100,30 +101,43 @@ def remove_if_there(path: str) -> None:
         pass
 
 
+@contextlib.contextmanager
+def naming(path: str) -> Iterator[None]:
+    """Local: an ``OSError`` raised inside without a file name (``os.write``/``os.pwrite`` on a descriptor) gets
+    ``path``: a bare "No space left on device" from one node's full stage did not say which file (issue 28)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = path
+        raise
+
+
 def _write_piece_files(directory: str, data_path: str, manifest_name: str, flags: int, header: StageManifest,
                        blocks: Sequence[tuple[StagedBlock, np.ndarray]]) -> int:
     """Local: :func:`write_piece`'s data file, then its manifest (atomically); returns the bytes written."""
     entries, pos = [], 0
     fd = os.open(data_path, flags, 0o644)
     try:
-        for block, array in blocks:
-            view = memoryview(array.reshape(-1).view(np.uint8)) if array.size else memoryview(b"")
-            digest = metamod.StreamingChecksum()
-            done = 0
-            while done < len(view):
-                chunk = view[done:done + _CHUNK]
-                digest.update(chunk)
-                written = 0
-                while written < len(chunk):
-                    written += os.write(fd, chunk[written:])
-                done += len(chunk)
-            entries.append(block.stored(pos, len(view), digest.hexdigest()))
-            pos += len(view)
-        os.ftruncate(fd, pos)
+        with naming(data_path):
+            for block, array in blocks:
+                view = memoryview(array.reshape(-1).view(np.uint8)) if array.size else memoryview(b"")
+                digest = metamod.StreamingChecksum()
+                done = 0
+                while done < len(view):
+                    chunk = view[done:done + _CHUNK]
+                    digest.update(chunk)
+                    written = 0
+                    while written < len(chunk):
+                        written += os.write(fd, chunk[written:])
+                    done += len(chunk)
+                entries.append(block.stored(pos, len(view), digest.hexdigest()))
+                pos += len(view)
+            os.ftruncate(fd, pos)
     finally:
         os.close(fd)
     tmp = os.path.join(directory, f".{manifest_name}.tmp")
-    with open(tmp, "w") as f:
+    with open(tmp, "w") as f, naming(tmp):
         json.dump(dataclasses.replace(header, blocks=tuple(entries)).to_json(), f)
     os.replace(tmp, os.path.join(directory, manifest_name))
     return pos

@@ -12,7 +12,7 @@ import numpy as np
 
 from ckptio.errors import CheckpointIOError, CorruptCheckpointError
 from ckptio.model import meta as metamod
-from ckptio.tiers.stage_files import piece_names, remove_if_there
+from ckptio.tiers.stage_files import naming, piece_names, remove_if_there
 
 
 def own_files(directory: str, rank: int, nprocs: int) -> list[tuple[str, int, str | None]]:
@@ -23,16 +23,21 @@ def own_files(directory: str, rank: int, nprocs: int) -> list[tuple[str, int, st
     return [(data, os.path.getsize(os.path.join(directory, data)), None), (manifest, len(text), metamod.checksum(text))]
 
 
-def pwrite_all(fd: int, data: np.ndarray, offset: int) -> None:
-    """Local: every byte of ``data`` at ``offset`` of ``fd``; ``pwrite`` may write fewer bytes than asked (a
-    filling tmpfs) without raising."""
+def pwrite_all(path: str, data: np.ndarray, offset: int) -> None:
+    """Local: every byte of ``data`` at ``offset`` of the existing file ``path`` (named in any error: a full stage
+    fails on one node); ``pwrite`` may write fewer bytes than asked (a filling tmpfs) without raising."""
     view = memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8))
-    done = 0
-    while done < len(view):
-        n = os.pwrite(fd, view[done:], offset + done)
-        if n <= 0:
-            raise CheckpointIOError(f"short write: {done} of {len(view)} bytes at offset {offset}")
-        done += n
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        with naming(path):
+            done = 0
+            while done < len(view):
+                n = os.pwrite(fd, view[done:], offset + done)
+                if n <= 0:
+                    raise CheckpointIOError(f"{path}: short write: {done} of {len(view)} bytes at offset {offset}")
+                done += n
+    finally:
+        os.close(fd)
 
 
 class Concat:
@@ -81,11 +86,7 @@ class Spill:
         for path, start, size in self.parts:
             lo, hi = max(offset, start), min(offset + len(data), start + size)
             if lo < hi:
-                fd = os.open(path, os.O_WRONLY)
-                try:
-                    pwrite_all(fd, data[lo - offset:hi - offset], lo - start)
-                finally:
-                    os.close(fd)
+                pwrite_all(path, data[lo - offset:hi - offset], lo - start)
 
     def finish(self) -> None:
         """Check every manifest against its recorded xxh3, then rename the files to their names (data first)."""

@@ -63,7 +63,7 @@ def _argument_errors_specialized(fn, *args):
     try:
         return fn(*args)
     except CollectiveError as exc:
-        if type(exc) is CollectiveError and any(cls == "ArgumentError" for cls, _ in exc.failures.values()):
+        if type(exc) is CollectiveError and any(cls == "ArgumentError" for cls, *_ in exc.failures.values()):
             raise CollectiveArgumentError(exc.phase, exc.failures) from None
         raise
 

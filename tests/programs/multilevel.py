@@ -17,6 +17,9 @@
   fallback), read back whole on every rank;
 * ``layout_to_leaders OUT`` (4 ranks, plain mpirun): the rebuild's layout reaches the node leaders only, and a
   damaged level is the same error on every rank;
+* ``full SCHEME OUT STAGE ROWS``: steps 1-3 as above, then a step 4 of ROWS rows per rank that does not fit the
+  last node's stage (the test mounts a small tmpfs there): the same error on every rank, naming the node and the
+  file; ``latest()`` still gives step 3;
 * ``bad_args OUT STAGE``: a bad ``redundancy=`` on the last rank, ``redundancy=`` without ``stage_dir=``, and
   failure groups that differ within a node: the same clear error on every rank.
 """
@@ -188,6 +191,26 @@ def other(comm, scheme: str, out: str, stage: str, writers: str, step: str) -> N
     report(comm, found=os.path.basename(found), warned=warned, ok=True)
 
 
+def full(comm, scheme: str, out: str, stage: str, big_rows: str) -> None:
+    """Steps 1-3 fit; step 4 (``big_rows`` rows per rank) does not fit the stage of the last node (a small tmpfs
+    the test mounted): every rank gets the same error, naming the node, the file and the cause; step 3, the
+    newest checkpoint that completed, still restarts from the stages."""
+    r, n = comm.Get_rank(), comm.Get_size()
+    s = write_steps(comm, scheme, out, stage)
+    big = int(big_rows)
+    try:
+        with s.create(4, attrs={"step": 4}) as ck:
+            ck.write("x", np.full((big, 5), float(r)), offset=(big * r, 0), global_shape=(big * n, 5))
+        s.wait()
+        said = None
+    except ckptio.CheckpointError as exc:
+        said = f"{type(exc).__name__}: {exc}"
+    found, warned = latest(comm, scheme, out, stage)
+    assert found == os.path.join(out, "chk_000003"), (found, warned)
+    check_restart(comm, found, 3)
+    report(comm, said=said, found=os.path.basename(found), ok=True)
+
+
 def bad_args(comm, out: str, stage: str) -> None:
     r, n = comm.Get_rank(), comm.Get_size()
     errors = []
@@ -242,7 +265,7 @@ def layout_to_leaders(comm, out: str) -> None:
            damaged=damaged, ok=True)
 
 
-CASES = {"lose": lose, "write": write, "restart": restart, "other": other, "bad_args": bad_args,
+CASES = {"lose": lose, "write": write, "restart": restart, "other": other, "full": full, "bad_args": bad_args,
          "layout_to_leaders": layout_to_leaders}
 
 if __name__ == "__main__":
