@@ -29,9 +29,9 @@ def reports(stdout: str) -> list[dict]:
     return sorted(out, key=lambda r: r["rank"])
 
 
-def job(layout, args, root: Path, names=None) -> list[dict]:
+def job(layout, args, root: Path, names=None, env=None) -> list[dict]:
     kw = {"names": names} if names else {}
-    proc = run_nodes(layout, [sys.executable, PROGRAM, *map(str, args)], root, timeout=180, **kw)
+    proc = run_nodes(layout, [sys.executable, PROGRAM, *map(str, args)], root, timeout=180, env=env, **kw)
     got = reports(proc.stdout)
     assert len(got) == sum(layout) and all(r["ok"] for r in got), proc.stdout + proc.stderr[-3000:]
     return got
@@ -131,6 +131,36 @@ def test_node_replaced_by_a_new_name_gets_the_lost_pieces(scheme, tmp_path):
     e = next(r for r in got if r["host"] == "nodeE")
     assert e["next"]["staged"] == ["chk_000004"] and e["next"]["redundancy"] > 0, e
     assert sorted(p.name for p in out.glob("chk_*")) == ["chk_000003", "chk_000004"]  # drain=True; keep=2
+
+
+@pytest.mark.timeout(300)
+def test_the_xor_rebuild_needs_the_lost_nodes_size_in_free_space(tmp_path):
+    """XOR over nodeA, nodeB, nodeC (one rank each, nodeC's piece ~1.2 MB); the restart runs on nodeA, nodeB and
+    nodeE, whose stage is a tmpfs of 1.6x nodeC's piece: the rebuild XORs straight into nodeC's files and the job
+    restarts from the node level (with an accumulator of the same size beside them, as before, it needed 2x: the
+    rebuild failed on the full stage and the restart fell back to the drained step 2)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    stage = node_local(tmp_path) / "stage"
+    scale = {"MULTILEVEL_SCALE": "5000"}  # nodeC: rank 2, 6 x 5000 rows of 5 float64 = 1.2 MB
+    job((1, 1, 1), ["write", "xor", out, stage], tmp_path, env=scale)
+    piece = sum(p.stat().st_size for p in (node_dir(tmp_path, "nodeC") / "stage").rglob("rank-000002-of-*")
+                if "chk_000003" in str(p) and "redundancy" not in str(p))
+    assert 1_200_000 <= piece < 1_300_000, piece
+    new = node_dir(tmp_path, "nodeE")
+    new.mkdir(parents=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={int(piece * 1.6) // 1024}k", "tmpfs", str(new)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs for nodeE: {mounted.stderr.strip()}")
+    try:
+        got = job((1, 1, 1), ["other", "xor", out, stage, 3, 3], tmp_path, names=("nodeA", "nodeB", "nodeE"),
+                  env=scale)
+    finally:
+        subprocess.run(["umount", str(new)], check=False)
+    said = got[0]["warned"]
+    assert len(said) == 1 and "rebuilt node nodeC (ranks 2, now nodeE)" in said[0], said
+    assert all(r["found"] == "chk_000003" for r in got)
 
 
 @pytest.mark.timeout(300)

@@ -26,6 +26,7 @@ every rank's piece again before draining it.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -44,7 +45,7 @@ from ckptio.errors import CheckpointError, CorruptCheckpointError, DeclarationEr
 from ckptio.model import meta as metamod
 from ckptio.model import parity
 from ckptio.model.parity import Layout
-from ckptio.tiers.stage_files import read_piece, remove_if_there
+from ckptio.tiers.stage_files import naming, read_piece
 from ckptio.tiers.streams import Concat, Spill, own_files, pwrite_all
 
 SUBDIR = "redundancy"
@@ -270,8 +271,6 @@ def rebuild(comm, directory: str, final: str, problems: dict[int, str]) -> str |
         return f"the rebuild failed: {exc}"
     finally:
         comms.free(p2p)
-        for spill in spills:
-            remove_if_there(getattr(spill, "accumulator", ""))
     coord.warn_from_root(comm, f"stage {final}: rebuilt", f"ckptio: staged copy of {final}: " + "; ".join(
         decided["said"]))
     return None
@@ -386,7 +385,7 @@ def _rebuild_streams(layout: Layout, decided: dict[str, Any], rank: int, directo
             if rank == src:
                 sends.append((dst, (n - 1) * block, _part_reader(directory, layout, j, plan[members.index(j)], block)))
         if rank == dst:
-            spills.append(_XorSpill(directory, layout, lost, (n - 1) * block))
+            spills.append(_XorSpill(directory, layout, lost))
             recvs += [(src, (n - 1) * block, spills[-1].write) for _, src in sources]
     return sends, recvs
 
@@ -417,21 +416,46 @@ def _part_reader(directory: str, layout: Layout, node: int, parts: list[tuple[in
 
 
 class _XorSpill(Spill):
-    """Local, the lost member's leader: XORs what the set's survivors send into an accumulator, then writes the
-    lost node's files from it."""
+    """Local, the lost member's leader: XORs what the set's survivors send straight into the lost node's files
+    (under their temporary names), so that the rebuild needs the lost node's size in free space, not twice it
+    (an accumulator file beside the files, as before). Bytes of the stream past the files' end are the parity
+    block's padding and are not kept. The files' space is allocated before any byte arrives: a full stage is
+    ENOSPC here, never a SIGBUS in the middle of the exchange."""
 
-    def __init__(self, directory: str, layout: Layout, lost: int, nbytes: int):
+    def __init__(self, directory: str, layout: Layout, lost: int):
         super().__init__(directory, layout.files[lost], True)
-        os.makedirs(os.path.join(directory, SUBDIR), exist_ok=True)
-        self.accumulator = os.path.join(directory, SUBDIR, f".rebuild-{uuid.uuid4().hex[:8]}.xor")
-        with open(self.accumulator, "wb") as f:
-            f.truncate(nbytes)
-        self.acc = np.memmap(self.accumulator, np.uint8, "r+") if nbytes else np.zeros(0, np.uint8)
+        self.maps: list[tuple[np.memmap, int, int]] = []
+        for path, start, size in self.parts:
+            if size:
+                _allocate(path, size)
+                self.maps.append((np.memmap(path, np.uint8, "r+", shape=(size,)), start, size))
 
     def write(self, offset: int, data: np.ndarray) -> None:
-        parity.xor_into(self.acc[offset:offset + len(data)], data)
+        for acc, start, size in self.maps:
+            lo, hi = max(offset, start), min(offset + len(data), start + size)
+            if lo < hi:
+                parity.xor_into(acc[lo - start:hi - start], data[lo - offset:hi - offset])
 
     def finish(self) -> None:
-        for lo in range(0, self.size, wire.CHUNK):
-            Spill.write(self, lo, np.asarray(self.acc[lo:min(lo + wire.CHUNK, self.size)]))
+        for acc, _start, _size in self.maps:
+            acc.flush()
+        self.maps = []  # (unmapped once the arrays go)
         super().finish()
+
+
+def _allocate(path: str, size: int) -> None:
+    """Local: give the (empty) file ``path`` ``size`` bytes of zeros with its blocks allocated: ENOSPC now if the
+    stage cannot hold them (``posix_fallocate``; zeros written where the file system cannot allocate)."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        with naming(path):
+            try:
+                os.posix_fallocate(fd, 0, size)
+            except OSError as exc:
+                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                    raise
+                zeros = np.zeros(min(size, wire.CHUNK), np.uint8)
+                for lo in range(0, size, len(zeros)):
+                    os.pwrite(fd, zeros[:min(len(zeros), size - lo)], lo)
+    finally:
+        os.close(fd)

@@ -9,7 +9,8 @@
   fall back to step 2 with a warning saying why (``two``); the data is read back on every rank and N-to-M;
 * ``write SCHEME OUT STAGE [STEPS]``: steps 1-3 (or STEPS, e.g. ``3``) as above, nothing lost (the first job
   of a node replacement; with ``CKPTIO_FAULT``, a job killed inside the redundancy exchange; with
-  ``MULTILEVEL_CHUNK``, the exchange's chunk size in bytes);
+  ``MULTILEVEL_CHUNK``, the exchange's chunk size in bytes; with ``MULTILEVEL_SCALE``, that many times the
+  rows per rank, in every case);
 * ``restart SCHEME OUT STAGE STEP``: ``latest()`` must give STEP (rebuilt onto a node with a new name), then
   step 4 is written with redundancy again, and drained (``drain=True``);
 * ``other SCHEME OUT STAGE WRITERS STEP``: a job of another rank count than the WRITERS that wrote the stage:
@@ -43,7 +44,7 @@ def report(comm, **kw) -> None:
 
 
 def rows(r: int) -> int:
-    return 4 + r  # uneven pieces: the nodes' data differ in size
+    return (4 + r) * int(os.environ.get("MULTILEVEL_SCALE", "1"))  # uneven pieces: the nodes' data differ in size
 
 
 def values(r: int, step: int) -> np.ndarray:
