@@ -221,7 +221,13 @@ def close_staged(writer: Any, background: bool) -> None:
             on_commit(comm)
 
     def keep_level(comm) -> None:  # not drained (drain_every=k): the node-local level keeps its newest copy
+        if writer.before_rename is not None:  # a Series' lease, checked as before a drained one's rename: a job
+            # whose series another job took over must not go on checkpointing it, on the nodes either
+            coord.run(comm, f"checkpoint {final}: node level, the series' lease",
+                      lambda: writer.before_rename() if comm.Get_rank() == 0 else None)
         retain(comm, info, final, token, drained=False, family=family)
+        if on_commit is not None and background:  # the lease's heartbeat with the Series' retention, as after a
+            on_commit(comm)                       # drain: else a live job's lease went stale between drains
 
     job = drain_now if policy is None or policy.drain else keep_level
     if not background:

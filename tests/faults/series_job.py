@@ -24,6 +24,8 @@ Every rank prints ``OK <rank>`` when its checks passed; a failed check raises (t
                                  or taken: refused on every rank because job B took the lease over)
     lease_b DIR CTL EXPECT       job B on the same series: EXPECT refused (A is live) or took (A's lease stale)
     lease_dead DIR               writes step 1 and leaves without any exit handler (as a killed job does)
+    lease_node_level DIR STAGE   checkpoints kept on the nodes only (drain_every): each refreshes the lease, and
+                                 one after another job took the series over fails on every rank
     exit_in_flight DIR BACKEND N write N background checkpoints (mode="async") and leave the program without any
                                  wait(): every one must be committed (the checker runs afterwards)
     bad_arguments DIR            every collective entry point with a bad value on the LAST rank only: the same
@@ -335,6 +337,29 @@ def lease_b(d: str, ctl: str, expect: str) -> None:
         _wait_for(os.path.join(ctl, "a2"))  # stay live (holding the lease) until A tried its next checkpoint
 
 
+def lease_node_level(d: str, stage: str) -> None:
+    """A Series that keeps its checkpoints on the nodes only (drain_every=5, staged in the background): each one
+    is the lease's heartbeat, and one written after another job took the series over fails on every rank, as a
+    drained one does."""
+    import time
+
+    from ckptio.tiers import lease
+
+    series = ckptio.Series(d, comm, keep=10, stage_dir=stage, drain_every=5)
+    path = os.path.join(d, ".chk_.ckptio-lease")
+    write(series, 1)
+    series.wait()
+    on_root(lambda: os.utime(path, (time.time() - 3600, time.time() - 3600)))  # an old heartbeat
+    write(series, 2)
+    series.wait()
+    fresh = comm.bcast(rank == 0 and os.stat(path).st_mtime > time.time() - 600)  # (every rank fails alike)
+    assert fresh, "no heartbeat after a checkpoint kept on the nodes"
+    on_root(lambda: lease._write(path, lease.Lease("other-run", "elsewhere", 1, None)))
+    expect_everywhere("a node-level checkpoint after another job took over", ckptio.CheckpointIOError,
+                      lambda: (write(series, 3), series.wait()), culprit=None)
+    assert names(d) == [], names(d)  # nothing drained: every checkpoint stayed on the node level
+
+
 def lease_dead(d: str) -> None:
     write(ckptio.Series(d, comm, keep=10), 1)
     comm.Barrier()
@@ -352,7 +377,7 @@ def exit_in_flight(d: str, backend: str, count: str) -> None:
 CASES = {"identityless": identityless, "copied": copied, "legacy": legacy, "restart_step": restart_step,
          "bad_arguments": bad_arguments, "exit_in_flight": exit_in_flight,
          "settings": settings, "replaced": replaced, "near_miss": near_miss, "staged_full": staged_full,
-         "lease_a": lease_a, "lease_b": lease_b, "lease_dead": lease_dead}
+         "lease_a": lease_a, "lease_b": lease_b, "lease_dead": lease_dead, "lease_node_level": lease_node_level}
 
 if __name__ == "__main__":
     case, directory, *rest = sys.argv[1:]

@@ -148,6 +148,19 @@ def _lease(d: Path) -> Path:
 @STACK_INDEPENDENT
 @pytest.mark.mpi
 @pytest.mark.timeout(240)
+def test_checkpoints_kept_on_the_nodes_hold_the_lease(tmp_path):
+    """Multi-level (issue 28): a Series whose checkpoints stay on the node level (drain_every) refreshes its lease
+    with each one (a live job's lease went stale between drains) and stops, on every rank, once another job took
+    the series over (only a drained checkpoint's rename checked the lease)."""
+    d = tmp_path / "run"
+    d.mkdir()
+    proc = run_mpi(2, [JOB, "lease_node_level", str(d), str(tmp_path / "stage")], timeout=200)
+    assert proc.stdout.count("OK") == 2, proc.stdout + proc.stderr
+
+
+@STACK_INDEPENDENT
+@pytest.mark.mpi
+@pytest.mark.timeout(240)
 @pytest.mark.parametrize("stale", [False, True], ids=["live", "stale"])
 def test_two_jobs_writing_one_series(stale, tmp_path):
     """Major 9: a second job on a series whose writer is live is refused on every rank, naming the first; one
