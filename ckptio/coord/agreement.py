@@ -26,7 +26,6 @@ delivered then, after the last collective.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import signal
 import socket
@@ -254,13 +253,7 @@ def _describe(exc: BaseException) -> tuple[str, str, str]:
         message = message or "interrupted (Ctrl-C or SIGINT) on this rank"
     elif not isinstance(exc, Exception):
         message = message or f"{name} on this rank"
-    return name, message, _host()
-
-
-@functools.lru_cache(maxsize=1)
-def _host() -> str:
-    """Local: this rank's host name (the node a failure happened on)."""
-    return socket.gethostname()
+    return name, message, socket.gethostname()  # (the node a failure happened on)
 
 
 def _reraise_own(error: BaseException | None) -> None:
