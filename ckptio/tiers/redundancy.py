@@ -449,13 +449,13 @@ def _allocate(path: str, size: int) -> None:
     fd = os.open(path, os.O_RDWR)
     try:
         with naming(path):
-            try:
-                os.posix_fallocate(fd, 0, size)
-            except OSError as exc:
-                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-                    raise
-                zeros = np.zeros(min(size, wire.CHUNK), np.uint8)
-                for lo in range(0, size, len(zeros)):
-                    os.pwrite(fd, zeros[:min(len(zeros), size - lo)], lo)
+            os.posix_fallocate(fd, 0, size)
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
     finally:
         os.close(fd)
+    zeros = np.zeros(min(size, wire.CHUNK), np.uint8)
+    for lo in range(0, size, len(zeros)):
+        pwrite_all(path, zeros[:min(len(zeros), size - lo)], lo)  # (short writes resumed, the file named)
