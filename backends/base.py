@@ -53,7 +53,9 @@ The read side::
          Backend.sniff(head)                                any rank, pure
          Backend.read_document(path)                        one process, serial (no MPI)
          Backend.extents(doc) / extent_table(doc)           pure
-         Backend.open_extents(path, comm, info, doc)        collective over the aggregators' communicator
+         Backend.open_extents(path, comm, info, doc)        the restart aggregators: ``comm`` None (the default,
+                                                            ``CKPTIO_READ_IO=posix``): each opens on its own, no
+                                                            MPI; a communicator (``mpiio``): collective over it
          Backend.serial_extents(path, doc)                  one process (``ckptio inspect --verify``)
 
 *Steps.* ``write``, ``write_document`` and ``mark_complete`` return an iterable of ``Step`` s, each a label
@@ -154,6 +156,9 @@ class CreateOptions:
     # placed_bytes backends: None, the handle writes the data itself (WriteHandle.write); "posix" or "mpiio":
     # the handle is created on the write aggregators only and writes byte ranges (WriteHandle.ranges) of that kind
     range_io: str | None = None
+    # why the format library must move the data with independent transfers (the engine's agreed answer,
+    # ckptio.coord.hints.collective_write_hazard), None: collective transfers
+    independent_because: str | None = None
 
 
 @dataclass(frozen=True)
@@ -385,7 +390,10 @@ class Backend(Protocol):
         return ExtentTable.of_extents(meta, self.extents(meta))
 
     def open_extents(self, path: str, comm, info, meta: Any) -> ExtentReader:
-        """Collective over ``comm`` (the aggregators): open the file for reading its extents."""
+        """The restart aggregators: open the file for reading its extents. ``comm`` None: each aggregator opens on
+        its own, and the reader must not use MPI (it may then run in a helper thread: ``ExtentReader.independent``);
+        a communicator (the aggregators', ``CKPTIO_READ_IO=mpiio``): collective over it, through MPI-IO with
+        ``info``."""
         raise NotImplementedError
 
     def serial_extents(self, path: str, meta: Any) -> ExtentReader:

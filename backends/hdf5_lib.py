@@ -12,7 +12,7 @@ import numpy as np
 from ckptio.backends import install_hints
 from ckptio.backends.base import Box, VariablePlan
 
-from ckptio.model.dims_attrs import numeric_list_array
+from ckptio.model import meta as metamod
 
 # Reading needs no h5py (h5lite parses ckptio's HDF5 files); writing needs h5py built with parallel HDF5. It is
 # imported on first use, never by ``import ckptio`` (issue 16: h5py and libhdf5 cost ~100 opened files and ~20 MB
@@ -112,5 +112,5 @@ def attr_value(value: Any) -> Any:
         return value
     if isinstance(value, int) and -2**63 <= value < 2**63:
         return np.int64(value)
-    array = numeric_list_array(value)
+    array = metamod.numeric_list_array(value)
     return array if array is not None else json.dumps(value)

@@ -31,7 +31,7 @@ from ckptio.backends.base import (
 )
 from ckptio.backends.hdf5_lib import COMPLETE, FORMAT_VERSION, GROUP, NOT_A_VARIABLE, attr_value, dcpl, write_groups
 
-from ckptio.coord.hints import info_to_dict, transfer_mode
+from ckptio.coord.hints import info_to_dict
 from ckptio.model import memsel
 from ckptio.model import meta as metamod
 
@@ -62,7 +62,8 @@ class HDF5WriteHandle:
         self._ncalls: Mapping[str, int] = placement["ncalls"]
         self.datasets: dict[str, h5py.Dataset] = {}
         self._dxpl = h5py.h5p.create(h5py.h5p.DATASET_XFER)
-        self.transfer, self._why_independent = transfer_mode()  # independent where OMPIO would corrupt collective
+        self._why_independent = options.independent_because  # where OMPIO would corrupt collective transfers
+        self.transfer = "collective" if self._why_independent is None else "independent"
         self._dxpl.set_dxpl_mpio(h5py.h5fd.MPIO_INDEPENDENT if self.transfer == "independent"
                                  else h5py.h5fd.MPIO_COLLECTIVE)
         self._written: list[WrittenBlock] = []

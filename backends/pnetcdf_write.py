@@ -35,11 +35,9 @@ from ckptio.backends.base import (
 )
 from ckptio.backends.cdf import read_header
 
-from ckptio.coord.datatypes import hindexed
-from ckptio.coord.hints import DEFAULT_STRIPING_UNIT, info_to_dict, transfer_mode
-from ckptio.model import memsel
+from ckptio.coord.datatypes import selection_type
+from ckptio.coord.hints import info_to_dict
 from ckptio.model import meta as metamod
-from ckptio.model.dims_attrs import numeric_list_array
 
 FORMAT_VERSION = 2
 COMPLETE = 1
@@ -70,16 +68,17 @@ def attr_value(value: Any) -> Any:
         return np.float64(value)
     if isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63:
         return np.int64(value)
-    array = numeric_list_array(value)
+    array = metamod.numeric_list_array(value)
     return array if array is not None else json.dumps(value)
 
 
-def _var_align(hints: Mapping[str, str], variables: Mapping[str, VariablePlan]) -> int | None:
-    """``nc_var_align_size`` to request: the stripe unit when the holes it leaves before each of the file's
-    fixed-size variables stay under 1/16 of the data; None to keep PnetCDF's packing (or the user's hint)."""
-    if "nc_var_align_size" in hints:
+def _var_align(options: CreateOptions, variables: Mapping[str, VariablePlan]) -> int | None:
+    """``nc_var_align_size`` to request: the alignment ckptio chose (the stripe unit; whole storage objects where
+    the file system says, ``options.stripe_unit``) when the holes it leaves before each of the file's fixed-size
+    variables stay under 1/16 of the data; None to keep PnetCDF's packing (or the user's hint)."""
+    if "nc_var_align_size" in options.hints:
         return None
-    stripe = int(hints.get("striping_unit", DEFAULT_STRIPING_UNIT))
+    stripe = options.stripe_unit
     nfixed = sum(1 for v in variables.values() if _stored(v)) + 3  # + the block table, its checksums, the mark
     total = sum(v.nbytes for v in variables.values())
     return stripe if total >= 16 * nfixed * stripe else None
@@ -96,13 +95,14 @@ class PnetCDFWriteHandle:
 
         self.path, self.variables, self.options = path, variables, options
         self.described = options.described
-        self.transfer, self._why_independent = transfer_mode()  # independent where OMPIO would corrupt collective
+        self._why_independent = options.independent_because  # where OMPIO would corrupt collective transfers
+        self.transfer = "collective" if self._why_independent is None else "independent"
         self._written: list[WrittenBlock] = []
         self._memtypes: list[Any] = []  # memory datatypes of strided views, until the data write completed
         self._slot: DocumentSlot | None = None
         self._pending_buffers: list[np.ndarray] = []  # what posted puts read, until they complete
         file_info = info.Dup() if info is not None else MPI.Info.Create()
-        align = _var_align(options.hints, variables)
+        align = _var_align(options, variables)
         if align is not None:
             file_info.Set("nc_var_align_size", str(align))
         try:
@@ -205,9 +205,10 @@ class PnetCDFWriteHandle:
             if block.box.ndim == 0:
                 self.vars[block.var].iput_var(arr)
             elif not arr.flags.c_contiguous:  # a view (halo'd interior): PnetCDF's flexible API reads it in place
-                memtypes.append(_memory_type(arr))
-                self.vars[block.var].iput_var(memsel.span(arr), start=list(block.box.offset),
-                                              count=list(block.box.shape), bufcount=1, buftype=memtypes[-1])
+                span, memtype = selection_type(arr)
+                memtypes.append(memtype)
+                self.vars[block.var].iput_var(span, start=list(block.box.offset),
+                                              count=list(block.box.shape), bufcount=1, buftype=memtype)
             else:
                 self.vars[block.var].iput_var(arr, start=list(block.box.offset), count=list(block.box.shape))
         if tables is not None and self.table is not None:
@@ -343,15 +344,3 @@ def _never_closed_by_gc(file: Any) -> None:
         file._isopen = 0
     except AttributeError:  # another pnetcdf-python: nothing to switch off
         pass
-
-
-def _memory_type(view: np.ndarray):
-    """A committed MPI memory datatype of a strided view's elements relative to :func:`ckptio.model.memsel.span`: an
-    hindexed type of the element type (PnetCDF's flexible API takes the element type from it) over the view's
-    runs, built with the classic constructor (ROMIO in MPICH 4.0 cannot flatten mpi4py's large-count types,
-    see :func:`ckptio.coord.datatypes.hindexed`). Local."""
-    from mpi4py.util.dtlib import from_numpy_dtype
-
-    offsets, run = memsel.runs(view)
-    element = from_numpy_dtype(view.dtype)
-    return hindexed(np.full(offsets.size, run // view.dtype.itemsize, np.int64), offsets, element)

@@ -23,6 +23,8 @@ from collections.abc import Sequence
 import numpy as np
 from ckptio.backends.base import CheckpointIOError, Run
 
+from ckptio.coord.datatypes import buffers_type
+
 _MAX_IOV = 512  # arrays per pwritev call (well under IOV_MAX, 1024 on Linux)
 _MAX_CALL = 1 << 30  # bytes per call (Linux moves at most 0x7ffff000 per call; MPI counts are C ints)
 
@@ -145,8 +147,6 @@ class MpiRangeWriter:
     def write(self, runs: Sequence[Run]) -> int:
         """Local: each run with ``MPI_File_write_at`` (pieces of at most 1 GiB: C int counts); the number of calls.
         CheckpointIOError when the library wrote less than asked or failed."""
-        from ckptio.backends.rawio import hindexed
-
         from ckptio.coord.mpi import MPI
 
         calls = 0
@@ -158,7 +158,7 @@ class MpiRangeWriter:
                     if len(chunk) == 1:
                         self.fh.Write_at(at, [chunk[0], n, MPI.BYTE], status)
                     else:
-                        memtype = hindexed([a.nbytes for a in chunk], [_address(a) for a in chunk])
+                        memtype = buffers_type([(a.nbytes, a) for a in chunk])
                         try:
                             self.fh.Write_at(at, [MPI.BOTTOM, 1, memtype], status)
                         finally:

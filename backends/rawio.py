@@ -35,11 +35,9 @@ from ckptio.backends.base import (
     variables_of,
 )
 
-from ckptio import settings
-from ckptio.coord.datatypes import hindexed
-from ckptio.coord.hints import uses_romio
+from ckptio.coord.datatypes import buffers_type, hindexed
 from ckptio.model import codec as codecs
-from ckptio.model import memsel, pagealign
+from ckptio.model import pagealign
 
 _MAX_CHUNK = 1 << 30  # bytes per preadv call at most (and per MPI piece: see ckptio.coord.datatypes)
 
@@ -77,7 +75,7 @@ def transfer(fh, pieces_file: Sequence[tuple[int, int]], buffers: Sequence[Any],
         (fh.Write_all if write else fh.Read_all)([empty, 0, MPI.BYTE], status)
         return 0
     filetype = hindexed([n for _, n, _ in nonempty], [off for off, _, _ in nonempty])
-    memtype = hindexed(*_memory_runs([(n, b) for _, n, b in nonempty]))
+    memtype = buffers_type([(n, b) for _, n, b in nonempty])
     try:
         fh.Set_view(0, MPI.BYTE, filetype)
         (fh.Write_all if write else fh.Read_all)([MPI.BOTTOM, 1, memtype], status)
@@ -92,28 +90,6 @@ def transfer(fh, pieces_file: Sequence[tuple[int, int]], buffers: Sequence[Any],
     return moved
 
 
-def _memory_runs(buffers: Sequence[tuple[int, Any]]) -> tuple[np.ndarray, np.ndarray]:
-    """(lengths, absolute addresses) of the ``(nbytes, buffer)`` pairs' bytes in order: one piece per contiguous
-    buffer, one per run of a strided numpy view (a memory selection, :mod:`ckptio.model.memsel`: its elements in C
-    order). Local."""
-    from ckptio.coord.mpi import MPI
-
-    lengths: list[np.ndarray] = []
-    addresses: list[np.ndarray] = []
-    for n, b in buffers:
-        if isinstance(b, np.ndarray) and not b.flags.c_contiguous:
-            if b.nbytes != n or not memsel.passable(b):
-                raise CheckpointIOError(f"internal error: a strided buffer of {b.nbytes} bytes (strides {b.strides}) "
-                                        f"for a file piece of {n} bytes")
-            offsets, run = memsel.runs(b)
-            lengths.append(np.full(offsets.size, run, np.int64))
-            addresses.append(offsets + memsel.address(b))
-        else:
-            lengths.append(np.array([n], np.int64))
-            addresses.append(np.array([MPI.Get_address(b)], np.int64))
-    return np.concatenate(lengths), np.concatenate(addresses)
-
-
 class RawExtentReader(ExtentReader):
     """The aggregators' view of a checkpoint file (any format): one file view + one ``Read_all`` per round.
 
@@ -124,20 +100,8 @@ class RawExtentReader(ExtentReader):
         from ckptio.coord.mpi import MPI
 
         self.variables = variables_of(meta)
-        # ckptio already chose its restart aggregators (one per node first) and only they open the file: under
-        # ROMIO each of them must also be an MPI-IO aggregator, so the one-per-node cb_config_list of writes
-        # (ckptio.coord.hints.ROMIO_DEFAULTS) would funnel aggregators that share a node through one of them.
-        own = None
-        if uses_romio():
-            own = info.Dup() if info is not None and info != MPI.INFO_NULL else MPI.Info.Create()
-            own.Set("cb_config_list", "*:*")
-        try:
-            self.fh = MPI.File.Open(comm, path, MPI.MODE_RDONLY,
-                                    own if own is not None else info if info is not None else MPI.INFO_NULL)
-        finally:
-            if own is not None:
-                own.Free()
-
+        # the engine resolved the hints for ckptio's own restart aggregators (ckptio.coord.hints.read_hints)
+        self.fh = MPI.File.Open(comm, path, MPI.MODE_RDONLY, info if info is not None else MPI.INFO_NULL)
         self._buffers: dict[int, np.ndarray] = {}
 
     def read(self, extents: Sequence[Extent], slot: int = 0) -> tuple[list[np.ndarray], int]:
@@ -165,16 +129,13 @@ def aligned_scratch(buffers: dict[int, np.ndarray], slot: int, nbytes: int) -> n
     return buf[:nbytes]
 
 
-READ_IO_ENV = "CKPTIO_READ_IO"  # "posix" (default): independent preads; "mpiio": one collective Read_all per round
-
-
 def open_extents(path: str, comm, info, meta: Mapping[str, Any]) -> ExtentReader:
-    """Collective over ``comm`` (the restart aggregators; opening is agreed on by the caller): the reader
-    every backend's restart uses. By default :class:`PosixExtentReader`: ckptio's aggregation already happened
-    (each aggregator owns contiguous, stripe-aligned file domains), so a second two-phase layer inside MPI-IO
-    would only add copies; ``CKPTIO_READ_IO=mpiio`` selects :class:`RawExtentReader` (file systems that need
-    MPI-IO's own driver, e.g. without a POSIX mount)."""
-    if settings.get(READ_IO_ENV) == "posix":  # checked (and agreed between ranks) when the reader was opened
+    """The reader every backend's restart uses (see ``Backend.open_extents``). ``comm`` None (the engine's default,
+    ``CKPTIO_READ_IO=posix``): :class:`PosixExtentReader`, opened by each aggregator on its own: ckptio's
+    aggregation already happened (each aggregator owns contiguous, stripe-aligned file domains), so a second
+    two-phase layer inside MPI-IO would only add copies. A communicator (``CKPTIO_READ_IO=mpiio``, file systems that
+    need MPI-IO's own driver, e.g. without a POSIX mount): :class:`RawExtentReader`, collective over it."""
+    if comm is None:
         return PosixExtentReader(path, meta)
     return RawExtentReader(path, comm, info, meta)
 

@@ -104,3 +104,20 @@ def test_mpi4py_mpi_is_imported_in_one_place():
                     a.name == "mpi4py.MPI" for a in node.names)):
                 found.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert not found, f"mpi4py.MPI imported outside ckptio/coord/mpi.py: {found}"
+
+
+def test_no_backend_reads_a_setting():
+    """A backend reads no ``CKPTIO_*`` setting (neither ``ckptio.settings`` nor the environment): what must be the
+    same on every rank (transfer mode, how restart aggregators open the file, hints) is the engine's agreed answer,
+    handed over in ``CreateOptions`` and the ``open_extents`` call (issue 24: a setting read inside a backend was a
+    choice one rank could make differently from another)."""
+    found = []
+    for path in sorted((REPO / "backends").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module in ("ckptio", "ckptio.settings") and (
+                    node.module == "ckptio.settings" or any(a.name == "settings" for a in node.names)):
+                found.append(f"{path.relative_to(REPO)}:{node.lineno}: imports ckptio.settings")
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and re.fullmatch(
+                    r"CKPTIO_[A-Z_]+", node.value):
+                found.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value}")
+    assert not found, f"settings read in backends/: {found}"

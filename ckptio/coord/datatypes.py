@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ckptio.errors import CheckpointIOError
+from ckptio.model import memsel
 
 _MAX_CHUNK = 1 << 30  # MPI counts are C ints: describe larger blocks as several 1 GiB pieces
 
@@ -297,3 +298,39 @@ def datatype(addrs: np.ndarray, lengths: np.ndarray):
     int64 arrays go to the constructor as they are (Python lists of them would cost ~70 bytes a run: a write round's
     sender describes one run per row of a halo'd interior)."""
     return hindexed(lengths, addrs)
+
+
+def buffers_type(buffers: Sequence[tuple[int, Any]]):
+    """Local: A committed hindexed type of ``MPI_BYTE`` for ``MPI_BOTTOM`` over the ``(nbytes, buffer)`` pairs'
+    bytes in order (the caller frees it): one run per contiguous buffer, one per run of a strided numpy view (a
+    memory selection, :mod:`ckptio.model.memsel`: its elements in C order), so a file transfer moves the caller's
+    memory without packing. CheckpointIOError when a strided buffer does not hold exactly its ``nbytes``."""
+    from ckptio.coord.mpi import MPI
+
+    lengths: list[np.ndarray] = []
+    addresses: list[np.ndarray] = []
+    for n, b in buffers:
+        if isinstance(b, np.ndarray) and not b.flags.c_contiguous:
+            if b.nbytes != n or not memsel.passable(b):
+                raise CheckpointIOError(f"internal error: a strided buffer of {b.nbytes} bytes (strides {b.strides}) "
+                                        f"for a file piece of {n} bytes")
+            offsets, run = memsel.runs(b)
+            lengths.append(np.full(offsets.size, run, _I64))
+            addresses.append(offsets + memsel.address(b))
+        else:
+            lengths.append(np.array([n], _I64))
+            addresses.append(np.array([MPI.Get_address(b)], _I64))
+    return hindexed(np.concatenate(lengths), np.concatenate(addresses))
+
+
+def selection_type(view: np.ndarray) -> tuple[np.ndarray, Any]:
+    """Local: A strided view (a memory selection, :mod:`ckptio.model.memsel`) as an MPI call with an element type
+    takes it: ``(span, memtype)``, the view's :func:`~ckptio.model.memsel.span` as the buffer and a committed hindexed
+    type of the element type over the view's runs relative to it (PnetCDF's flexible API takes the element type
+    from it); the caller frees the type once the transfer completed. Built with the classic constructor
+    (:func:`hindexed`)."""
+    from mpi4py.util.dtlib import from_numpy_dtype
+
+    offsets, run = memsel.runs(view)
+    element = from_numpy_dtype(view.dtype)
+    return memsel.span(view), hindexed(np.full(offsets.size, run // view.dtype.itemsize, _I64), offsets, element)

@@ -119,6 +119,17 @@ def to_info(hints: Mapping[str, str]):
     return info
 
 
+def read_hints(hints: Mapping[str, str], romio: bool | None = None) -> dict[str, str]:
+    """Local: ``hints`` for the file the restart aggregators open together (``CKPTIO_READ_IO=mpiio``). ckptio
+    already chose them (one per node first) and only they open the file, so under ROMIO each must also be an MPI-IO
+    aggregator: the one-per-node ``cb_config_list`` of writes (:data:`ROMIO_DEFAULTS`) would funnel aggregators that
+    share a node through one of them. ``romio`` None asks :func:`uses_romio`."""
+    out = dict(hints)
+    if uses_romio() if romio is None else romio:
+        out["cb_config_list"] = "*:*"
+    return out
+
+
 def info_to_dict(info) -> dict[str, str]:
     """Local: Every key/value of an ``MPI.Info`` (what the MPI library reports as effective)."""
     if info is None:

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ckptio import coord
+from ckptio import coord, settings
 from ckptio.backends import get_backend
 from ckptio.coord import comms, exchange
 from ckptio.coord import datatypes as memtypes
@@ -222,10 +222,14 @@ class Restart:
         error = None
         if self._agg_comm is not None:
             try:
-                info = hintsmod.to_info(self.hints)
+                # CKPTIO_READ_IO (agreed when the reader was opened): "posix", each aggregator opens on its own
+                # (no communicator); "mpiio", the aggregators open the file together through MPI-IO
+                together = settings.get("CKPTIO_READ_IO") == "mpiio"
+                info = hintsmod.to_info(hintsmod.read_hints(self.hints) if together else self.hints)
                 try:
                     self.check_identity()
-                    self._extent_reader = self.backend.open_extents(self.path, self._agg_comm, info, self.meta)
+                    self._extent_reader = self.backend.open_extents(
+                        self.path, self._agg_comm if together else None, info, self.meta)
                     self.stats.opened_file = True
                     self.check_identity()  # what was opened is what rank 0 described (the file is held from now on)
                 finally:

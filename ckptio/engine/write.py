@@ -183,6 +183,7 @@ class _Job:
         self.fs_layout: Any = None
         # ckptio's own collective buffering (engine.write_aggregate), when the backend's bytes are placed by ckptio
         self.write_io: str | None = None  # "posix"/"mpiio" (agreed: the planning rank's choice), None: the backend's
+        self.independent_because: str | None = None  # the planning rank's collective_write_hazard (CreateOptions)
         self.contiguous: Any = None  # the planning rank's contiguous domains and every rank's RankDomain
         self.domains: Any = None  # the write domains every rank follows (after the layout phase)
         self.own_domain: Any = None  # this rank's RankDomain (contiguous domains)
@@ -216,7 +217,7 @@ class _Job:
                                                                request.hints, self.plan.stripe_unit,
                                                                request.user_hints)
             return (plan_headers(self.plan.variables), self.plan.tmp, self.plan.described, self.plan.stripe_unit,
-                    io)
+                    io, hintsmod.collective_write_hazard())
 
         def shares() -> list[RankShare]:
             nprocs = self.comm.Get_size()
@@ -226,7 +227,7 @@ class _Job:
 
         _faults.point("declare", self.comm)
         with gc_paused():  # the planning rank unpickles and plans every rank's declarations
-            headers, tmp, described, self.stripe_unit, self.write_io = coord.gather_and_plan(
+            headers, tmp, described, self.stripe_unit, self.write_io, self.independent_because = coord.gather_and_plan(
                 self.comm, f"{self.where}: declare", lambda: prepare_blocks(request), plan_common)
         share = coord.scatter_from_root(self.comm, f"{self.where}: declare (each rank's share)", shares)
         self.own_domain = share.write_domain
@@ -248,7 +249,8 @@ class _Job:
                                                      lambda: self._layout(tmp))
         self.fs_layout = (tmp, layout)
         _faults.point("create file", self.comm)
-        options = CreateOptions(request.hints, self.stripe_unit, request.attrs, described, self.write_io)
+        options = CreateOptions(request.hints, self.stripe_unit, request.attrs, described, self.write_io,
+                                self.independent_because)
         comm = self.comm
         holder = True
         if self.write_io is not None:  # (after an agreed phase, on every rank alike)

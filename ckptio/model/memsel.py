@@ -5,7 +5,7 @@ they lie in memory is described here as *runs*: the view's maximal contiguous by
 interior of a guard-celled C-order array ``u[g:-g, g:-g, g:-g]`` has one run per interior row). The backends
 turn the runs into their own memory descriptions, so the library reads the caller's memory in place:
 
-* ``mpiio``: an MPI hindexed memory type over the runs' addresses (:func:`ckptio.backends.rawio.transfer`);
+* ``mpiio``: an MPI hindexed memory type over the runs' addresses (:func:`ckptio.coord.datatypes.buffers_type`);
 * ``hdf5``: a memory dataspace with a hyperslab selection over the enclosing span (:func:`hdf5_selection`);
 * ``pnetcdf``: PnetCDF's flexible API, ``iput_var(span, bufcount=1, buftype=...)`` with an hindexed type of
   the element type over the runs.

@@ -33,6 +33,7 @@ from ckptio.model.dims_attrs import (
     default_dims,
     jsonable_attr,
     normalize_attrs,
+    numeric_list_array,
     shared_dim_lengths,
     variable_dims,
     variable_nbytes,
@@ -53,7 +54,8 @@ __version__ = CKPTIO_VERSION
 __all__ = ["CHECKSUM_ALGORITHM", "RESERVED_VARIABLE_ATTRS", "SCHEMA_VERSION", "StreamingChecksum", "__version__",
            "array_checksum", "attrs_identical", "check_dim_name", "check_dims", "check_schema",
            "check_variable_attr_name", "checksum", "checksum_int", "default_dims", "dumps", "jsonable_attr", "loads",
-           "normalize_attrs", "shared_dim_lengths", "validate", "variable_dims", "variable_nbytes", "without_blocks"]
+           "normalize_attrs", "numeric_list_array", "shared_dim_lengths", "validate", "variable_dims",
+           "variable_nbytes", "without_blocks"]
 
 
 # ------------------------------------------------------------------------------------------------ checksums

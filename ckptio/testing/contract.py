@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from ckptio import coord
+from ckptio import coord, settings
 from ckptio.backends import registry
 from ckptio.backends.base import Backend, ExtentReader
 from ckptio.engine.space import coalesce
@@ -164,9 +164,10 @@ def read_everything(env: Environment, c: Committed, collective: bool) -> None:
         return
     readers: dict[int, ExtentReader] = {}
     info = env.open_info()
+    together = settings.get("CKPTIO_READ_IO") == "mpiio"  # as the engine chooses: each on its own, or together
     try:
-        env.each("open_extents", lambda r: readers.update({r: backend.open_extents(path, env.comm, info,
-                                                                                   c.document)}))
+        env.each("open_extents", lambda r: readers.update({r: backend.open_extents(
+            path, env.comm if together else None, info, c.document)}))
         env.each("read the extents", lambda r: check_read(readers[r], backend.extents(c.document)[r::env.nprocs],
                                                           c.run.layout, c.plan))
         env.each("close the readers", lambda r: readers[r].close())

@@ -276,7 +276,8 @@ def _play(env: Environment, run: Run, stop: str, info: Any) -> None:
         _Share(s, planning.placement.shares[r]) for r, s in enumerate(segment_starts(planning.variables, nprocs))])
     variables = env.each("declare: each rank's plan", lambda r: planning.variables if r == ROOT else
                          own_plan(headers, prepared[r].decls, r, shares[r].segments))
-    options = CreateOptions(env.hints, STRIPE_UNIT, layout.attrs, layout.described)
+    options = CreateOptions(env.hints, STRIPE_UNIT, layout.attrs, layout.described,
+                            independent_because=None if env.comm is None else hintsmod.collective_write_hazard())
     env.each("create", lambda r: run.handles.update({r: backend.create(
         run.path, env.comm, info, variables[r], planning.placement.whole if r == ROOT else shares[r].placement,
         options)}))
