@@ -113,8 +113,18 @@ def _simulate(table, requests_by_rank, naggr, buffer_bytes, stripe=1 << 16):
 
 @settings(max_examples=40, deadline=None)
 @given(variables=VARIABLES, writers=st.integers(1, 12), readers=st.integers(1, 40), naggr=st.integers(1, 9),
-       seed=st.integers(0, 2**16), buffer_bytes=st.sampled_from([64, 512, 1 << 20]))
-def test_every_requested_element_delivered_exactly_once(variables, writers, readers, naggr, seed, buffer_bytes):
+       seed=st.integers(0, 2**16), buffer_bytes=st.sampled_from([64, 512, 1 << 20]), few=st.sampled_from([0, 2, 16]))
+def test_every_requested_element_delivered_exactly_once(variables, writers, readers, naggr, seed, buffer_bytes, few):
+    """``few``: the planner's threshold between variables whose requests meet every extent at once and those
+    searched by a window of sorted offsets (0: every variable searched, 16: the default)."""
+    saved, readplan._FEW_EXTENTS = readplan._FEW_EXTENTS, few
+    try:
+        _delivered_once(variables, writers, readers, naggr, seed, buffer_bytes)
+    finally:
+        readplan._FEW_EXTENTS = saved
+
+
+def _delivered_once(variables, writers, readers, naggr, seed, buffer_bytes) -> None:
     rng = np.random.default_rng(seed)
     meta = _meta(variables, writers, rng, stored_as_array=bool(seed % 2))
     table = extent_table.from_bands(meta) if seed % 2 else extent_table.from_blocks(meta)
@@ -157,3 +167,54 @@ def test_partition_spreads_every_large_variable_over_all_aggregators():
     per_agg = np.bincount(owner[big], weights=table.nbytes[big], minlength=8)
     assert (per_agg > 0).all() and per_agg.max() <= 1.5 * per_agg.mean()
     assert len(routing.run_var) == 8 + 2
+
+
+def _partition_variable_by_variable(table, aggregators, stripe_unit, min_share=1):
+    """readplan.partition as it was written first, one variable at a time: the reference of the vectorized one."""
+    naggr = max(1, len(aggregators))
+    owner = np.zeros(len(table), np.int32)
+    run_var, run_agg, run_lo, run_hi = [], [], [], []
+    order = np.argsort(table.var, kind="stable")  # rows by variable, file order within one
+    vars_, starts = np.unique(table.var[order], return_index=True)
+    ends = np.append(starts[1:], len(order))[:len(starts)]
+    first = 0
+    for v, s, e in zip(vars_.tolist(), starts.tolist(), ends.tolist(), strict=True):
+        rows = order[s:e]
+        sizes = table.nbytes[rows]
+        total = int(sizes.sum())
+        k = int(max(1, min(naggr, len(rows), total // max(min_share, 1))))
+        cuts = readplan._cut_points(sizes, table.file_offset[rows], k, stripe_unit)
+        for j in range(k):
+            run = rows[cuts[j]:cuts[j + 1]]
+            if not len(run):
+                continue
+            agg = (first + j) % naggr
+            owner[run] = agg
+            run_var.append(v)
+            run_agg.append(agg)
+            run_lo.append(table.lo[run].min(axis=0))
+            run_hi.append((table.lo[run] + table.shape[run]).max(axis=0))
+        first = (first + k) % naggr
+    nd = table.ndim
+    routing = readplan.Routing(np.asarray(aggregators, np.int32), np.array(run_var, np.int32),
+                               np.array(run_agg, np.int32), np.array(run_lo, np.int64).reshape(-1, nd),
+                               np.array(run_hi, np.int64).reshape(-1, nd), nd)
+    return owner, routing
+
+
+@settings(max_examples=60, deadline=None)
+@given(variables=VARIABLES, writers=st.integers(1, 9), naggr=st.integers(1, 9), seed=st.integers(0, 2**16),
+       min_share=st.sampled_from([1, 64, 4096]))
+def test_partition_deals_the_same_runs_as_variable_by_variable(variables, writers, naggr, seed, min_share):
+    """The vectorized partition (variables of one run dealt at once) gives every row the owner, and the routing
+    the runs, of the loop over variables it replaced."""
+    rng = np.random.default_rng(seed)
+    meta = _meta(variables, writers, rng, stored_as_array=bool(seed % 2))
+    table = extent_table.from_bands(meta) if seed % 2 else extent_table.from_blocks(meta)
+    aggs = list(range(0, 2 * naggr, 2))
+    owner, routing = readplan.partition(table, aggs, 64, min_share)
+    want_owner, want = _partition_variable_by_variable(table, aggs, 64, min_share)
+    assert (owner == want_owner).all()
+    for key in ("aggregators", "run_var", "run_agg", "run_lo", "run_hi"):
+        got, expected = getattr(routing, key), getattr(want, key)
+        assert got.dtype == expected.dtype and got.shape == expected.shape and (got == expected).all(), key

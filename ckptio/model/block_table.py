@@ -178,6 +178,56 @@ class BlockTable(Sequence):
         return list(self)
 
 
+@dataclass(frozen=True)
+class JoinedBlocks:
+    """The block tables of several variables as one set of columns, rows variable by variable (each variable's
+    blocks in their order): what code over all blocks of a checkpoint uses instead of a loop over its variables
+    (thousands of small variables of one block each). ``lo``/``shape`` are padded to ``ndim`` columns (offset 0,
+    extent 1 beyond a variable's own dimensions); ``codec`` stays per table (ids into each table's ``codecs``)."""
+
+    counts: np.ndarray  # int64 [V]: blocks per variable
+    starts: np.ndarray  # int64 [V]: each variable's first row
+    var: np.ndarray  # int32 [N]: the variable (position in the tables given) of each row
+    block: np.ndarray  # int64 [N]: each row's index in its variable's table
+    lo: np.ndarray  # int64 [N, ndim]
+    shape: np.ndarray  # int64 [N, ndim]
+    rank: np.ndarray  # int64 [N]
+    checksum: np.ndarray  # uint64 [N]
+    file_offset: np.ndarray  # int64 [N]
+    stored_nbytes: np.ndarray  # int64 [N]
+    codec: np.ndarray  # int64 [N], -1 for none: ids into codecs_of[var[i]]
+
+    @classmethod
+    def of(cls, tables: Sequence[BlockTable], ndims: Sequence[int], ndim: int) -> JoinedBlocks:
+        """``tables[i]`` of a variable of ``ndims[i]`` dimensions, joined; ``ndim`` >= every ``ndims[i]``. One
+        concatenation per column and per number of dimensions, whatever the number of variables."""
+        counts = np.array([len(t) for t in tables], np.int64)
+        total = int(counts.sum()) if len(counts) else 0
+        starts = np.zeros(len(tables), np.int64)
+        if len(tables):
+            np.cumsum(counts[:-1], out=starts[1:])
+        nonempty = np.flatnonzero(counts)
+        lo, shape = np.zeros((total, ndim), np.int64), np.ones((total, ndim), np.int64)
+        dims = np.asarray(ndims, np.int64)[nonempty]
+        for d in np.unique(dims).tolist():  # the variables of each number of dimensions at once
+            if d:
+                group = nonempty[dims == d]
+                ends = np.cumsum(counts[group])
+                rows = np.arange(int(ends[-1]), dtype=np.int64) - np.repeat(ends - counts[group], counts[group]) \
+                    + np.repeat(starts[group], counts[group])
+                lo[rows, :d] = np.concatenate([tables[i].offset for i in group.tolist()])
+                shape[rows, :d] = np.concatenate([tables[i].shape for i in group.tolist()])
+
+        def column(key: str, dtype) -> np.ndarray:
+            parts = [getattr(tables[i], key) for i in nonempty.tolist()]
+            return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+
+        return cls(counts, starts, np.repeat(np.arange(len(tables), dtype=np.int32), counts),
+                   np.arange(total, dtype=np.int64) - np.repeat(starts, counts), lo, shape,
+                   column("rank", np.int64), column("checksum", np.uint64), column("file_offset", np.int64),
+                   column("stored_nbytes", np.int64), column("codec", np.int64))
+
+
 def as_table(blocks: Sequence[Mapping[str, Any]] | BlockTable, ndim: int) -> BlockTable:
     """``blocks`` as a :class:`BlockTable` (a schema-1 list is converted)."""
     return blocks if isinstance(blocks, BlockTable) else BlockTable.from_dicts(blocks, ndim)

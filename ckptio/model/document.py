@@ -307,6 +307,13 @@ class CheckpointDocument(_JsonView):
         """Whether the blocks carry checksums to verify (False for a plain HDF5/netCDF file's document)."""
         return self.checksum != NO_CHECKSUM
 
+    def joined_blocks(self) -> block_table.JoinedBlocks:
+        """Every variable's block table joined into one set of columns, variables in document order (not for a
+        light copy): checks over all blocks of a checkpoint as a few numpy calls, not a loop over its variables."""
+        ndims = [len(v.shape) for v in self.variables.values()]
+        return block_table.JoinedBlocks.of([v.block_table() for v in self.variables.values()], ndims,
+                                           max(ndims, default=0))
+
     def without_blocks(self) -> CheckpointDocument:
         """The light copy: every variable without its block table (``nblocks`` says how many): what every rank
         holds of a checkpoint it writes or reads (the tables grow with the job; rank 0 and the restart

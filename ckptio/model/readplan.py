@@ -82,34 +82,53 @@ def _cut_points(sizes: np.ndarray, offsets: np.ndarray, k: int, stripe_unit: int
 
 def partition(table: ExtentTable, aggregators: list[int], stripe_unit: int,
               min_share: int = 1) -> tuple[np.ndarray, Routing]:
-    """Rank 0, at open: the aggregator index owning each row of ``table``, and the routing index."""
+    """Rank 0, at open: the aggregator index owning each row of ``table``, and the routing index.
+
+    Each variable's rows (file order) are cut into ``k`` byte-balanced runs (``k`` at most the aggregators, its
+    rows, its bytes / ``min_share``), dealt to the aggregators round-robin across variables. The variables of one
+    run (most of the thousands of small variables of a code's checkpoint) are dealt all at once; only those cut
+    into several runs are cut one by one."""
     naggr = max(1, len(aggregators))
+    nd = table.ndim
     owner = np.zeros(len(table), np.int32)
-    run_var, run_agg, run_lo, run_hi = [], [], [], []
     order = np.argsort(table.var, kind="stable")  # rows by variable, file order within one
     vars_, starts = np.unique(table.var[order], return_index=True)
-    ends = np.append(starts[1:], len(order))[:len(starts)]
-    first = 0
-    for v, s, e in zip(vars_.tolist(), starts.tolist(), ends.tolist(), strict=True):
-        rows = order[s:e]
-        sizes = table.nbytes[rows]
-        total = int(sizes.sum())
-        k = int(max(1, min(naggr, len(rows), total // max(min_share, 1))))
-        cuts = _cut_points(sizes, table.file_offset[rows], k, stripe_unit)
-        for j in range(k):
+    if not len(vars_):
+        return owner, Routing(np.asarray(aggregators, np.int32), np.zeros(0, np.int32), np.zeros(0, np.int32),
+                              np.zeros((0, nd), _I64), np.zeros((0, nd), _I64), nd)
+    nrows = np.diff(np.append(starts, len(order)))
+    totals = np.add.reduceat(table.nbytes[order], starts)
+    k = np.maximum(1, np.minimum(np.minimum(naggr, nrows), totals // max(min_share, 1)))
+    first = np.zeros(len(k), _I64)  # each variable's first aggregator: where the previous one's runs ended
+    np.cumsum(k[:-1], out=first[1:])
+    first %= naggr
+    row_first = np.repeat(first, nrows)  # per row in ``order``
+    single = np.repeat(k == 1, nrows)
+    owner[order[single]] = row_first[single]
+    one = np.flatnonzero(k == 1)
+    run_var, run_j = [vars_[one].astype(np.int32)], [np.zeros(len(one), _I64)]
+    run_agg = [first[one].astype(np.int32)]
+    run_lo = [np.minimum.reduceat(table.lo[order], starts, axis=0)[one]]
+    run_hi = [np.maximum.reduceat((table.lo + table.shape)[order], starts, axis=0)[one]]
+    for i in np.flatnonzero(k > 1).tolist():
+        rows = order[starts[i]:starts[i] + nrows[i]]
+        cuts = _cut_points(table.nbytes[rows], table.file_offset[rows], int(k[i]), stripe_unit)
+        for j in range(int(k[i])):
             run = rows[cuts[j]:cuts[j + 1]]
             if not len(run):
                 continue
-            agg = (first + j) % naggr
+            agg = (int(first[i]) + j) % naggr
             owner[run] = agg
-            run_var.append(v)
-            run_agg.append(agg)
-            run_lo.append(table.lo[run].min(axis=0))
-            run_hi.append((table.lo[run] + table.shape[run]).max(axis=0))
-        first = (first + k) % naggr
-    nd = table.ndim
-    routing = Routing(np.asarray(aggregators, np.int32), np.array(run_var, np.int32), np.array(run_agg, np.int32),
-                      np.array(run_lo, _I64).reshape(-1, nd), np.array(run_hi, _I64).reshape(-1, nd), nd)
+            run_var.append(np.array([vars_[i]], np.int32))
+            run_j.append(np.array([j], _I64))
+            run_agg.append(np.array([agg], np.int32))
+            run_lo.append(table.lo[run].min(axis=0).reshape(1, nd))
+            run_hi.append((table.lo[run] + table.shape[run]).max(axis=0).reshape(1, nd))
+    var_col, j_col = np.concatenate(run_var), np.concatenate(run_j)
+    runs = np.lexsort((j_col, var_col))  # variable by variable, each one's runs in order
+    routing = Routing(np.asarray(aggregators, np.int32), var_col[runs], np.concatenate(run_agg)[runs],
+                      np.concatenate(run_lo).astype(_I64)[runs].reshape(-1, nd),
+                      np.concatenate(run_hi).astype(_I64)[runs].reshape(-1, nd), nd)
     return owner, routing
 
 
@@ -217,41 +236,11 @@ def match_requests(table: ExtentTable, received: list[np.ndarray], itemsizes: np
     req_qi, req_var = recs[:, 0], recs[:, 1]
     req_lo, req_shape = recs[:, 2:2 + nd], recs[:, 2 + nd:]
     req_hi = req_lo + req_shape
-    # extents of each variable sorted by leading offset, for a window search per request
-    by_var: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
-    order = np.lexsort((table.lo[:, 0], table.var))
-    vars_, starts = np.unique(table.var[order], return_index=True)
-    ends = np.append(starts[1:], len(order))[:len(starts)]
-    for v, s, e in zip(vars_.tolist(), starts.tolist(), ends.tolist(), strict=True):
-        rows = order[s:e]
-        by_var[v] = (rows, table.lo[rows, 0], int(table.shape[rows, 0].max()))
-    hit_req: list[np.ndarray] = []
-    hit_row: list[np.ndarray] = []
-    t_lo, t_hi = table.lo, table.lo + table.shape
-    # every (request, extent) pair that meets, one variable at a time and vectorized over its requests: the
-    # candidates of a request are the extents whose leading interval can reach it (a window of the sorted
-    # leading offsets), then the full N-d test; in slices that bound the candidate arrays
-    req_order = np.argsort(req_var, kind="stable")
-    qvars, qstarts = np.unique(req_var[req_order], return_index=True)
-    qends = np.append(qstarts[1:], len(req_order))[:len(qstarts)]
-    for v, s, e in zip(qvars.tolist(), qstarts.tolist(), qends.tolist(), strict=True):
-        entry = by_var.get(v)
-        if entry is None:
-            continue
-        rows, lead, maxlen = entry
-        for chunk in range(s, e, 1 << 14):
-            qs = req_order[chunk:min(e, chunk + (1 << 14))]
-            a = np.searchsorted(lead, req_lo[qs, 0] - maxlen, side="right")
-            counts = np.maximum(np.searchsorted(lead, req_hi[qs, 0], side="left") - a, 0)
-            q = np.repeat(qs, counts)
-            cand = rows[_ranges(a, counts)]
-            meet = (t_lo[cand] < req_hi[q]).all(axis=1) & (req_lo[q] < t_hi[cand]).all(axis=1)
-            if meet.any():
-                hit_row.append(cand[meet])
-                hit_req.append(q[meet])
-    if not hit_row:
+    hit_row, hit_req = _meeting_pairs(table, req_var, req_lo, req_hi)
+    if not len(hit_row):
         return AggregatorPlan([], [], piece_lo=np.zeros((0, nd), _I64), piece_shape=np.zeros((0, nd), _I64))
-    hr, hq = np.concatenate(hit_row), np.concatenate(hit_req)
+    hr, hq = hit_row, hit_req
+    t_lo, t_hi = table.lo, table.lo + table.shape
     # parts of the needed extents (rows are in file order), in rounds of at most buffer_bytes
     needed = np.unique(hr)
     parts: list[Part] = []
@@ -311,6 +300,56 @@ def match_requests(table: ExtentTable, received: list[np.ndarray], itemsizes: np
     canon = np.lexsort((qi, pp, dest, rnd))
     return AggregatorPlan(parts, rounds, rnd[canon], dest[canon], pp[canon], qi[canon], plo[canon],
                           (phi - plo)[canon])
+
+
+_FEW_EXTENTS = 16  # a variable with at most this many extents: every request of it tests all of them
+_PAIR_CHUNK = 1 << 14  # requests per vectorized step (bounds the candidate arrays)
+
+
+def _meeting_pairs(table: ExtentTable, req_var: np.ndarray, req_lo: np.ndarray,
+                   req_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every (extent row, request) pair whose boxes meet, as two int64 arrays (in no particular order). Local.
+
+    Variables of few extents (the thousands of small variables of a code's checkpoint, one block each) are tested
+    all at once: each request against every extent of its variable, in one vectorized pass over all of them. A
+    variable of many extents is searched on its own: its extents sorted by leading offset, the candidates of a
+    request are those whose leading interval can reach it (a window of the sorted offsets), then the N-d test."""
+    t_lo, t_hi = table.lo, table.lo + table.shape
+    order = np.lexsort((table.lo[:, 0], table.var))
+    nvars = max(int(table.var.max()) + 1 if len(table.var) else 0, int(req_var.max()) + 1 if len(req_var) else 0)
+    per_var = np.bincount(table.var, minlength=nvars).astype(_I64)
+    var_start = np.zeros(nvars + 1, _I64)
+    np.cumsum(per_var, out=var_start[1:])
+    hit_row: list[np.ndarray] = []
+    hit_req: list[np.ndarray] = []
+
+    def keep(q: np.ndarray, cand: np.ndarray) -> None:
+        meet = (t_lo[cand] < req_hi[q]).all(axis=1) & (req_lo[q] < t_hi[cand]).all(axis=1)
+        if meet.any():
+            hit_row.append(cand[meet])
+            hit_req.append(q[meet])
+
+    few = np.flatnonzero(per_var[req_var] <= _FEW_EXTENTS)
+    for chunk in range(0, len(few), _PAIR_CHUNK):
+        qs = few[chunk:chunk + _PAIR_CHUNK]
+        counts = per_var[req_var[qs]]
+        keep(np.repeat(qs, counts), order[_ranges(var_start[req_var[qs]], counts)])
+    many = np.flatnonzero(per_var[req_var] > _FEW_EXTENTS)
+    if len(many):
+        many = many[np.argsort(req_var[many], kind="stable")]
+        qvars, qstarts = np.unique(req_var[many], return_index=True)
+        qends = np.append(qstarts[1:], len(many))
+        for v, s, e in zip(qvars.tolist(), qstarts.tolist(), qends.tolist(), strict=True):
+            rows = order[var_start[v]:var_start[v + 1]]
+            lead, maxlen = table.lo[rows, 0], int(table.shape[rows, 0].max())
+            for chunk in range(s, e, _PAIR_CHUNK):
+                qs = many[chunk:min(e, chunk + _PAIR_CHUNK)]
+                a = np.searchsorted(lead, req_lo[qs, 0] - maxlen, side="right")
+                counts = np.maximum(np.searchsorted(lead, req_hi[qs, 0], side="left") - a, 0)
+                keep(np.repeat(qs, counts), rows[_ranges(a, counts)])
+    if not hit_row:
+        return np.zeros(0, _I64), np.zeros(0, _I64)
+    return np.concatenate(hit_row), np.concatenate(hit_req)
 
 
 def _split(table: ExtentTable, row: int, itemsize: int, buffer_bytes: int) -> list[Part]:
