@@ -448,7 +448,8 @@ def ckptio_case(backend: str, compression: str | None = None, mode: str = "sync"
     label = (f"ckptio {backend}" + (f" + {compression}" if compression else "") +
              ("" if mode == "sync" else f" ({mode})") +
              {None: "", "numpy": " restart into out=", "aligned": " restart into page-aligned out="}[out])
-    note = {"mpiio": "native format, one Write_all (hindexed view); two-phase aggregated restart",
+    note = {"mpiio": "native format, ckptio's own write aggregators (pwritev of stripe-aligned domains); "
+                     "two-phase aggregated restart",
             "hdf5": "parallel HDF5 file, collective H5Dwrite per variable; restart reads raw extents",
             "pnetcdf": "CDF-5 file, iput_var + wait_all; restart reads raw extents"}[backend]
     if compression:
