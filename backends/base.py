@@ -391,7 +391,8 @@ class Backend(Protocol):
 
     def open_extents(self, path: str, comm, info, meta: Any) -> ExtentReader:
         """The restart aggregators: open the file for reading its extents. ``comm`` None: each aggregator opens on
-        its own, and the reader must not use MPI (it may then run in a helper thread: ``ExtentReader.independent``);
+        its own, and neither this call nor the reader may make an MPI call on any communicator (only some ranks
+        call it, and the reader may run in a helper thread: ``ExtentReader.independent``);
         a communicator (the aggregators', ``CKPTIO_READ_IO=mpiio``): collective over it, through MPI-IO with
         ``info``."""
         raise NotImplementedError

@@ -106,18 +106,51 @@ def test_mpi4py_mpi_is_imported_in_one_place():
     assert not found, f"mpi4py.MPI imported outside ckptio/coord/mpi.py: {found}"
 
 
-def test_no_backend_reads_a_setting():
-    """A backend reads no ``CKPTIO_*`` setting (neither ``ckptio.settings`` nor the environment): what must be the
-    same on every rank (transfer mode, how restart aggregators open the file, hints) is the engine's agreed answer,
-    handed over in ``CreateOptions`` and the ``open_extents`` call (issue 24: a setting read inside a backend was a
-    choice one rank could make differently from another)."""
+# What a rank decides from its own environment or MPI state (``ckptio.coord.hints``): the engine asks, agrees and
+# hands the answer over; a backend asking itself could answer differently on another rank
+LOCAL_DECISIONS = frozenset({"collective_write_hazard", "uses_romio", "io_component"})
+
+
+def backend_setting_reads(root: Path) -> list[str]:
+    """Where a module of ``root/backends`` reads a setting or decides from its own rank's environment: imports of
+    ``ckptio.settings``, ``CKPTIO_*`` names, ``os.environ``/``os.getenv``, the local decisions of
+    ``ckptio.coord.hints``."""
     found = []
-    for path in sorted((REPO / "backends").rglob("*.py")):
+    for path in sorted((root / "backends").rglob("*.py")):
+        where = path.relative_to(root)
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module in ("ckptio", "ckptio.settings") and (
                     node.module == "ckptio.settings" or any(a.name == "settings" for a in node.names)):
-                found.append(f"{path.relative_to(REPO)}:{node.lineno}: imports ckptio.settings")
+                found.append(f"{where}:{node.lineno}: imports ckptio.settings")
+            elif isinstance(node, ast.Import) and any(a.name == "ckptio.settings" for a in node.names):
+                found.append(f"{where}:{node.lineno}: imports ckptio.settings")
+            elif isinstance(node, ast.ImportFrom) and node.module == "ckptio.coord.hints" and any(
+                    a.name in LOCAL_DECISIONS for a in node.names):
+                found.append(f"{where}:{node.lineno}: imports a local decision of ckptio.coord.hints")
+            elif isinstance(node, ast.Attribute) and (node.attr in ("environ", "getenv") or (
+                    node.attr in LOCAL_DECISIONS)):
+                found.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
             elif isinstance(node, ast.Constant) and isinstance(node.value, str) and re.fullmatch(
                     r"CKPTIO_[A-Z_]+", node.value):
-                found.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value}")
+                found.append(f"{where}:{node.lineno}: {node.value}")
+    return found
+
+
+def test_no_backend_reads_a_setting():
+    """A backend reads no ``CKPTIO_*`` setting and decides nothing from its own rank's environment (neither
+    ``ckptio.settings``, nor ``os.environ``, nor ``coord.hints``' local decisions): what must be the same on every
+    rank (transfer mode, how restart aggregators open the file, hints) is the engine's agreed answer, handed over in
+    ``CreateOptions`` and the ``open_extents`` call (issue 24: a setting read inside a backend was a choice one rank
+    could make differently from another)."""
+    found = backend_setting_reads(REPO)
     assert not found, f"settings read in backends/: {found}"
+
+
+@pytest.mark.parametrize("line", [
+    "from ckptio import settings", "import ckptio.settings", "from ckptio.settings import get",
+    "from ckptio.coord.hints import collective_write_hazard", "from ckptio.coord.hints import uses_romio",
+    "x = os.environ.get('OMPI_MCA_io')", "x = os.getenv('X')", "x = hints.uses_romio()", "x = 'CKPTIO_READ_IO'"])
+def test_the_setting_lint_sees_each_kind_of_read(tmp_path, line):
+    (tmp_path / "backends").mkdir()
+    (tmp_path / "backends" / "fourth.py").write_text(f"import os\n{line}\n")
+    assert backend_setting_reads(tmp_path), line

@@ -111,7 +111,7 @@ def _simulate(table, requests_by_rank, naggr, buffer_bytes, stripe=1 << 16):
     return delivered, records
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=90, deadline=None)  # 30 per threshold
 @given(variables=VARIABLES, writers=st.integers(1, 12), readers=st.integers(1, 40), naggr=st.integers(1, 9),
        seed=st.integers(0, 2**16), buffer_bytes=st.sampled_from([64, 512, 1 << 20]), few=st.sampled_from([0, 2, 16]))
 def test_every_requested_element_delivered_exactly_once(variables, writers, readers, naggr, seed, buffer_bytes, few):

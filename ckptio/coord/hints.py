@@ -183,11 +183,3 @@ def collective_write_hazard() -> str | None:
         return None
     return ("Open MPI's OMPIO io component with a thread level below MPI_THREAD_MULTIPLE corrupts collective "
             "writes through derived file views")
-
-
-def transfer_mode() -> tuple[str, str | None]:
-    """``("collective", None)``, or ``("independent", why)`` when :func:`collective_write_hazard` applies: how the
-    HDF5 and PnetCDF backends move data in this process. Local; the same on every rank (the engine tells the user
-    once, on the planning rank, through the handle's notes)."""
-    hazard = collective_write_hazard()
-    return ("collective", None) if hazard is None else ("independent", hazard)

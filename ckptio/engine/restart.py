@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ckptio import coord, settings
+from ckptio import coord
 from ckptio.backends import get_backend
 from ckptio.coord import comms, exchange
 from ckptio.coord import datatypes as memtypes
@@ -130,6 +130,7 @@ class Restart:
         for key, value in self.backend.extra_hints.items():
             self.hints.setdefault(key, value)
         self.buffer_bytes: int = chosen[0].buffer_bytes
+        self.read_io: str = chosen[0].read_io  # how the aggregators open the file (agreed at open)
         self.stripe_unit = stripe_unit(self.meta)
         self.aggregators = [int(a) for a in self.routing.aggregators]
         self._agg_comm = comms.subset(comm, comm.Get_rank() in self.aggregators)
@@ -220,14 +221,20 @@ class Restart:
         if not needed or self._opened:  # the same answer on every rank, so all skip or all agree
             return
         error = None
+        # CKPTIO_READ_IO (agreed at open): "posix", each aggregator opens on its own (no communicator); "mpiio",
+        # the aggregators open the file together through MPI-IO
+        together = self.read_io == "mpiio"
         if self._agg_comm is not None:
             try:
-                # CKPTIO_READ_IO (agreed when the reader was opened): "posix", each aggregator opens on its own
-                # (no communicator); "mpiio", the aggregators open the file together through MPI-IO
-                together = settings.get("CKPTIO_READ_IO") == "mpiio"
+                self.check_identity()
+            except BaseException as exc:  # agreed on below
+                error = exc
+        if together:  # a collective open follows: no aggregator may enter it while another stopped before it
+            coord.agree(self.comm, f"read {self.path}: the file is the one described at open", error)
+        if self._agg_comm is not None and error is None:
+            try:
                 info = hintsmod.to_info(hintsmod.read_hints(self.hints) if together else self.hints)
                 try:
-                    self.check_identity()
                     self._extent_reader = self.backend.open_extents(
                         self.path, self._agg_comm if together else None, info, self.meta)
                     self.stats.opened_file = True

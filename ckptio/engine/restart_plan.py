@@ -40,6 +40,7 @@ class ReadOptions:
     hints: dict[str, Any]
     buffer_bytes: int
     aggregators: int | None
+    read_io: str = "posix"  # CKPTIO_READ_IO, read once at open (its value is compared between ranks there)
 
     def agreed_part(self, path: str) -> dict[str, Any]:
         """What must be the same on every rank (checked by :func:`check_same_options` on rank 0): the read plan
@@ -63,7 +64,7 @@ def resolve_options(size: int, hints: Mapping[str, Any] | None, aggregators: obj
         nbytes = DEFAULT_BUFFER_BYTES
     count = (units.parse_count(aggregators, "aggregators") if aggregators is not None
              else hintsmod.aggregator_override(hints))
-    return ReadOptions(resolved, nbytes, count)
+    return ReadOptions(resolved, nbytes, count, settings.get("CKPTIO_READ_IO"))
 
 
 def file_identity(path: str) -> tuple[int, int, int]:

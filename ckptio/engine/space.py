@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ckptio.backends.base import Backend
 from ckptio.errors import CheckpointIOError
 
 _NO_PREALLOCATION = {errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}  # (ENOTSUP == EOPNOTSUPP on Linux)
@@ -162,15 +163,22 @@ def missing_data(path: str, backend: Any, meta: Mapping[str, Any]) -> str | None
     else is read, so a complete file costs a few ``lseek`` calls."""
     from ckptio.verify import verify_blocks  # (verify reads through the backends: imported when data is missing)
 
-    table = backend.extent_table(meta)  # columns: a checkpoint of many small variables costs a few numpy calls
-    starts, ends = table.file_offset, table.file_offset + table.nbytes
-    gaps = holes(path, list(zip(starts.tolist(), ends.tolist(), strict=True)))
-    if not gaps:
-        return None
-    crossing = np.zeros(len(table), bool)
-    for a, b in gaps:
-        crossing |= (starts < b) & (a < ends)
-    suspect = [table.extent(int(i)) for i in np.flatnonzero(crossing)]
+    if type(backend).extent_table is Backend.extent_table:  # no columnar builder: the default builds it from extents()
+        extents = backend.extents(meta)
+        gaps = holes(path, [(e.file_offset, e.file_offset + e.nbytes) for e in extents])
+        if not gaps:
+            return None
+        suspect = [e for e in extents if any(a < e.file_offset + e.nbytes and e.file_offset < b for a, b in gaps)]
+    else:  # the backend's columns: a checkpoint of many small variables costs a few numpy calls
+        table = backend.extent_table(meta)
+        starts, ends = table.file_offset, table.file_offset + table.nbytes
+        gaps = holes(path, list(zip(starts.tolist(), ends.tolist(), strict=True)))
+        if not gaps:
+            return None
+        crossing = np.zeros(len(table), bool)
+        for a, b in gaps:
+            crossing |= (starts < b) & (a < ends)
+        suspect = [table.extent(int(i)) for i in np.flatnonzero(crossing)]
     problems = verify_blocks(backend, path, dict(meta), extents=suspect)
     if not problems:
         return None

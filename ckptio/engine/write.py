@@ -125,7 +125,7 @@ def prepare_blocks(request: WriteRequest) -> Declared:
     return Declared(pack_declarations([p.decl for p in request.blocks]), request.attrs,
                     varmeta.pack(request.described), time.perf_counter() - t,
                     directory_problem(request.path) if request.comm.Get_rank() == commitmod.ROOT else None,
-                    MPI.Get_processor_name())
+                    MPI.Get_processor_name(), hintsmod.collective_write_hazard())
 
 
 @dataclass
@@ -183,7 +183,7 @@ class _Job:
         self.fs_layout: Any = None
         # ckptio's own collective buffering (engine.write_aggregate), when the backend's bytes are placed by ckptio
         self.write_io: str | None = None  # "posix"/"mpiio" (agreed: the planning rank's choice), None: the backend's
-        self.independent_because: str | None = None  # the planning rank's collective_write_hazard (CreateOptions)
+        self.independent_because: str | None = None  # any rank's collective_write_hazard (CreateOptions)
         self.contiguous: Any = None  # the planning rank's contiguous domains and every rank's RankDomain
         self.domains: Any = None  # the write domains every rank follows (after the layout phase)
         self.own_domain: Any = None  # this rank's RankDomain (contiguous domains)
@@ -216,8 +216,11 @@ class _Job:
                 self.contiguous = aggregate.planned_contiguous(self.placement.rank_spans, self.plan.hosts,
                                                                request.hints, self.plan.stripe_unit,
                                                                request.user_hints)
+            # independent transfers for every rank when any rank's MPI-IO would corrupt collective ones (one
+            # answer for all: a rank transferring collectively beside one transferring independently hangs)
+            hazard = next((h for h in (Declared.of(g).transfer_hazard for g in gathered) if h), None)
             return (plan_headers(self.plan.variables), self.plan.tmp, self.plan.described, self.plan.stripe_unit,
-                    io, hintsmod.collective_write_hazard())
+                    io, hazard)
 
         def shares() -> list[RankShare]:
             nprocs = self.comm.Get_size()

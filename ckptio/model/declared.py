@@ -30,8 +30,9 @@ class Declared:
     """One rank's message of the declare phase: its packed declarations
     (:func:`ckptio.model.plan.pack_declarations`), the checkpoint attributes it was given, its variables' dims and
     attrs (:func:`ckptio.model.varmeta.pack`), its node (``MPI_Get_processor_name``; empty where unknown), why the
-    checkpoint's directory cannot be used (the planning rank's check; None: it can) and the seconds its prepare
-    step took."""
+    checkpoint's directory cannot be used (the planning rank's check; None: it can), the seconds its prepare
+    step took and why its MPI-IO would corrupt collective writes through a format library
+    (``coord.hints.collective_write_hazard``; None: it would not)."""
 
     decls: Any
     attrs: Mapping[str, Any]
@@ -39,6 +40,7 @@ class Declared:
     prepare_seconds: float
     dir_problem: str | None = None
     host: str = ""
+    transfer_hazard: str | None = None
 
     @classmethod
     def of(cls, value: Declared | Mapping[str, Any]) -> Declared:
@@ -47,7 +49,7 @@ class Declared:
         if isinstance(value, Declared):
             return value
         return cls(value["decls"], value["attrs"], value["described"], value["prepare_seconds"],
-                   value.get("dir_problem"), value.get("host", ""))
+                   value.get("dir_problem"), value.get("host", ""), value.get("transfer_hazard"))
 
 
 @dataclass(frozen=True)

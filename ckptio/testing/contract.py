@@ -148,9 +148,11 @@ def check_read(reader: ExtentReader, extents: list[Extent], layout: Layout, plan
 
 
 def read_everything(env: Environment, c: Committed, collective: bool) -> None:
-    """Collective: every extent read back and checked (:func:`check_read`): by ``open_extents`` on every rank
-    (``collective``; each rank its share of the extents, one ``read`` each), or by ``serial_extents`` on the
-    planning rank."""
+    """Collective: every extent read back and checked (:func:`check_read`): by ``open_extents`` (``collective``),
+    or by ``serial_extents`` on the planning rank. As the engine does: with ``CKPTIO_READ_IO=mpiio`` every rank
+    opens together (the communicator, the hints of ``coord.hints.read_hints``), each reading its share; otherwise
+    (``comm`` None) only the even ranks open, each on its own, so a reader that makes an MPI call on any
+    communicator when given none hangs here instead of passing (in a restart only the aggregators open)."""
     backend, path = env.backend, c.run.path
     if not collective:
         def serial() -> None:
@@ -163,14 +165,16 @@ def read_everything(env: Environment, c: Committed, collective: bool) -> None:
         env.on_root("serial_extents", serial)
         return
     readers: dict[int, ExtentReader] = {}
-    info = env.open_info()
     together = settings.get("CKPTIO_READ_IO") == "mpiio"  # as the engine chooses: each on its own, or together
+    info = env.open_info(read=together)
+    openers = list(range(env.nprocs)) if together else list(range(0, env.nprocs, 2))
+    extents = backend.extents(c.document)
     try:
-        env.each("open_extents", lambda r: readers.update({r: backend.open_extents(
+        env.each("open_extents", lambda r: r in openers and readers.update({r: backend.open_extents(
             path, env.comm if together else None, info, c.document)}))
-        env.each("read the extents", lambda r: check_read(readers[r], backend.extents(c.document)[r::env.nprocs],
-                                                          c.run.layout, c.plan))
-        env.each("close the readers", lambda r: readers[r].close())
+        env.each("read the extents", lambda r: r in openers and check_read(
+            readers[r], extents[openers.index(r)::len(openers)], c.run.layout, c.plan))
+        env.each("close the readers", lambda r: r in readers and readers[r].close())
         readers.clear()
     finally:
         for reader in readers.values():  # after a failure every rank agreed on

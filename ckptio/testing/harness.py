@@ -165,9 +165,12 @@ class Environment:
                 step[1]()
             done += 1
 
-    def open_info(self) -> Any:
-        """The MPI info of the hints (None without MPI); :meth:`free_info` after use."""
-        return None if self.comm is None else hintsmod.to_info(self.hints)
+    def open_info(self, read: bool = False) -> Any:
+        """The MPI info of the hints (None without MPI); ``read``: those of the restart aggregators' collective open
+        (``coord.hints.read_hints``). :meth:`free_info` after use."""
+        if self.comm is None:
+            return None
+        return hintsmod.to_info(hintsmod.read_hints(self.hints) if read else self.hints)
 
     def free_info(self, info: Any) -> None:
         if info is not None:
@@ -264,20 +267,22 @@ def _play(env: Environment, run: Run, stop: str, info: Any) -> None:
     prepared = env.each("declare: prepare the blocks", lambda r: prepare(layout, r))
     planning = _Planning()
 
-    def plan(packs: list[Any]) -> Any:
+    def plan(messages: list[Any]) -> Any:
+        packs = [pack for pack, _ in messages]
         planning.variables = plan_packed(packs)
         planning.placement = backend.place(planning.variables, STRIPE_UNIT, nprocs)
         expect(isinstance(planning.placement, Placement) and len(planning.placement.shares) == nprocs,
                f"place() must return a Placement with one share per rank ({nprocs}): got {planning.placement!r}")
-        return plan_headers(planning.variables)
+        # as the engine: independent transfers for all when any rank's MPI-IO would corrupt collective ones
+        return plan_headers(planning.variables), next((h for _, h in messages if h), None)
 
-    headers = env.gather_and_plan("declare: plan and place", lambda r: pack_declarations(prepared[r].decls), plan)
+    headers, hazard = env.gather_and_plan("declare: plan and place", lambda r: (
+        pack_declarations(prepared[r].decls), None if env.comm is None else hintsmod.collective_write_hazard()), plan)
     shares = env.scatter_from_root("declare: each rank's share", lambda: [
         _Share(s, planning.placement.shares[r]) for r, s in enumerate(segment_starts(planning.variables, nprocs))])
     variables = env.each("declare: each rank's plan", lambda r: planning.variables if r == ROOT else
                          own_plan(headers, prepared[r].decls, r, shares[r].segments))
-    options = CreateOptions(env.hints, STRIPE_UNIT, layout.attrs, layout.described,
-                            independent_because=None if env.comm is None else hintsmod.collective_write_hazard())
+    options = CreateOptions(env.hints, STRIPE_UNIT, layout.attrs, layout.described, independent_because=hazard)
     env.each("create", lambda r: run.handles.update({r: backend.create(
         run.path, env.comm, info, variables[r], planning.placement.whole if r == ROOT else shares[r].placement,
         options)}))

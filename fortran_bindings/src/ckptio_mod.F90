@@ -167,6 +167,14 @@ module ckptio
      module procedure should_exit_f08, should_exit_int
   end interface ckptio_should_exit
 
+  ! ---- POSIX: a pause before MPI_Abort (see finish)
+  interface
+     integer(c_int) function c_usleep(usec) bind(C, name="usleep")
+       import :: c_int
+       integer(c_int), value :: usec
+     end function c_usleep
+  end interface
+
   ! ---- the C API (ckptio.h)
   interface
      integer(c_int) function c_create(path, comm, backend, mode, stage_dir, compression, file) &
@@ -411,6 +419,11 @@ contains
     write (error_unit, '(a,i0,a,i0,a,a)') 'ckptio: rank ', rank, ': error ', status, ', aborting: ', &
          ckptio_error_message()
     flush (error_unit)
+    ! The message is in the pipe to the launcher now, but MPI_Abort makes the launcher kill the job, and MPICH's
+    ! Hydra can end before it forwarded what the ranks wrote last (seen under load: the job ended with no message at
+    ! all). Every failing rank reaches this line (errors are agreed between ranks), so a short pause costs nothing
+    ! but lets the launcher forward every rank's message first.
+    if (c_usleep(500000_c_int) /= 0) continue
     c%MPI_VAL = comm
     if (comm == -1) c = MPI_COMM_WORLD
     call MPI_Abort(c, int(status))
