@@ -178,6 +178,17 @@ class BlockTable(Sequence):
         return list(self)
 
 
+def concatenated_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(s, s + c)`` for every (s, c), vectorized (int64)."""
+    counts = np.asarray(counts, np.int64)
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    ends = np.cumsum(counts)
+    idx = np.arange(total, dtype=np.int64) - np.repeat(ends - counts, counts)
+    return np.repeat(np.asarray(starts, np.int64), counts) + idx
+
+
 @dataclass(frozen=True)
 class JoinedBlocks:
     """The block tables of several variables as one set of columns, rows variable by variable (each variable's
@@ -212,9 +223,7 @@ class JoinedBlocks:
         for d in np.unique(dims).tolist():  # the variables of each number of dimensions at once
             if d:
                 group = nonempty[dims == d]
-                ends = np.cumsum(counts[group])
-                rows = np.arange(int(ends[-1]), dtype=np.int64) - np.repeat(ends - counts[group], counts[group]) \
-                    + np.repeat(starts[group], counts[group])
+                rows = concatenated_ranges(starts[group], counts[group])
                 lo[rows, :d] = np.concatenate([tables[i].offset for i in group.tolist()])
                 shape[rows, :d] = np.concatenate([tables[i].shape for i in group.tolist()])
 

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ckptio.model.block_table import BlockTable, JoinedBlocks
+from ckptio.model.block_table import concatenated_ranges as _ranges
 from ckptio.model.document import CheckpointDocument, VariableRecord, variables_of
 from ckptio.model.layout import Box
 from ckptio.model.plan import Extent
@@ -116,17 +117,6 @@ class ExtentTable:
     def of_extents(cls, meta: CheckpointDocument | Mapping[str, Any], extents: Sequence[Extent]) -> ExtentTable:
         """Any backend's ``extents`` list as columns: :func:`from_extents`."""
         return from_extents(meta, extents)
-
-
-def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Concatenation of ``arange(s, s + c)`` for every (s, c), vectorized."""
-    counts = np.asarray(counts, _I64)
-    total = int(counts.sum())
-    if total == 0:
-        return np.zeros(0, _I64)
-    ends = np.cumsum(counts)
-    idx = np.arange(total, dtype=_I64) - np.repeat(ends - counts, counts)
-    return np.repeat(np.asarray(starts, _I64), counts) + idx
 
 
 def _checksum_ints(hexes: Sequence[str]) -> np.ndarray:

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ckptio.model.extent_table import ExtentTable, _ranges
+from ckptio.model.block_table import concatenated_ranges as _ranges
+from ckptio.model.extent_table import ExtentTable
 
 _I64 = np.int64
 

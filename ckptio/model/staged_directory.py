@@ -42,6 +42,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ckptio.model.block_table import concatenated_ranges as _ranges
+
 _I64 = np.int64
 SEND, RECV = 0, 1
 
@@ -133,15 +135,6 @@ class Directory:
         starts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
         ends = np.append(starts[1:], len(d))
         return {int(d[a]): rows[w[a:b]] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)}
-
-
-def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Concatenation of ``arange(s, s + c)`` for every (s, c), vectorized."""
-    total = int(counts.sum())
-    if total == 0:
-        return np.zeros(0, _I64)
-    ends = np.cumsum(counts)
-    return np.repeat(starts, counts) + np.arange(total, dtype=_I64) - np.repeat(ends - counts, counts)
 
 
 def match(directory: Directory, me: int, blocks: np.ndarray, requests: np.ndarray) -> np.ndarray:
