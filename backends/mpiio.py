@@ -301,6 +301,24 @@ class NativeBackend(Backend):
         return pieces_of(blocks, share)
 
     def read_document(self, path: str) -> dict[str, Any]:
+        index, index_offset = self._framed_index(path)
+        try:
+            meta = metamod.loads(index)
+        except FormatVersionError:
+            raise
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise CorruptCheckpointError(f"{path}: index is not valid metadata ({exc})") from None
+        check_block_table(path, meta, HEADER_SIZE, index_offset)
+        return meta
+
+    def stored_document(self, path: str) -> bytes:
+        """The index as stored, after the checks of the header, the trailer and the index's checksum."""
+        return self._framed_index(path)[0]
+
+    @staticmethod
+    def _framed_index(path: str) -> tuple[bytes, int]:
+        """Serial: the index's bytes and offset, after checking the header, the trailer (the completion mark)
+        and the index's checksum; the errors :meth:`read_document` documents."""
         try:
             with open(path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
@@ -337,14 +355,7 @@ class NativeBackend(Backend):
             raise CheckpointIOError(f"{path}: cannot read checkpoint: {exc.strerror or exc}") from None
         if xxhash.xxh3_64_intdigest(index) != ihash:
             raise CorruptCheckpointError(f"{path}: index checksum mismatch (the index is damaged)")
-        try:
-            meta = metamod.loads(index)
-        except FormatVersionError:
-            raise
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise CorruptCheckpointError(f"{path}: index is not valid metadata ({exc})") from None
-        check_block_table(path, meta, HEADER_SIZE, ioff)
-        return meta
+        return index, ioff
 
     def extents(self, meta: Mapping[str, Any]) -> list[Extent]:
         out = []

@@ -155,6 +155,12 @@ DEFECTS = {  # what is broken -> (the broken backend, the case that must fail, w
     "another document read back": (_backend(read_document=lambda self, path: {
         **MemoryBackend.read_document(self, path), "created": "yesterday"}),
         "write_protocol_commits_the_document_it_was_given", "did not return the document written"),
+    "stores other bytes than it was given": (_backend(stored_document=lambda self, path: MemoryBackend.stored_document(
+        self, path).replace(b'"', b"'", 1)), "write_protocol_commits_the_document_it_was_given",
+        "did not return the bytes written"),
+    "stored document of a short file": (_backend(stored_document=lambda self, path: MemoryBackend.stored_document(
+        self, path) if len(MemoryFiles().read(path)) > 40 else b"{}"), "a_truncated_file_is_refused",
+        "stored_document() accepted"),
     "accepts a short file": (_backend(read_document=lambda self, path: MemoryBackend.read_document(
         self, path) if len(MemoryFiles().read(path)) > 40 else {}), "a_truncated_file_is_refused", "accepted"),
 }

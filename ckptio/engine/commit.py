@@ -76,7 +76,8 @@ def commit(comm, backend: Backend, handle: WriteHandle | None, tmp: str, path: s
     coord.run(comm, f"{where}: close", lambda: (held(handle, "close"), _faults.point("commit vote", comm)))
     _faults.point("rename", comm)
     coord.bcast_from_root(comm, f"{where}: check and rename", lambda: (
-        check_written(backend, tmp), before_rename and before_rename(), rename_durably(tmp, path)), root=ROOT)
+        check_written(backend, tmp, encoded), before_rename and before_rename(), rename_durably(tmp, path)),
+        root=ROOT)
 
 
 def held(handle: WriteHandle | None, method: str, *args: Any) -> Any:
@@ -104,13 +105,21 @@ def abort(comm, handle: WriteHandle | None, tmp: str) -> None:
         pass
 
 
-def check_written(backend: Backend, tmp: str) -> None:
+def check_written(backend: Backend, tmp: str, encoded: bytes) -> None:
     """Planning rank, before the rename: read the document back from the file as the file system has it (header,
     index or document, completion mark; not the data). Where space could not be reserved (no ``fallocate``), a
     full file system may drop writes without any error (Open MPI's OMPIO ignores short writes): the lost tail then
-    shows here, and the checkpoint fails instead of being renamed."""
+    shows here, and the checkpoint fails instead of being renamed. ``encoded``: the document's bytes as written;
+    where the backend gives the stored bytes (:meth:`Backend.stored_document`) they must be exactly these, else
+    the backend decodes and checks the document (:meth:`Backend.read_document`)."""
     try:
-        backend.read_document(tmp)
+        stored_document = getattr(backend, "stored_document", None)  # optional: not in backends.registry.REQUIRED
+        stored = None if stored_document is None else stored_document(tmp)
+        if stored is None:
+            backend.read_document(tmp)
+        elif stored != encoded:
+            raise CheckpointError(f"the metadata document reads back as {len(stored)} bytes that differ from the "
+                                  f"{len(encoded)} bytes written")
     except CheckpointError as exc:
         raise CheckpointIOError(f"{tmp}: the file as written is not a complete checkpoint, so the file system "
                                 f"lost writes (no space left, or quota exceeded?): {exc}") from None

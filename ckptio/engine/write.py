@@ -333,8 +333,10 @@ class _Job:
                           aggregation)
 
     def _blocks(self, variables: Mapping[str, VariablePlan]) -> list[BlockToWrite]:
-        """This rank's blocks in declaration order, with their variable and box from the plan."""
-        by_index = {b.local_index: (name, b) for name, v in variables.items() for b in v.blocks_of(self.rank)}
+        """This rank's blocks in declaration order, with their variable and box from the plan (looked up in the
+        variables this rank declared only: the planning rank's plan holds every variable of the job)."""
+        own = dict.fromkeys(p.decl["name"] for p in self.request.blocks)
+        by_index = {b.local_index: (name, b) for name in own for b in variables[name].blocks_of(self.rank)}
         out = []
         for i, p in enumerate(self.request.blocks):
             name, plan = by_index[i]

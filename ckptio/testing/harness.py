@@ -365,6 +365,10 @@ def committed(env: Environment, name: str = "checkpoint", make_layout=standard_l
             if again != run.document:
                 raise ContractViolation("read_document() did not return the document written: "
                                         + _first_difference(run.document, again))
+            stored = stored_document(env.backend, run.path)
+            if stored is not None and stored != run.document:
+                raise ContractViolation("stored_document() did not return the bytes written: "
+                                        + _first_difference(run.document, bytes(stored)))
             return document
 
         document = env.on_root("read_document", read_back)
@@ -373,15 +377,24 @@ def committed(env: Environment, name: str = "checkpoint", make_layout=standard_l
 
 
 def expect_refused(backend: Backend, path: str, error: type[CheckpointError], why: str) -> None:
-    """``read_document(path)`` must raise ``error`` (a CheckpointError), since ``why``."""
-    try:
-        backend.read_document(path)
-    except error:
-        return
-    except CheckpointError as exc:
-        raise ContractViolation(f"read_document() of {why} raised {type(exc).__name__} ({exc}), not "
-                                f"{error.__name__}") from exc
-    raise ContractViolation(f"read_document() accepted {why}")
+    """``read_document(path)`` must raise ``error`` (a CheckpointError), since ``why``; so must
+    ``stored_document(path)`` where the backend has one (the commit's last check relies on it)."""
+    for method in ("read_document", "stored_document"):
+        try:
+            got = getattr(backend, method)(path) if hasattr(backend, method) else None
+        except error:
+            continue
+        except CheckpointError as exc:
+            raise ContractViolation(f"{method}() of {why} raised {type(exc).__name__} ({exc}), not "
+                                    f"{error.__name__}") from exc
+        if method == "read_document" or got is not None:
+            raise ContractViolation(f"{method}() accepted {why}")
+
+
+def stored_document(backend: Backend, path: str) -> bytes | None:
+    """The backend's ``stored_document(path)``, None where it has none (the method is optional)."""
+    method = getattr(backend, "stored_document", None)
+    return None if method is None else method(path)
 
 
 def finish(env: Environment, run: Run, how: str) -> None:

@@ -259,6 +259,20 @@ class MemoryBackend(Backend):
         return self.handle_class(_key(path), placement)
 
     def read_document(self, path: str) -> dict[str, Any]:
+        index = self._framed_document(path)
+        try:
+            return metamod.loads(index)
+        except FormatVersionError:
+            raise
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise CorruptCheckpointError(f"{path}: the metadata document is not valid ({exc})") from None
+
+    def stored_document(self, path: str) -> bytes:
+        return self._framed_document(path)
+
+    @staticmethod
+    def _framed_document(path: str) -> bytes:
+        """The document's bytes, after checking the header, the completion mark and the document's checksum."""
         data = FILES.get(_key(path))
         if data is None:
             raise CheckpointIOError(f"{path}: no such memory file")
@@ -276,12 +290,7 @@ class MemoryBackend(Backend):
         index = data[ioff:ioff + ilen]
         if xxhash.xxh3_64_intdigest(index) != ihash:
             raise CorruptCheckpointError(f"{path}: the metadata document's checksum does not match (damaged)")
-        try:
-            return metamod.loads(index)
-        except FormatVersionError:
-            raise
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise CorruptCheckpointError(f"{path}: the metadata document is not valid ({exc})") from None
+        return index
 
     def extents(self, meta: Mapping[str, Any]) -> list[Extent]:
         """Every non-empty block is one extent at its file offset (as the native format)."""

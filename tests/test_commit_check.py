@@ -1,0 +1,79 @@
+"""The commit's last check before the rename (``ckptio.engine.commit.check_written``): the document as the file
+system has it must be the one written. Where a backend gives the stored bytes (``Backend.stored_document``) the
+check compares them with the bytes written instead of decoding the document again; every other backend's
+document is decoded (``read_document``). Either way a file whose tail was lost, or whose document differs, is
+refused with the lost-writes error. One process, no mpirun (``MPI.COMM_SELF``)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from ckptio.backends import get_backend
+from mpi_helpers import BACKENDS
+
+import ckptio
+from ckptio.engine.commit import check_written
+from ckptio.errors import CheckpointIOError
+
+
+def _written(path: str, backend: str) -> None:
+    from ckptio.coord.mpi import MPI
+
+    with ckptio.create(path, MPI.COMM_SELF, backend=backend) as ck:
+        for i in range(20):
+            ck.write(f"v{i:02d}", np.arange(32, dtype=np.float64) + i, offset=(0,), global_shape=(32,))
+
+
+def _encoded(backend, path: str) -> bytes:
+    from ckptio.model import meta as metamod
+
+    return metamod.dumps(backend.read_document(path))
+
+
+def test_the_native_format_gives_its_stored_document_and_the_check_compares_it(tmp_path):
+    path = str(tmp_path / "c.ckpt")
+    _written(path, "mpiio")
+    backend = get_backend("mpiio")
+    encoded = _encoded(backend, path)
+    assert backend.stored_document(path) == encoded  # the bytes exactly: nothing decoded
+    check_written(backend, path, encoded)
+    other = encoded.replace(b"v19", b"v91", 1)
+    assert other != encoded and len(other) == len(encoded)
+    with pytest.raises(CheckpointIOError, match=r"lost writes.*differ from the"):
+        check_written(backend, path, other)
+
+
+@pytest.mark.parametrize("backend_name", BACKENDS)
+def test_a_file_that_lost_its_tail_is_refused_before_the_rename(backend_name, tmp_path):
+    path = str(tmp_path / "c.ckpt")
+    _written(path, backend_name)
+    backend = get_backend(backend_name)
+    encoded = _encoded(backend, path)
+    check_written(backend, path, encoded)
+    os.truncate(path, os.path.getsize(path) - 8)  # the completion mark's tail, or the document's, never landed
+    with pytest.raises(CheckpointIOError, match="not a complete checkpoint, so the file system lost writes"):
+        check_written(backend, path, encoded)
+
+
+def test_a_backend_without_stored_document_is_checked_by_decoding(tmp_path):
+    """A third-party backend need not have ``stored_document`` (it is not required by the registry): the check
+    decodes its document instead, and still refuses a damaged file."""
+    path = str(tmp_path / "c.ckpt")
+    _written(path, "mpiio")
+    native = get_backend("mpiio")
+    encoded = _encoded(native, path)
+
+    class DecodesOnly:
+        def read_document(self, p):
+            return native.read_document(p)
+
+    check_written(DecodesOnly(), path, b"not compared: this backend decodes")
+    with open(path, "r+b") as f:  # one byte of the index changed: its checksum no longer matches
+        f.seek(os.path.getsize(path) - 100)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0x20]))
+    with pytest.raises(CheckpointIOError, match="lost writes"):
+        check_written(DecodesOnly(), path, encoded)
