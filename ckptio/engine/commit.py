@@ -37,14 +37,17 @@ from ckptio.engine import space
 from ckptio.engine.steps import run_steps
 from ckptio.errors import CheckpointError, CheckpointIOError
 from ckptio.model import meta as metamod
+from ckptio.model.document import CheckpointDocument
 
 ROOT = 0  # the planning rank: it holds the whole plan and the document, reserves space and renames
 
 
 def commit(comm, backend: Backend, handle: WriteHandle | None, tmp: str, path: str,
-           document: dict[str, Any] | None, before_rename: Callable[[], None] | None = None) -> None:
+           document: dict[str, Any] | None, before_rename: Callable[[], None] | None = None,
+           typed: CheckpointDocument | None = None) -> None:
     """Collective: commit the temporary file ``tmp`` (data written and synced) as the checkpoint ``path``.
-    ``document`` is the metadata document on the planning rank and None elsewhere; ``handle`` None on a rank
+    ``document`` is the metadata document on the planning rank and None elsewhere (``typed``: its typed form,
+    where the caller has it: the data check reads it instead of typing the dict again); ``handle`` None on a rank
     that holds none (not a write aggregator). ``before_rename`` runs on the
     planning rank right before the rename (a Series checks its lease there). Raises the same error on every rank;
     the caller then calls :func:`abort`."""
@@ -52,7 +55,7 @@ def commit(comm, backend: Backend, handle: WriteHandle | None, tmp: str, path: s
     root = comm.Get_rank() == ROOT
 
     def landed() -> None:
-        why = space.missing_data(tmp, backend, document)
+        why = space.missing_data(tmp, backend, typed if typed is not None else document)
         if why is not None:
             directory = os.path.dirname(os.path.abspath(tmp))
             raise CheckpointIOError(f"{tmp}: the file system lost writes (no space left on {directory}, or quota "

@@ -23,6 +23,7 @@ import numpy as np
 
 from ckptio.backends.base import Backend
 from ckptio.errors import CheckpointIOError
+from ckptio.model.document import CheckpointDocument
 
 _NO_PREALLOCATION = {errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}  # (ENOTSUP == EOPNOTSUPP on Linux)
 _fallocate: Any = None
@@ -156,7 +157,7 @@ def holes(path: str, ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]
     return found
 
 
-def missing_data(path: str, backend: Any, meta: Mapping[str, Any]) -> str | None:
+def missing_data(path: str, backend: Any, meta: CheckpointDocument | Mapping[str, Any]) -> str | None:
     """Local, rank 0 after the data was written and synced: why the data of the checkpoint ``meta`` did not all
     land in ``path``, or None. Extents that cross a hole (:func:`holes`) are read back and their blocks'
     checksums compared (a hole whose blocks check out holds zeros a file system chose not to store); nothing
@@ -179,7 +180,7 @@ def missing_data(path: str, backend: Any, meta: Mapping[str, Any]) -> str | None
         for a, b in gaps:
             crossing |= (starts < b) & (a < ends)
         suspect = [table.extent(int(i)) for i in np.flatnonzero(crossing)]
-    problems = verify_blocks(backend, path, dict(meta), extents=suspect)
+    problems = verify_blocks(backend, path, meta, extents=suspect)
     if not problems:
         return None
     missing = sum(b - a for a, b in gaps)

@@ -384,7 +384,7 @@ def write_checkpoint(request: WriteRequest) -> WriteResult:
         t = time.perf_counter()
         meta = job.index(variables, report)
         commitmod.commit(job.comm, request.backend, job.handle, tmp, request.path,
-                         meta if job.plan is not None else None, request.before_rename)
+                         meta if job.plan is not None else None, request.before_rename, job.typed)
         job.handle = None  # committed and closed: nothing to abort any more
         commit_seconds = time.perf_counter() - t
     except BaseException:
