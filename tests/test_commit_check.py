@@ -41,7 +41,7 @@ def test_the_native_format_gives_its_stored_document_and_the_check_compares_it(t
     check_written(backend, path, encoded)
     other = encoded.replace(b"v19", b"v91", 1)
     assert other != encoded and len(other) == len(encoded)
-    with pytest.raises(CheckpointIOError, match=r"lost writes.*differ from the"):
+    with pytest.raises(CheckpointIOError, match=r"differ from the \d+ bytes written .*not committed"):
         check_written(backend, path, other)
 
 
@@ -77,3 +77,17 @@ def test_a_backend_without_stored_document_is_checked_by_decoding(tmp_path):
         f.write(bytes([byte[0] ^ 0x20]))
     with pytest.raises(CheckpointIOError, match="lost writes"):
         check_written(DecodesOnly(), path, encoded)
+
+
+def test_the_contract_suite_accepts_a_backend_that_opts_out_of_stored_document(tmp_path):
+    """``stored_document = None`` on a backend class means "decode instead", at the commit and in the suite."""
+    from ckptio.testing.contract import CASES, run_case
+    from ckptio.testing.harness import Environment
+    from ckptio.testing.memory import MemoryBackend, MemoryFiles
+
+    class OptsOut(MemoryBackend):
+        stored_document = None
+
+    for name in ("write_protocol_commits_the_document_it_was_given", "a_truncated_file_is_refused"):
+        assert run_case(Environment(OptsOut, None, str(tmp_path / name), 3, MemoryFiles()), name,
+                        dict(CASES)[name]) is None

@@ -120,12 +120,13 @@ def check_written(backend: Backend, tmp: str, encoded: bytes) -> None:
         stored = None if stored_document is None else stored_document(tmp)
         if stored is None:
             backend.read_document(tmp)
-        elif stored != encoded:
-            raise CheckpointError(f"the metadata document reads back as {len(stored)} bytes that differ from the "
-                                  f"{len(encoded)} bytes written")
     except CheckpointError as exc:
         raise CheckpointIOError(f"{tmp}: the file as written is not a complete checkpoint, so the file system "
                                 f"lost writes (no space left, or quota exceeded?): {exc}") from None
+    if stored is not None and stored != encoded:  # complete, checksum and all, yet not what was written
+        raise CheckpointIOError(f"{tmp}: the metadata document reads back as {len(stored)} bytes that differ from "
+                                f"the {len(encoded)} bytes written (a defect of the {backend.name!r} backend, or "
+                                "another process wrote into the file); the checkpoint is not committed")
 
 
 def rename_durably(tmp: str, path: str) -> None:

@@ -334,7 +334,7 @@ class _Job:
 
     def _blocks(self, variables: Mapping[str, VariablePlan]) -> list[BlockToWrite]:
         """This rank's blocks in declaration order, with their variable and box from the plan (looked up in the
-        variables this rank declared only: the planning rank's plan holds every variable of the job)."""
+        variables this rank declared only: every rank's plan has an entry for every variable of the job)."""
         own = dict.fromkeys(p.decl["name"] for p in self.request.blocks)
         by_index = {b.local_index: (name, b) for name in own for b in variables[name].blocks_of(self.rank)}
         out = []

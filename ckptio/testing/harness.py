@@ -381,7 +381,7 @@ def expect_refused(backend: Backend, path: str, error: type[CheckpointError], wh
     ``stored_document(path)`` where the backend has one (the commit's last check relies on it)."""
     for method in ("read_document", "stored_document"):
         try:
-            got = getattr(backend, method)(path) if hasattr(backend, method) else None
+            got = backend.read_document(path) if method == "read_document" else stored_document(backend, path)
         except error:
             continue
         except CheckpointError as exc:
@@ -392,7 +392,8 @@ def expect_refused(backend: Backend, path: str, error: type[CheckpointError], wh
 
 
 def stored_document(backend: Backend, path: str) -> bytes | None:
-    """The backend's ``stored_document(path)``, None where it has none (the method is optional)."""
+    """The backend's ``stored_document(path)``, None where it has none (the method is optional; a backend may
+    also opt out with ``stored_document = None``)."""
     method = getattr(backend, "stored_document", None)
     return None if method is None else method(path)
 
