@@ -94,6 +94,7 @@ from ckptio.backends.hdf5_lib import (
     attr_value,
     utf8,
     write_calls,
+    written_by_its_owner,
 )
 from ckptio.backends.rawio import SerialRawReader, leading_axis_bands
 
@@ -159,8 +160,13 @@ class HDF5Backend(Backend):
 
     def place(self, variables: Mapping[str, VariablePlan], stripe_unit: int, nprocs: int) -> Placement:
         """How many collective ``H5Dwrite`` calls each variable takes (the most any rank needs: every rank makes
-        that many), from every rank's blocks; O(variables) for every rank (HDF5 places the data itself)."""
-        share = {"ncalls": {name: write_calls(var) for name, var in variables.items()}}
+        that many), from every rank's blocks, and which small variables their one writer writes independently
+        instead (:func:`~ckptio.backends.hdf5_lib.written_by_its_owner`: no collective call for them); O(variables)
+        for every rank (HDF5 places the data itself)."""
+        own = sorted(name for name, var in variables.items() if written_by_its_owner(var, stripe_unit))
+        skip = set(own)
+        share = {"ncalls": {name: 0 if name in skip else write_calls(var) for name, var in variables.items()},
+                 "by_owner": own}
         return Placement(share, [share] * nprocs)
 
     def create(self, path: str, comm, info, variables: Mapping[str, VariablePlan], placement: Mapping[str, Any],

@@ -85,6 +85,16 @@ def write_calls(var: VariablePlan) -> int:
     return calls
 
 
+def written_by_its_owner(var: VariablePlan, stripe_unit: int) -> bool:
+    """Coordinator: whether a variable goes out with an independent ``H5Dwrite`` by the one rank that holds it,
+    instead of collective calls on every rank: all of its non-empty blocks are one rank's and it is no larger
+    than ``stripe_unit`` (one storage object; collective buffering has nothing to combine). A collective
+    ``H5Dwrite`` per such variable made every rank enter an MPI collective, and the engine agree, for another
+    rank's kilobyte: ~0.3 ms per variable on 4 ranks, most of a checkpoint of many small variables."""
+    rows = np.flatnonzero(var.size.prod(axis=1) > 0)
+    return bool(len(rows)) and var.nbytes <= stripe_unit and bool((var.rank[rows] == var.rank[rows[0]]).all())
+
+
 def dcpl():
     """Dataset creation properties of every ckptio dataset: contiguous, allocated at creation, never filled."""
     h5py = load()

@@ -60,12 +60,15 @@ class HDF5WriteHandle:
         self.described = options.described
         self.attrs = options.attrs
         self._ncalls: Mapping[str, int] = placement["ncalls"]
+        self._by_owner: Sequence[str] = placement.get("by_owner", ())  # written independently by their one writer
         self.datasets: dict[str, h5py.Dataset] = {}
         self._dxpl = h5py.h5p.create(h5py.h5p.DATASET_XFER)
         self._why_independent = options.independent_because  # where OMPIO would corrupt collective transfers
         self.transfer = "collective" if self._why_independent is None else "independent"
         self._dxpl.set_dxpl_mpio(h5py.h5fd.MPIO_INDEPENDENT if self.transfer == "independent"
                                  else h5py.h5fd.MPIO_COLLECTIVE)
+        self._dxpl_independent = h5py.h5p.create(h5py.h5p.DATASET_XFER)
+        self._dxpl_independent.set_dxpl_mpio(h5py.h5fd.MPIO_INDEPENDENT)
         self._written: list[WrittenBlock] = []
         self._document: h5py.Dataset | None = None
         self._document_end = 0
@@ -153,8 +156,10 @@ class HDF5WriteHandle:
         return created
 
     def write(self, blocks: Sequence[BlockToWrite], tables: tuple[np.ndarray, np.ndarray] | None) -> Iterator[Step]:
-        """The block tables (independent raw writes by the rank that holds them; the datasets are allocated), then
-        ``ncalls[name]`` collective ``H5Dwrite`` calls per variable on every rank (see
+        """One step of independent raw writes (the datasets are allocated at creation): the block tables by the
+        rank that holds them and the small variables that one rank holds whole by that rank (``by_owner`` of the
+        placement: an independent write cannot leave another rank waiting, so it needs no step of its own); then
+        ``ncalls[name]`` collective ``H5Dwrite`` calls per other variable on every rank (see
         :func:`ckptio.backends.hdf5_lib.write_calls`)."""
         by_var: dict[str, list[tuple[Box, np.ndarray]]] = {}
         self._written = []
@@ -163,13 +168,19 @@ class HDF5WriteHandle:
                 by_var.setdefault(block.var, []).append((block.box, block.data))
             self._written.append(WrittenBlock(None, int(block.data.nbytes)))
 
-        def write_tables() -> None:
+        def write_independently() -> None:
             for dset, rows in zip(self._tables, tables or (), strict=False):
                 if rows.size:
                     self._io(f"write of /{GROUP}/{dset.name.rsplit('/', 1)[-1]}",
                              lambda dset=dset, rows=rows: dset.id.write(h5py.h5s.ALL, h5py.h5s.ALL, rows))
+            for name in self._by_owner:
+                mine = by_var.get(name, [])
+                for group in write_groups([box for box, _ in mine]) if mine else ():
+                    args = self._selection(name, [mine[i] for i in group])
+                    self._io(f"write of variable {name!r}", lambda name=name, args=args: self.datasets[name].id.write(
+                        *args, dxpl=self._dxpl_independent))
 
-        yield "write the block tables", write_tables
+        yield "write the block tables and the small variables", write_independently
         for name in self.variables:
             mine = by_var.get(name, [])
             groups = write_groups([box for box, _ in mine])
