@@ -241,7 +241,10 @@ def from_bands(meta: CheckpointDocument | Mapping[str, Any]) -> ExtentTable:
     leading-axis intervals overlap share a band (connected components of the sorted intervals)."""
     variables = variables_of(meta)
     b = _Builder(variables)
+    single = _single_block_bands(b, variables)
     for vi, var in enumerate(variables.values()):
+        if single[vi]:
+            continue
         gshape = var.shape
         base = None if var.storage is None else var.storage.file_offset
         if math.prod(gshape) == 0 or base is None:
@@ -271,6 +274,45 @@ def from_bands(meta: CheckpointDocument | Mapping[str, Any]) -> ExtentTable:
               nbytes=(r1 - r0) * row_bytes, codec=np.full(nb, -1, np.int16), vcount=last - first + 1,
               vblock=idx, vrank=rank, vlo=lo, vshape=shape, vsum=sums)
     return b.build()
+
+
+def _single_block_bands(b: _Builder, variables: Mapping[str, VariableRecord]) -> np.ndarray:
+    """:func:`from_bands` for every variable (of at least one dimension, stored, not empty) with exactly one
+    non-empty block, at once: its one band is the block's rows, whole along the other axes (a checkpoint of
+    thousands of small variables costs a few numpy calls). Adds their rows to ``b``; returns which variables it
+    did (bool per variable)."""
+    records = list(variables.values())
+    nvars = len(records)
+    done = np.zeros(nvars, bool)
+    if not nvars:
+        return done
+    tables = [var.block_table() for var in records]
+    j = JoinedBlocks.of(tables, b.var_ndim.tolist(), b.ndim)
+    rows = np.flatnonzero(j.shape.prod(axis=1) > 0)  # the non-empty blocks (scalars: one element)
+    nonempty = np.bincount(j.var[rows], minlength=nvars)
+    base = np.array([-1 if v.storage is None or v.storage.file_offset is None else v.storage.file_offset
+                     for v in records], _I64)
+    size = np.array([math.prod(v.shape) for v in records], _I64)
+    done = (nonempty == 1) & (b.var_ndim > 0) & (size > 0) & (base >= 0)
+    rows = rows[done[j.var[rows]]]
+    if not len(rows):
+        return done
+    vi = j.var[rows].astype(np.int64)
+    whole = np.ones((nvars, b.ndim), _I64)  # each variable's shape, padded with 1
+    for i in np.flatnonzero(done).tolist():
+        whole[i, :len(records[i].shape)] = records[i].shape
+    itemsize = np.array([np.dtype(records[i].dtype).itemsize for i in vi.tolist()], _I64)
+    row_bytes = whole[vi, 1:].prod(axis=1) * itemsize
+    r0, count = j.lo[rows, 0], j.shape[rows, 0]
+    band_lo = np.zeros((len(rows), b.ndim), _I64)
+    band_lo[:, 0] = r0
+    band_shape = whole[vi].copy()
+    band_shape[:, 0] = count
+    b.add(var=vi.astype(np.int32), lo=band_lo, shape=band_shape, file_offset=base[vi] + r0 * row_bytes,
+          nbytes=count * row_bytes, codec=np.full(len(rows), -1, np.int16), vcount=np.ones(len(rows), _I64),
+          vblock=j.block[rows].astype(_I64), vrank=j.rank[rows].astype(np.int32), vlo=j.lo[rows],
+          vshape=j.shape[rows], vsum=j.checksum[rows])
+    return done
 
 
 def from_extents(meta: CheckpointDocument | Mapping[str, Any], extents: Sequence[Extent]) -> ExtentTable:
