@@ -286,10 +286,13 @@ def _check_datasets(path: str, f: h5py.File, meta: CheckpointDocument, size: int
     if meta.backend != HDF5Backend.name:
         raise CorruptCheckpointError(f"{path}: metadata says backend {meta.backend!r}, file is HDF5")
     found = {}
-    for name in meta.variables:
-        dset = f.get(name)
-        is_dataset = isinstance(dset, h5py.Dataset)
-        found[name] = (list(dset.shape), dset.id.get_offset()) if is_dataset else (None, None)
+    group = f.id
+    for name in meta.variables:  # h5py's low-level objects: half the cost of f.get() per variable
+        try:
+            obj = h5py.h5o.open(group, name.encode("utf-8"))
+        except KeyError:  # no such object (h5py's error for HDF5's "not found"; other errors are damage)
+            obj = None
+        found[name] = (list(obj.shape), obj.get_offset()) if isinstance(obj, h5py.h5d.DatasetID) else (None, None)
     _check_found_datasets(path, meta, found, size)
 
 
