@@ -47,6 +47,10 @@ makes as many calls as the rank needing the most (computed from the global plan,
 an empty selection where it has nothing left, so the collective calls always match. Each such call is one step
 of :meth:`_HDF5WriteHandle.write`, which the engine runs in an agreed phase: with collective buffering an I/O
 error such as ENOSPC reaches only the aggregators, and the others must not go on into the next collective call.
+A small variable one rank holds whole (no larger than the stripe unit:
+:func:`~ckptio.backends.hdf5_lib.written_by_its_owner`) takes no collective call: its owner writes it with an
+independent ``H5Dwrite`` in the write's first step, beside the block tables (a checkpoint of thousands of small
+variables otherwise paid an MPI collective and an agreement per variable on every rank).
 
 Space: after the define phase (every dataset allocated, nothing written yet; the block tables are written with
 the data) the engine reserves HDF5's end of allocated space, and after :meth:`_HDF5WriteHandle.document_slot`
