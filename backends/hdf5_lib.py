@@ -71,7 +71,7 @@ def write_groups(boxes: Sequence[Box]) -> list[list[int]]:
 def write_calls(var: VariablePlan) -> int:
     """Coordinator: the collective ``H5Dwrite`` calls of one variable, the most any rank needs (every rank makes
     that many): 1 when no rank has more than one non-empty block (no Python step per block), else the groups of
-    :func:`_write_groups` of the ranks that have several."""
+    :func:`write_groups` of the ranks that have several."""
     rows = np.flatnonzero(var.size.prod(axis=1) > 0)
     if not len(rows):
         return 0
@@ -88,9 +88,11 @@ def write_calls(var: VariablePlan) -> int:
 def written_by_its_owner(var: VariablePlan, stripe_unit: int) -> bool:
     """Coordinator: whether a variable goes out with an independent ``H5Dwrite`` by the one rank that holds it,
     instead of collective calls on every rank: all of its non-empty blocks are one rank's and it is no larger
-    than ``stripe_unit`` (one storage object; collective buffering has nothing to combine). A collective
-    ``H5Dwrite`` per such variable made every rank enter an MPI collective, and the engine agree, for another
-    rank's kilobyte: ~0.3 ms per variable on 4 ranks, most of a checkpoint of many small variables."""
+    than ``stripe_unit``. A collective ``H5Dwrite`` per such variable made every rank enter an MPI collective,
+    and the engine agree, for another rank's kilobyte: ~0.3 ms per variable on 4 ranks (more on many), most of a
+    checkpoint of many small variables. (HDF5 1.10 has no multi-dataset write to combine them into one collective
+    call. Small datasets are not stripe-aligned, so on Lustre or GPFS owners whose datasets share a stripe write
+    it concurrently, as direct h5py codes do; not measured there.)"""
     rows = np.flatnonzero(var.size.prod(axis=1) > 0)
     return bool(len(rows)) and var.nbytes <= stripe_unit and bool((var.rank[rows] == var.rank[rows[0]]).all())
 

@@ -30,6 +30,7 @@ from ckptio.model.layout import Box
 from ckptio.model.plan import Extent
 
 _I64 = np.int64
+_I64_LIMIT = 1 << 63  # offsets and sizes numpy's int64 columns hold
 
 
 @dataclass
@@ -284,31 +285,34 @@ def _single_block_bands(b: _Builder, variables: Mapping[str, VariableRecord]) ->
     records = list(variables.values())
     nvars = len(records)
     done = np.zeros(nvars, bool)
-    if not nvars:
+    # candidates: stored, of at least one dimension, not empty, sizes numpy can hold (else the loop, as before)
+    candidates = [i for i, v in enumerate(records) if v.shape and v.storage is not None
+                  and v.storage.file_offset is not None and 0 <= v.storage.file_offset < _I64_LIMIT
+                  and 0 < math.prod(v.shape) * np.dtype(v.dtype).itemsize < _I64_LIMIT]
+    if not candidates:
         return done
-    tables = [var.block_table() for var in records]
-    j = JoinedBlocks.of(tables, b.var_ndim.tolist(), b.ndim)
-    rows = np.flatnonzero(j.shape.prod(axis=1) > 0)  # the non-empty blocks (scalars: one element)
-    nonempty = np.bincount(j.var[rows], minlength=nvars)
-    base = np.array([-1 if v.storage is None or v.storage.file_offset is None else v.storage.file_offset
-                     for v in records], _I64)
-    size = np.array([math.prod(v.shape) for v in records], _I64)
-    done = (nonempty == 1) & (b.var_ndim > 0) & (size > 0) & (base >= 0)
-    rows = rows[done[j.var[rows]]]
+    cand = np.array(candidates, np.int64)
+    j = JoinedBlocks.of([records[i].block_table() for i in candidates], b.var_ndim[cand].tolist(), b.ndim)
+    rows = np.flatnonzero(j.shape.prod(axis=1) > 0)  # the non-empty blocks
+    one = np.bincount(j.var[rows], minlength=len(candidates)) == 1
+    done[cand[one]] = True
+    rows = rows[one[j.var[rows]]]
     if not len(rows):
         return done
-    vi = j.var[rows].astype(np.int64)
-    whole = np.ones((nvars, b.ndim), _I64)  # each variable's shape, padded with 1
-    for i in np.flatnonzero(done).tolist():
-        whole[i, :len(records[i].shape)] = records[i].shape
-    itemsize = np.array([np.dtype(records[i].dtype).itemsize for i in vi.tolist()], _I64)
-    row_bytes = whole[vi, 1:].prod(axis=1) * itemsize
+    vi = cand[j.var[rows]]  # each row's variable (position in ``variables``)
+    picked = vi.tolist()
+    base = np.array([records[i].storage.file_offset for i in picked], _I64)
+    whole = np.ones((len(rows), b.ndim), _I64)  # each row's variable shape, padded with 1
+    for k, i in enumerate(picked):
+        whole[k, :len(records[i].shape)] = records[i].shape
+    itemsize = np.array([np.dtype(records[i].dtype).itemsize for i in picked], _I64)
+    row_bytes = whole[:, 1:].prod(axis=1) * itemsize
     r0, count = j.lo[rows, 0], j.shape[rows, 0]
     band_lo = np.zeros((len(rows), b.ndim), _I64)
     band_lo[:, 0] = r0
-    band_shape = whole[vi].copy()
+    band_shape = whole
     band_shape[:, 0] = count
-    b.add(var=vi.astype(np.int32), lo=band_lo, shape=band_shape, file_offset=base[vi] + r0 * row_bytes,
+    b.add(var=vi.astype(np.int32), lo=band_lo, shape=band_shape, file_offset=base + r0 * row_bytes,
           nbytes=count * row_bytes, codec=np.full(len(rows), -1, np.int16), vcount=np.ones(len(rows), _I64),
           vblock=j.block[rows].astype(_I64), vrank=j.rank[rows].astype(np.int32), vlo=j.lo[rows],
           vshape=j.shape[rows], vsum=j.checksum[rows])

@@ -10,7 +10,11 @@ The variables (P writer ranks, rank ``r``):
 * ``scalar``: a 0-d value rank P-1 writes (offset ``()``);
 * ``shared``: 1 KiB split over every rank: collective (more than one writer);
 * ``big``: 2 MiB on rank 0 only, larger than the stripe unit: collective;
+* ``tiles{r}``: an 8 x 8 variable rank r writes as two tiles side by side (they share every row: two writes);
 * ``empty``: a (0, 3) variable rank 0 declares: no call at all.
+
+``write`` prints ``STEPS`` and every rank's number of write steps of the data (``run_steps``): 3 whatever the
+number of ranks and owned variables (the independent step, then ``shared`` and ``big``).
 """
 
 from __future__ import annotations
@@ -31,7 +35,12 @@ def values(name: str, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def write(comm, path: str) -> None:
+    from ckptio.engine import write as engine_write
+
     r, p = comm.rank, comm.size
+    steps = []
+    run_steps = engine_write.run_steps
+    engine_write.run_steps = lambda *args: steps.append(run_steps(*args)) or steps[-1]
     with ckptio.create(path, comm, backend="hdf5") as ck:
         for k in range(OWN):
             name = f"own{r}_{k}"
@@ -39,6 +48,9 @@ def write(comm, path: str) -> None:
         gappy = values(f"gappy{r}", (64, 4))
         for rows in ((0, 16), (40, 64), (16, 40)):
             ck.write(f"gappy{r}", gappy[rows[0]:rows[1]], offset=(rows[0], 0), global_shape=(64, 4))
+        tiles = values(f"tiles{r}", (8, 8))
+        ck.write(f"tiles{r}", tiles[:, :4], offset=(0, 0), global_shape=(8, 8))
+        ck.write(f"tiles{r}", tiles[:, 4:], offset=(0, 4), global_shape=(8, 8))
         if r == p - 1:
             ck.write("scalar", np.float64(3.25), offset=(), global_shape=())
         shared = values("shared", (128,))
@@ -47,13 +59,17 @@ def write(comm, path: str) -> None:
         if r == 0:
             ck.write("big", values("big", (1 << 18,)), offset=(0,), global_shape=(1 << 18,))
             ck.write("empty", np.zeros((0, 3)), offset=(0, 0), global_shape=(0, 3))
+    engine_write.run_steps = run_steps
+    every = comm.gather(steps, root=0)
+    if r == 0:
+        print("STEPS", *(s[0] if len(s) == 1 else s for s in every), flush=True)
 
 
 def read(comm, path: str, writers: str) -> None:
     bad = []
     with ckptio.open(path, comm) as ck:
         names = [f"own{w}_{k}" for w in range(int(writers)) for k in range(OWN)]
-        names += [f"gappy{w}" for w in range(int(writers))] + ["shared", "big"]
+        names += [f"{kind}{w}" for kind in ("gappy", "tiles") for w in range(int(writers))] + ["shared", "big"]
         mine = names[comm.rank::comm.size]  # one collective read_many, each rank its own variables
         shapes = [ck.variables[name].shape for name in mine]
         got = ck.read_many([(name, (0,) * len(shape), shape) for name, shape in zip(mine, shapes, strict=True)])
