@@ -145,6 +145,9 @@ class Placement:
     # for none), the format's own bytes included (the header on its rank): what the engine's write aggregators
     # are planned over
     rank_spans: np.ndarray | None = None
+    # True: every rank's share is the same (``shares[0]``, e.g. HDF5's per-variable call counts): the engine
+    # broadcasts it once instead of pickling it once per rank on the planning rank
+    same_for_all: bool = False
 
 
 @dataclass(frozen=True)
@@ -355,7 +358,7 @@ class Backend(Protocol):
     def place(self, variables: Mapping[str, VariablePlan], stripe_unit: int, nprocs: int) -> Placement:
         """Pure, on the planning rank: where every block goes in the file, from the whole plan. Default: nothing
         to place (the library places the data)."""
-        return Placement({}, [{}] * nprocs)
+        return Placement({}, [{}] * nprocs, same_for_all=True)
 
     def create(self, path: str, comm, info, variables: Mapping[str, VariablePlan], placement: Mapping[str, Any],
                options: CreateOptions) -> WriteHandle:

@@ -171,7 +171,7 @@ class HDF5Backend(Backend):
         skip = set(own)
         share = {"ncalls": {name: 0 if name in skip else write_calls(var) for name, var in variables.items()},
                  "by_owner": own}
-        return Placement(share, [share] * nprocs)
+        return Placement(share, [share] * nprocs, same_for_all=True)
 
     def create(self, path: str, comm, info, variables: Mapping[str, VariablePlan], placement: Mapping[str, Any],
                options: CreateOptions) -> hdf5_write.HDF5WriteHandle:

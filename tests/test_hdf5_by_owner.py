@@ -54,12 +54,15 @@ def test_the_hdf5_placement_makes_no_collective_call_for_variables_written_by_th
     placement = HDF5Backend().place(variables, STRIPE, 2)
     assert placement.whole["by_owner"] == ["own"]
     assert placement.whole["ncalls"] == {"own": 0, "shared": 1}
+    assert placement.same_for_all  # one share for every rank: broadcast once, not pickled per rank
 
 
 @pytest.mark.mpi
 def test_a_mix_of_owned_shared_large_scalar_and_empty_variables_restarts_4_to_3(tmp_path):
     path = str(tmp_path / "mixed.h5")
-    run_mpi(4, [PROGRAM, "write", path])
+    wrote = run_mpi(4, [PROGRAM, "write", path])
+    # one independent step for the 4 x 42 owned variables, then one collective call each for shared and big
+    assert wrote.stdout.split("STEPS", 1)[1].split() == ["3"] * 4, wrote.stdout
     read = run_mpi(3, [PROGRAM, "read", path, "4"])
     assert read.stdout.strip().splitlines()[-1] == "OK", read.stdout + read.stderr
 
@@ -67,6 +70,6 @@ def test_a_mix_of_owned_shared_large_scalar_and_empty_variables_restarts_4_to_3(
     from programs.hdf5_by_owner import values
 
     with h5py.File(path, "r") as f:
-        for name in ("own0_0", "own3_39", "gappy2", "shared", "big"):
+        for name in ("own0_0", "own3_39", "gappy2", "tiles1", "shared", "big"):
             assert np.array_equal(f[name][()], values(name, f[name].shape)), name
         assert float(f["scalar"][()]) == 3.25 and f["empty"].shape == (0, 3)

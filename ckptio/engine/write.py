@@ -226,19 +226,22 @@ class _Job:
             nprocs = self.comm.Get_size()
             segments = segment_starts(self.plan.variables, nprocs)
             own = self.contiguous[1] if self.contiguous is not None else [None] * nprocs
-            return [RankShare(segments[r], self.placement.shares[r], own[r]) for r in range(nprocs)]
+            same = self.placement.same_for_all  # (then broadcast once, below)
+            return [RankShare(segments[r], None if same else self.placement.shares[r], own[r]) for r in range(nprocs)]
 
         _faults.point("declare", self.comm)
         with gc_paused():  # the planning rank unpickles and plans every rank's declarations
             headers, tmp, described, self.stripe_unit, self.write_io, self.independent_because = coord.gather_and_plan(
                 self.comm, f"{self.where}: declare", lambda: prepare_blocks(request), plan_common)
         share = coord.scatter_from_root(self.comm, f"{self.where}: declare (each rank's share)", shares)
+        common = coord.bcast_from_root(self.comm, f"{self.where}: declare (the share every rank has)", lambda: (
+            self.placement.shares[0] if self.placement.same_for_all else None))
         self.own_domain = share.write_domain
         if self.plan is not None:  # the planning rank: the whole plan
             self.placement_share = self.placement.whole
             return self.plan.variables, self.placement.whole, tmp, described
         variables = own_plan(headers, [p.decl for p in request.blocks], self.rank, share.segments)
-        self.placement_share = share.placement
+        self.placement_share = share.placement if share.placement is not None else common
         return variables, self.placement_share, tmp, described
 
     # ----------------------------------------------------------------------------------- create, reserve

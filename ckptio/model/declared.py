@@ -58,5 +58,5 @@ class RankShare:
     the backend's placement and, with ckptio's own collective buffering, its write domain (else None)."""
 
     segments: Any
-    placement: Mapping[str, Any]
+    placement: Mapping[str, Any] | None  # None: the share every rank has, broadcast once (Placement.same_for_all)
     write_domain: Any = None
