@@ -347,12 +347,7 @@ def _parse_document(path: str, text: bytes, stored_checksum: Any) -> CheckpointD
     if np.bytes_(metamod.checksum(text)) != stored_checksum:
         raise CorruptCheckpointError(f"{path}: /{GROUP}/metadata checksum mismatch (the metadata document is "
                                      "damaged)")
-    try:
-        return metamod.loads(text)
-    except FormatVersionError:
-        raise
-    except ValueError as exc:
-        raise CorruptCheckpointError(f"{path}: /{GROUP}/metadata is not valid metadata ({exc})") from None
+    return metamod.loads_stored(text, path, f"/{GROUP}/metadata")
 
 
 def plain_hdf5_document(path: str) -> CheckpointDocument:

@@ -302,12 +302,7 @@ class NativeBackend(Backend):
 
     def read_document(self, path: str) -> dict[str, Any]:
         index, index_offset = self._framed_index(path)
-        try:
-            meta = metamod.loads(index)
-        except FormatVersionError:
-            raise
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise CorruptCheckpointError(f"{path}: index is not valid metadata ({exc})") from None
+        meta = metamod.loads_stored(index, path, "index")
         check_block_table(path, meta, HEADER_SIZE, index_offset)
         return meta
 

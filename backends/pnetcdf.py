@@ -175,12 +175,7 @@ class PnetCDFBackend(Backend):
                                             "was not committed")
         if metamod.checksum(text).encode() != stored:
             raise CorruptCheckpointError(f"{path}: {META_VAR} checksum mismatch (the metadata document is damaged)")
-        try:
-            meta = metamod.loads(text)
-        except FormatVersionError:
-            raise
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise CorruptCheckpointError(f"{path}: {META_VAR} is not valid metadata ({exc})") from None
+        meta = metamod.loads_stored(text, path, META_VAR)
         _check_variables(path, header, meta)
         return meta
 

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from ckptio.errors import CorruptCheckpointError, FormatVersionError
 from ckptio.model.dims_attrs import (
     RESERVED_VARIABLE_ATTRS,
     attrs_identical,
@@ -110,6 +111,18 @@ def loads(data: bytes | str) -> CheckpointDocument:
     newer schema, ValueError naming the field for a damaged one). Every variable's blocks are a
     :class:`~ckptio.model.block_table.BlockTable`, from either schema."""
     return CheckpointDocument.from_json(json.loads(data))
+
+
+def loads_stored(data: bytes | str, path: str, what: str) -> CheckpointDocument:
+    """:func:`loads` of a document a backend read from the file ``path``: a damaged one is CorruptCheckpointError
+    naming the file and ``what`` it is (the index, a dataset, a variable); FormatVersionError (a newer schema)
+    passes as it is. Local."""
+    try:
+        return loads(data)
+    except FormatVersionError:
+        raise
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CorruptCheckpointError(f"{path}: {what} is not valid metadata ({exc})") from None
 
 
 def without_blocks(meta: CheckpointDocument | Mapping[str, Any]) -> CheckpointDocument | dict[str, Any]:

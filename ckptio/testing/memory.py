@@ -260,12 +260,7 @@ class MemoryBackend(Backend):
 
     def read_document(self, path: str) -> dict[str, Any]:
         index = self._framed_document(path)
-        try:
-            return metamod.loads(index)
-        except FormatVersionError:
-            raise
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise CorruptCheckpointError(f"{path}: the metadata document is not valid ({exc})") from None
+        return metamod.loads_stored(index, path, "the metadata document")
 
     def stored_document(self, path: str) -> bytes:
         return self._framed_document(path)
