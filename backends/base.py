@@ -150,6 +150,13 @@ class Placement:
     same_for_all: bool = False
 
 
+def stored_document_of(backend: Any, path: str) -> bytes | None:
+    """Serial: ``backend.stored_document(path)``, or None where the backend has none (the method is optional, not
+    in ``backends.registry.REQUIRED``; a backend may also opt out with ``stored_document = None``)."""
+    method = getattr(backend, "stored_document", None)
+    return None if method is None else method(path)
+
+
 @dataclass(frozen=True)
 class CreateOptions:
     """What ``Backend.create`` needs besides the plan, the same on every rank."""

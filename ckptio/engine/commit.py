@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ckptio import coord
-from ckptio.backends.base import Backend, DocumentSlot, WriteHandle
+from ckptio.backends.base import Backend, DocumentSlot, WriteHandle, stored_document_of
 from ckptio.engine import faults as _faults
 from ckptio.engine import space
 from ckptio.engine.steps import run_steps
@@ -116,8 +116,7 @@ def check_written(backend: Backend, tmp: str, encoded: bytes) -> None:
     where the backend gives the stored bytes (:meth:`Backend.stored_document`) they must be exactly these, else
     the backend decodes and checks the document (:meth:`Backend.read_document`)."""
     try:
-        stored_document = getattr(backend, "stored_document", None)  # optional: not in backends.registry.REQUIRED
-        stored = None if stored_document is None else stored_document(tmp)
+        stored = stored_document_of(backend, tmp)
         if stored is None:
             backend.read_document(tmp)
     except CheckpointError as exc:

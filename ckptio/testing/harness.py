@@ -29,7 +29,16 @@ from typing import Any, Protocol
 import numpy as np
 
 from ckptio import coord
-from ckptio.backends.base import Backend, BlockToWrite, CreateOptions, DocumentSlot, Placement, Step, WriteHandle
+from ckptio.backends.base import (
+    Backend,
+    BlockToWrite,
+    CreateOptions,
+    DocumentSlot,
+    Placement,
+    Step,
+    WriteHandle,
+    stored_document_of,
+)
 from ckptio.coord import hints as hintsmod
 from ckptio.engine import placement_stats
 from ckptio.engine.index import DocumentInputs, RankReport, build_document, written_columns
@@ -365,7 +374,7 @@ def committed(env: Environment, name: str = "checkpoint", make_layout=standard_l
             if again != run.document:
                 raise ContractViolation("read_document() did not return the document written: "
                                         + _first_difference(run.document, again))
-            stored = stored_document(env.backend, run.path)
+            stored = stored_document_of(env.backend, run.path)
             if stored is not None and stored != run.document:
                 raise ContractViolation("stored_document() did not return the bytes written: "
                                         + _first_difference(run.document, bytes(stored)))
@@ -381,7 +390,7 @@ def expect_refused(backend: Backend, path: str, error: type[CheckpointError], wh
     ``stored_document(path)`` where the backend has one (the commit's last check relies on it)."""
     for method in ("read_document", "stored_document"):
         try:
-            got = backend.read_document(path) if method == "read_document" else stored_document(backend, path)
+            got = backend.read_document(path) if method == "read_document" else stored_document_of(backend, path)
         except error:
             continue
         except CheckpointError as exc:
@@ -389,13 +398,6 @@ def expect_refused(backend: Backend, path: str, error: type[CheckpointError], wh
                                     f"{error.__name__}") from exc
         if method == "read_document" or got is not None:
             raise ContractViolation(f"{method}() accepted {why}")
-
-
-def stored_document(backend: Backend, path: str) -> bytes | None:
-    """The backend's ``stored_document(path)``, None where it has none (the method is optional; a backend may
-    also opt out with ``stored_document = None``)."""
-    method = getattr(backend, "stored_document", None)
-    return None if method is None else method(path)
 
 
 def finish(env: Environment, run: Run, how: str) -> None:
