@@ -50,7 +50,7 @@ class Reader:
         self.aggregators: list[int] = r.aggregators
         self.stats: ReadStats = r.stats
         self._attrs: dict[str, Any] = dict(self.meta.attrs)
-        self._variables: dict[str, VariableInfo] = r.variables
+        self._variables: Mapping[str, VariableInfo] = r.variables
         self._last_failed = False
         self._closed = False
 
@@ -77,7 +77,7 @@ class Reader:
         return self._attrs
 
     @property
-    def variables(self) -> dict[str, VariableInfo]:
+    def variables(self) -> Mapping[str, VariableInfo]:
         """Local: what the checkpoint holds, by variable name."""
         self._check_open("variables")
         return self._variables

@@ -158,6 +158,23 @@ def test_light_copies_are_typed_travel_by_pickle_and_cannot_be_stored():
     assert isinstance(as_dict, dict) and as_document(as_dict) == light
 
 
+def test_records_built_without_the_constructor_equal_the_constructors():
+    """VariableRecord.of and without_blocks set the fields directly (one record per variable of every document):
+    the result must be what the dataclass constructor gives, every field, for full and light records."""
+    fields = [f.name for f in dataclasses.fields(VariableRecord)]
+    for name, entry in _written()["variables"].items():
+        made = VariableRecord.of(entry)
+        built = VariableRecord(*(getattr(made, f) for f in fields))
+        assert made == built and vars(made) == vars(built), name
+        light = made.without_blocks()
+        assert light == dataclasses.replace(made, blocks=None) and light.blocks is None and made.blocks is not None
+        assert vars(light).keys() == vars(built).keys()
+        again = VariableRecord.of({**dict(light), "shape": list(light.shape)})  # a light entry: nblocks, no blocks
+        assert again == light and vars(again) == vars(light)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            made.dtype = "<f4"
+
+
 def test_documents_compare_by_content_and_are_not_hashable():
     a, b = (metamod.loads(metamod.dumps(_written())) for _ in range(2))
     assert a == b and a.variables["dens"] == b.variables["dens"]

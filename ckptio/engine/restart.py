@@ -83,11 +83,50 @@ class ReadStats:
                 "aggregator": self.aggregator, "read_ahead": self.read_ahead}
 
 
-def variable_infos(meta: CheckpointDocument) -> dict[str, VariableInfo]:
+def variable_infos(meta: CheckpointDocument) -> VariableInfos:
     """Local: what the checkpoint holds, by name, from its metadata (without block lists)."""
-    return {name: VariableInfo(name, v.shape, np.dtype(v.dtype).newbyteorder("="), v.kind, v.nblocks, v.nbytes,
-                               v.dim_names(name), dict(v.attrs or {}))
-            for name, v in meta.variables.items()}
+    return VariableInfos(meta.variables)
+
+
+class VariableInfos(Mapping):
+    """The checkpoint's variables by name as :class:`VariableInfo` (``Reader.variables``), each made from the
+    document's record when first looked up: a rank that reads a few of 10,000 variables builds a few. A read-only
+    mapping in the document's order. Local."""
+
+    def __init__(self, records: Mapping[str, Any]):
+        self._records = records
+        self._made: dict[str, VariableInfo] = {}
+
+    def __getitem__(self, name: str) -> VariableInfo:
+        info = self._made.get(name)
+        if info is None:
+            v = self._records[name]  # KeyError for a name the checkpoint does not hold
+            info = self._made[name] = VariableInfo(name, v.shape, _native(v.dtype), v.kind, v.nblocks, v.nbytes,
+                                                   v.dim_names(name), dict(v.attrs or {}))
+        return info
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._records
+
+    def __iter__(self):
+        return iter(self._records)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __repr__(self) -> str:
+        return f"VariableInfos({len(self)} variables)"
+
+
+_NATIVE: dict[str, np.dtype] = {}
+
+
+def _native(dtype: str) -> np.dtype:
+    """The dtype of a document's ``dtype`` string in this machine's byte order (cached: one per distinct dtype)."""
+    found = _NATIVE.get(dtype)
+    if found is None:
+        found = _NATIVE[dtype] = np.dtype(dtype).newbyteorder("=")
+    return found
 
 
 class Restart:

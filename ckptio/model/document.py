@@ -193,7 +193,12 @@ class VariableRecord(_JsonView):
         return self.blocks
 
     def without_blocks(self) -> VariableRecord:
-        return dataclasses.replace(self, blocks=None)
+        """This record without its block table (``nblocks`` kept). A field copy, not ``dataclasses.replace``
+        (which re-runs the constructor): rank 0 makes one per variable of every checkpoint it writes or opens."""
+        light = object.__new__(VariableRecord)
+        light.__dict__.update(self.__dict__)
+        light.__dict__["blocks"] = None
+        return light
 
     def entry_json(self) -> dict[str, Any]:
         """The variable's entry in the stored document, without its blocks (schema 2 keeps them in the columns)."""
@@ -214,15 +219,20 @@ class VariableRecord(_JsonView):
         e.g. the write side's document; a parsed file goes through :meth:`CheckpointDocument.from_json`)."""
         if isinstance(entry, VariableRecord):
             return entry
-        shape = tuple(int(s) for s in entry["shape"])
+        shape = tuple(map(int, entry["shape"]))
         light = "blocks" not in entry
         blocks = None if light else as_table(entry["blocks"], len(shape))
         dims = entry.get("dims")
         storage = entry.get("storage")
-        return cls(entry["dtype"], shape, entry["kind"], blocks, int(entry["nblocks"]) if light else len(blocks),
-                   None if dims is None else tuple(dims), entry.get("attrs"),
-                   None if storage is None else StorageRecord(dict(storage)),
-                   unknown_keys(entry, (*cls._KNOWN, "nblocks") if light else cls._KNOWN))
+        # every field given, as the constructor would set them (without a frozen dataclass's object.__setattr__
+        # per field: this runs once per variable of every document read or written)
+        record = object.__new__(cls)
+        record.__dict__.update(
+            dtype=entry["dtype"], shape=shape, kind=entry["kind"], blocks=blocks,
+            nblocks=int(entry["nblocks"]) if light else len(blocks), dims=None if dims is None else tuple(dims),
+            attrs=entry.get("attrs"), storage=None if storage is None else StorageRecord(dict(storage)),
+            extra=unknown_keys(entry, _LIGHT_KEYS if light else cls._KNOWN))
+        return record
 
     _VIEW = {
         "dtype": lambda v: v.dtype,
@@ -234,6 +244,9 @@ class VariableRecord(_JsonView):
         "attrs": lambda v: _ABSENT if v.attrs is None else v.attrs,
         "storage": lambda v: _ABSENT if v.storage is None else v.storage.to_json(),
     }
+
+
+_LIGHT_KEYS = (*VariableRecord._KNOWN, "nblocks")
 
 
 # ------------------------------------------------------------------------------------------------ document

@@ -52,6 +52,20 @@ def _i64(values: Any = (), shape: tuple[int, ...] | None = None) -> np.ndarray:
     return a.reshape(shape) if shape is not None else a
 
 
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
+_NO_I64 = _read_only(np.zeros(0, np.int64))
+_NO_U64 = _read_only(np.zeros(0, np.uint64))
+_NO_BOXES = [_read_only(np.zeros((0, nd), np.int64)) for nd in range(33)]  # (0, ndim) per ndim; 32 is numpy's most
+
+
+def _no_boxes(nd: int) -> np.ndarray:
+    return _NO_BOXES[nd] if nd < len(_NO_BOXES) else _read_only(np.zeros((0, nd), np.int64))
+
+
 @dataclass(eq=False)
 class VariablePlan:
     """One variable of a write plan. Its blocks are columns, one row per block, in rank order and each rank's in
@@ -97,6 +111,18 @@ class VariablePlan:
                    _i64([-1 if b.codec is None else codecs.index(b.codec) for b in blocks]), codecs,
                    np.array([int(b.checksum, 16) if b.checksum else 0 for b in blocks], np.uint64), nblocks)
         plan._given = list(blocks)
+        return plan
+
+    @classmethod
+    def none_here(cls, name: str, dtype: str, shape: Sequence[int], kind: str, nblocks: int) -> VariablePlan:
+        """A variable this rank holds no block of: empty columns, ``nblocks`` every rank's. Every rank holds a plan
+        of each of the job's variables, most of them empty when thousands of small variables are spread over the
+        ranks, so this shares read-only empty columns instead of building six arrays per variable."""
+        shape = tuple(shape)
+        nd = len(shape)
+        plan = cls(name, dtype, shape, kind, _NO_I64, _NO_I64, _no_boxes(nd), _no_boxes(nd), _NO_I64, _NO_I64, [],
+                   _NO_U64, nblocks)
+        plan._given = []
         return plan
 
     @property
@@ -301,7 +327,7 @@ class _Chunk:
 
 def _plan_variable(name: str, chunks: list[_Chunk], nprocs: int) -> VariablePlan:
     """Coordinator: the checked columns of one variable from its chunks of declarations."""
-    for value, what, why in ((lambda c: c.kind, "kind (array block vs per-rank segment)", ""),
+    for value, what, why in () if len(chunks) == 1 else ((lambda c: c.kind, "kind (array block vs per-rank segment)", ""),
                              (lambda c: c.dtype, "dtype", ""),
                              (lambda c: list(c.dims), "global shape" if chunks[0].kind == ARRAY else
                               "per-rank segments of rows of shape", "" if chunks[0].kind == ARRAY else
@@ -409,8 +435,8 @@ def own_plan(headers: Mapping[str, tuple[str, Sequence[int], str, int]], declara
         else:
             box = segment_box(segment_offsets[i], d["length"], d["trailing"])
         mine[d["name"]].append(BlockPlan(rank, i, box, d.get("stored_nbytes"), d.get("codec"), d.get("checksum")))
-    return {name: VariablePlan.from_blocks(name, dtype, shape, kind, mine[name], n)
-            for name, (dtype, shape, kind, n) in headers.items()}
+    return {name: VariablePlan.from_blocks(name, dtype, shape, kind, mine[name], n) if mine[name]
+            else VariablePlan.none_here(name, dtype, shape, kind, n) for name, (dtype, shape, kind, n) in headers.items()}
 
 
 # ---------------------------------------------------------------------------------------------- read side

@@ -30,7 +30,19 @@ def string_keyed(value: Any, what: str) -> dict[str, Any]:
 
 def unknown_keys(value: Mapping[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
     """The entries of ``value`` whose keys are not ``known``: a newer ckptio's additions, kept as they were."""
+    if isinstance(value, dict) and value.keys() <= _known_set(known):  # (the usual case, once per variable)
+        return {}
     return {k: v for k, v in value.items() if k not in known}
+
+
+_KNOWN_SETS: dict[tuple[str, ...], frozenset[str]] = {}
+
+
+def _known_set(known: tuple[str, ...]) -> frozenset[str]:
+    found = _KNOWN_SETS.get(known)
+    if found is None:
+        found = _KNOWN_SETS[known] = frozenset(known)
+    return found
 
 
 @dataclass(frozen=True)

@@ -111,10 +111,7 @@ def _validate_variable(name: str, var: Any, nprocs: int) -> None:
     for key in ("dtype", "shape", "kind", "blocks"):
         if key not in var:
             raise ValueError(f"field {key!r} is missing")
-    try:
-        dtype = check_dtype(name, np.dtype(var["dtype"])) if isinstance(var["dtype"], str) else None
-    except (TypeError, ValueError, DeclarationError):
-        dtype = None
+    dtype = _stored_dtype(name, var["dtype"])
     if dtype is None:
         raise ValueError(f"dtype {var['dtype']!r} is not a supported numpy dtype")
     shape = _int_list(var["shape"], "shape")
@@ -171,6 +168,23 @@ def _validate_variable(name: str, var: Any, nprocs: int) -> None:
     _check_tiling(shape, boxes, var["kind"] == "segment")
 
 
+_SUPPORTED: dict[str, np.dtype] = {}  # dtype strings found supported (one per distinct dtype of a document)
+
+
+def _stored_dtype(name: str, text: Any) -> np.dtype | None:
+    """The numpy dtype of a variable's stored ``dtype`` string, or None if it is none ckptio supports."""
+    found = _SUPPORTED.get(text) if isinstance(text, str) else None
+    if found is not None:
+        return found
+    try:
+        dtype = check_dtype(name, np.dtype(text)) if isinstance(text, str) else None
+    except (TypeError, ValueError, DeclarationError):
+        return None
+    if dtype is not None:
+        _SUPPORTED[text] = dtype
+    return dtype
+
+
 _HEX = re.compile(r"[0-9a-f]*")
 
 
@@ -223,7 +237,10 @@ def _table_valid_fast(table: BlockTable, shape: tuple[int, ...], nprocs: int, se
     ranges, codecs and the tiling are checked). False: not proven valid (the block loop names the problem)."""
     if table.ndim != len(shape) or any(not isinstance(c, str) or not _CODEC_RE.match(c) for c in table.codecs):
         return False
-    if (table.file_offset < -1).any() or (table.stored_nbytes < 0).any():
+    if len(table) == 1:  # (a small variable, thousands per document: scalars, not two numpy reductions)
+        if int(table.file_offset[0]) < -1 or int(table.stored_nbytes[0]) < 0:
+            return False
+    elif (table.file_offset < -1).any() or (table.stored_nbytes < 0).any():
         return False
     try:
         return tiles_exactly(table.rank, table.offset, table.shape, shape, nprocs, segments)
