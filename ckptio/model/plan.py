@@ -327,12 +327,13 @@ class _Chunk:
 
 def _plan_variable(name: str, chunks: list[_Chunk], nprocs: int) -> VariablePlan:
     """Coordinator: the checked columns of one variable from its chunks of declarations."""
-    for value, what, why in () if len(chunks) == 1 else ((lambda c: c.kind, "kind (array block vs per-rank segment)", ""),
-                             (lambda c: c.dtype, "dtype", ""),
-                             (lambda c: list(c.dims), "global shape" if chunks[0].kind == ARRAY else
-                              "per-rank segments of rows of shape", "" if chunks[0].kind == ARRAY else
-                              " (every dimension but the rows' must agree)")):
-        _same_everywhere(name, chunks, value, what, why)
+    if len(chunks) > 1:  # (one chunk: one declaration position of one signature, the same everywhere by itself)
+        for value, what, why in ((lambda c: c.kind, "kind (array block vs per-rank segment)", ""),
+                                 (lambda c: c.dtype, "dtype", ""),
+                                 (lambda c: list(c.dims), "global shape" if chunks[0].kind == ARRAY else
+                                  "per-rank segments of rows of shape", "" if chunks[0].kind == ARRAY else
+                                  " (every dimension but the rows' must agree)")):
+            _same_everywhere(name, chunks, value, what, why)
     first = chunks[0]
     n = sum(len(c.rank) for c in chunks)
     if len(chunks) == 1:  # one position of one signature: its rows are in rank order already
@@ -435,8 +436,8 @@ def own_plan(headers: Mapping[str, tuple[str, Sequence[int], str, int]], declara
         else:
             box = segment_box(segment_offsets[i], d["length"], d["trailing"])
         mine[d["name"]].append(BlockPlan(rank, i, box, d.get("stored_nbytes"), d.get("codec"), d.get("checksum")))
-    return {name: VariablePlan.from_blocks(name, dtype, shape, kind, mine[name], n) if mine[name]
-            else VariablePlan.none_here(name, dtype, shape, kind, n) for name, (dtype, shape, kind, n) in headers.items()}
+    return {name: VariablePlan.from_blocks(name, dtype, shape, kind, mine[name], n) if mine[name] else
+            VariablePlan.none_here(name, dtype, shape, kind, n) for name, (dtype, shape, kind, n) in headers.items()}
 
 
 # ---------------------------------------------------------------------------------------------- read side
