@@ -91,3 +91,19 @@ def test_the_contract_suite_accepts_a_backend_that_opts_out_of_stored_document(t
     for name in ("write_protocol_commits_the_document_it_was_given", "a_truncated_file_is_refused"):
         assert run_case(Environment(OptsOut, None, str(tmp_path / name), 3, MemoryFiles()), name,
                         dict(CASES)[name]) is None
+
+
+def test_the_data_check_merges_ranges_as_coalesce_does():
+    """The landed-data check merges the extents' byte ranges with numpy (``space.touching_runs``, 10,000 small
+    variables) before asking the file system for holes: the same runs as :func:`space.coalesce` with no limit,
+    for random overlapping, touching, empty and unordered ranges."""
+    import random
+
+    from ckptio.engine.space import coalesce, touching_runs
+
+    rng = random.Random(29)
+    for _ in range(2000):
+        ranges = [(a, a + rng.randint(0, 10)) for a in (rng.randint(0, 60) for _ in range(rng.randint(0, 12)))]
+        starts = np.array([a for a, _ in ranges], np.int64)
+        ends = np.array([b for _, b in ranges], np.int64)
+        assert touching_runs(starts, ends) == coalesce(ranges, merge_gap=1, max_ranges=1 << 62), ranges

@@ -79,6 +79,22 @@ def coalesce(ranges: Sequence[tuple[int, int]], merge_gap: int = MERGE_GAP,
     return [(a, b) for a, b in out]
 
 
+def touching_runs(starts: np.ndarray, ends: np.ndarray) -> list[tuple[int, int]]:
+    """:func:`coalesce` with ``merge_gap=1`` and no limit (overlapping or touching ranges merged), for int64
+    columns: a few numpy calls for 10,000 small variables instead of a Python step per range. Local."""
+    keep = ends > starts
+    starts, ends = starts[keep], ends[keep]
+    if not len(starts):
+        return []
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], np.maximum.accumulate(ends[order])  # each run's reach so far
+    first = np.ones(len(starts), bool)
+    first[1:] = starts[1:] > ends[:-1]  # a gap before it: a new run
+    heads = np.flatnonzero(first)
+    tails = np.append(heads[1:], len(starts)) - 1
+    return list(zip(starts[heads].tolist(), ends[tails].tolist(), strict=True))
+
+
 def reserve_space(path: str, ranges: Sequence[tuple[int, int]], what: str) -> bool:
     """Local (one rank): allocate the file system blocks of the byte ranges ``[start, end)`` of the existing
     file ``path`` (merged by :func:`coalesce`; ``fallocate`` mode 0: the size grows to the last end; blocks already
@@ -173,7 +189,7 @@ def missing_data(path: str, backend: Any, meta: CheckpointDocument | Mapping[str
     else:  # the backend's columns: a checkpoint of many small variables costs a few numpy calls
         table = backend.extent_table(meta)
         starts, ends = table.file_offset, table.file_offset + table.nbytes
-        gaps = holes(path, list(zip(starts.tolist(), ends.tolist(), strict=True)))
+        gaps = holes(path, touching_runs(starts, ends))
         if not gaps:
             return None
         crossing = np.zeros(len(table), bool)

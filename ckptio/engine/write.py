@@ -59,7 +59,15 @@ from ckptio.model import meta as metamod
 from ckptio.model.block_table import user_table
 from ckptio.model.declared import Declared, RankShare, prepared
 from ckptio.model.document import CheckpointDocument
-from ckptio.model.plan import VariablePlan, own_plan, pack_declarations, plan_headers, plan_packed, segment_starts
+from ckptio.model.plan import (
+    VariablePlan,
+    own_boxes,
+    own_plan,
+    pack_declarations,
+    plan_headers,
+    plan_packed,
+    segment_starts,
+)
 from ckptio.model.series_record import SeriesRecord
 from ckptio.pathcheck import symlink_problem
 
@@ -193,6 +201,7 @@ class _Job:
         self.placement_share: Mapping[str, Any] = {}  # this rank's placement share (the whole one on rank 0)
         self.document: dict[str, Any] | None = None  # the planning rank's document, as the commit stores it
         self.typed: CheckpointDocument | None = None  # ... and typed
+        self.segment_offsets: Mapping[int, int] = {}  # this rank's segments' first rows, by local index
 
     @contextlib.contextmanager
     def phase(self, name: str, since: float | None = None) -> Iterator[None]:
@@ -237,6 +246,7 @@ class _Job:
         common = coord.bcast_from_root(self.comm, f"{self.where}: declare (the share every rank has)", lambda: (
             self.placement.shares[0] if self.placement.same_for_all else None))
         self.own_domain = share.write_domain
+        self.segment_offsets = share.segments
         if self.plan is not None:  # the planning rank: the whole plan
             self.placement_share = self.placement.whole
             return self.plan.variables, self.placement.whole, tmp, described
@@ -300,12 +310,12 @@ class _Job:
     def write(self, variables: Mapping[str, VariablePlan]) -> RankReport:
         """Collective: the backend's write steps, or ckptio's own collective buffering; then sync; returns this
         rank's report for the index."""
-        blocks = self._blocks(variables)
-        tables = user_table(variables)[1:] if self.plan is not None else None  # the planning rank's whole plan
+        blocks = self._blocks()
         _faults.point("write data", self.comm)
         io_mark = placement_stats.io_mark()  # what this rank really moves to the file (stats.write.placement)
-        if self.write_io is None:
-            run_steps(self.comm, f"{self.where}: write data", lambda: self.handle.write(blocks, tables))
+        if self.write_io is None:  # the backend's own steps; the planning rank's copy of the block tables for users
+            run_steps(self.comm, f"{self.where}: write data", lambda: self.handle.write(
+                blocks, user_table(variables)[1:] if self.plan is not None else None))
         else:
             written_here: list[Any] = []
             share = self.placement_share
@@ -335,16 +345,14 @@ class _Job:
         return RankReport(written_columns(written), sum(w.stored_nbytes for w in written), self.timings, placement,
                           aggregation)
 
-    def _blocks(self, variables: Mapping[str, VariablePlan]) -> list[BlockToWrite]:
-        """This rank's blocks in declaration order, with their variable and box from the plan (looked up in the
-        variables this rank declared only: every rank's plan has an entry for every variable of the job)."""
-        own = dict.fromkeys(p.decl["name"] for p in self.request.blocks)
-        by_index = {b.local_index: (name, b) for name in own for b in variables[name].blocks_of(self.rank)}
-        out = []
-        for i, p in enumerate(self.request.blocks):
-            name, plan = by_index[i]
-            out.append(BlockToWrite(name, i, plan.box, p.stored, plan.codec))
-        return out
+    def _blocks(self) -> list[BlockToWrite]:
+        """This rank's blocks in declaration order: its declarations, each where it lies in its variable
+        (:func:`ckptio.model.plan.own_boxes`, the segments' first rows from this rank's share of the plan), with
+        its stored form and codec from the declare phase. The same on the planning rank as on every other: no
+        look-up in the plan of every variable."""
+        decls = [p.decl for p in self.request.blocks]
+        return [BlockToWrite(d["name"], i, box, p.stored, d.get("codec")) for i, (p, d, box) in
+                enumerate(zip(self.request.blocks, decls, own_boxes(decls, self.segment_offsets), strict=True))]
 
     # ------------------------------------------------------------------------------------------ index
     def index(self, variables: Mapping[str, VariablePlan], report: RankReport

@@ -303,7 +303,7 @@ def encode_tables(tables_by_name: Mapping[str, BlockTable]) -> dict[str, Any]:
     codecs: list[str] = []
     ids: dict[str, int] = {}
     codec_cols = []
-    for t in tables:
+    for t in tables if any(t.codecs for t in tables) else ():  # (none compressed: every codec id is -1 already)
         remap = np.full(len(t.codecs) + 1, -1, np.int64)
         for j, c in enumerate(t.codecs):
             if c not in ids:
@@ -313,11 +313,14 @@ def encode_tables(tables_by_name: Mapping[str, BlockTable]) -> dict[str, Any]:
         codec_cols.append(remap[t.codec + 1])
 
     def cat(key: str, dtype) -> np.ndarray:
-        parts = [getattr(t, key).reshape(-1) for t in tables]
+        if key in ("offset", "shape"):  # (n, ndim) per table
+            parts = [getattr(t, key).reshape(-1) for t in tables]
+        else:
+            parts = [getattr(t, key) for t in tables]
         return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
 
     cols = {key: cat(key, np.uint64 if key == "checksum" else np.int64) for key in COLUMNS if key != "codec"}
-    cols["codec"] = np.concatenate(codec_cols) if codec_cols else np.zeros(0, np.int64)
+    cols["codec"] = np.concatenate(codec_cols) if codec_cols else cat("codec", np.int64)
     return {"encoding": ENCODING_VERSION, "variables": names, "counts": [len(t) for t in tables], "codecs": codecs,
             "columns": {key: _encode_column(cols[key]) for key in COLUMNS}}
 

@@ -258,7 +258,7 @@ def _parse_signature(signature: str) -> list[tuple[str, str, str, tuple[int, ...
     out = []
     for line in signature.split("\n") if signature else ():
         name, dtype, kind, dims = line.split("\t")
-        out.append((name, dtype, kind, tuple(int(n) for n in dims.split(",")) if dims else ()))
+        out.append((name, dtype, kind, tuple(map(int, dims.split(","))) if dims else ()))
     return out
 
 
@@ -327,6 +327,9 @@ class _Chunk:
 
 def _plan_variable(name: str, chunks: list[_Chunk], nprocs: int) -> VariablePlan:
     """Coordinator: the checked columns of one variable from its chunks of declarations."""
+    whole = _one_whole_block(name, chunks, nprocs)
+    if whole is not None:
+        return whole
     if len(chunks) > 1:  # (one chunk: one declaration position of one signature, the same everywhere by itself)
         for value, what, why in ((lambda c: c.kind, "kind (array block vs per-rank segment)", ""),
                                  (lambda c: c.dtype, "dtype", ""),
@@ -381,6 +384,26 @@ def _plan_variable(name: str, chunks: list[_Chunk], nprocs: int) -> VariablePlan
                         column([c.checksum for c in chunks]))
 
 
+_NO_CODEC_1 = _read_only(np.full(1, -1, np.int64))
+
+
+def _one_whole_block(name: str, chunks: list[_Chunk], nprocs: int) -> VariablePlan | None:
+    """Coordinator: the plan of a variable that one rank declared as one uncompressed block covering the whole
+    array (thousands of small variables per checkpoint), without the general path's concatenations and checks;
+    None for every other variable."""
+    first = chunks[0]
+    if len(chunks) != 1 or len(first.rank) != 1 or first.kind != ARRAY or first.codec is not None:
+        return None
+    shape = first.dims
+    nd = len(shape)
+    row = first.ints[0].tolist()
+    if not 0 <= int(first.rank[0]) < nprocs or any(row[:nd]) or row[nd:] != list(shape):
+        return None
+    ints = first.ints
+    return VariablePlan(name, first.dtype, shape, ARRAY, first.rank, np.array([first.local_index], np.int64),
+                        ints[:, :nd], ints[:, nd:], first.stored, _NO_CODEC_1, [], first.checksum)
+
+
 def _same_everywhere(name: str, chunks: list[_Chunk], value, what: str, why: str) -> None:
     """Raise the DeclarationError naming the lowest rank that declared ``name`` and the lowest rank whose
     declaration differs from it."""
@@ -423,6 +446,14 @@ def segment_starts(variables: Mapping[str, VariablePlan], nprocs: int) -> list[d
     return out
 
 
+def own_boxes(declarations: Sequence[Mapping[str, Any]], segment_offsets: Mapping[int, int]) -> list[Box]:
+    """Local, any rank: where each of its declarations lies in its variable's global array, in declaration order:
+    an array block where it was declared, a per-rank segment at the first row the planning rank gave it
+    (:func:`segment_starts`, by local index)."""
+    return [Box(tuple(d["offset"]), tuple(d["shape"])) if d["kind"] == ARRAY else
+            segment_box(segment_offsets[i], d["length"], d["trailing"]) for i, d in enumerate(declarations)]
+
+
 def own_plan(headers: Mapping[str, tuple[str, Sequence[int], str, int]], declarations: Sequence[Mapping[str, Any]],
              rank: int, segment_offsets: Mapping[int, int]) -> dict[str, VariablePlan]:
     """Local, on every rank but the coordinator: the plan of this rank's own blocks, rebuilt from its own
@@ -430,11 +461,7 @@ def own_plan(headers: Mapping[str, tuple[str, Sequence[int], str, int]], declara
     same rows :func:`plan_write` made for this rank, without any other rank's (``nblocks`` counts them), so
     what a rank holds of the write plan is O(its blocks + variables), not O(ranks)."""
     mine: dict[str, list[BlockPlan]] = {name: [] for name in headers}
-    for i, d in enumerate(declarations):
-        if d["kind"] == ARRAY:
-            box = Box(tuple(d["offset"]), tuple(d["shape"]))
-        else:
-            box = segment_box(segment_offsets[i], d["length"], d["trailing"])
+    for i, (d, box) in enumerate(zip(declarations, own_boxes(declarations, segment_offsets), strict=True)):
         mine[d["name"]].append(BlockPlan(rank, i, box, d.get("stored_nbytes"), d.get("codec"), d.get("checksum")))
     return {name: VariablePlan.from_blocks(name, dtype, shape, kind, mine[name], n) if mine[name] else
             VariablePlan.none_here(name, dtype, shape, kind, n) for name, (dtype, shape, kind, n) in headers.items()}
