@@ -14,6 +14,7 @@ Everything here is local; :class:`ckptio.engine.restart.Restart` runs it inside 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -206,18 +207,31 @@ def direct_parts(checker: PartChecker, plan: readplan.AggregatorPlan, records: n
         first = (rel * strides).sum(axis=1) * item
         stop = ((rel + plan.piece_shape[others, :ndim] - 1) * strides).sum(axis=1) * item + item
         return bool(((first < span[0] + span[1]) & (stop > span[0])).any())
-    for i in np.flatnonzero(plan.piece_dest == me).tolist():
+    mine = np.flatnonzero(plan.piece_dest == me)
+    # pieces that are their whole part, alone in it (a small variable read whole by one rank: thousands per read):
+    # their span is the part's bytes, without box_bytes' numpy steps per piece
+    alone = np.zeros(len(plan.piece_part), bool)
+    if len(mine):
+        part_lo = np.array([part.lo for part in plan.parts], np.int64).reshape(len(plan.parts), -1)
+        part_shape = np.array([part.shape for part in plan.parts], np.int64).reshape(part_lo.shape)
+        where = plan.piece_part[mine]
+        alone[mine] = ((counts[where] == 1) & (plan.piece_lo[mine] == part_lo[where]).all(axis=1)
+                       & (plan.piece_shape[mine] == part_shape[where]).all(axis=1))
+    dtypes = _DtypeCache()
+    for i in mine.tolist():
         p = int(plan.piece_part[i])
         part = plan.parts[p]
         if t.codec[part.row] >= 0:
             continue
-        var = checker.variables[t.names[t.var[part.row]]]
-        declared = np.dtype(var.dtype)
-        if not declared.isnative or np.dtype(var.file_dtype) != declared:
+        declared, native = dtypes.of(checker.variables[t.names[t.var[part.row]]])
+        if not native:
             continue
         ndim = int(t.var_ndim[t.var[part.row]])
-        span = box_bytes(plan.piece_lo[i, :ndim] - part.lo[:ndim], plan.piece_shape[i, :ndim],
-                         part.shape[:ndim], declared.itemsize)
+        if alone[i]:
+            span = (0, math.prod(part.shape[:ndim].tolist()) * declared.itemsize)
+        else:
+            span = box_bytes(plan.piece_lo[i, :ndim] - part.lo[:ndim], plan.piece_shape[i, :ndim],
+                             part.shape[:ndim], declared.itemsize)
         if span is None or not span[1]:
             continue
         if counts[p] > 1 and shared(i, p, span, ndim, declared.itemsize):
@@ -282,3 +296,19 @@ def recv_streams(incoming: Mapping[int, np.ndarray], records: np.ndarray, output
     qi = rows[:, 0]
     rel = rows[:, 1:1 + nd] - records[qi, 2:2 + nd]
     return memtypes.ArrayTable(outputs, nd).streams(peer, qi, rel, rows[:, 1 + nd:], qi)
+
+
+class _DtypeCache:
+    """Local: a variable record's declared dtype and whether ckptio can read its bytes straight into outputs
+    (the file holds the declared dtype in native byte order), once per distinct pair of dtype strings."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str], tuple[np.dtype, bool]] = {}
+
+    def of(self, var: Any) -> tuple[np.dtype, bool]:
+        key = (var.dtype, var.file_dtype)
+        found = self._seen.get(key)
+        if found is None:
+            declared = np.dtype(var.dtype)
+            found = self._seen[key] = (declared, declared.isnative and np.dtype(var.file_dtype) == declared)
+        return found
