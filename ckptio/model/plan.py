@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -200,6 +200,19 @@ def _declared_ints(name: str, rank: int, what: str, values: object) -> tuple[int
     """Local: a write's ``offset`` or ``global_shape`` as Python ints, or a DeclarationError naming the variable,
     the rank and the problem: a value that is not an integer (``8.0``, ``True``, ``"8"``: never truncated) or
     that the file formats cannot hold (above 2**63 - 1; sizes and offsets are int64 in every backend)."""
+    if (type(values) is tuple or type(values) is list) and all(
+            type(v) is int and -_INT64_MAX <= v <= _INT64_MAX for v in values):  # plain ints: the usual call
+        out = list(values)
+    else:
+        out = _general_ints(name, rank, what, values)
+    if what == "global_shape" and math.prod(out) > _INT64_MAX:
+        raise DeclarationError(f"variable {name!r} on rank {rank}: global_shape={_shown(values)} has "
+                               f"{math.prod(out)} elements, more than a checkpoint can hold (2**63 - 1)")
+    return tuple(out)
+
+
+def _general_ints(name: str, rank: int, what: str, values: object) -> list[int]:
+    """:func:`_declared_ints` of any sequence: numpy integers accepted, anything else named."""
     if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
         raise DeclarationError(f"variable {name!r} on rank {rank}: {what}={values!r} must be a sequence of integers")
     out = []
@@ -211,10 +224,7 @@ def _declared_ints(name: str, rank: int, what: str, values: object) -> tuple[int
             raise DeclarationError(f"variable {name!r} on rank {rank}: {what}={_shown(values)} holds {int(v)}, "
                                    f"more than the largest size or offset a checkpoint can hold (2**63 - 1)")
         out.append(int(v))
-    if what == "global_shape" and math.prod(out) > _INT64_MAX:
-        raise DeclarationError(f"variable {name!r} on rank {rank}: global_shape={_shown(values)} has "
-                               f"{math.prod(out)} elements, more than a checkpoint can hold (2**63 - 1)")
-    return tuple(out)
+    return out
 
 
 def _shown(values: object) -> str:
@@ -455,16 +465,59 @@ def own_boxes(declarations: Sequence[Mapping[str, Any]], segment_offsets: Mappin
 
 
 def own_plan(headers: Mapping[str, tuple[str, Sequence[int], str, int]], declarations: Sequence[Mapping[str, Any]],
-             rank: int, segment_offsets: Mapping[int, int]) -> dict[str, VariablePlan]:
+             rank: int, segment_offsets: Mapping[int, int]) -> OwnPlan:
     """Local, on every rank but the coordinator: the plan of this rank's own blocks, rebuilt from its own
     declarations and what the coordinator sent (:func:`plan_headers`, this rank's :func:`segment_starts`). The
     same rows :func:`plan_write` made for this rank, without any other rank's (``nblocks`` counts them), so
-    what a rank holds of the write plan is O(its blocks + variables), not O(ranks)."""
-    mine: dict[str, list[BlockPlan]] = {name: [] for name in headers}
-    for i, (d, box) in enumerate(zip(declarations, own_boxes(declarations, segment_offsets), strict=True)):
-        mine[d["name"]].append(BlockPlan(rank, i, box, d.get("stored_nbytes"), d.get("codec"), d.get("checksum")))
-    return {name: VariablePlan.from_blocks(name, dtype, shape, kind, mine[name], n) if mine[name] else
-            VariablePlan.none_here(name, dtype, shape, kind, n) for name, (dtype, shape, kind, n) in headers.items()}
+    what a rank holds of the write plan is O(its blocks + variables), not O(ranks). Each variable's plan is made
+    when first looked up (:class:`OwnPlan`)."""
+    return OwnPlan(headers, declarations, rank, segment_offsets)
+
+
+class OwnPlan(Mapping):
+    """Local: :func:`own_plan`'s read-only mapping, name -> :class:`VariablePlan`, in the headers' order. A
+    variable's plan is built when first looked up and kept: a backend that defines every variable in the file
+    (HDF5, PnetCDF) builds them all, the native format (whose bytes ckptio places) none of the thousands of small
+    variables other ranks hold."""
+
+    def __init__(self, headers: Mapping[str, tuple[str, Sequence[int], str, int]],
+                 declarations: Sequence[Mapping[str, Any]], rank: int, segment_offsets: Mapping[int, int]):
+        self._headers, self._declarations = headers, declarations
+        self._rank, self._segment_offsets = rank, segment_offsets
+        self._rows: dict[str, list[int]] = {}  # name -> the local indices of this rank's blocks of it
+        for i, d in enumerate(declarations):
+            self._rows.setdefault(d["name"], []).append(i)
+        self._made: dict[str, VariablePlan] = {}
+
+    def __getitem__(self, name: str) -> VariablePlan:
+        plan = self._made.get(name)
+        if plan is None:
+            dtype, shape, kind, n = self._headers[name]  # KeyError for a variable of no rank
+            rows = self._rows.get(name)
+            if rows:
+                decls = self._declarations
+                blocks = [BlockPlan(self._rank, i, box, decls[i].get("stored_nbytes"), decls[i].get("codec"),
+                                    decls[i].get("checksum"))
+                          for i, box in zip(rows, self._boxes(rows), strict=True)]
+                plan = VariablePlan.from_blocks(name, dtype, shape, kind, blocks, n)
+            else:
+                plan = VariablePlan.none_here(name, dtype, shape, kind, n)
+            self._made[name] = plan
+        return plan
+
+    def _boxes(self, rows: list[int]) -> list[Box]:
+        decls = self._declarations
+        return [Box(tuple(decls[i]["offset"]), tuple(decls[i]["shape"])) if decls[i]["kind"] == ARRAY else
+                segment_box(self._segment_offsets[i], decls[i]["length"], decls[i]["trailing"]) for i in rows]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._headers
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._headers)
+
+    def __len__(self) -> int:
+        return len(self._headers)
 
 
 # ---------------------------------------------------------------------------------------------- read side
