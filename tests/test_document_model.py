@@ -224,3 +224,24 @@ def test_not_a_document_and_a_newer_schema_are_told_apart():
     with pytest.raises(FormatVersionError, match="schema version 3"):
         CheckpointDocument.from_json(stored)
     assert stored["variable_blocks"]  # from_json never modifies what it is given
+
+
+def test_a_readers_variables_are_what_the_constructor_gives_and_built_when_looked_up():
+    """Reader.variables (engine.restart.VariableInfos) builds each VariableInfo when first looked up, without the
+    frozen dataclass's constructor: each equals the constructor's, field by field; the mapping lists every
+    variable in the document's order and refuses names the checkpoint does not hold."""
+    from ckptio.engine.restart import variable_infos
+    from ckptio.model.requests import VariableInfo
+
+    light = metamod.loads(metamod.dumps(_written())).without_blocks()
+    infos = variable_infos(light)
+    assert list(infos) == list(light.variables) and len(infos) == 3 and "dens" in infos and "nope" not in infos
+    assert not infos._made  # nothing built before a look-up
+    for name, v in light.variables.items():
+        dtype = np.dtype(v.dtype).newbyteorder("=")
+        built = VariableInfo(name, v.shape, dtype, v.kind, v.nblocks, v.nbytes, v.dim_names(name), dict(v.attrs or {}))
+        assert infos[name] == built and vars(infos[name]) == vars(built) and infos[name] is infos[name]
+    assert infos["tracers"].dims == ("tracers_d0",) and infos["dens"].attrs == {"units": "K"}
+    with pytest.raises(KeyError):
+        infos["nope"]
+    assert dict(infos) == {name: infos[name] for name in light.variables}

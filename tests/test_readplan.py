@@ -218,3 +218,46 @@ def test_partition_deals_the_same_runs_as_variable_by_variable(variables, writer
     for key in ("aggregators", "run_var", "run_agg", "run_lo", "run_hi"):
         got, expected = getattr(routing, key), getattr(want, key)
         assert got.dtype == expected.dtype and got.shape == expected.shape and (got == expected).all(), key
+
+
+def _route_one_by_one(records, routing, nd):
+    """The routing rule request by request (what route_requests did before it handled all requests at once)."""
+    dest = [[] for _ in routing.aggregators]
+    for i in range(len(records)):
+        lo, shape = records[i, 2:2 + nd], records[i, 2 + nd:]
+        if not (shape > 0).all():
+            continue
+        runs = np.flatnonzero(routing.run_var == records[i, 1])
+        hit = (routing.run_lo[runs] < lo + shape).all(axis=1) & (lo < routing.run_hi[runs]).all(axis=1)
+        for a in np.unique(routing.run_agg[runs[hit]]).tolist():
+            dest[a].append(i)
+    return [records[np.array(d, np.int64)] if d else np.zeros((0, records.shape[1]), np.int64) for d in dest]
+
+
+@settings(max_examples=60, deadline=None)
+@given(variables=VARIABLES, writers=st.integers(1, 9), naggr=st.integers(1, 6), seed=st.integers(0, 2**16))
+def test_requests_route_to_the_same_aggregators_as_one_by_one(variables, writers, naggr, seed):
+    """route_requests handles every request of a read at once (one set of (request, run) pairs): each aggregator
+    gets the same records in the same order as the rule applied request by request, empty requests and a
+    variable without runs included."""
+    rng = np.random.default_rng(seed)
+    meta = _meta(variables, writers, rng, stored_as_array=bool(seed % 2))
+    table = extent_table.from_bands(meta) if seed % 2 else extent_table.from_blocks(meta)
+    aggs = choose_aggregators(naggr, list(range(naggr)), 80, naggr)
+    _owner, routing = readplan.partition(table, aggs, 1 << 6, min_share=64)
+    nd = table.ndim
+    shapes = [tuple(v["shape"]) for v in meta["variables"].values()]
+    requests = []
+    for _ in range(int(rng.integers(0, 16))):
+        v = int(rng.integers(0, len(shapes) + 1))  # one past the last: a variable no run holds
+        shape = list(shapes[v]) if v < len(shapes) else [4] * nd
+        shape += [1] * (nd - len(shape))  # padded as the reader pads
+        lo = np.array([int(rng.integers(0, n)) for n in shape], np.int64)
+        size = np.array([int(rng.integers(0, n - o + 1)) for n, o in zip(shape, lo.tolist(), strict=True)], np.int64)
+        requests.append((v, lo, size))
+    records = readplan.request_records(requests, nd)
+    got = readplan.route_requests(records, routing, routing.by_var())
+    want = _route_one_by_one(records, routing, nd)
+    assert len(got) == len(want) == len(aggs) and all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+    assert sum(len(g) for g in got) >= sum(1 for _, _, size in requests if (size > 0).all()) - sum(
+        1 for v, _, _ in requests if v == len(shapes))  # every non-empty request of a stored variable goes somewhere

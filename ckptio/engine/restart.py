@@ -22,6 +22,7 @@ exchange); the local work lives in :mod:`ckptio.engine.restart_plan` (rank 0 at 
 
 from __future__ import annotations
 
+import math
 import resource
 import time
 from collections.abc import Callable, Mapping
@@ -101,8 +102,10 @@ class VariableInfos(Mapping):
         info = self._made.get(name)
         if info is None:
             v = self._records[name]  # KeyError for a name the checkpoint does not hold
-            info = self._made[name] = VariableInfo(name, v.shape, _native(v.dtype), v.kind, v.nblocks, v.nbytes,
-                                                   v.dim_names(name), dict(v.attrs or {}))
+            dtype = _native(v.dtype)
+            info = self._made[name] = VariableInfo.made(name, v.shape, dtype, v.kind, v.nblocks,
+                                                        math.prod(v.shape) * dtype.itemsize, v.dim_names(name),
+                                                        dict(v.attrs or {}))
         return info
 
     def __contains__(self, name: object) -> bool:

@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from operator import add as _add
 
 import numpy as np
 
@@ -22,7 +23,7 @@ _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.+-]*$")
 SUPPORTED_DTYPE_KINDS = "biufc"  # bool, signed, unsigned, float, complex
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Box:
     """A hyperslab ``[offset, offset + shape)`` of an N-d index space."""
 
@@ -33,9 +34,12 @@ class Box:
     end: tuple[int, ...] = field(init=False, repr=False, compare=False)
     size: int = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "end", tuple(o + s for o, s in zip(self.offset, self.shape, strict=True)))
-        object.__setattr__(self, "size", math.prod(self.shape))
+    def __init__(self, offset: tuple[int, ...], shape: tuple[int, ...]):
+        # the fields set directly, not through a frozen dataclass's object.__setattr__ per field (a read of
+        # 10,000 small variables makes tens of thousands of boxes)
+        if len(offset) != len(shape):
+            raise ValueError(f"a box of offset {list(offset)} and shape {list(shape)}: not the same dimensions")
+        self.__dict__.update(offset=offset, shape=shape, end=tuple(map(_add, offset, shape)), size=math.prod(shape))
 
     @property
     def ndim(self) -> int:
@@ -211,6 +215,10 @@ def normalize_request(
     name: str, global_shape: Sequence[int], offset: Sequence[int] | None, shape: Sequence[int] | None
 ) -> Box:
     """Turn a user's read request into a Box, checking it lies inside the variable."""
+    if type(offset) is tuple and type(shape) is tuple and len(offset) == len(shape) == len(global_shape) and all(
+            type(o) is int and type(n) is int and 0 <= o and 0 <= n and o + n <= g
+            for o, n, g in zip(offset, shape, global_shape, strict=True)):  # (the usual request: no conversions)
+        return Box(offset, shape)
     gshape = tuple(int(g) for g in global_shape)
     off = tuple(0 for _ in gshape) if offset is None else tuple(int(o) for o in offset)
     if shape is None:

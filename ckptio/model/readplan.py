@@ -47,12 +47,24 @@ class Routing:
     def memory_bytes(self) -> int:
         return sum(a.nbytes for a in (self.aggregators, self.run_var, self.run_agg, self.run_lo, self.run_hi))
 
-    def by_var(self) -> dict[int, np.ndarray]:
+    def by_var(self) -> RunsByVar:
         """Run indices per variable (built once per Reader)."""
         order = np.argsort(self.run_var, kind="stable")
-        vars_, starts = np.unique(self.run_var[order], return_index=True)
-        ends = np.append(starts[1:], len(order))[:len(starts)]
-        return {int(v): order[s:e] for v, s, e in zip(vars_, starts, ends, strict=True)}
+        return RunsByVar(order, self.run_var[order].astype(_I64))
+
+
+@dataclass(frozen=True)
+class RunsByVar:
+    """The runs of each variable as one index sorted by variable (:meth:`Routing.by_var`): what
+    :func:`route_requests` looks every request up in at once."""
+
+    order: np.ndarray  # int64 [R]: run indices, by variable (each variable's in run order)
+    var: np.ndarray  # int64 [R]: the variable of each of them (sorted)
+
+    def get(self, var: int) -> np.ndarray | None:
+        """The run indices of variable ``var`` (None: it has no run)."""
+        a, b = np.searchsorted(self.var, [var, var + 1])
+        return self.order[a:b] if b > a else None
 
 
 def _cut_points(sizes: np.ndarray, offsets: np.ndarray, k: int, stripe_unit: int) -> np.ndarray:
@@ -153,24 +165,23 @@ def request_records(requests: list[tuple[int, np.ndarray, np.ndarray]], ndim: in
     return out
 
 
-def route_requests(records: np.ndarray, routing: Routing, runs_by_var: dict[int, np.ndarray]) -> list[np.ndarray]:
-    """Every rank, per read: its request records grouped by destination aggregator index (empty requests go
-    nowhere). A request goes to every aggregator owning a run whose bounding box it meets."""
+def route_requests(records: np.ndarray, routing: Routing, runs_by_var: RunsByVar) -> list[np.ndarray]:
+    """Every rank, per read: its request records grouped by destination aggregator index, each group in request
+    order (empty requests go nowhere). A request goes to every aggregator owning a run whose bounding box it
+    meets. All requests at once: the (request, run of its variable) pairs are one set of columns."""
     nd = routing.ndim
     naggr = len(routing.aggregators)
-    dest: list[list[int]] = [[] for _ in range(naggr)]
-    for i in range(len(records)):
-        lo, shape = records[i, 2:2 + nd], records[i, 2 + nd:]
-        if not (shape > 0).all():
-            continue
-        runs = runs_by_var.get(int(records[i, 1]))
-        if runs is None:
-            continue
-        hi = lo + shape
-        hit = (routing.run_lo[runs] < hi).all(axis=1) & (lo < routing.run_hi[runs]).all(axis=1)
-        for a in np.unique(routing.run_agg[runs[hit]]).tolist():
-            dest[a].append(i)
-    return [records[np.array(d, _I64)] if d else np.zeros((0, records.shape[1]), _I64) for d in dest]
+    live = np.flatnonzero((records[:, 2 + nd:] > 0).all(axis=1))
+    var = records[live, 1]
+    first = np.searchsorted(runs_by_var.var, var, "left")
+    counts = np.searchsorted(runs_by_var.var, var, "right") - first
+    pair_req = np.repeat(live, counts)  # row of records
+    pair_run = runs_by_var.order[_ranges(first, counts)]
+    lo, hi = records[pair_req, 2:2 + nd], records[pair_req, 2:2 + nd] + records[pair_req, 2 + nd:]
+    hit = (routing.run_lo[pair_run] < hi).all(axis=1) & (lo < routing.run_hi[pair_run]).all(axis=1)
+    key = np.unique(pair_req[hit] * naggr + routing.run_agg[pair_run[hit]].astype(_I64))  # by request, then agg
+    req, agg = key // naggr, key % naggr
+    return [records[req[agg == a]] for a in range(naggr)]
 
 
 @dataclass

@@ -30,6 +30,16 @@ class VariableInfo:
     dims: tuple[str, ...] = ()  # the axes' names (declared with write(dims=), else <name>_d0, ...)
     attrs: Mapping[str, Any] = field(default_factory=dict)  # the variable's own attributes
 
+    @classmethod
+    def made(cls, name: str, shape: tuple[int, ...], dtype: np.dtype, kind: str, nblocks: int, nbytes: int,
+             dims: tuple[str, ...], attrs: Mapping[str, Any]) -> VariableInfo:
+        """Every field given, set as the constructor would without a frozen dataclass's ``object.__setattr__``
+        per field (a reader of 10,000 small variables makes one per variable it reads)."""
+        info = object.__new__(cls)
+        info.__dict__.update(name=name, shape=shape, dtype=dtype, kind=kind, nblocks=nblocks, nbytes=nbytes,
+                             dims=dims, attrs=attrs)
+        return info
+
 
 def _coordinates(name: str, what: str, values: object, ndim: int) -> tuple[int, ...] | None:
     """A read's ``offset`` or ``shape`` as ``ndim`` non-negative integers (None stays None), or a
@@ -37,6 +47,9 @@ def _coordinates(name: str, what: str, values: object, ndim: int) -> tuple[int, 
     numbers here)."""
     if values is None:
         return None
+    if (type(values) is tuple or type(values) is list) and len(values) == ndim and all(
+            type(v) is int and v >= 0 for v in values):  # plain non-negative ints: the usual request
+        return tuple(values)
     if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
         raise ReadRequestError(f"variable {name!r}: {what} {values!r} must be a sequence of {ndim} integers")
     out = []
