@@ -212,6 +212,8 @@ class HDF5Backend(Backend):
             raise CorruptCheckpointError(f"{path}: HDF5 cannot read the file ({exc})") from None
         except (KeyError, RuntimeError, TypeError, ValueError) as exc:  # h5py's errors on damaged structures
             raise CorruptCheckpointError(f"{path}: HDF5 structure is damaged ({exc})") from None
+        finally:  # (the file is closed: its datasets' memory back to the C library, see lib.release_free_lists)
+            lib.release_free_lists()
         return meta
 
     def extents(self, meta: Mapping[str, Any]) -> list[Extent]:

@@ -290,6 +290,15 @@ class HDF5WriteHandle:
     def close(self) -> None:
         file, self.file = self.file, None
         file.close()
+        self._release()
+
+    def _release(self) -> None:
+        """Local, after the file's close: drop this handle's HDF5 objects (each freed into HDF5's free lists when
+        its last reference goes), then give those lists' memory back (:func:`.hdf5_lib.release_free_lists`)."""
+        self.datasets.clear()
+        self._tables = []
+        self._document = None
+        lib.release_free_lists()
 
     def abort(self) -> None:
         """Collective (as every parallel HDF5 close): release the file after a failure; the file is discarded.
@@ -306,7 +315,7 @@ class HDF5WriteHandle:
             return
         try:
             file.close()  # closes every open dataset, group and attribute of the file, then the file
-        except Exception:  # best effort after a failure
+        except Exception:  # best effort after a failure (its objects are left as they are: see above)
             pass
 
 
