@@ -261,3 +261,14 @@ def test_requests_route_to_the_same_aggregators_as_one_by_one(variables, writers
     assert len(got) == len(want) == len(aggs) and all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
     assert sum(len(g) for g in got) >= sum(1 for _, _, size in requests if (size > 0).all()) - sum(
         1 for v, _, _ in requests if v == len(shapes))  # every non-empty request of a stored variable goes somewhere
+
+
+def test_an_extent_made_without_its_constructor_equals_the_constructors():
+    """Extent.made (one per part an aggregator reads) sets the fields directly: the same extent, field by field."""
+    from ckptio.model.layout import Box
+    from ckptio.model.plan import Extent
+
+    for codec, label in ((None, None), ("zstd:3", "block 3")):
+        made = Extent.made("v", Box((1, 0), (2, 4)), 4096, 64, codec, label)
+        built = Extent("v", Box((1, 0), (2, 4)), 4096, 64, (), None, codec, label)
+        assert made == built and vars(made) == vars(built) and hash(made) == hash(built)

@@ -359,3 +359,34 @@ if __name__ == "__main__":
         errors_job(sys.argv[2])
     elif sys.argv[1] == "crowded":
         crowded_job(sys.argv[2])
+
+
+def test_the_dimension_check_without_declared_dims_agrees_with_listing_every_dimension():
+    """A document's check of shared dimension lengths skips listing the default names when no variable declares
+    dims (default names never meet: ``<name>_d<axis>`` reads back as one name and axis). Random documents with
+    tricky names (a variable called ``a_d0``, declared names that are other variables' defaults) fail the check
+    exactly when listing every dimension does."""
+    import random
+
+    from ckptio.errors import DeclarationError
+    from ckptio.model.dims_attrs import check_shared_dim_lengths, shared_dim_lengths
+
+    rng = random.Random(7)
+    names = ["a", "a_d0", "a_d1", "b", "a_d0_d0", "b_d10", "b_d1"]
+    for _ in range(3000):
+        variables = {}
+        for name in rng.sample(names, rng.randint(1, len(names))):
+            shape = [rng.randint(1, 3) for _ in range(rng.randint(0, 2))]
+            entry = {"shape": shape}
+            if shape and rng.random() < 0.3:
+                entry["dims"] = rng.sample([*names, *(f"{n}_d{i}" for n in names for i in range(2)), "x"], len(shape))
+            variables[name] = entry
+
+        def fails(check, variables=variables) -> bool:
+            try:
+                check(variables)
+            except DeclarationError:
+                return True
+            return False
+
+        assert fails(check_shared_dim_lengths) == fails(shared_dim_lengths), variables

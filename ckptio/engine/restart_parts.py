@@ -53,7 +53,7 @@ def part_extent(path: str, table: ExtentTable, part: readplan.Part) -> Extent:
     """Local: a part of one of this aggregator's extents, as the Extent its ExtentReader reads."""
     t = table
     nd = int(t.var_ndim[t.var[part.row]])
-    box = Box(tuple(int(x) for x in part.lo[:nd]), tuple(int(x) for x in part.shape[:nd]))
+    box = Box(tuple(part.lo[:nd].tolist()), tuple(part.shape[:nd].tolist()))
     c = int(t.codec[part.row])
     label = None
     if c >= 0:  # a compressed block is read whole: name it as a checksum mismatch would be named
@@ -61,8 +61,8 @@ def part_extent(path: str, table: ExtentTable, part: readplan.Part) -> Extent:
         label = (f"{path}: variable {t.names[t.var[part.row]]!r} block {int(t.vblock[j])} (written by rank "
                  f"{int(t.vrank[j])}, offset {t.vlo[j, :nd].tolist()}, shape {t.vshape[j, :nd].tolist()}) at file "
                  f"offset {part.file_offset}")
-    return Extent(t.names[t.var[part.row]], box, part.file_offset, part.nbytes, (), None,
-                  t.codecs[c] if c >= 0 else None, label)
+    return Extent.made(t.names[t.var[part.row]], box, part.file_offset, part.nbytes, t.codecs[c] if c >= 0 else None,
+                       label)
 
 
 class PartChecker:
@@ -231,26 +231,32 @@ def direct_parts(checker: PartChecker, plan: readplan.AggregatorPlan, records: n
         stop = ((rel + plan.piece_shape[others, :ndim] - 1) * strides).sum(axis=1) * item + item
         return bool(((first < span[0] + span[1]) & (stop > span[0])).any())
     mine = np.flatnonzero(plan.piece_dest == me)
-    # pieces that are their whole part, alone in it (a small variable read whole by one rank: thousands per read):
-    # their span is the part's bytes, without box_bytes' numpy steps per piece
-    alone = np.zeros(len(plan.piece_part), bool)
-    if len(mine):
-        part_lo = np.array([part.lo for part in plan.parts], np.int64).reshape(len(plan.parts), -1)
-        part_shape = np.array([part.shape for part in plan.parts], np.int64).reshape(part_lo.shape)
-        where = plan.piece_part[mine]
-        alone[mine] = ((counts[where] == 1) & (plan.piece_lo[mine] == part_lo[where]).all(axis=1)
-                       & (plan.piece_shape[mine] == part_shape[where]).all(axis=1))
-    dtypes = _DtypeCache()
-    for i in mine.tolist():
-        p = int(plan.piece_part[i])
-        part = plan.parts[p]
-        if t.codec[part.row] >= 0:
+    if not len(mine):
+        return {}, set()
+    # per piece of this rank, found for all at once: its part's row, whether it is its whole part alone in it (a
+    # small variable read whole by one rank: thousands per read; its span is the part's bytes, without
+    # box_bytes' numpy steps) and whether it is also its whole output (the output itself, no region to cut)
+    part_row = np.array([part.row for part in plan.parts], np.int64)
+    part_lo = np.array([part.lo for part in plan.parts], np.int64).reshape(len(plan.parts), -1)
+    part_shape = np.array([part.shape for part in plan.parts], np.int64).reshape(part_lo.shape)
+    where = plan.piece_part[mine]
+    lo, shape = plan.piece_lo[mine], plan.piece_shape[mine]
+    alone = (counts[where] == 1) & (lo == part_lo[where]).all(axis=1) & (shape == part_shape[where]).all(axis=1)
+    asked = records[plan.piece_qi[mine]]
+    whole_output = alone & (lo == asked[:, 2:2 + nd]).all(axis=1) & (shape == asked[:, 2 + nd:]).all(axis=1)
+    rows = part_row[where]
+    dtypes = _DtypeCache(checker)
+    for i, var, ndim, codec, is_alone, is_whole in zip(
+            mine.tolist(), t.var[rows].tolist(), t.var_ndim[t.var[rows]].tolist(),
+            t.codec[rows].tolist(), alone.tolist(), whole_output.tolist(), strict=True):
+        if codec >= 0:
             continue
-        declared, native = dtypes.of(checker.variables[t.names[t.var[part.row]]])
+        declared, native = dtypes.of(var)
         if not native:
             continue
-        ndim = int(t.var_ndim[t.var[part.row]])
-        if alone[i]:
+        p = int(plan.piece_part[i])
+        part = plan.parts[p]
+        if is_alone:
             span = (0, math.prod(part.shape[:ndim].tolist()) * declared.itemsize)
         else:
             span = box_bytes(plan.piece_lo[i, :ndim] - part.lo[:ndim], plan.piece_shape[i, :ndim],
@@ -265,7 +271,8 @@ def direct_parts(checker: PartChecker, plan: readplan.AggregatorPlan, records: n
             if not splittable[p]:
                 continue
         qi = int(plan.piece_qi[i])
-        view = outputs[qi][region(plan.piece_lo[i], plan.piece_shape[i], records[qi, 2:2 + nd], ndim)]
+        view = outputs[qi] if is_whole else outputs[qi][region(plan.piece_lo[i], plan.piece_shape[i],
+                                                               records[qi, 2:2 + nd], ndim)]
         if view.flags.c_contiguous and view.nbytes == span[1] and not pagealign.slow_copy(
                 memtypes.address(view), part.file_offset + span[0]):  # else: via the buffer, at fast shifts
             direct.setdefault(p, []).append((span[0], view.reshape(-1).view(np.uint8)))
@@ -322,16 +329,17 @@ def recv_streams(incoming: Mapping[int, np.ndarray], records: np.ndarray, output
 
 
 class _DtypeCache:
-    """Local: a variable record's declared dtype and whether ckptio can read its bytes straight into outputs
-    (the file holds the declared dtype in native byte order), once per distinct pair of dtype strings."""
+    """Local: per variable (index into the aggregator's table), its declared dtype and whether ckptio can read its
+    bytes straight into outputs (the file holds the declared dtype in native byte order); looked up once each."""
 
-    def __init__(self) -> None:
-        self._seen: dict[tuple[str, str], tuple[np.dtype, bool]] = {}
+    def __init__(self, checker: PartChecker) -> None:
+        self._checker = checker
+        self._seen: dict[int, tuple[np.dtype, bool]] = {}
 
-    def of(self, var: Any) -> tuple[np.dtype, bool]:
-        key = (var.dtype, var.file_dtype)
-        found = self._seen.get(key)
+    def of(self, var: int) -> tuple[np.dtype, bool]:
+        found = self._seen.get(var)
         if found is None:
-            declared = np.dtype(var.dtype)
-            found = self._seen[key] = (declared, declared.isnative and np.dtype(var.file_dtype) == declared)
+            record = self._checker.variables[self._checker.table.names[var]]
+            declared = np.dtype(record.dtype)
+            found = self._seen[var] = (declared, declared.isnative and np.dtype(record.file_dtype) == declared)
         return found

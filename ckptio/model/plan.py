@@ -540,6 +540,17 @@ class Extent:
     codec: str | None = None  # stored compressed: read whole, decompress to box.size elements
     label: str | None = None  # what it holds, for messages (default: the variable and the file offset)
 
+    @classmethod
+    def made(cls, var: str, box: Box, file_offset: int, nbytes: int, codec: str | None = None,
+             label: str | None = None) -> Extent:
+        """An extent with nothing to verify and no chain, its fields set as the constructor would without a frozen
+        dataclass's ``object.__setattr__`` per field (an aggregator makes one per part it reads: 10,000 small
+        variables, 10,000 parts)."""
+        extent = object.__new__(cls)
+        extent.__dict__.update(var=var, box=box, file_offset=file_offset, nbytes=nbytes, verify=(), chain=None,
+                               codec=codec, label=label)
+        return extent
+
 
 @dataclass(frozen=True)
 class Request:

@@ -23,7 +23,7 @@ import numpy as np
 
 from ckptio.errors import DeclarationError
 from ckptio.model.block_table import BlockTable
-from ckptio.model.dims_attrs import check_dims, check_stored_variable_attrs, shared_dim_lengths
+from ckptio.model.dims_attrs import check_dims, check_shared_dim_lengths, check_stored_variable_attrs
 from ckptio.model.fs_layout_record import FsLayoutRecord
 from ckptio.model.layout import Box, check_dtype, check_name, find_overlap, tiles_exactly
 
@@ -99,7 +99,7 @@ def validate(meta: Mapping[str, Any]) -> None:
             _validate_variable(name, var, nprocs)
         except ValueError as exc:
             raise ValueError(f"variable {name!r}: {exc}") from None
-    shared_dim_lengths(meta["variables"])
+    check_shared_dim_lengths(meta["variables"])
 
 
 def _validate_variable(name: str, var: Any, nprocs: int) -> None:
