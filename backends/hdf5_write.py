@@ -61,7 +61,12 @@ class HDF5WriteHandle:
         self.attrs = options.attrs
         self._ncalls: Mapping[str, int] = placement["ncalls"]
         self._by_owner: Sequence[str] = placement.get("by_owner", ())  # written independently by their one writer
-        self.datasets: dict[str, h5py.Dataset] = {}
+        # Each variable's dataset is closed once created (its offset kept): HDF5 pins the object header of every
+        # open object in its metadata cache, and with 10,000 small datasets held open the creation ran 20% and
+        # the file's close 6x slower (measured with plain h5py: 1.03 -> 0.87 s and 0.46 -> 0.07 s). The datasets
+        # this rank writes are opened again for the write and closed after it (:meth:`_dataset`, :meth:`sync`).
+        self._offsets: dict[str, int | None] = {}
+        self._open: dict[str, Any] = {}  # name -> h5py DatasetID, this rank's datasets during the write
         self._dxpl = h5py.h5p.create(h5py.h5p.DATASET_XFER)
         self._why_independent = options.independent_because  # where OMPIO would corrupt collective transfers
         self.transfer = "collective" if self._why_independent is None else "independent"
@@ -86,11 +91,15 @@ class HDF5WriteHandle:
     def define(self) -> None:
         """Collective: every dataset, the dimension scales, the /ckptio group and the block tables (their rows are
         written by the rank that holds them, in :meth:`write`, after the space was reserved)."""
+        data_end = 0
         for name, var in self.variables.items():
             dset = self.file.create_dataset(name, shape=var.shape, dtype=np.dtype(var.dtype), dcpl=dcpl())
             for key, value in self.described.get(name, {}).get("attrs", {}).items():
                 dset.attrs[key] = attr_value(value)
-            self.datasets[name] = dset
+            offset = self._offsets[name] = dset.id.get_offset()
+            if offset is not None:
+                data_end = max(data_end, int(offset) + int(dset.id.get_storage_size()))
+            del dset  # closed (see __init__)
         scales = self._dimension_scales()
         group = self.file.create_group(GROUP)
         group.attrs["format_version"] = np.int64(FORMAT_VERSION)
@@ -118,9 +127,8 @@ class HDF5WriteHandle:
             file_end = int(self.file.id.get_filesize())
         except RuntimeError:
             file_end = 0
-        datasets = [*self.datasets.values(), *scales, *self._tables]
-        data_end = max((int(d.id.get_offset()) + int(d.id.get_storage_size()) for d in datasets
-                        if d.id.get_offset() is not None), default=0)
+        data_end = max([data_end, *(int(d.id.get_offset()) + int(d.id.get_storage_size())
+                                    for d in (*scales, *self._tables) if d.id.get_offset() is not None)])
         self._data_end = max(file_end, data_end)
 
     def _dimension_scales(self) -> list[h5py.Dataset]:
@@ -141,15 +149,15 @@ class HDF5WriteHandle:
         scales: dict[str, h5py.Dataset] = {}
         created = []
         for dim in sorted(lengths):
-            if dim in self.datasets:  # a coordinate variable (checked when declared): its dataset is the scale
-                scales[dim] = self.datasets[dim]
+            if dim in self.variables:  # a coordinate variable (checked when declared): its dataset is the scale
+                scales[dim] = self.file[dim]
                 scales[dim].make_scale(dim)
             else:
                 scales[dim] = self.file.create_dataset(dim, shape=(lengths[dim],), dtype=np.int8, dcpl=dcpl())
                 scales[dim].make_scale(NOT_A_VARIABLE % lengths[dim])
                 created.append(scales[dim])
         for name in sorted(self.described):
-            dset = self.datasets[name]
+            dset = scales[name] if name in scales else self.file[name]
             for axis, dim in enumerate(self.described[name].get("dims", ())):
                 if scales[dim] is not dset:
                     dset.dims[axis].attach_scale(scales[dim])
@@ -177,7 +185,7 @@ class HDF5WriteHandle:
                 mine = by_var.get(name, [])
                 for group in write_groups([box for box, _ in mine]) if mine else ():
                     args = self._selection(name, [mine[i] for i in group])
-                    self._io(f"write of variable {name!r}", lambda name=name, args=args: self.datasets[name].id.write(
+                    self._io(f"write of variable {name!r}", lambda name=name, args=args: self._dataset(name).write(
                         *args, dxpl=self._dxpl_independent))
 
         yield "write the block tables and the small variables", write_independently
@@ -188,14 +196,24 @@ class HDF5WriteHandle:
                 pieces = [mine[i] for i in groups[k]] if k < len(groups) else []
                 args = self._selection(name, pieces)  # prepared here: the engine agrees before the collective call
                 yield f"write {name!r}", lambda name=name, args=args: self._io(
-                    f"write of variable {name!r}", lambda: self.datasets[name].id.write(*args, dxpl=self._dxpl))
+                    f"write of variable {name!r}", lambda: self._dataset(name).write(*args, dxpl=self._dxpl))
 
     def written(self) -> list[WrittenBlock]:
         return list(self._written)
 
     def sync(self) -> None:
-        """HDF5's flush: its metadata cache, then ``MPI_File_sync`` (the mpio driver syncs on flush)."""
+        """HDF5's flush: its metadata cache, then ``MPI_File_sync`` (the mpio driver syncs on flush). The datasets
+        opened for the write are closed first (after the write, the engine's next call on a handle is this)."""
+        self._open.clear()
         self._io("flush", self.file.flush)
+
+    def _dataset(self, name: str) -> Any:
+        """Local: the low-level dataset of variable ``name``, opened for this rank's writes (kept until
+        :meth:`sync`)."""
+        dataset = self._open.get(name)
+        if dataset is None:
+            dataset = self._open[name] = h5py.h5d.open(self.file.id, name.encode("utf-8"))
+        return dataset
 
     def _io(self, what: str, fn: Callable[[], Any]) -> Any:
         """``fn()``, with HDF5's failures of file I/O (h5py raises OSError or RuntimeError, e.g. "MPI_File_sync
@@ -213,15 +231,14 @@ class HDF5WriteHandle:
     def _selection(self, name: str, pieces: Sequence[tuple[Box, np.ndarray]]) -> tuple[Any, Any, np.ndarray]:
         """Local: the memory and file dataspaces and the buffer of one collective H5Dwrite of these blocks
         (leading-axis disjoint; may be none) into dataset ``name``."""
-        dset = self.datasets[name]
-        fspace = dset.id.get_space()
+        fspace = self._dataset(name).get_space()
         if not pieces:
             fspace.select_none()
-            buf = np.empty(1, dset.dtype)
+            buf = np.empty(1, np.dtype(self.variables[name].dtype))
             mspace = h5py.h5s.create_simple((1,))
             mspace.select_none()
         else:
-            if dset.ndim == 0:
+            if not self.variables[name].shape:
                 fspace.select_all()
             else:
                 fspace.select_none()
@@ -239,11 +256,8 @@ class HDF5WriteHandle:
         return mspace, fspace, buf
 
     def storage_info(self) -> dict[str, dict[str, Any]]:
-        out = {}
-        for name, dset in self.datasets.items():
-            out[name] = {"format": "hdf5", "dataset": dset.name, "layout": "contiguous",
-                         "file_offset": dset.id.get_offset(), "file_dtype": self.variables[name].dtype}
-        return out
+        return {name: {"format": "hdf5", "dataset": f"/{name}", "layout": "contiguous", "file_offset": offset,
+                       "file_dtype": self.variables[name].dtype} for name, offset in self._offsets.items()}
 
     def reserved_ranges(self) -> list[tuple[int, int]]:
         """All of ``[0, EOA)``, alignment holes included (HDF5 may put metadata into them later); after
@@ -295,7 +309,7 @@ class HDF5WriteHandle:
     def _release(self) -> None:
         """Local, after the file's close: drop this handle's HDF5 objects (each freed into HDF5's free lists when
         its last reference goes), then give those lists' memory back (:func:`.hdf5_lib.release_free_lists`)."""
-        self.datasets.clear()
+        self._open.clear()
         self._tables = []
         self._document = None
         lib.release_free_lists()
