@@ -61,6 +61,7 @@ full file system; see :meth:`_HDF5WriteHandle.abort` for what happens after othe
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from struct import error as struct_error
@@ -183,6 +184,19 @@ class HDF5Backend(Backend):
         serial wheels too) through h5py; without it through the built-in parser :mod:`.h5lite`."""
         if load_h5py() is None:
             return _read_metadata_lite(path)
+        return self._read_document(path, decoded=True)
+
+    def stored_document(self, path: str) -> bytes | None:
+        """Serial, no MPI: the document's stored bytes after :meth:`read_document`'s checks, the datasets' included
+        (each variable a dataset of its shape at its recorded offset: what finds object headers a full file system
+        lost), the document parsed only as far as those need (names, shapes, offsets: no typed document, no
+        validation; the commit compares the bytes with its own right after). None without h5py."""
+        if load_h5py() is None:
+            return None
+        return self._read_document(path, decoded=False)
+
+    def _read_document(self, path: str, decoded: bool) -> Any:
+        """:meth:`read_document` (``decoded``) or :meth:`stored_document`, through h5py."""
         try:
             size = os.path.getsize(path)
             with open_for_reading(path) as f:
@@ -200,7 +214,12 @@ class HDF5Backend(Backend):
                 if (not isinstance(document, h5py.Dataset) or document.shape != () or document.dtype.kind != "S"
                         or document.dtype.itemsize > size):
                     raise CorruptCheckpointError(f"{path}: /{GROUP}/metadata is missing or damaged")
-                meta = _parse_document(path, document[()], group.attrs.get("metadata_checksum"))
+                text = document[()]
+                if decoded:
+                    meta = _parse_document(path, text, group.attrs.get("metadata_checksum"))
+                else:
+                    _check_document_checksum(path, text, group.attrs.get("metadata_checksum"))
+                    meta = _listed_datasets(path, text)
                 _check_datasets(path, f, meta, size)
         except CheckpointError:
             raise
@@ -214,7 +233,7 @@ class HDF5Backend(Backend):
             raise CorruptCheckpointError(f"{path}: HDF5 structure is damaged ({exc})") from None
         finally:  # (the file is closed: its datasets' memory back to the C library, see lib.release_free_lists)
             lib.release_free_lists()
-        return meta
+        return meta if decoded else bytes(text)
 
     def extents(self, meta: Mapping[str, Any]) -> list[Extent]:
         return leading_axis_bands(meta)
@@ -346,10 +365,28 @@ def rewritten_by_another_tool(meta: CheckpointDocument, found: Mapping[str, tupl
 def _parse_document(path: str, text: bytes, stored_checksum: Any) -> CheckpointDocument:
     """The metadata document of ``/ckptio`` (read through h5py or the built-in parser), checked against its
     stored checksum; damage is CorruptCheckpointError, a newer schema FormatVersionError. Local."""
+    _check_document_checksum(path, text, stored_checksum)
+    return metamod.loads_stored(text, path, f"/{GROUP}/metadata")
+
+
+def _check_document_checksum(path: str, text: bytes, stored_checksum: Any) -> None:
     if np.bytes_(metamod.checksum(text)) != stored_checksum:
         raise CorruptCheckpointError(f"{path}: /{GROUP}/metadata checksum mismatch (the metadata document is "
                                      "damaged)")
-    return metamod.loads_stored(text, path, f"/{GROUP}/metadata")
+
+
+def _listed_datasets(path: str, text: bytes) -> CheckpointDocument:
+    """Local: what :func:`_check_datasets` needs of a document whose checksum matched (the backend, each variable's
+    dtype, shape and storage offset), taken from the JSON as it is: no typed document of the blocks, no validation
+    (the commit's check compares the bytes with the ones it wrote). CorruptCheckpointError when it is not that."""
+    try:
+        obj = json.loads(text)
+        variables = {name: VariableRecord.of({"dtype": v["dtype"], "shape": v["shape"], "kind": v["kind"],
+                                              "nblocks": 0, **({"storage": v["storage"]} if "storage" in v else {})})
+                     for name, v in obj["variables"].items()}
+        return CheckpointDocument(obj["schema"], obj["backend"], obj["nprocs"], obj["checksum"], {}, variables)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CorruptCheckpointError(f"{path}: /{GROUP}/metadata is not a ckptio document ({exc})") from None
 
 
 def plain_hdf5_document(path: str) -> CheckpointDocument:

@@ -97,8 +97,8 @@ class HDF5WriteHandle:
             for key, value in self.described.get(name, {}).get("attrs", {}).items():
                 dset.attrs[key] = attr_value(value)
             offset = self._offsets[name] = dset.id.get_offset()
-            if offset is not None:
-                data_end = max(data_end, int(offset) + int(dset.id.get_storage_size()))
+            if offset is not None:  # (contiguous, allocated at creation: its storage is its elements' bytes)
+                data_end = max(data_end, int(offset) + var.nbytes)
             del dset  # closed (see __init__)
         scales = self._dimension_scales()
         group = self.file.create_group(GROUP)

@@ -54,13 +54,12 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from ckptio.errors import FormatVersionError
 from ckptio.model import block_table
 from ckptio.model.block_table import BlockTable, as_table
 from ckptio.model.dims_attrs import default_dims
 from ckptio.model.fs_layout_record import FsLayoutRecord
+from ckptio.model.layout import itemsize_of
 from ckptio.model.records import (
     HintsRecord,
     LayoutRecord,
@@ -155,7 +154,7 @@ class VariableRecord(_JsonView):
     @property
     def nbytes(self) -> int:
         """The bytes of the whole global array."""
-        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+        return math.prod(self.shape) * itemsize_of(self.dtype)
 
     @property
     def file_offset(self) -> int | None:
@@ -172,7 +171,7 @@ class VariableRecord(_JsonView):
 
     @property
     def itemsize(self) -> int:
-        return np.dtype(self.dtype).itemsize
+        return itemsize_of(self.dtype)
 
     @property
     def stored_nbytes(self) -> int:

@@ -70,6 +70,18 @@ class Box:
         return {"offset": list(self.offset), "shape": list(self.shape)}
 
 
+_ITEMSIZES: dict[str, int] = {}
+
+
+def itemsize_of(dtype: str) -> int:
+    """The bytes of one element of the dtype string ``dtype`` (one parse per distinct string: a document of 10,000
+    variables asks for it per variable, several times)."""
+    found = _ITEMSIZES.get(dtype)
+    if found is None:
+        found = _ITEMSIZES[dtype] = np.dtype(dtype).itemsize
+    return found
+
+
 def check_name(name: object) -> str:
     """Validate a variable or attribute name (portable to HDF5 and netCDF); return it."""
     if not isinstance(name, str) or not name:

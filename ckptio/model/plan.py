@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ckptio.errors import DeclarationError
-from ckptio.model.layout import Box, check_dtype, check_name, tiles_exactly, validate_variable
+from ckptio.model.layout import Box, check_dtype, check_name, itemsize_of, tiles_exactly, validate_variable
 
 ARRAY = "array"
 SEGMENT = "segment"
@@ -127,7 +127,7 @@ class VariablePlan:
 
     @property
     def nbytes(self) -> int:
-        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+        return math.prod(self.shape) * itemsize_of(self.dtype)
 
     @property
     def total_blocks(self) -> int:
@@ -136,7 +136,7 @@ class VariablePlan:
 
     def stored_sizes(self) -> np.ndarray:
         """Each block's bytes in the file: ``stored_nbytes``, or the raw size where that is -1."""
-        raw = self.size.prod(axis=1) * np.dtype(self.dtype).itemsize
+        raw = self.size.prod(axis=1) * itemsize_of(self.dtype)
         return np.where(self.stored_nbytes >= 0, self.stored_nbytes, raw)
 
     def blocks_of(self, rank: int) -> list[BlockPlan]:
