@@ -63,3 +63,28 @@ def test_an_hdf5_checkpoint_leaves_no_free_lists_behind_where_plain_h5py_leaves_
     read = _held(sizes) - before
     assert all(np.array_equal(g, np.arange(128.0) + i) for i, g in enumerate(got))
     assert written < 64 * 1024 and read < 64 * 1024, (written, read, plain)
+
+
+def test_every_dataset_is_contiguous_allocated_early_and_never_filled(tmp_path):
+    """The HDF5 write creates every variable's dataset with one shared creation property list (contiguous,
+    allocated at creation, never filled; h5py sets the same flags on it each time): each dataset of a checkpoint
+    of several dtypes, shapes and a scalar has exactly those properties and no filter."""
+    from ckptio.coord.mpi import MPI
+
+    path = str(tmp_path / "c.ckpt")
+    arrays = {"f8": np.arange(12.0).reshape(3, 4), "i4": np.arange(5, dtype=np.int32), "u1": np.zeros(7, np.uint8),
+              "c16": np.ones(2, np.complex128), "scalar": np.array(2.5)}
+    with ckptio.create(path, MPI.COMM_SELF, backend="hdf5") as ck:
+        for name, a in arrays.items():
+            ck.write(name, a, offset=(0,) * a.ndim, global_shape=a.shape)
+    with h5py.File(path, "r") as f:
+        for name, a in arrays.items():
+            plist = f[name].id.get_create_plist()
+            assert plist.get_layout() == h5py.h5d.CONTIGUOUS, name
+            assert plist.get_alloc_time() == h5py.h5d.ALLOC_TIME_EARLY, name
+            # (HDF5 1.10 reports a scalar dataset's fill time as IFSET, with the same property list; no fill value
+            # is set, so nothing is filled: as before the list was shared)
+            never = (h5py.h5d.FILL_TIME_NEVER,) if a.ndim else (h5py.h5d.FILL_TIME_NEVER, h5py.h5d.FILL_TIME_IFSET)
+            assert plist.get_fill_time() in never, name
+            assert plist.get_nfilters() == 0, name
+            assert f[name].dtype == a.dtype and f[name].shape == a.shape and np.array_equal(f[name][()], a), name
