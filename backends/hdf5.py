@@ -61,7 +61,6 @@ full file system; see :meth:`_HDF5WriteHandle.abort` for what happens after othe
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from struct import error as struct_error
@@ -377,14 +376,10 @@ def _check_document_checksum(path: str, text: bytes, stored_checksum: Any) -> No
 
 def _listed_datasets(path: str, text: bytes) -> CheckpointDocument:
     """Local: what :func:`_check_datasets` needs of a document whose checksum matched (the backend, each variable's
-    dtype, shape and storage offset), taken from the JSON as it is: no typed document of the blocks, no validation
-    (the commit's check compares the bytes with the ones it wrote). CorruptCheckpointError when it is not that."""
+    dtype, shape and storage offset: :func:`ckptio.model.meta.loads_listing`, no typed blocks, no validation; the
+    commit's check compares the bytes with the ones it wrote). CorruptCheckpointError when it is not that."""
     try:
-        obj = json.loads(text)
-        variables = {name: VariableRecord.of({"dtype": v["dtype"], "shape": v["shape"], "kind": v["kind"],
-                                              "nblocks": 0, **({"storage": v["storage"]} if "storage" in v else {})})
-                     for name, v in obj["variables"].items()}
-        return CheckpointDocument(obj["schema"], obj["backend"], obj["nprocs"], obj["checksum"], {}, variables)
+        return metamod.loads_listing(text)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise CorruptCheckpointError(f"{path}: /{GROUP}/metadata is not a ckptio document ({exc})") from None
 

@@ -36,7 +36,7 @@ from ckptio.errors import (
 from ckptio.model import codec as codecs
 from ckptio.model import meta as metamod
 from ckptio.model import varmeta
-from ckptio.model.plan import declaration
+from ckptio.model.declared import declaration
 from ckptio.model.series_record import SeriesRecord
 from ckptio.model.stage_manifest import StageManifest
 from ckptio.tiers import async_io

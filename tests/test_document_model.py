@@ -245,3 +245,19 @@ def test_a_readers_variables_are_what_the_constructor_gives_and_built_when_looke
     with pytest.raises(KeyError):
         infos["nope"]
     assert dict(infos) == {name: infos[name] for name in light.variables}
+
+
+def test_a_listing_takes_the_variables_as_stored_without_blocks_or_checks():
+    """metamod.loads_listing (the HDF5 commit's dataset check, which compares the bytes right after): each variable's
+    dtype, shape, kind and storage as stored, no blocks; a text that is not a document of that shape raises."""
+    text = metamod.dumps(_written())
+    full, listed = metamod.loads(text), metamod.loads_listing(text)
+    assert listed.backend == full.backend and list(listed.variables) == list(full.variables)
+    for name, v in listed.variables.items():
+        w = full.variables[name]
+        fields = ("dtype", "shape", "kind", "file_offset", "nbytes")
+        assert [getattr(v, f) for f in fields] == [getattr(w, f) for f in fields]
+        assert v.blocks is None and v.nblocks == 0
+    for bad in (b"[]", b'{"variables": {"x": {"dtype": "<f8"}}}', b"not json"):
+        with pytest.raises((KeyError, TypeError, ValueError)):
+            metamod.loads_listing(bad)

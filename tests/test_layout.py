@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from ckptio.errors import DeclarationError, ReadRequestError
+from ckptio.model.declared import declaration
 from ckptio.model.layout import Box, check_name, find_overlap, normalize_request, split_leading_axis, validate_variable
-from ckptio.model.plan import declaration, plan_write
+from ckptio.model.plan import plan_write
 
 
 def test_box_intersection_and_relative_slices():

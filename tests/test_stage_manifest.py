@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from ckptio.model.plan import declaration
+from ckptio.model.declared import declaration
 from ckptio.model.stage_manifest import StagedBlock, StageManifest
 
 

@@ -11,7 +11,8 @@ import pytest
 from ckptio.backends.mpiio import NativeBackend
 from mpi_helpers import PROGRAMS, run_mpi
 
-from ckptio.model.plan import own_plan, plan_headers, plan_write, segment_starts
+from ckptio.model.plan import plan_write
+from ckptio.model.rank_plan import own_plan, plan_headers, segment_starts
 from ckptio.tools import scale
 
 PROGRAM = str(PROGRAMS / "write_control_plane.py")  # the MPI program of these tests

@@ -59,15 +59,8 @@ from ckptio.model import meta as metamod
 from ckptio.model.block_table import user_table
 from ckptio.model.declared import Declared, RankShare, prepared
 from ckptio.model.document import CheckpointDocument
-from ckptio.model.plan import (
-    VariablePlan,
-    own_boxes,
-    own_plan,
-    pack_declarations,
-    plan_headers,
-    plan_packed,
-    segment_starts,
-)
+from ckptio.model.plan import VariablePlan, pack_declarations, plan_packed
+from ckptio.model.rank_plan import own_boxes, own_plan, plan_headers, segment_starts
 from ckptio.model.series_record import SeriesRecord
 from ckptio.pathcheck import symlink_problem
 
@@ -76,8 +69,9 @@ TMP_MARK = ".ckptio-tmp-"  # the temporary name is f".{base}{TMP_MARK}{12 hex di
 
 @dataclass
 class PendingBlock:
-    """One block a rank declared: its description (:func:`ckptio.model.plan.declaration`) and its data (a reference to
-    the caller's array, C order or a strided view of it; after the declare phase also its stored form)."""
+    """One block a rank declared: its description (:func:`ckptio.model.declared.declaration`) and its data (a
+    reference to the caller's array, C order or a strided view of it; after the declare phase also its stored
+    form)."""
 
     decl: dict[str, Any]
     data: np.ndarray
@@ -347,7 +341,7 @@ class _Job:
 
     def _blocks(self) -> list[BlockToWrite]:
         """This rank's blocks in declaration order: its declarations, each where it lies in its variable
-        (:func:`ckptio.model.plan.own_boxes`, the segments' first rows from this rank's share of the plan), with
+        (:func:`ckptio.model.rank_plan.own_boxes`, the segments' first rows from this rank's share of the plan), with
         its stored form and codec from the declare phase. The same on the planning rank as on every other: no
         look-up in the plan of every variable."""
         decls = [p.decl for p in self.request.blocks]

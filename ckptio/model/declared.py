@@ -1,24 +1,31 @@
 """The declare phase's records: what every rank sends the planning rank about the blocks it declared. Pure data: no
 MPI, no files.
 
-A block's declaration (:func:`ckptio.model.plan.declaration`) stays the small JSON-able dict it was (the staged
-writer stores it in its manifest); :func:`prepared` adds what the prepare step computed. :class:`Declared` is one
-rank's whole message of the declare phase, typed; :meth:`Declared.of` also takes the dict the staged close
-(:mod:`ckptio.tiers.staging`) sends for the same check.
+A block's declaration (:func:`declaration`: one local ``write()`` call, checked) stays the small JSON-able dict it
+was (the staged writer stores it in its manifest); :func:`prepared` adds what the prepare step computed.
+:class:`Declared` is one rank's whole message of the declare phase, typed; :meth:`Declared.of` also takes the dict
+the staged close (:mod:`ckptio.tiers.staging`) sends for the same check.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
+
+from ckptio.errors import DeclarationError
+from ckptio.model.layout import check_dtype, check_name
+from ckptio.model.plan import ARRAY, SEGMENT
 
 
 def prepared(decl: Mapping[str, Any], checksum: str, stored_nbytes: int | None = None,
              codec: str | None = None) -> dict[str, Any]:
     """Local: the declaration ``decl`` with the prepare step's checksum of the block's C-order bytes and, when it
     was compressed, its stored size and codec (``"zstd:3"``): what :func:`ckptio.model.plan.pack_declarations`
-    and :func:`ckptio.model.plan.own_plan` read."""
+    and :func:`ckptio.model.rank_plan.own_plan` read."""
     out = {**decl, "checksum": checksum}
     if codec is not None:
         out.update(stored_nbytes=int(stored_nbytes or 0), codec=codec)
@@ -60,3 +67,73 @@ class RankShare:
     segments: Any
     placement: Mapping[str, Any] | None  # None: the share every rank has, broadcast once (Placement.same_for_all)
     write_domain: Any = None
+
+
+def declaration(name: str, array: np.ndarray, offset: Sequence[int] | None, global_shape: Sequence[int] | None,
+                rank: int) -> dict[str, Any]:
+    """Validate one local ``write()`` call and describe it as a small JSON-able dict. Local, no MPI."""
+    check_name(name)
+    if not isinstance(array, np.ndarray):
+        raise DeclarationError(f"variable {name!r} on rank {rank}: expected a numpy array, got {type(array).__name__}")
+    check_dtype(name, array.dtype)
+    # Any strides: a view (the interior of a halo'd array) is written in place, see ckptio.model.memsel.
+    if offset is None and global_shape is None:
+        if array.ndim == 0:
+            raise DeclarationError(
+                f"variable {name!r} on rank {rank}: a per-rank segment (no offset/global_shape) needs at least "
+                f"one dimension (its rows, laid end to end in rank order), got a 0-d array (write a scalar as an "
+                f"array block with an empty offset and global shape)"
+            )
+        return {"name": name, "dtype": array.dtype.str, "kind": SEGMENT, "length": int(array.shape[0]),
+                "trailing": [int(n) for n in array.shape[1:]]}
+    if offset is None or global_shape is None:
+        raise DeclarationError(f"variable {name!r} on rank {rank}: give both offset and global_shape, or neither")
+    offset = _declared_ints(name, rank, "offset", offset)
+    gshape = _declared_ints(name, rank, "global_shape", global_shape)
+    if len(offset) != array.ndim or len(gshape) != array.ndim:
+        raise DeclarationError(
+            f"variable {name!r} on rank {rank}: array has {array.ndim} dimensions but offset has {len(offset)} "
+            f"and global_shape {len(gshape)}"
+        )
+    if any(g < 0 for g in gshape):
+        raise DeclarationError(f"variable {name!r} on rank {rank}: negative global shape {list(gshape)}")
+    return {"name": name, "dtype": array.dtype.str, "kind": ARRAY, "global_shape": list(gshape),
+            "offset": list(offset), "shape": list(array.shape)}
+
+
+_INT64_MAX = 2**63 - 1
+
+
+def _declared_ints(name: str, rank: int, what: str, values: object) -> tuple[int, ...]:
+    """Local: a write's ``offset`` or ``global_shape`` as Python ints, or a DeclarationError naming the variable,
+    the rank and the problem: a value that is not an integer (``8.0``, ``True``, ``"8"``: never truncated) or
+    that the file formats cannot hold (above 2**63 - 1; sizes and offsets are int64 in every backend)."""
+    if (type(values) is tuple or type(values) is list) and all(
+            type(v) is int and -_INT64_MAX <= v <= _INT64_MAX for v in values):  # plain ints: the usual call
+        out = list(values)
+    else:
+        out = _general_ints(name, rank, what, values)
+    if what == "global_shape" and math.prod(out) > _INT64_MAX:
+        raise DeclarationError(f"variable {name!r} on rank {rank}: global_shape={_shown(values)} has "
+                               f"{math.prod(out)} elements, more than a checkpoint can hold (2**63 - 1)")
+    return tuple(out)
+
+
+def _general_ints(name: str, rank: int, what: str, values: object) -> list[int]:
+    """:func:`_declared_ints` of any sequence: numpy integers accepted, anything else named."""
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
+        raise DeclarationError(f"variable {name!r} on rank {rank}: {what}={values!r} must be a sequence of integers")
+    out = []
+    for v in values:
+        if isinstance(v, bool | np.bool_) or not isinstance(v, int | np.integer):
+            raise DeclarationError(f"variable {name!r} on rank {rank}: {what}={_shown(values)} holds {v!r} "
+                                   f"({type(v).__name__}), not an integer")
+        if abs(int(v)) > _INT64_MAX:
+            raise DeclarationError(f"variable {name!r} on rank {rank}: {what}={_shown(values)} holds {int(v)}, "
+                                   f"more than the largest size or offset a checkpoint can hold (2**63 - 1)")
+        out.append(int(v))
+    return out
+
+
+def _shown(values: object) -> str:
+    return repr(list(values)) if isinstance(values, np.ndarray) else repr(values)

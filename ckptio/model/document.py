@@ -384,6 +384,18 @@ class CheckpointDocument(_JsonView):
         return out
 
     @classmethod
+    def listed(cls, obj: Any) -> CheckpointDocument:
+        """A light copy of a parsed JSON document taken as it is, unchecked: its schema, backend, nprocs and
+        checksum, and each variable's dtype, shape, kind and storage record (``nblocks`` 0: no blocks are read).
+        Only for a check whose caller compares the stored bytes with its own right after (the HDF5 commit's check
+        of every dataset): anything else goes through :meth:`from_json`. KeyError, TypeError or ValueError when
+        ``obj`` is not that shape."""
+        variables = {name: VariableRecord.of({"dtype": v["dtype"], "shape": v["shape"], "kind": v["kind"],
+                                              "nblocks": 0, **({"storage": v["storage"]} if "storage" in v else {})})
+                     for name, v in obj["variables"].items()}
+        return cls(obj["schema"], obj["backend"], obj["nprocs"], obj["checksum"], {}, variables)
+
+    @classmethod
     def of(cls, meta: Mapping[str, Any]) -> CheckpointDocument:
         """The typed form of a document held in memory in the dict form (the write side's, its light copies,
         tests' documents), taken as it is: the variables and the top-level fields unchecked (ckptio built them),

@@ -113,6 +113,13 @@ def loads(data: bytes | str) -> CheckpointDocument:
     return CheckpointDocument.from_json(json.loads(data))
 
 
+def loads_listing(data: bytes | str) -> CheckpointDocument:
+    """Stored text parsed only as far as :meth:`CheckpointDocument.listed` takes it (the variables' dtypes, shapes
+    and storage; no blocks, no checks): for a caller that compares the bytes with its own right after. ValueError
+    (or KeyError, TypeError) for text that is not a document of that shape."""
+    return CheckpointDocument.listed(json.loads(data))
+
+
 def loads_stored(data: bytes | str, path: str, what: str) -> CheckpointDocument:
     """:func:`loads` of a document a backend read from the file ``path``: a damaged one is CorruptCheckpointError
     naming the file and ``what`` it is (the index, a dataset, a variable); FormatVersionError (a newer schema)

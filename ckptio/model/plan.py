@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ckptio.errors import DeclarationError
-from ckptio.model.layout import Box, check_dtype, check_name, itemsize_of, tiles_exactly, validate_variable
+from ckptio.model.layout import Box, itemsize_of, tiles_exactly, validate_variable
 
 ARRAY = "array"
 SEGMENT = "segment"
@@ -159,76 +159,6 @@ class VariablePlan:
                           None if self.stored_nbytes[i] < 0 else int(self.stored_nbytes[i]),
                           names[int(self.codec[i]) + 1],
                           f"{int(self.checksum[i]):016x}") for i in rows.tolist()]
-
-
-def declaration(name: str, array: np.ndarray, offset: Sequence[int] | None, global_shape: Sequence[int] | None,
-                rank: int) -> dict[str, Any]:
-    """Validate one local ``write()`` call and describe it as a small JSON-able dict. Local, no MPI."""
-    check_name(name)
-    if not isinstance(array, np.ndarray):
-        raise DeclarationError(f"variable {name!r} on rank {rank}: expected a numpy array, got {type(array).__name__}")
-    check_dtype(name, array.dtype)
-    # Any strides: a view (the interior of a halo'd array) is written in place, see ckptio.model.memsel.
-    if offset is None and global_shape is None:
-        if array.ndim == 0:
-            raise DeclarationError(
-                f"variable {name!r} on rank {rank}: a per-rank segment (no offset/global_shape) needs at least "
-                f"one dimension (its rows, laid end to end in rank order), got a 0-d array (write a scalar as an "
-                f"array block with an empty offset and global shape)"
-            )
-        return {"name": name, "dtype": array.dtype.str, "kind": SEGMENT, "length": int(array.shape[0]),
-                "trailing": [int(n) for n in array.shape[1:]]}
-    if offset is None or global_shape is None:
-        raise DeclarationError(f"variable {name!r} on rank {rank}: give both offset and global_shape, or neither")
-    offset = _declared_ints(name, rank, "offset", offset)
-    gshape = _declared_ints(name, rank, "global_shape", global_shape)
-    if len(offset) != array.ndim or len(gshape) != array.ndim:
-        raise DeclarationError(
-            f"variable {name!r} on rank {rank}: array has {array.ndim} dimensions but offset has {len(offset)} "
-            f"and global_shape {len(gshape)}"
-        )
-    if any(g < 0 for g in gshape):
-        raise DeclarationError(f"variable {name!r} on rank {rank}: negative global shape {list(gshape)}")
-    return {"name": name, "dtype": array.dtype.str, "kind": ARRAY, "global_shape": list(gshape),
-            "offset": list(offset), "shape": list(array.shape)}
-
-
-_INT64_MAX = 2**63 - 1
-
-
-def _declared_ints(name: str, rank: int, what: str, values: object) -> tuple[int, ...]:
-    """Local: a write's ``offset`` or ``global_shape`` as Python ints, or a DeclarationError naming the variable,
-    the rank and the problem: a value that is not an integer (``8.0``, ``True``, ``"8"``: never truncated) or
-    that the file formats cannot hold (above 2**63 - 1; sizes and offsets are int64 in every backend)."""
-    if (type(values) is tuple or type(values) is list) and all(
-            type(v) is int and -_INT64_MAX <= v <= _INT64_MAX for v in values):  # plain ints: the usual call
-        out = list(values)
-    else:
-        out = _general_ints(name, rank, what, values)
-    if what == "global_shape" and math.prod(out) > _INT64_MAX:
-        raise DeclarationError(f"variable {name!r} on rank {rank}: global_shape={_shown(values)} has "
-                               f"{math.prod(out)} elements, more than a checkpoint can hold (2**63 - 1)")
-    return tuple(out)
-
-
-def _general_ints(name: str, rank: int, what: str, values: object) -> list[int]:
-    """:func:`_declared_ints` of any sequence: numpy integers accepted, anything else named."""
-    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
-        raise DeclarationError(f"variable {name!r} on rank {rank}: {what}={values!r} must be a sequence of integers")
-    out = []
-    for v in values:
-        if isinstance(v, bool | np.bool_) or not isinstance(v, int | np.integer):
-            raise DeclarationError(f"variable {name!r} on rank {rank}: {what}={_shown(values)} holds {v!r} "
-                                   f"({type(v).__name__}), not an integer")
-        if abs(int(v)) > _INT64_MAX:
-            raise DeclarationError(f"variable {name!r} on rank {rank}: {what}={_shown(values)} holds {int(v)}, "
-                                   f"more than the largest size or offset a checkpoint can hold (2**63 - 1)")
-        out.append(int(v))
-    return out
-
-
-def _shown(values: object) -> str:
-    return repr(list(values)) if isinstance(values, np.ndarray) else repr(values)
 
 
 # What a rank sends rank 0 of its declarations (the declare gather): a few strings and bytes instead of a dict per
@@ -437,87 +367,6 @@ def _checksums(hexes: str) -> np.ndarray:
 def segment_box(start: int, length: int, trailing: Sequence[int]) -> Box:
     """The box of one per-rank segment: ``length`` rows from row ``start``, whole along the trailing axes."""
     return Box((int(start), *(0 for _ in trailing)), (int(length), *(int(n) for n in trailing)))
-
-
-def plan_headers(variables: Mapping[str, VariablePlan]) -> dict[str, tuple[str, tuple[int, ...], str, int]]:
-    """Coordinator: what every rank needs to know of every variable (dtype, global shape, kind, number of blocks
-    of all ranks): O(variables), whatever the number of ranks."""
-    return {name: (v.dtype, tuple(v.shape), v.kind, v.total_blocks) for name, v in variables.items()}
-
-
-def segment_starts(variables: Mapping[str, VariablePlan], nprocs: int) -> list[dict[int, int]]:
-    """Coordinator: for every rank, ``{local index: first row}`` of its per-rank segments (the offsets the
-    exclusive scan of :func:`plan_write` gave them; the rest of a rank's blocks it declared itself)."""
-    out: list[dict[int, int]] = [{} for _ in range(nprocs)]
-    for v in variables.values():
-        if v.kind == SEGMENT:
-            for r, i, o in zip(v.rank.tolist(), v.local_index.tolist(), v.offset[:, 0].tolist(), strict=True):
-                out[r][i] = o
-    return out
-
-
-def own_boxes(declarations: Sequence[Mapping[str, Any]], segment_offsets: Mapping[int, int]) -> list[Box]:
-    """Local, any rank: where each of its declarations lies in its variable's global array, in declaration order:
-    an array block where it was declared, a per-rank segment at the first row the planning rank gave it
-    (:func:`segment_starts`, by local index)."""
-    return [Box(tuple(d["offset"]), tuple(d["shape"])) if d["kind"] == ARRAY else
-            segment_box(segment_offsets[i], d["length"], d["trailing"]) for i, d in enumerate(declarations)]
-
-
-def own_plan(headers: Mapping[str, tuple[str, Sequence[int], str, int]], declarations: Sequence[Mapping[str, Any]],
-             rank: int, segment_offsets: Mapping[int, int]) -> OwnPlan:
-    """Local, on every rank but the coordinator: the plan of this rank's own blocks, rebuilt from its own
-    declarations and what the coordinator sent (:func:`plan_headers`, this rank's :func:`segment_starts`). The
-    same rows :func:`plan_write` made for this rank, without any other rank's (``nblocks`` counts them), so
-    what a rank holds of the write plan is O(its blocks + variables), not O(ranks). Each variable's plan is made
-    when first looked up (:class:`OwnPlan`)."""
-    return OwnPlan(headers, declarations, rank, segment_offsets)
-
-
-class OwnPlan(Mapping):
-    """Local: :func:`own_plan`'s read-only mapping, name -> :class:`VariablePlan`, in the headers' order. A
-    variable's plan is built when first looked up and kept: a backend that defines every variable in the file
-    (HDF5, PnetCDF) builds them all, the native format (whose bytes ckptio places) none of the thousands of small
-    variables other ranks hold."""
-
-    def __init__(self, headers: Mapping[str, tuple[str, Sequence[int], str, int]],
-                 declarations: Sequence[Mapping[str, Any]], rank: int, segment_offsets: Mapping[int, int]):
-        self._headers, self._declarations = headers, declarations
-        self._rank, self._segment_offsets = rank, segment_offsets
-        self._rows: dict[str, list[int]] = {}  # name -> the local indices of this rank's blocks of it
-        for i, d in enumerate(declarations):
-            self._rows.setdefault(d["name"], []).append(i)
-        self._made: dict[str, VariablePlan] = {}
-
-    def __getitem__(self, name: str) -> VariablePlan:
-        plan = self._made.get(name)
-        if plan is None:
-            dtype, shape, kind, n = self._headers[name]  # KeyError for a variable of no rank
-            rows = self._rows.get(name)
-            if rows:
-                decls = self._declarations
-                blocks = [BlockPlan(self._rank, i, box, decls[i].get("stored_nbytes"), decls[i].get("codec"),
-                                    decls[i].get("checksum"))
-                          for i, box in zip(rows, self._boxes(rows), strict=True)]
-                plan = VariablePlan.from_blocks(name, dtype, shape, kind, blocks, n)
-            else:
-                plan = VariablePlan.none_here(name, dtype, shape, kind, n)
-            self._made[name] = plan
-        return plan
-
-    def _boxes(self, rows: list[int]) -> list[Box]:
-        decls = self._declarations
-        return [Box(tuple(decls[i]["offset"]), tuple(decls[i]["shape"])) if decls[i]["kind"] == ARRAY else
-                segment_box(self._segment_offsets[i], decls[i]["length"], decls[i]["trailing"]) for i in rows]
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._headers
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._headers)
-
-    def __len__(self) -> int:
-        return len(self._headers)
 
 
 # ---------------------------------------------------------------------------------------------- read side

@@ -49,7 +49,7 @@ class StagedBlock:
     @classmethod
     def declared(cls, decl: Mapping[str, Any], described: Mapping[str, Any], array_shape: Sequence[int]
                  ) -> StagedBlock:
-        """Local: a block from its declaration (:func:`ckptio.model.plan.declaration`), its variable's dims and
+        """Local: a block from its declaration (:func:`ckptio.model.declared.declaration`), its variable's dims and
         attrs (:func:`ckptio.model.varmeta.declare`) and the shape of the C-order array staged for it."""
         array = decl["kind"] == ARRAY
         dims = described.get("dims")

@@ -47,7 +47,8 @@ from ckptio.backends.base import Backend, ExtentReader
 from ckptio.engine.space import coalesce
 from ckptio.errors import CapabilityError, CheckpointError, IncompleteCheckpointError
 from ckptio.model import memsel
-from ckptio.model.plan import Extent, VariablePlan, declaration, pack_declarations, plan_packed
+from ckptio.model.declared import declaration
+from ckptio.model.plan import Extent, VariablePlan, pack_declarations, plan_packed
 from ckptio.testing.harness import (
     OS_FILES,
     ROOT,

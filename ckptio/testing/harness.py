@@ -46,7 +46,8 @@ from ckptio.engine.steps import run_steps
 from ckptio.errors import CheckpointError
 from ckptio.model import meta as metamod
 from ckptio.model.block_table import user_table
-from ckptio.model.plan import VariablePlan, own_plan, pack_declarations, plan_headers, plan_packed, segment_starts
+from ckptio.model.plan import VariablePlan, pack_declarations, plan_packed
+from ckptio.model.rank_plan import own_plan, plan_headers, segment_starts
 from ckptio.testing.layouts import Layout, Prepared, prepare, standard_layout, whole_plan
 
 ROOT = 0  # the planning rank (as the engine's)

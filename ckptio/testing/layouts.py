@@ -24,7 +24,8 @@ from ckptio.errors import CapabilityError
 from ckptio.model import codec as codecs
 from ckptio.model import memsel, varmeta
 from ckptio.model import meta as metamod
-from ckptio.model.plan import VariablePlan, declaration, pack_declarations, plan_packed
+from ckptio.model.declared import declaration
+from ckptio.model.plan import VariablePlan, pack_declarations, plan_packed
 
 
 def values(name: str, shape: tuple[int, ...], dtype: str, smooth: bool = False) -> np.ndarray:

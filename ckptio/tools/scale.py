@@ -270,7 +270,7 @@ def format_report(r: dict[str, Any]) -> str:
 
 # ------------------------------------------------------------------------------------------- write side
 def _flash_declarations(rank: int, rows: int, ranks: int, nvars: int, sums: np.ndarray) -> list[dict[str, Any]]:
-    """What rank ``rank`` of the FLASH-like job declares (``plan.declaration`` plus the prepare step's checksum)."""
+    """What rank ``rank`` of the FLASH-like job declares (``declared.declaration`` plus the prepare step's checksum)."""
     return [{"name": f"var{v:02d}", "dtype": "<f8", "kind": "array", "global_shape": [ranks * rows, 16, 16, 16],
              "offset": [rank * rows, 0, 0, 0], "shape": [rows, 16, 16, 16],
              "checksum": f"{int(sums[(rank * nvars + v) % len(sums)]):016x}"} for v in range(nvars)]
@@ -294,7 +294,8 @@ def write_control_plane(ranks: int, total_bytes: int, nvars: int = 24, ranks_per
     from ckptio.backends import get_backend
     from ckptio.engine.index import DocumentInputs, RankReport, WrittenColumns, build_document, gc_paused, light_copy
     from ckptio.model.declared import RankShare
-    from ckptio.model.plan import own_plan, pack_declarations, plan_headers, plan_packed, segment_starts
+    from ckptio.model.plan import pack_declarations, plan_packed
+    from ckptio.model.rank_plan import own_plan, plan_headers, segment_starts
 
     rows = _rows(ranks, total_bytes, nvars)
     backend = get_backend("mpiio")
