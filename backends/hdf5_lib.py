@@ -51,13 +51,16 @@ def release_free_lists() -> None:
     included, and without Python's allocator 140 instead of 54). h5py does not wrap the call: it goes through
     ctypes into the libhdf5 h5py is linked against, under h5py's lock (another thread of the process may be inside
     the library). Nothing happens when it cannot be found."""
-    collect = _garbage_collect()
-    if collect is None:
-        return
-    from h5py import _objects
+    try:  # (an optimisation: never the reason a close or a check fails, nor what hides its own error)
+        collect = _garbage_collect()
+        if collect is None:
+            return
+        from h5py import _objects
 
-    with _objects.phil:
-        collect()
+        with _objects.phil:
+            collect()
+    except Exception:
+        pass
 
 
 _collect: Any = None

@@ -256,9 +256,16 @@ def test_requests_route_to_the_same_aggregators_as_one_by_one(variables, writers
         size = np.array([int(rng.integers(0, n - o + 1)) for n, o in zip(shape, lo.tolist(), strict=True)], np.int64)
         requests.append((v, lo, size))
     records = readplan.request_records(requests, nd)
-    got = readplan.route_requests(records, routing, routing.by_var())
     want = _route_one_by_one(records, routing, nd)
-    assert len(got) == len(want) == len(aggs) and all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+    saved = readplan._ROUTE_PAIRS
+    try:
+        for batch in (saved, 1, 3):  # pairs per batch: all at once, one request at a time, a few requests
+            readplan._ROUTE_PAIRS = batch
+            got = readplan.route_requests(records, routing, routing.by_var())
+            assert len(got) == len(want) == len(aggs) and all(np.array_equal(g, w) for g, w in
+                                                              zip(got, want, strict=True)), batch
+    finally:
+        readplan._ROUTE_PAIRS = saved
     assert sum(len(g) for g in got) >= sum(1 for _, _, size in requests if (size > 0).all()) - sum(
         1 for v, _, _ in requests if v == len(shapes))  # every non-empty request of a stored variable goes somewhere
 
