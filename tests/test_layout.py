@@ -121,3 +121,22 @@ def test_one_rank_declaring_a_name_as_segment_and_array_is_named_once():
     with pytest.raises(DeclarationError, match=r"rank 0 declared kind .* 'segment' but the same rank also declared "
                                                r"'array'"):
         plan_write(decls)
+
+
+def test_integer_list_is_what_writes_and_reads_share():
+    """layout.integer_list: Python or numpy integers as Python ints; NotIntegers names the first element that is a
+    bool or not an integer, or the whole argument when it is no sequence (a write's offset and a read's shape name
+    the problem each their own way from it)."""
+    import numpy as np
+    import pytest
+
+    from ckptio.model.layout import NotIntegers, integer_list
+
+    assert integer_list([1, np.int32(2), np.int64(-3)]) == [1, 2, -3] and integer_list(np.array([4, 5])) == [4, 5]
+    assert all(type(v) is int for v in integer_list((np.uint8(7), 8)))
+    cases = (([1, 1.5], 1.5, False), ([True], True, False), ([np.bool_(False)], np.bool_(False), False),
+             ("12", "12", True), (5, 5, True), (b"1", b"1", True))
+    for bad, value, whole in cases:
+        with pytest.raises(NotIntegers) as caught:
+            integer_list(bad)
+        assert caught.value.whole is whole and caught.value.value == value and type(caught.value.value) is type(value)

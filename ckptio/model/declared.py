@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ckptio.errors import DeclarationError
-from ckptio.model.layout import check_dtype, check_name
+from ckptio.model.layout import NotIntegers, check_dtype, check_name, integer_list
 from ckptio.model.plan import ARRAY, SEGMENT
 
 
@@ -121,17 +121,18 @@ def _declared_ints(name: str, rank: int, what: str, values: object) -> tuple[int
 
 def _general_ints(name: str, rank: int, what: str, values: object) -> list[int]:
     """:func:`_declared_ints` of any sequence: numpy integers accepted, anything else named."""
-    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
-        raise DeclarationError(f"variable {name!r} on rank {rank}: {what}={values!r} must be a sequence of integers")
-    out = []
-    for v in values:
-        if isinstance(v, bool | np.bool_) or not isinstance(v, int | np.integer):
-            raise DeclarationError(f"variable {name!r} on rank {rank}: {what}={_shown(values)} holds {v!r} "
-                                   f"({type(v).__name__}), not an integer")
-        if abs(int(v)) > _INT64_MAX:
-            raise DeclarationError(f"variable {name!r} on rank {rank}: {what}={_shown(values)} holds {int(v)}, "
-                                   f"more than the largest size or offset a checkpoint can hold (2**63 - 1)")
-        out.append(int(v))
+    try:
+        out = integer_list(values)
+    except NotIntegers as exc:
+        if exc.whole:
+            raise DeclarationError(f"variable {name!r} on rank {rank}: {what}={values!r} must be a sequence of "
+                                   "integers") from None
+        raise DeclarationError(f"variable {name!r} on rank {rank}: {what}={_shown(values)} holds {exc.value!r} "
+                               f"({type(exc.value).__name__}), not an integer") from None
+    big = next((v for v in out if abs(v) > _INT64_MAX), None)
+    if big is not None:
+        raise DeclarationError(f"variable {name!r} on rank {rank}: {what}={_shown(values)} holds {big}, more than "
+                               "the largest size or offset a checkpoint can hold (2**63 - 1)")
     return out
 
 

@@ -70,6 +70,29 @@ class Box:
         return {"offset": list(self.offset), "shape": list(self.shape)}
 
 
+class NotIntegers(TypeError):
+    """:func:`integer_list`'s refusal: ``value`` is the first element that is not an integer, or (``whole``) the
+    argument itself when it is no sequence."""
+
+    def __init__(self, value: object, whole: bool):
+        super().__init__(value)
+        self.value, self.whole = value, whole
+
+
+def integer_list(values: object) -> list[int]:
+    """Local: a sequence of Python or numpy integers as Python ints; NotIntegers for a string, a non-sequence, or
+    an element that is a bool or not an integer (a float is never truncated). What a write's offset and global shape
+    and a read's offset and shape share; each caller adds its own ranges and names the problem its own way."""
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
+        raise NotIntegers(values, whole=True)
+    out = []
+    for v in values:
+        if isinstance(v, bool | np.bool_) or not isinstance(v, int | np.integer):
+            raise NotIntegers(v, whole=False)
+        out.append(int(v))
+    return out
+
+
 _ITEMSIZES: dict[str, int] = {}
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ckptio.errors import ReadRequestError
-from ckptio.model.layout import Box, normalize_request
+from ckptio.model.layout import Box, NotIntegers, integer_list, normalize_request
 from ckptio.model.plan import SEGMENT, Request
 
 
@@ -50,16 +50,16 @@ def _coordinates(name: str, what: str, values: object, ndim: int) -> tuple[int, 
     if (type(values) is tuple or type(values) is list) and len(values) == ndim and all(
             type(v) is int and v >= 0 for v in values):  # plain non-negative ints: the usual request
         return tuple(values)
-    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
-        raise ReadRequestError(f"variable {name!r}: {what} {values!r} must be a sequence of {ndim} integers")
-    out = []
-    for v in values:
-        if isinstance(v, bool | np.bool_) or not isinstance(v, int | np.integer):
-            raise ReadRequestError(f"variable {name!r}: {what} {_show(values)} holds {v!r} "
-                                   f"({type(v).__name__}), not an integer")
-        if v < 0:
-            raise ReadRequestError(f"variable {name!r}: {what} {_show(values)} is negative")
-        out.append(int(v))
+    try:
+        out = integer_list(values)
+    except NotIntegers as exc:
+        if exc.whole:
+            raise ReadRequestError(f"variable {name!r}: {what} {values!r} must be a sequence of {ndim} integers") \
+                from None
+        raise ReadRequestError(f"variable {name!r}: {what} {_show(values)} holds {exc.value!r} "
+                               f"({type(exc.value).__name__}), not an integer") from None
+    if any(v < 0 for v in out):
+        raise ReadRequestError(f"variable {name!r}: {what} {_show(values)} is negative")
     if len(out) != ndim:
         raise ReadRequestError(f"variable {name!r}: {what} {_show(values)} has {len(out)} value(s), but the "
                                f"variable has {ndim} dimension(s)")
