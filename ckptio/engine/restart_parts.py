@@ -75,15 +75,20 @@ class PartChecker:
         self.table = table
         self.variables = variables
         self.chains: dict[int, Any] = {}
-        self._dtypes: dict[int, np.dtype] = {}  # the declared dtype by variable index
+        self._dtypes: dict[int, tuple[np.dtype, bool]] = {}  # by variable index: see declared_of
         self._one_block: np.ndarray | None = None  # per row: the extent is exactly one block (made on first use)
 
     def _declared(self, row: int) -> np.dtype:
-        t = self.table
-        v = int(t.var[row])
-        found = self._dtypes.get(v)
+        return self.declared_of(int(self.table.var[row]))[0]
+
+    def declared_of(self, var: int) -> tuple[np.dtype, bool]:
+        """Local: variable ``var`` (index into the table's names): its declared dtype, and whether its bytes can be
+        read straight into outputs (the file holds the declared dtype in native byte order). Looked up once each."""
+        found = self._dtypes.get(var)
         if found is None:
-            found = self._dtypes[v] = np.dtype(self.variables[t.names[v]].dtype)
+            record = self.variables[self.table.names[var]]
+            declared = np.dtype(record.dtype)
+            found = self._dtypes[var] = (declared, declared.isnative and np.dtype(record.file_dtype) == declared)
         return found
 
     def _is_one_block(self, row: int) -> bool:
@@ -245,13 +250,12 @@ def direct_parts(checker: PartChecker, plan: readplan.AggregatorPlan, records: n
     asked = records[plan.piece_qi[mine]]
     whole_output = alone & (lo == asked[:, 2:2 + nd]).all(axis=1) & (shape == asked[:, 2 + nd:]).all(axis=1)
     rows = part_row[where]
-    dtypes = _DtypeCache(checker)
     for i, var, ndim, codec, is_alone, is_whole in zip(
             mine.tolist(), t.var[rows].tolist(), t.var_ndim[t.var[rows]].tolist(),
             t.codec[rows].tolist(), alone.tolist(), whole_output.tolist(), strict=True):
         if codec >= 0:
             continue
-        declared, native = dtypes.of(var)
+        declared, native = checker.declared_of(var)
         if not native:
             continue
         p = int(plan.piece_part[i])
@@ -327,19 +331,3 @@ def recv_streams(incoming: Mapping[int, np.ndarray], records: np.ndarray, output
     rel = rows[:, 1:1 + nd] - records[qi, 2:2 + nd]
     return memtypes.ArrayTable(outputs, nd).streams(peer, qi, rel, rows[:, 1 + nd:], qi)
 
-
-class _DtypeCache:
-    """Local: per variable (index into the aggregator's table), its declared dtype and whether ckptio can read its
-    bytes straight into outputs (the file holds the declared dtype in native byte order); looked up once each."""
-
-    def __init__(self, checker: PartChecker) -> None:
-        self._checker = checker
-        self._seen: dict[int, tuple[np.dtype, bool]] = {}
-
-    def of(self, var: int) -> tuple[np.dtype, bool]:
-        found = self._seen.get(var)
-        if found is None:
-            record = self._checker.variables[self._checker.table.names[var]]
-            declared = np.dtype(record.dtype)
-            found = self._seen[var] = (declared, declared.isnative and np.dtype(record.file_dtype) == declared)
-        return found
