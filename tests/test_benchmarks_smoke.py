@@ -80,6 +80,9 @@ def test_quick_benchmark_run(tmp_path):
         assert key == "reference" or restart[key]["verified"], key
         assert max(restart[key]["resident_before_cold_read"]) < 0.05, key
     assert {"io", "exchange", "plan"} <= set(restart["ckptio-alloc"]["cold_phases_mean"])
+    # every file was read once, untimed, before the rounds (benchmarks.restart.warm_up)
+    files = [k for k, f in doc["restart"]["files"].items() if f["status"] == "ok"]
+    assert files and sorted(doc["restart"]["warm_up_seconds"]) == sorted(files)
     verify = doc["verify"]
     assert verify["status"] == "ok", verify.get("reason")
     assert verify["inspect_verify_time"]["mean_s"] > 0 and verify["sequential_read_time"]["mean_s"] > 0
@@ -138,3 +141,14 @@ def test_flash_io_shape():
     assert header["gid"] == ((161, 15), "int32") and header["bndbox"] == ((161, 3, 2), "float64")
     assert len([k for k, (shape, _) in header.items() if shape[1:] == (16, 16, 16)]) == 24 and len(header) == 30
     assert round(data.total_bytes / 2**20, 2) == 120.78  # FLASH-IO's own "I/O amount" on 2 ranks
+
+
+def test_restart_rounds_rotate_the_readers():
+    """Over as many rounds as there are readers, each reads first once (benchmarks.restart.rotated)."""
+    from benchmarks.restart import rotated
+
+    readers = {k: (k, None, None) for k in ("a", "b", "c", "d")}
+    firsts = [rotated(readers, rep)[0][0] for rep in range(4)]
+    assert firsts == ["a", "b", "c", "d"]
+    for rep in range(6):
+        assert sorted(k for k, _ in rotated(readers, rep)) == ["a", "b", "c", "d"]
