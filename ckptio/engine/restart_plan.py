@@ -22,6 +22,7 @@ import numpy as np
 
 from ckptio import settings
 from ckptio.backends import detect_backend
+from ckptio.backends.base import restart_document_of
 from ckptio.coord import hints as hintsmod
 from ckptio.engine import fslayout
 from ckptio.errors import CheckpointIOError, DeclarationError, UnknownFormatError
@@ -142,7 +143,7 @@ def plan_open(path: str, size: int, gathered: list[tuple[dict[str, Any], int]], 
     backend = detect_backend(path, thorough=True)  # one file, opened on purpose: diagnose damage
     before = file_identity(path)  # (after detect_backend, which names a missing or unfollowable path)
     try:
-        meta = backend.read_document(path)
+        meta = restart_document_of(backend, path)
     except UnknownFormatError:  # an HDF5 or netCDF file some other program wrote: read it unchecked
         meta = backend.plain_document(path)
     if file_identity(path) != before:
