@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .cases import Case, Context
-from .common import BenchError, bandwidths, collective, expected_block_range, summary, time_summary, timed
+from .common import BenchError, bandwidths, collective, expected_block_range, round_order, summary, time_summary, timed
 from .pagecache import evict, remove, resident_fraction
 
 
@@ -148,7 +148,7 @@ def measure(ctx: Context, cases: list[Case], repeats: int, log, reads: str = "ev
     round, or only the "first" (verification; the other rounds write only)."""
     results = {c.key: new_entry(c) for c in cases}
     for rep in range(repeats):
-        for case in cases:
+        for case in round_order(cases, rep):
             entry = results[case.key]
             if entry["status"] != "ok":
                 continue

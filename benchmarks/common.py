@@ -13,11 +13,12 @@ the global element index, so any decomposition can regenerate and verify what it
 from __future__ import annotations
 
 import math
+import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -156,6 +157,23 @@ def on_first(world, n: int, fn: Callable[[Any], Any]) -> Any:
     if error:
         raise BenchError(error)
     return result
+
+
+T = TypeVar("T")
+
+
+def round_order(items: Sequence[T], rep: int) -> list[T]:
+    """Round ``rep``'s order of ``items``: a permutation drawn from a generator seeded with ``rep`` (the same in
+    every run and on every rank), so no case always runs first, last, or right after the same other case.
+
+    Why not a fixed order: what a case pays can depend on what ran just before it. On the development VM the
+    first cold reads after the restart's files were written took 2.5-3.6 s for any reader, later ones 1.0-1.5 s
+    (benchmarks/restart.py ``warm_up``), and a write right after an external MPI job (IOR, FLASH-IO, even one
+    ``mpirun -n 2 /bin/true`` from rank 0) spent 0.15 s more in the kernel. A fixed order hands such a cost to
+    the same case in every round; a rotation keeps each case after the same neighbour."""
+    order = list(items)
+    random.Random(rep).shuffle(order)
+    return order
 
 
 def sleeping_barrier(comm, poll: float = 2e-4) -> None:

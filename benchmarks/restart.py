@@ -24,7 +24,7 @@ from typing import Any
 
 from .bandwidth import _max_over_ranks, _read_phases, _verify, reported
 from .cases import Case, Context, ReadResult, ckptio_case, h5py_case
-from .common import NXB, BenchError, Dataset, collective, readers_comm, time_summary, timed
+from .common import NXB, BenchError, Dataset, collective, readers_comm, round_order, time_summary, timed
 from .pagecache import evict, remove, resident_fraction
 
 
@@ -99,7 +99,7 @@ def run(world, contexts: dict[int, Context], reference: Case, repeats: int, log)
         out["warm_up_seconds"] = warm_up(world, first_ctx, files, readers, out, log)
         for rep in range(repeats):
             for r, ctx in contexts.items():
-                for key, (file_key, read, prepare) in rotated(readers, rep):
+                for key, (file_key, read, prepare) in round_order(list(readers.items()), rep):
                     entry = out["readers"][str(r)][key]
                     if entry["status"] != "ok" or out["files"][file_key]["status"] != "ok":
                         continue
@@ -167,14 +167,6 @@ def warm_up(world, ctx: Context, files: dict[str, Case], readers: dict[str, tupl
             continue
         log(f"  restart warm-up (untimed): cold read of the {file_key} file {seconds[file_key]:.2f} s")
     return seconds
-
-
-def rotated(readers: dict[str, tuple], rep: int) -> list[tuple[str, tuple]]:
-    """The readers of round ``rep``, starting one further each round: no reader always reads first (right after
-    the previous reader count's hot reads) or last."""
-    items = list(readers.items())
-    k = rep % len(items)
-    return items[k:] + items[:k]
 
 
 def one_read(world, ctx: Context, file_case: Case, read, prepare, entry: dict[str, Any], verify: bool) -> None:

@@ -143,12 +143,18 @@ def test_flash_io_shape():
     assert round(data.total_bytes / 2**20, 2) == 120.78  # FLASH-IO's own "I/O amount" on 2 ranks
 
 
-def test_restart_rounds_rotate_the_readers():
-    """Over as many rounds as there are readers, each reads first once (benchmarks.restart.rotated)."""
-    from benchmarks.restart import rotated
+def test_rounds_change_the_order_of_the_cases():
+    """Each round runs every case once, in an order of its own that is the same in every run and on every rank
+    (benchmarks.common.round_order, used by the bandwidth, write, FLASH-IO and restart sections): over 5 rounds of
+    10 cases (make bench's), no case always follows the same one."""
+    from benchmarks.common import round_order
 
-    readers = {k: (k, None, None) for k in ("a", "b", "c", "d")}
-    firsts = [rotated(readers, rep)[0][0] for rep in range(4)]
-    assert firsts == ["a", "b", "c", "d"]
-    for rep in range(6):
-        assert sorted(k for k, _ in rotated(readers, rep)) == ["a", "b", "c", "d"]
+    cases = [f"case{i}" for i in range(10)]
+    orders = [round_order(cases, rep) for rep in range(5)]
+    assert all(sorted(o) == cases for o in orders)
+    assert orders == [round_order(cases, rep) for rep in range(5)]
+    assert len({tuple(o) for o in orders}) == 5
+    for case in cases:
+        before = {o[o.index(case) - 1] if o.index(case) else None for o in orders}
+        assert len(before) > 1, case
+    assert round_order([], 3) == []

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ckptio.backends import hdf5 as hdf5_backend
 
 import ckptio
-from ckptio.backends import hdf5 as hdf5_backend
 from ckptio.tools.cli import inspect_report
 
 h5py = pytest.importorskip("h5py")
