@@ -74,7 +74,7 @@ class PartChecker:
         self.path = path
         self.table = table
         self.variables = variables
-        self.chains: dict[int, Any] = {}
+        self.chains: dict[Any, Any] = {}  # row (one block streamed) or (row, block row) (a split band's)
         self._dtypes: dict[int, tuple[np.dtype, bool]] = {}  # by variable index: see declared_of
         self._one_block: np.ndarray | None = None  # per row: the extent is exactly one block (made on first use)
 
@@ -106,20 +106,22 @@ class PartChecker:
         return bool(self._one_block[row])
 
     def verify_part(self, part: readplan.Part, arr: np.ndarray) -> None:
-        """Local: check the checksum of every writer block the part's extent holds (streaming across the parts of
-        a split extent with one block; the parts of a split band are not checked)."""
+        """Local: check the checksum of every writer block the part's extent holds. The parts of a split extent
+        (``part.chain``) come in order: each block's bytes in them continue its running checksum, checked with
+        the part that holds the block's last row."""
         t = self.table
         row = part.row
         declared = self._declared(row)
         first, stop = int(t.vptr[row]), int(t.vptr[row + 1])
-        if part.chain is not None:
+        if part.chain is not None and self._is_one_block(row):
             index, nparts = part.chain
             h = self.chains.setdefault(row, metamod.StreamingChecksum())
             h.update(np.ascontiguousarray(arr, dtype=declared).reshape(-1).view(np.uint8))
             if index + 1 == nparts:
                 self.check(row, first, self.chains.pop(row).intdigest())
             return
-        if not part.verified:
+        if part.chain is not None:
+            self._stream(part, arr, declared)
             return
         if self._is_one_block(row):  # (an unsplit part is its whole extent)
             self.check(row, first, metamod.checksum_int(np.ascontiguousarray(arr, dtype=declared)))
@@ -129,6 +131,28 @@ class PartChecker:
             sub = arr[tuple(slice(int(a - b), int(a - b + n)) for a, b, n in
                             zip(t.vlo[j, :nd], part.lo[:nd], t.vshape[j, :nd], strict=True))]
             self.check(row, j, metamod.checksum_int(np.ascontiguousarray(sub, dtype=declared)))
+
+    def _stream(self, part: readplan.Part, arr: np.ndarray, declared: np.dtype) -> None:
+        """Local: a part of a split band of several blocks (a variable cut along a later axis, larger than the
+        read buffer): each block's rows in this part, in C order, continue its running checksum (a block's bytes
+        are its leading rows one after the other, so its rows part after part are its bytes in order); a block
+        whose last row is in this part is checked."""
+        t = self.table
+        row = part.row
+        nd = int(t.var_ndim[t.var[row]])
+        top, bottom = int(part.lo[0]), int(part.lo[0] + part.shape[0])
+        for j in range(int(t.vptr[row]), int(t.vptr[row + 1])):
+            lo, shape = t.vlo[j, :nd], t.vshape[j, :nd]
+            start, stop = max(top, int(lo[0])), min(bottom, int(lo[0] + shape[0]))
+            if start >= stop:
+                continue
+            inner = (slice(int(a - b), int(a - b + n))
+                     for a, b, n in zip(lo[1:], part.lo[1:nd], shape[1:], strict=True))
+            index = (slice(start - top, stop - top), *inner)
+            h = self.chains.setdefault((row, j), metamod.StreamingChecksum())
+            h.update(np.ascontiguousarray(arr[index], dtype=declared).reshape(-1).view(np.uint8))
+            if stop == int(lo[0] + shape[0]):
+                self.check(row, j, self.chains.pop((row, j)).intdigest())
 
     def check(self, row: int, j: int, digest: int) -> None:
         """Local: CorruptCheckpointError naming the block unless ``digest`` is block ``j``'s stored checksum."""
@@ -145,11 +169,9 @@ class PartChecker:
         """Local: what the part's checksum covers, as byte ranges of the part: ``(block row j, start, stop)`` of
         each block (``(-1, 0, nbytes)``: the whole part, a piece of a block streamed across parts); None when
         some block is not one contiguous byte range of the part (its checksum then needs the part in one
-        piece of memory). Empty for a part whose blocks are not checked (a split band)."""
+        piece of memory), and for the parts of a split band of several blocks (:meth:`_stream` cuts them)."""
         if part.chain is not None:
-            return [(-1, 0, part.nbytes)]
-        if not part.verified:
-            return []
+            return [(-1, 0, part.nbytes)] if self._is_one_block(part.row) else None
         t = self.table
         row = part.row
         nd = int(t.var_ndim[t.var[row]])

@@ -215,8 +215,7 @@ class Part:
     shape: np.ndarray
     file_offset: int
     nbytes: int
-    chain: tuple[int, int] | None = None  # (part, nparts) of a split extent whose one block is verified streaming
-    verified: bool = True     # whether this part's extent's blocks are checked (False: split band)
+    chain: tuple[int, int] | None = None  # (part, nparts) of a split extent: its blocks are checked streaming
 
 
 @dataclass
@@ -390,14 +389,11 @@ def _split(table: ExtentTable, row: int, itemsize: int, buffer_bytes: int) -> li
     """One extent as parts of at most ``buffer_bytes`` along its leading axis (C order: each is contiguous)."""
     lo, shape = table.lo[row], table.shape[row]
     nbytes, offset = int(table.nbytes[row]), int(table.file_offset[row])
-    nverify = int(table.vptr[row + 1] - table.vptr[row])
     if nbytes <= buffer_bytes or table.codec[row] >= 0 or shape[0] <= 1 or table.var_ndim[table.var[row]] == 0:
         return [Part(row, lo, shape, offset, nbytes)]
     row_bytes = nbytes // int(shape[0])
     rows = max(1, buffer_bytes // max(row_bytes, 1))
     nparts = -(-int(shape[0]) // rows)
-    v = int(table.vptr[row])
-    one_block = nverify == 1 and (table.vlo[v] == lo).all() and (table.vshape[v] == shape).all()
     out = []
     for i in range(nparts):
         start = i * rows
@@ -405,8 +401,7 @@ def _split(table: ExtentTable, row: int, itemsize: int, buffer_bytes: int) -> li
         plo, pshape = lo.copy(), shape.copy()
         plo[0] += start
         pshape[0] = n
-        out.append(Part(row, plo, pshape, offset + start * row_bytes, n * row_bytes,
-                        (i, nparts) if one_block else None, one_block))
+        out.append(Part(row, plo, pshape, offset + start * row_bytes, n * row_bytes, (i, nparts)))
     return out
 
 
