@@ -157,11 +157,11 @@ def stored_document_of(backend: Any, path: str) -> bytes | None:
     return None if method is None else method(path)
 
 
-def restart_document_of(backend: Any, path: str) -> Any:
-    """Serial (rank 0 at a restart's open): ``backend.restart_document(path)`` where the backend has one (optional,
-    as :func:`stored_document_of`'s method), else ``backend.read_document(path)``."""
+def restart_document_of(backend: Any, path: str, reads_checked: bool) -> Any:
+    """Serial (rank 0 at a restart's open): ``backend.restart_document(path, reads_checked)`` where the backend has
+    one (optional, as :func:`stored_document_of`'s method), else ``backend.read_document(path)``."""
     method = getattr(backend, "restart_document", None)
-    return backend.read_document(path) if method is None else method(path)
+    return backend.read_document(path) if method is None else method(path, reads_checked)
 
 
 @dataclass(frozen=True)
@@ -407,11 +407,13 @@ class Backend(Protocol):
         default, None, says the format has no cheaper way: the commit then calls :meth:`read_document`."""
         return None
 
-    def restart_document(self, path: str) -> Any:
+    def restart_document(self, path: str, reads_checked: bool) -> Any:
         """Serial, no MPI (rank 0 at a restart's open): :meth:`read_document`'s document, with the checks a
-        restart needs. Optional (:func:`restart_document_of`): a format whose :meth:`read_document` checks more than
-        the document (each HDF5 dataset's object header) may check less here, since a restart verifies every
-        block it reads against its checksum at the recorded offset; errors as :meth:`read_document`'s."""
+        restart needs. ``reads_checked``: the engine will check every block it reads against its checksum at the
+        offset the document records (False: the caller opened with ``verify=False``). Optional
+        (:func:`restart_document_of`): where ``reads_checked``, a format whose :meth:`read_document` checks more
+        than the document (each HDF5 dataset's object header) may check less here; errors as
+        :meth:`read_document`'s."""
         return self.read_document(path)
 
     def extents(self, meta: Any) -> list[Extent]:

@@ -194,23 +194,23 @@ class HDF5Backend(Backend):
             return None
         return self._read_document(path, decoded=False)
 
-    def restart_document(self, path: str) -> CheckpointDocument:
-        """Serial, no MPI (rank 0 at a restart's open): :meth:`read_document` with the datasets checked as far as a
-        restart needs (:func:`_probe_datasets`: the document's data inside the file, and ONE dataset's shape and
-        offset), not each of them. Why: the restart reads every variable's bytes at the offsets the document
-        records and checks each block against its checksum there, so a dataset's object header adds nothing to
-        what it returns; what opening 10,000 datasets one by one gave was a diagnosis, at 10 us each in HDF5 on
-        one rank while the others wait (a third of an HDF5 restart of 10,000 small variables). The diagnosis
-        that matters stays: a file another tool rewrote moved every dataset, the probed one included
-        (RewrittenCheckpointError), and a truncated file ends before the document's data
-        (IncompleteCheckpointError). ``inspect``, ``verify`` and the commit keep the check of every dataset."""
-        if load_h5py() is None:
-            return _read_metadata_lite(path)
-        return self._read_document(path, decoded=True, every_dataset=False)
+    def restart_document(self, path: str, reads_checked: bool) -> CheckpointDocument:
+        """Serial, no MPI (rank 0 at a restart's open): :meth:`read_document`, but where the engine checks every
+        block it reads (``reads_checked``), with ONE dataset's shape and offset checked (:func:`_probe_datasets`)
+        instead of each one. Why: the restart reads every variable's bytes at the offsets the document records
+        and checks each block against its checksum there, so the object headers add nothing to what it returns;
+        opening 10,000 datasets one by one on rank 0 while the other ranks waited was a fifth of an HDF5 restart
+        of 10,000 small variables. What stays: a file another tool rewrote moved every dataset, the probed one
+        included (RewrittenCheckpointError); HDF5 itself refuses a truncated file (IncompleteCheckpointError).
+        With ``verify=False`` (nothing checked at the reads), without h5py (the built-in parser), and for
+        ``inspect``, ``verify`` and the commit: every dataset, as :meth:`read_document`."""
+        if not reads_checked or load_h5py() is None:
+            return self.read_document(path)
+        return self._read_document(path, decoded=True, datasets="probe")
 
-    def _read_document(self, path: str, decoded: bool, every_dataset: bool = True) -> Any:
-        """:meth:`read_document` (``decoded``) or :meth:`stored_document`, through h5py; with ``every_dataset``
-        False, :meth:`restart_document`."""
+    def _read_document(self, path: str, decoded: bool, datasets: str = "every") -> Any:
+        """:meth:`read_document` (``decoded``) or :meth:`stored_document`, through h5py, checking ``datasets``:
+        "every" one (:func:`_check_datasets`) or the "probe" of :meth:`restart_document`."""
         try:
             size = os.path.getsize(path)
             with open_for_reading(path) as f:
@@ -234,7 +234,7 @@ class HDF5Backend(Backend):
                 else:
                     _check_document_checksum(path, text, group.attrs.get("metadata_checksum"))
                     meta = _listed_datasets(path, text)
-                if every_dataset:
+                if datasets == "every":
                     _check_datasets(path, f, meta, size)
                 else:
                     _probe_datasets(path, f, meta, size)
@@ -331,34 +331,19 @@ def _check_datasets(path: str, f: h5py.File, meta: CheckpointDocument, size: int
 
 
 def _probe_datasets(path: str, f: h5py.File, meta: CheckpointDocument, size: int) -> None:
-    """The restart's check (:meth:`HDF5Backend.restart_document`): every variable's recorded bytes inside the
-    file (from the document alone), and the first variable holding data a dataset of its shape at its recorded
-    offset; where it is not, :func:`_check_datasets` of every dataset names what happened (another tool rewrote
-    the file, or which dataset is damaged)."""
+    """The restart's check (:meth:`HDF5Backend.restart_document`): the first variable holding data is a dataset of
+    its shape at its recorded offset; where it is not (or has no recorded offset), :func:`_check_datasets` of every
+    dataset names what happened (another tool rewrote the file, or which dataset is damaged)."""
     if meta.backend != HDF5Backend.name:
         raise CorruptCheckpointError(f"{path}: metadata says backend {meta.backend!r}, file is HDF5")
-    probe = None
-    for name, var in meta.variables.items():
-        nbytes = var.nbytes
-        if not nbytes:
-            continue
-        recorded = var.file_offset
-        if recorded is None:
-            probe = None  # a variable with data and no offset: the full check says which
-            break
-        if recorded + nbytes > size:
-            raise IncompleteCheckpointError(f"{path}: variable {name!r}: file ends inside the dataset (truncated)")
-        if probe is None:
-            probe = name
-    if probe is not None:
-        shape, offset = _found_datasets(f, [probe])[probe]
-        var = meta.variables[probe]
-        if shape == list(var.shape) and offset == var.file_offset:
-            return
-    elif not any(var.nbytes for var in meta.variables.values()):
+    probe = next((name for name, var in meta.variables.items() if var.nbytes), None)
+    if probe is None:
         return  # nothing the restart reads from the file
-    _check_datasets(path, f, meta, size)  # raises for the probed dataset at least
-    raise CorruptCheckpointError(f"{path}: the datasets do not match the metadata")
+    var = meta.variables[probe]
+    if var.file_offset is not None and _found_datasets(f, [probe])[probe] == (list(var.shape), var.file_offset):
+        return
+    _check_datasets(path, f, meta, size)  # raises: the probed dataset does not match
+    raise CorruptCheckpointError(f"{path}: variable {probe!r}: the dataset does not match the metadata")
 
 
 def _found_datasets(f: h5py.File, names: Iterable[str]) -> dict[str, tuple[list[int] | None, int | None]]:

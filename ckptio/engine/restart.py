@@ -150,7 +150,7 @@ class Restart:
 
         def local() -> tuple[dict[str, Any], int]:
             chosen.append(options())
-            return chosen[0].agreed_part(path), node
+            return {**chosen[0].agreed_part(path), "verify": bool(verify)}, node
 
         common = coord.gather_and_plan(comm, f"open {path}", local, lambda gathered: plan_open(
             path, comm.Get_size(), gathered, gathered[0][0]["aggregators"], per_rank))

@@ -87,8 +87,8 @@ def check_same_options(gathered: list[dict[str, Any]]) -> None:
                                    f"rank {differ[0]}: {gathered[differ[0]][key]!r}); every rank must open the "
                                    "same checkpoint")
         if differ:
-            sources = (f"buffer_bytes= and {ENV_BUFFER_BYTES}" if key == "buffer_bytes" else
-                       f"aggregators=, {hintsmod.ENV_AGGREGATORS}, and cb_nodes in hints= or {hintsmod.ENV_HINTS}")
+            sources = {"buffer_bytes": f"buffer_bytes= and {ENV_BUFFER_BYTES}", "verify": "verify="}.get(
+                key, f"aggregators=, {hintsmod.ENV_AGGREGATORS}, and cb_nodes in hints= or {hintsmod.ENV_HINTS}")
             raise DeclarationError(f"ckptio.open: {key} differs between ranks (rank 0: {gathered[0][key]!r}, "
                                    f"rank {differ[0]}: {gathered[differ[0]][key]!r}); it comes from {sources}: "
                                    "give the same on every rank")
@@ -135,15 +135,16 @@ class OpenPlan:
 def plan_open(path: str, size: int, gathered: list[tuple[dict[str, Any], int]], aggregators: int | None,
               per_rank: list[dict[str, Any]]) -> OpenPlan:
     """Rank 0, once at open: ``gathered`` holds every rank's ``(ReadOptions.agreed_part, node leader)``;
-    ``aggregators`` is the requested count (None: the default rule). Fills ``per_rank`` with each rank's own
+    ``aggregators`` is the requested count (None: the default rule); every rank's ``verify`` is in its agreed
+    part. Fills ``per_rank`` with each rank's own
     payload (``segments``, and ``table``: an aggregator's rows of the extent table as arrays, else None) and
     returns what every rank gets: the backend's name, the metadata without its block lists, the routing index
     and the file's identity."""
     check_same_options([g[0] for g in gathered])
     backend = detect_backend(path, thorough=True)  # one file, opened on purpose: diagnose damage
     before = file_identity(path)  # (after detect_backend, which names a missing or unfollowable path)
-    try:
-        meta = restart_document_of(backend, path)
+    try:  # the reads check every block against its checksum unless the caller said verify=False
+        meta = restart_document_of(backend, path, reads_checked=bool(gathered[0][0]["verify"]))
     except UnknownFormatError:  # an HDF5 or netCDF file some other program wrote: read it unchecked
         meta = backend.plain_document(path)
     if file_identity(path) != before:
