@@ -411,7 +411,7 @@ class Backend(Protocol):
         """Serial, no MPI (rank 0 at a restart's open): :meth:`read_document`'s document, with the checks a
         restart needs. ``reads_checked``: the engine will check every block it reads against its checksum at the
         offset the document records (False: the caller opened with ``verify=False``). Optional
-        (:func:`restart_document_of`): where ``reads_checked``, a format whose :meth:`read_document` checks more
+        (``restart_document_of``): where ``reads_checked``, a format whose :meth:`read_document` checks more
         than the document (each HDF5 dataset's object header) may check less here; errors as
         :meth:`read_document`'s."""
         return self.read_document(path)

@@ -62,11 +62,12 @@ full file system; see :meth:`_HDF5WriteHandle.abort` for what happens after othe
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from struct import error as struct_error
 from typing import Any
 
 import numpy as np
+from ckptio.backends import hdf5_checks as checks
 from ckptio.backends import hdf5_lib as lib
 from ckptio.backends import hdf5_write, rawio
 from ckptio.backends.base import (
@@ -84,7 +85,6 @@ from ckptio.backends.base import (
     FormatVersionError,
     IncompleteCheckpointError,
     Placement,
-    RewrittenCheckpointError,
     VariablePlan,
     VariableRecord,
 )
@@ -195,22 +195,22 @@ class HDF5Backend(Backend):
         return self._read_document(path, decoded=False)
 
     def restart_document(self, path: str, reads_checked: bool) -> CheckpointDocument:
-        """Serial, no MPI (rank 0 at a restart's open): :meth:`read_document`, but where the engine checks every
-        block it reads (``reads_checked``), with ONE dataset's shape and offset checked (:func:`_probe_datasets`)
-        instead of each one. Why: the restart reads every variable's bytes at the offsets the document records
-        and checks each block against its checksum there, so the object headers add nothing to what it returns;
-        opening 10,000 datasets one by one on rank 0 while the other ranks waited was a fifth of an HDF5 restart
-        of 10,000 small variables. What stays: a file another tool rewrote moved every dataset, the probed one
-        included (RewrittenCheckpointError); HDF5 itself refuses a truncated file (IncompleteCheckpointError).
-        With ``verify=False`` (nothing checked at the reads), without h5py (the built-in parser), and for
-        ``inspect``, ``verify`` and the commit: every dataset, as :meth:`read_document`."""
+        """Serial, no MPI (rank 0 at a restart's open): :meth:`read_document`, but where the engine checks every block
+        it reads (``reads_checked``), with ONE dataset's shape and offset checked (``hdf5_checks.probe_datasets``)
+        instead of each one. Why: the restart reads every variable's bytes at the offsets the document records and
+        checks each block against its checksum there, so the object headers add nothing to what it returns; opening
+        10,000 datasets one by one on rank 0 while the other ranks waited was a fifth of an HDF5 restart of 10,000 small
+        variables. What stays: a file another tool rewrote moved every dataset, the probed one included
+        (RewrittenCheckpointError); HDF5 itself refuses a truncated file (IncompleteCheckpointError). With
+        ``verify=False`` (nothing checked at the reads), without h5py (the built-in parser), and for ``inspect``,
+        ``verify`` and the commit: every dataset, as :meth:`read_document`."""
         if not reads_checked or load_h5py() is None:
             return self.read_document(path)
         return self._read_document(path, decoded=True, datasets="probe")
 
     def _read_document(self, path: str, decoded: bool, datasets: str = "every") -> Any:
         """:meth:`read_document` (``decoded``) or :meth:`stored_document`, through h5py, checking ``datasets``:
-        "every" one (:func:`_check_datasets`) or the "probe" of :meth:`restart_document`."""
+        "every" one (``hdf5_checks.check_datasets``) or the "probe" of :meth:`restart_document`."""
         try:
             size = os.path.getsize(path)
             with open_for_reading(path) as f:
@@ -235,9 +235,9 @@ class HDF5Backend(Backend):
                     _check_document_checksum(path, text, group.attrs.get("metadata_checksum"))
                     meta = _listed_datasets(path, text)
                 if datasets == "every":
-                    _check_datasets(path, f, meta, size)
+                    checks.check_datasets(path, f, meta, size)
                 else:
-                    _probe_datasets(path, f, meta, size)
+                    checks.probe_datasets(path, f, meta, size)
         except CheckpointError:
             raise
         except OSError as exc:  # HDF5 cannot open or read the file
@@ -299,7 +299,7 @@ def _read_metadata_lite(path: str) -> dict[str, Any]:
                 addr = f.lookup(f"/{name}")
                 dset = f.dataset(addr) if addr is not None else None
                 found[name] = (None, None) if dset is None else (list(dset.shape), dset.address)
-            _check_found_datasets(path, meta, found, size)
+            checks.check_found_datasets(path, meta, found, size)
     except CheckpointError:
         raise
     except OSError as exc:
@@ -307,98 +307,6 @@ def _read_metadata_lite(path: str) -> dict[str, Any]:
     except (IndexError, KeyError, TypeError, ValueError, struct_error) as exc:  # values a damaged file holds
         raise CorruptCheckpointError(f"{path}: HDF5 structure is damaged ({exc})") from None
     return meta
-
-
-def _check_dataset(path: str, name: str, var: VariableRecord, shape: list[int] | None, offset: int | None,
-                   size: int) -> None:
-    """Variable ``name`` of the document is a dataset of its shape (``shape``; None: no such dataset) at its
-    recorded offset (``offset``), inside the file (``size`` bytes)."""
-    recorded = var.file_offset
-    if shape is None or shape != list(var.shape):
-        raise CorruptCheckpointError(f"{path}: variable {name!r}: no dataset /{name} of shape {list(var.shape)}")
-    if var.nbytes and (recorded is None or offset != recorded):
-        raise CorruptCheckpointError(f"{path}: variable {name!r}: dataset offset {offset} does "
-                                     f"not match the metadata ({recorded})")
-    if var.nbytes and recorded + var.nbytes > size:
-        raise IncompleteCheckpointError(f"{path}: variable {name!r}: file ends inside the dataset (truncated)")
-
-
-def _check_datasets(path: str, f: h5py.File, meta: CheckpointDocument, size: int) -> None:
-    """Every variable of the document is a dataset of its shape at its recorded offset, inside the file."""
-    if meta.backend != HDF5Backend.name:
-        raise CorruptCheckpointError(f"{path}: metadata says backend {meta.backend!r}, file is HDF5")
-    _check_found_datasets(path, meta, _found_datasets(f, meta.variables), size)
-
-
-def _probe_datasets(path: str, f: h5py.File, meta: CheckpointDocument, size: int) -> None:
-    """The restart's check (:meth:`HDF5Backend.restart_document`): the first variable holding data is a dataset of
-    its shape at its recorded offset; where it is not (or has no recorded offset), :func:`_check_datasets` of every
-    dataset names what happened (another tool rewrote the file, or which dataset is damaged)."""
-    if meta.backend != HDF5Backend.name:
-        raise CorruptCheckpointError(f"{path}: metadata says backend {meta.backend!r}, file is HDF5")
-    probe = next((name for name, var in meta.variables.items() if var.nbytes), None)
-    if probe is None:
-        return  # nothing the restart reads from the file
-    var = meta.variables[probe]
-    if var.file_offset is not None and _found_datasets(f, [probe])[probe] == (list(var.shape), var.file_offset):
-        return
-    _check_datasets(path, f, meta, size)  # raises: the probed dataset does not match
-    raise CorruptCheckpointError(f"{path}: variable {probe!r}: the dataset does not match the metadata")
-
-
-def _found_datasets(f: h5py.File, names: Iterable[str]) -> dict[str, tuple[list[int] | None, int | None]]:
-    """Name -> (shape, storage offset) of each named dataset of ``f``'s root group, (None, None) where there is
-    no dataset of that name."""
-    found = {}
-    group = f.id
-    for name in names:  # h5py's low-level objects: half the cost of f.get() per variable
-        try:
-            obj = h5py.h5o.open(group, name.encode("utf-8"))
-        except KeyError:  # no such object (h5py's error for HDF5's "not found"; other errors are damage)
-            obj = None
-        found[name] = (list(obj.shape), obj.get_offset()) if isinstance(obj, h5py.h5d.DatasetID) else (None, None)
-    return found
-
-
-def _check_found_datasets(path: str, meta: CheckpointDocument, found: Mapping[str, tuple[list[int] | None, int | None]],
-                          size: int) -> None:
-    """Every variable of the document against ``found`` (name -> the dataset's shape and offset, or Nones: no
-    such dataset): first whether another tool rewrote the file (:func:`rewritten_by_another_tool`), then each
-    variable (:func:`_check_dataset`)."""
-    why = rewritten_by_another_tool(meta, found, size)
-    if why is not None:
-        raise RewrittenCheckpointError(f"{path}: rewritten by another tool after ckptio committed it (h5repack, "
-                                       f"h5copy or a program that copied every object into a new file?): {why}; "
-                                       "ckptio cannot read or verify the values there (they are probably intact: "
-                                       "h5dump shows them); restart from the file as ckptio wrote it")
-    for name, var in meta.variables.items():
-        _check_dataset(path, name, var, found[name][0], found[name][1], size)
-
-
-def rewritten_by_another_tool(meta: CheckpointDocument, found: Mapping[str, tuple[list[int] | None, int | None]],
-                              size: int) -> str | None:
-    """Local: why the file looks rewritten by another tool, or None. The evidence: the metadata document is intact
-    (checked before), every variable holding data is a dataset of its shape, and EVERY one of them is somewhere
-    else than where ckptio wrote it (another offset, or no longer contiguous: ``offset`` None). A damaged
-    address (a flipped bit) moves one dataset, not all of them, and stays "corrupt"; so does a single-variable
-    file whose one dataset now points outside the file."""
-    moved = []
-    for name, var in meta.variables.items():
-        nbytes = var.nbytes
-        if not nbytes:
-            continue
-        shape, offset = found.get(name, (None, None))
-        recorded = var.file_offset
-        if shape != list(var.shape) or offset == recorded:
-            return None
-        if offset is not None and offset + nbytes > size:
-            return None
-        moved.append(f"{name!r} at {'no single offset (no longer contiguous)' if offset is None else offset}, "
-                     f"written at {recorded}")
-    if not moved:
-        return None
-    shown = "; ".join(moved[:3]) + (f"; ... ({len(moved)} variables)" if len(moved) > 3 else "")
-    return f"every dataset moved ({shown})"
 
 
 def _parse_document(path: str, text: bytes, stored_checksum: Any) -> CheckpointDocument:
@@ -415,9 +323,9 @@ def _check_document_checksum(path: str, text: bytes, stored_checksum: Any) -> No
 
 
 def _listed_datasets(path: str, text: bytes) -> CheckpointDocument:
-    """Local: what :func:`_check_datasets` needs of a document whose checksum matched (the backend, each variable's
-    dtype, shape and storage offset: :func:`ckptio.model.meta.loads_listing`, no typed blocks, no validation; the
-    commit's check compares the bytes with the ones it wrote). CorruptCheckpointError when it is not that."""
+    """Local: what ``hdf5_checks.check_datasets`` needs of a document whose checksum matched (the backend, each
+    variable's dtype, shape and storage offset: :func:`ckptio.model.meta.loads_listing`, no typed blocks, no validation;
+    the commit's check compares the bytes with the ones it wrote). CorruptCheckpointError when it is not that."""
     try:
         return metamod.loads_listing(text)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:

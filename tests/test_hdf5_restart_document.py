@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from ckptio.backends import hdf5 as hdf5_backend
+from ckptio.backends import hdf5_checks
 
 import ckptio
 from ckptio.tools.cli import inspect_report
@@ -38,14 +39,14 @@ def test_restart_opens_one_dataset_and_reads_every_variable(tmp_path: Path, monk
     path = tmp_path / "chk.h5"
     _write(path)
     looked_up: list[list[str]] = []
-    real = hdf5_backend._found_datasets
+    real = hdf5_checks.found_datasets
 
     def recording(f, names):
         names = list(names)
         looked_up.append(names)
         return real(f, names)
 
-    monkeypatch.setattr(hdf5_backend, "_found_datasets", recording)
+    monkeypatch.setattr(hdf5_checks, "found_datasets", recording)
     backend = hdf5_backend.HDF5Backend()
     assert backend.restart_document(str(path), reads_checked=True) == backend.read_document(str(path))
     assert looked_up == [["v00"], [f"v{v:02d}" for v in range(NVARS)]]  # restart: one; read_document: each

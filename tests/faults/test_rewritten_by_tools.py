@@ -79,7 +79,7 @@ def test_netcdf_rewritten_by_another_tool_is_rewritten_not_corrupt(tmp_path: Pat
 def test_one_moved_dataset_is_still_corrupt(tmp_path: Path) -> None:
     """The rule needs EVERY variable moved: a document whose one variable's recorded offset is wrong (what a
     flipped address bit looks like) stays "corrupt"."""
-    from ckptio.backends.hdf5 import rewritten_by_another_tool
+    from ckptio.backends.hdf5_checks import rewritten_by_another_tool
 
     from ckptio.model.document import CheckpointDocument, StorageRecord, VariableRecord
 
