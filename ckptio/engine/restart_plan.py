@@ -136,7 +136,7 @@ def plan_open(path: str, size: int, gathered: list[tuple[dict[str, Any], int]], 
               per_rank: list[dict[str, Any]]) -> OpenPlan:
     """Rank 0, once at open: ``gathered`` holds every rank's ``(ReadOptions.agreed_part, node leader)``;
     ``aggregators`` is the requested count (None: the default rule); every rank's ``verify`` is in its agreed
-    part. Fills ``per_rank`` with each rank's own
+    part (it decides how much of the file the backend checks at open). Fills ``per_rank`` with each rank's own
     payload (``segments``, and ``table``: an aggregator's rows of the extent table as arrays, else None) and
     returns what every rank gets: the backend's name, the metadata without its block lists, the routing index
     and the file's identity."""
