@@ -157,13 +157,6 @@ def stored_document_of(backend: Any, path: str) -> bytes | None:
     return None if method is None else method(path)
 
 
-def restart_document_of(backend: Any, path: str, reads_checked: bool) -> Any:
-    """Serial (rank 0 at a restart's open): ``backend.restart_document(path, reads_checked)`` where the backend has
-    one (optional, as :func:`stored_document_of`'s method), else ``backend.read_document(path)``."""
-    method = getattr(backend, "restart_document", None)
-    return backend.read_document(path) if method is None else method(path, reads_checked)
-
-
 @dataclass(frozen=True)
 class CreateOptions:
     """What ``Backend.create`` needs besides the plan, the same on every rank."""
@@ -406,15 +399,6 @@ class Backend(Protocol):
         bytes it wrote, which is cheaper than decoding them again (tens of microseconds per variable). The
         default, None, says the format has no cheaper way: the commit then calls :meth:`read_document`."""
         return None
-
-    def restart_document(self, path: str, reads_checked: bool) -> Any:
-        """Serial, no MPI (rank 0 at a restart's open): :meth:`read_document`'s document, with the checks a
-        restart needs. ``reads_checked``: the engine will check every block it reads against its checksum at the
-        offset the document records (False: the caller opened with ``verify=False``). Optional
-        (``restart_document_of``): where ``reads_checked``, a format whose :meth:`read_document` checks more
-        than the document (each HDF5 dataset's object header) may check less here; errors as
-        :meth:`read_document`'s."""
-        return self.read_document(path)
 
     def extents(self, meta: Any) -> list[Extent]:
         """Pure: where every variable's bytes lie, as extents sorted by file offset."""

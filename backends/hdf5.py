@@ -194,23 +194,8 @@ class HDF5Backend(Backend):
             return None
         return self._read_document(path, decoded=False)
 
-    def restart_document(self, path: str, reads_checked: bool) -> CheckpointDocument:
-        """Serial, no MPI (rank 0 at a restart's open): :meth:`read_document`, but where the engine checks every block
-        it reads (``reads_checked``), with ONE dataset's shape and offset checked (``hdf5_checks.probe_datasets``)
-        instead of each one. Why: the restart reads every variable's bytes at the offsets the document records and
-        checks each block against its checksum there, so the object headers add nothing to what it returns; opening
-        10,000 datasets one by one on rank 0 while the other ranks waited was a fifth of an HDF5 restart of 10,000 small
-        variables. What stays: a file another tool rewrote moved every dataset, the probed one included
-        (RewrittenCheckpointError); HDF5 itself refuses a truncated file (IncompleteCheckpointError). With
-        ``verify=False`` (nothing checked at the reads), without h5py (the built-in parser), and for ``inspect``,
-        ``verify`` and the commit: every dataset, as :meth:`read_document`."""
-        if not reads_checked or load_h5py() is None:
-            return self.read_document(path)
-        return self._read_document(path, decoded=True, datasets="probe")
-
-    def _read_document(self, path: str, decoded: bool, datasets: str = "every") -> Any:
-        """:meth:`read_document` (``decoded``) or :meth:`stored_document`, through h5py, checking ``datasets``:
-        "every" one (``hdf5_checks.check_datasets``) or the "probe" of :meth:`restart_document`."""
+    def _read_document(self, path: str, decoded: bool) -> Any:
+        """:meth:`read_document` (``decoded``) or :meth:`stored_document`, through h5py."""
         try:
             size = os.path.getsize(path)
             with open_for_reading(path) as f:
@@ -234,10 +219,7 @@ class HDF5Backend(Backend):
                 else:
                     _check_document_checksum(path, text, group.attrs.get("metadata_checksum"))
                     meta = _listed_datasets(path, text)
-                if datasets == "every":
-                    checks.check_datasets(path, f, meta, size)
-                else:
-                    checks.probe_datasets(path, f, meta, size)
+                checks.check_datasets(path, f, meta, size)
         except CheckpointError:
             raise
         except OSError as exc:  # HDF5 cannot open or read the file

@@ -1,8 +1,9 @@
 """The HDF5 backend's check of a checkpoint's datasets against its metadata document: each variable a dataset of
-its shape at the byte offset the document records (what finds object headers a full file system lost, or a file
-another tool rewrote), all of them (``read_document``, ``inspect``, ``verify``, the commit) or the first one only
-(a restart whose reads check every block's checksum: ``HDF5Backend.restart_document``). Serial, no MPI: rank 0
-or one process, on a file opened with h5py (or the built-in parser's findings)."""
+its shape at the byte offset the document records. It finds object headers a full file system lost, a file
+another tool rewrote (every dataset moved), and a dataset another program deleted, renamed or re-created (a
+restart would otherwise return the bytes ckptio committed, still at their old offset and passing their
+checksums, while HDF5 readers see other values). Serial, no MPI: rank 0 at a restart's open, the commit's last
+check, ``inspect``; on a file opened with h5py (or on what the built-in parser found)."""
 
 from __future__ import annotations
 
@@ -36,22 +37,6 @@ def check_datasets(path: str, f: Any, meta: CheckpointDocument, size: int) -> No
     if meta.backend != BACKEND:
         raise CorruptCheckpointError(f"{path}: metadata says backend {meta.backend!r}, file is HDF5")
     check_found_datasets(path, meta, found_datasets(f, meta.variables), size)
-
-
-def probe_datasets(path: str, f: Any, meta: CheckpointDocument, size: int) -> None:
-    """The restart's check (``HDF5Backend.restart_document``): the first variable holding data is a dataset of
-    its shape at its recorded offset; where it is not (or has no recorded offset), :func:`check_datasets` of every
-    dataset names what happened (another tool rewrote the file, or which dataset is damaged)."""
-    if meta.backend != BACKEND:
-        raise CorruptCheckpointError(f"{path}: metadata says backend {meta.backend!r}, file is HDF5")
-    probe = next((name for name, var in meta.variables.items() if var.nbytes), None)
-    if probe is None:
-        return  # nothing the restart reads from the file
-    var = meta.variables[probe]
-    if var.file_offset is not None and found_datasets(f, [probe])[probe] == (list(var.shape), var.file_offset):
-        return
-    check_datasets(path, f, meta, size)  # raises: the probed dataset does not match
-    raise CorruptCheckpointError(f"{path}: variable {probe!r}: the dataset does not match the metadata")
 
 
 def found_datasets(f: Any, names: Iterable[str]) -> Found:

@@ -56,12 +56,9 @@ class Reader:
 
     @property
     def verify(self) -> bool:
-        """Local: whether reads verify the checksums (``verify=`` of :func:`ckptio.open`; False for a plain file)."""
+        """Local: whether reads verify the checksums (``verify=`` of :func:`ckptio.open`, agreed by every rank at
+        open; False for a plain file). Read-only."""
         return self._restart.verify
-
-    @verify.setter
-    def verify(self, value: bool) -> None:
-        self._restart.verify = bool(value)
 
     # ---------------------------------------------------------------------------------------------- API
     @property

@@ -121,6 +121,7 @@ def test_buffer_sizes_with_units_are_accepted(args_run) -> None:
     ("arg_buffer_zero_one_rank", ("buffer_bytes=0", "positive")),
     ("arg_buffer_differs", ("buffer_bytes differs between ranks",)),
     ("arg_verify_differs", ("verify differs between ranks", "verify=")),
+    ("arg_verify_string_one_rank", ("verify='no'", "give True or False")),
     ("open_path_differs", ("the path differs between ranks", "every rank must open the same checkpoint")),
     ("env_aggregators_garbage_one_rank", ("CKPTIO_AGGREGATORS='two'",)),
     ("arg_aggregators_zero", ("aggregators=0",))])

@@ -38,7 +38,7 @@ from ckptio.coord import datatypes as memtypes
 from ckptio.coord import hints as hintsmod
 from ckptio.engine import placement_stats, readpipe, restart_memory
 from ckptio.engine import restart_parts as parts
-from ckptio.engine.restart_plan import ReadOptions, file_identity, plan_open, stripe_unit
+from ckptio.engine.restart_plan import ReadOptions, checked_verify, file_identity, plan_open, stripe_unit
 from ckptio.errors import CheckpointIOError
 from ckptio.model import readplan
 from ckptio.model.document import CheckpointDocument
@@ -143,18 +143,19 @@ class Restart:
         """Collective over ``comm``: ``options()`` (every rank's resolved options, checked alike on rank 0), the
         node of every rank (gathered on rank 0), the metadata and the extent table (rank 0 reads and partitions
         them), then a broadcast of the variables and the routing index and a scatter of each aggregator's rows."""
-        self.path, self.comm, self.verify = path, comm, verify
+        self.path, self.comm = path, comm
         node = coord.node_leader(comm)
         chosen: list[ReadOptions] = []
         per_rank: list[Any] = []
 
         def local() -> tuple[dict[str, Any], int]:
             chosen.append(options())
-            return {**chosen[0].agreed_part(path), "verify": bool(verify)}, node
+            return {**chosen[0].agreed_part(path), "verify": checked_verify(verify)}, node
 
         common = coord.gather_and_plan(comm, f"open {path}", local, lambda gathered: plan_open(
             path, comm.Get_size(), gathered, gathered[0][0]["aggregators"], per_rank))
         own = coord.scatter_from_root(comm, f"open {path}: restart plan", lambda: per_rank)
+        self.verify = checked_verify(verify)  # (checked in the agreed phase above: valid here on every rank)
         self.meta: CheckpointDocument = common.meta
         self._identity: tuple[int, int, int] = common.identity
         if not self.meta.checksummed:  # a plain HDF5/netCDF file: nothing to verify against

@@ -22,7 +22,6 @@ import numpy as np
 
 from ckptio import settings
 from ckptio.backends import detect_backend
-from ckptio.backends.base import restart_document_of
 from ckptio.coord import hints as hintsmod
 from ckptio.engine import fslayout
 from ckptio.errors import CheckpointIOError, DeclarationError, UnknownFormatError
@@ -66,6 +65,16 @@ def resolve_options(size: int, hints: Mapping[str, Any] | None, aggregators: obj
     count = (units.parse_count(aggregators, "aggregators") if aggregators is not None
              else hintsmod.aggregator_override(hints))
     return ReadOptions(resolved, nbytes, count, settings.get("CKPTIO_READ_IO"))
+
+
+def checked_verify(value: object) -> bool:
+    """Local, every rank: ``verify=`` of ``ckptio.open`` as a bool; a DeclarationError for anything but a bool
+    (``"false"`` would have turned checking on, ``None`` or ``0`` off). Agreed between ranks at open (in the
+    options every rank must give alike): an aggregator that did not check would hand unchecked bytes to ranks that
+    asked for checked ones."""
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    raise DeclarationError(f"ckptio.open: verify={value!r}: give True or False")
 
 
 def file_identity(path: str) -> tuple[int, int, int]:
@@ -135,16 +144,15 @@ class OpenPlan:
 def plan_open(path: str, size: int, gathered: list[tuple[dict[str, Any], int]], aggregators: int | None,
               per_rank: list[dict[str, Any]]) -> OpenPlan:
     """Rank 0, once at open: ``gathered`` holds every rank's ``(ReadOptions.agreed_part, node leader)``;
-    ``aggregators`` is the requested count (None: the default rule); every rank's ``verify`` is in its agreed
-    part (it decides how much of the file the backend checks at open). Fills ``per_rank`` with each rank's own
+    ``aggregators`` is the requested count (None: the default rule). Fills ``per_rank`` with each rank's own
     payload (``segments``, and ``table``: an aggregator's rows of the extent table as arrays, else None) and
     returns what every rank gets: the backend's name, the metadata without its block lists, the routing index
     and the file's identity."""
     check_same_options([g[0] for g in gathered])
     backend = detect_backend(path, thorough=True)  # one file, opened on purpose: diagnose damage
     before = file_identity(path)  # (after detect_backend, which names a missing or unfollowable path)
-    try:  # the reads check every block against its checksum unless the caller said verify=False
-        meta = restart_document_of(backend, path, reads_checked=bool(gathered[0][0]["verify"]))
+    try:
+        meta = backend.read_document(path)
     except UnknownFormatError:  # an HDF5 or netCDF file some other program wrote: read it unchecked
         meta = backend.plain_document(path)
     if file_identity(path) != before:

@@ -274,7 +274,8 @@ def args_cases(directory: str, backend: str) -> dict[str, Callable[[], Any]]:
     cases["env_buffer_garbage"] = read_with({"CKPTIO_BUFFER_BYTES": "lots"})
     cases["arg_buffer_zero_one_rank"] = read_with(buffer_bytes=0 if rank == last else None)
     cases["arg_buffer_differs"] = read_with(buffer_bytes="1M" if rank == last else "2M")
-    cases["arg_verify_differs"] = read_with(verify=rank != last)  # rank 0 decides from it what to check at open
+    cases["arg_verify_differs"] = read_with(verify=rank != last)  # an aggregator's choice serves other ranks
+    cases["arg_verify_string_one_rank"] = read_with(verify="no" if rank == last else True)  # "no" was truthy
     cases["env_aggregators_garbage_one_rank"] = read_with({"CKPTIO_AGGREGATORS": "two"} if rank == last else None)
 
     def open_path_differs() -> Any:  # outside trial: an aggregator read another checkpoint -> false "corrupt"
