@@ -76,4 +76,11 @@ for key, value in staged.items():
 assert np.array_equal(staged["flags_whole"], flags.astype(np.int32))
 assert np.array_equal(staged["own_segment"], tracers[r]) and np.array_equal(staged["all_tracers"], every_tracer)
 assert (r != n - 1) or np.array_equal(staged["whole_on_last"], dens)
+# a bad verify= on the last rank only: the same clear error on every rank, no hang (the staged path agrees on it)
+try:
+    ckptio.open(path, comm, stage_dir=stage, verify="no" if r == n - 1 else True)
+except ckptio.CheckpointError as exc:
+    assert "verify='no'" in str(exc) and "give True or False" in str(exc), exc
+else:
+    raise AssertionError("verify='no' on one rank was accepted")
 print("STAGED READS OK", r, stats["bytes_received"], stats["messages"], flush=True)

@@ -31,6 +31,7 @@ from ckptio.coord import comms, exchange
 from ckptio.coord import datatypes as memtypes
 from ckptio.engine import placement_stats
 from ckptio.engine.restart import ReadStats
+from ckptio.engine.restart_plan import checked_verify
 from ckptio.errors import CheckpointError, ClosedCheckpointError
 from ckptio.model import pagealign
 from ckptio.model import staged_directory as sd
@@ -71,8 +72,12 @@ def open_staged(path: str, comm, stage_dir: str, verify: bool = True) -> StagedR
     """Collective: a StagedReader of the newest usable staged copy of ``path``, or None on every rank."""
     rank, nprocs = comm.Get_rank(), comm.Get_size()
     path = os.path.abspath(path)
-    found = coord.gather_and_plan(comm, f"open {path}: staged copies",
-                                  lambda: _candidate(stage_dir, path, rank, nprocs),
+
+    def candidate() -> tuple[str | None, str | None]:
+        checked_verify(verify)  # (a bad verify= on one rank: the same error on every rank, here)
+        return _candidate(stage_dir, path, rank, nprocs)
+
+    found = coord.gather_and_plan(comm, f"open {path}: staged copies", candidate,
                                   lambda views: _agree_token(views, stage_dir, path))
     token, problem = found
     if token is not None:
