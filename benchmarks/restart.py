@@ -3,7 +3,7 @@
 Files: a native ckptio checkpoint, an h5py file and the storage reference's file (IOR, else the built-in MPI-IO
 reference: benchmarks/ior.py), each written once by every writer rank, then read once cold, untimed
 (:func:`warm_up`). Then ``repeats`` interleaved rounds: for each reader count R (ranks 0..R-1, the shifted
-decomposition of benchmarks/common.py), for each reader, in an order that rotates by one every round: evict the
+decomposition of benchmarks/common.py), for each reader, in the round's order (common.round_order): evict the
 file from the page cache (checked with mincore), cold read, hot read. Readers:
 
 * ``ckptio-alloc``: ``ck.read(name, offset, shape)`` per variable, ckptio allocates the arrays (how Python
