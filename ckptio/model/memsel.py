@@ -25,6 +25,7 @@ Everything here is local and pure numpy (no MPI).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import xxhash
@@ -70,6 +71,39 @@ def runs(array: np.ndarray) -> tuple[np.ndarray, int]:
     for n, s in zip(shape, strides, strict=True):
         offsets = (offsets[:, None] + np.arange(n, dtype=np.int64)[None, :] * s).reshape(-1)
     return offsets, run
+
+
+def numpy_owned(array: np.ndarray) -> bool:
+    """True when ``array`` is writeable memory that numpy itself allocated (the root of its chain of bases owns
+    its data), the only memory a library may change for a moment and restore: not a file mapping (``np.memmap``,
+    ``mmap``), nor the buffer of another object (``bytes``, a C or Fortran caller's memory, MPI shared memory)."""
+    if not array.flags.writeable:
+        return False
+    root = array
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    return root.base is None and root.flags.owndata
+
+
+def overlapping(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """For each array, whether its byte bounds overlap those of another array in ``arrays``: a conservative test
+    for shared memory (two views whose bounds interleave without sharing an element count as overlapping), in
+    O(n log n). Empty arrays overlap nothing. Local."""
+    n = len(arrays)
+    shared = np.zeros(n, dtype=bool)
+    held = [i for i, a in enumerate(arrays) if a.size]
+    if len(held) < 2:
+        return shared
+    bounds = np.array([np.lib.array_utils.byte_bounds(arrays[i]) for i in held], dtype=np.int64)
+    order = np.argsort(bounds[:, 0], kind="stable")
+    lo, hi = bounds[order, 0], bounds[order, 1]
+    reach = np.maximum.accumulate(hi)  # the furthest end of the arrays starting at or before each one
+    before = np.zeros(len(held), dtype=bool)
+    before[1:] = lo[1:] < reach[:-1]  # starts inside an array that starts earlier
+    after = np.zeros(len(held), dtype=bool)
+    after[:-1] = lo[1:] < hi[:-1]  # the next one (sorted by start) starts inside it
+    shared[np.asarray(held)[order]] = before | after
+    return shared
 
 
 def address(array: np.ndarray) -> int:

@@ -178,3 +178,29 @@ def run_before_commit(backend: str, action: Callable[[], None]) -> None:
         return handle
 
     cls.create = create_then_act_before_commit
+
+
+def fail_after_posting(backend: str, rank: int) -> None:
+    """From now on, the data write of every checkpoint backend ``backend`` writes fails on world rank ``rank`` once
+    its write handle has prepared (posted) the write: the handle's ``write`` raises RuntimeError after it returned
+    its steps, before any of them ran (the engine agrees on the failure and aborts on every rank)."""
+    from ckptio.backends import get_backend
+    from mpi4py import MPI
+
+    cls = type(get_backend(backend))
+    create = cls.create
+
+    def create_failing_after_posting(self, *args, **kw):
+        handle = create(self, *args, **kw)
+        write = handle.write
+
+        def write_then_fail(*a, **k):
+            steps = write(*a, **k)
+            if MPI.COMM_WORLD.rank == rank:
+                raise RuntimeError(f"injected: rank {rank} fails after posting its writes")
+            return steps
+
+        handle.write = write_then_fail
+        return handle
+
+    cls.create = create_failing_after_posting
