@@ -155,7 +155,7 @@ class Restart:
         common = coord.gather_and_plan(comm, f"open {path}", local, lambda gathered: plan_open(
             path, comm.Get_size(), gathered, gathered[0][0]["aggregators"], per_rank))
         own = coord.scatter_from_root(comm, f"open {path}: restart plan", lambda: per_rank)
-        self.verify = checked_verify(verify)  # (checked in the agreed phase above: valid here on every rank)
+        self.verify = bool(verify)  # a bool, the same on every rank: checked and agreed in the phase above
         self.meta: CheckpointDocument = common.meta
         self._identity: tuple[int, int, int] = common.identity
         if not self.meta.checksummed:  # a plain HDF5/netCDF file: nothing to verify against
