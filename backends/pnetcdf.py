@@ -104,7 +104,7 @@ class PnetCDFBackend(Backend):
     capabilities = Capabilities(compression=False, segments=True, complex_dtypes=False, bool_dtype=False,
                                 unsigned_dtypes=True, float16=False,
                                 readable_by=("ckptio", "ncmpidump", "ncdump", "netCDF4-python", "any CDF-5 reader"))
-    # byte-swap write buffers in place, no second copy of the data (pnetcdf_write.swappable says which are safe)
+    # byte-swap write buffers in place, no second copy of the data (pnetcdf_buffers.swappable: which are safe)
     extra_hints = {"nc_in_place_swap": "enable"}
 
     signature = b"CDF\x05"  # ckptio writes CDF-5 only (sniff also accepts CDF-1 and CDF-2 files)

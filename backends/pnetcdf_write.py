@@ -11,13 +11,13 @@ to the end of the fixed-size variables after ``enddef``, and the metadata docume
 off. CDF is big-endian: with the hint ``nc_in_place_swap=enable`` PnetCDF byte-swaps each contiguous write
 buffer in place and back once the data is written, where ``disable`` (ckptio's choice until 2026-12) made it
 allocate and fill a swapped copy of every block, a second copy of the rank's whole share (measured: 1 GiB on 4
-ranks took 1.8-2.1 s with the copies, 1.3-1.4 s without, as long as direct PnetCDF's default). ckptio hands
-PnetCDF only buffers it may change for that moment, and a private copy of any other
-(:mod:`ckptio.backends.pnetcdf_buffers`); so
-while ``close()`` writes, the caller's arrays hold their bytes swapped, and they are restored before it returns,
-also when it fails. ``hints={"nc_in_place_swap": "disable"}`` keeps PnetCDF off the caller's memory entirely
-(for a program whose other threads read the arrays during the checkpoint). ``nc_var_align_size`` = the stripe
-unit when the data is large enough that aligning every variable to a stripe wastes under 1/16 of the file.
+ranks took 1.79-2.14 s with the copies, 1.23 s without, as long as direct PnetCDF's default, 1.25 s). ckptio
+hands PnetCDF only buffers it may change for that moment, and a private copy of any other
+(:mod:`ckptio.backends.pnetcdf_buffers`): while ``close()`` writes, the caller's arrays hold their bytes swapped,
+and they are restored before it returns, also when it fails. ``hints={"nc_in_place_swap": "disable"}`` keeps
+PnetCDF off the caller's memory entirely (for a program whose other threads read the arrays during the
+checkpoint). ``nc_var_align_size`` = the stripe unit when the data is large enough that aligning every variable
+to a stripe wastes under 1/16 of the file.
 """
 
 from __future__ import annotations
