@@ -94,7 +94,8 @@ test-slow: install
 # needs both venvs: `make install MPI=mpich` once). Fault subset: the fast, bounded fault tests (killed ranks in
 # every phase, corruption, declarations...), not the slow matrices.
 MATRIX_TESTS := tests/test_conformance.py tests/test_async_series.py::test_conformance_in_background_modes \
-                tests/test_mpi_stacks.py tests/test_aggregators_strace.py tests/test_bindings.py tests/faults
+                tests/test_mpi_stacks.py tests/test_aggregators_strace.py tests/test_bindings.py tests/faults \
+                tests/test_pnetcdf_swap.py
 test-matrix: install
 	$(PY) -m pytest $(MATRIX_TESTS) -m "not slow and not stack_independent" $(PYTEST_FLAGS)
 
@@ -107,7 +108,7 @@ DRIVER_TESTS := tests/test_conformance.py tests/test_async_series.py::test_confo
                 tests/test_mpi_stacks.py tests/test_aggregators_strace.py tests/faults/test_killed_writer.py \
                 tests/faults/test_killed_write_leftovers.py tests/faults/test_rank_leaves.py \
                 tests/faults/test_lost_writes.py tests/faults/test_aggregated_write_failure.py \
-                tests/faults/test_disk_and_permissions.py
+                tests/faults/test_disk_and_permissions.py tests/test_pnetcdf_swap.py
 test-matrix-driver: install
 	$(PY) -m pytest $(DRIVER_TESTS) -m "not slow and not stack_independent" $(PYTEST_FLAGS)
 

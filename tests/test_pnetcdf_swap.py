@@ -19,9 +19,13 @@ pytestmark = pytest.mark.timeout(600)
 PROGRAM = str(PROGRAMS / "pnetcdf_swap.py")
 needs_pnetcdf = pytest.mark.skipif("pnetcdf" not in ckptio.backends.available_backends(),
                                    reason="the pnetcdf backend is not available")
+# In the MPICH matrix and the ROMIO driver lane too (Makefile MATRIX_TESTS, DRIVER_TESTS): the MPI library's
+# collective write reads the swapped buffers; the local tests below are the same on every stack.
+local = pytest.mark.stack_independent
 
 
 # ----------------------------------------------------------------------------------------------- local, pure
+@local
 def test_numpy_owned_memory_only(tmp_path):
     a = np.arange(10.0)
     assert memsel.numpy_owned(a) and memsel.numpy_owned(a[2:5]) and memsel.numpy_owned(a.reshape(2, 5)[:, 1])
@@ -52,6 +56,7 @@ def _brute_force(arrays):
     return out
 
 
+@local
 def test_overlapping_marks_every_array_whose_bounds_meet_another():
     base = np.arange(1000.0)
     other = np.arange(50.0)
@@ -68,6 +73,7 @@ def test_overlapping_marks_every_array_whose_bounds_meet_another():
         assert list(memsel.overlapping(cuts)) == _brute_force(cuts)
 
 
+@local
 @needs_pnetcdf
 def test_swappable_copies_what_is_not_safe_to_swap_in_place(tmp_path):
     from ckptio.backends.pnetcdf_buffers import swappable
@@ -105,11 +111,15 @@ def test_arrays_restored_when_the_checkpoint_fails_after_posting(tmp_path):
 @needs_pnetcdf
 @pytest.mark.mpi
 def test_no_second_copy_of_the_data(tmp_path):
-    """The peak resident memory grows by far less than the data while it is written; with PnetCDF's swapped copy
+    """The peak resident memory grows by far less than the data while it is written: by ROMIO's collective buffer
+    at most (``cb_buffer_size``, on an aggregator; OMPIO's stays below it); with PnetCDF's swapped copy
     (``nc_in_place_swap=disable``, ckptio's setting before) it grows by the data's size: the measure sees a copy."""
+    from ckptio.coord.hints import DEFAULTS
+
     proc = run_mpi(2, [PROGRAM, "peak", str(tmp_path / "chk.nc")])
     peaks = [line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("PEAK ")]
     assert len(peaks) == 2, proc.stdout + proc.stderr
     for rank, default, disabled, nbytes in (map(int, p) for p in peaks):
         assert disabled > 0.9 * nbytes, f"rank {rank}: the copy was not seen ({disabled:,} of {nbytes:,} bytes)"
-        assert default < nbytes // 4, f"rank {rank}: peak memory grew by {default:,} bytes writing {nbytes:,}"
+        bound = int(DEFAULTS["cb_buffer_size"]) + nbytes // 8
+        assert default < bound, f"rank {rank}: peak memory grew by {default:,} bytes writing {nbytes:,}"
