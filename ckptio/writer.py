@@ -254,7 +254,8 @@ class Writer:
         return {"settings": settings.collective_snapshot(), "backend": self.backend.name, "mode": self.mode,
                 "path": os.path.abspath(self.path),
                 "stage_dir": None if self.stage_dir is None else os.path.abspath(self.stage_dir),
-                "compression": compression_text(self.compression)}
+                "compression": compression_text(self.compression),
+                "hints": tuple(sorted(self.hints.items()))}  # hints= and CKPTIO_HINTS, resolved
 
     def _close_chosen(self) -> None:
         background = (self.mode == "async" or self.stage_dir is not None)
@@ -331,11 +332,17 @@ def _same_arguments(gathered: list[dict[str, Any]]) -> None:
         for rank, g in enumerate(gathered):
             groups.setdefault(g[key], []).append(rank)
         if len(groups) > 1:
-            parts = "; ".join(f"{value!r} on {_ranks_text(ranks)}" for value, ranks in groups.items())
+            if key == "hints":  # the hints that differ, not every hint of every rank
+                first = dict(gathered[0][key])
+                parts = "; ".join(f"{hintsmod.difference(dict(value), first)} on {_ranks_text(ranks)}"
+                                  for value, ranks in groups.items() if value != gathered[0][key])
+                parts += f" (against {_ranks_text(groups[gathered[0][key]])})"
+            else:
+                parts = "; ".join(f"{value!r} on {_ranks_text(ranks)}" for value, ranks in groups.items())
             name = "path" if key == "path" else f"{key}="
             raise DeclarationError(f"ckptio.create was called with different {name} on different ranks: {parts}; "
-                                   "every rank must pass the same path, backend=, mode=, stage_dir= and "
-                                   "compression=")
+                                   "every rank must pass the same path, backend=, mode=, stage_dir=, "
+                                   "compression= and hints=")
 
 
 

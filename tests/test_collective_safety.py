@@ -1,7 +1,8 @@
 """Collective safety of the API edges (issue 11, items 14, 16-20), under mpirun with a time limit.
 
-* 16: different ``backend=``, ``mode=``, path, ``stage_dir=`` or ``compression=`` on one rank: every rank raises a
-  DeclarationError naming the ranks, nothing is written (a backend or mode difference used to hang).
+* 16: different ``backend=``, ``mode=``, path, ``stage_dir=``, ``compression=`` or ``hints=`` on one rank: every rank
+  raises a DeclarationError naming the ranks, nothing is written (a backend or mode difference used to hang; a hints
+  difference was written with rank 0's, recorded as such); a hint value the library would ignore, too.
 * 17: ``write``/``set_attr`` after ``close()``, ``read``/``read_many``/``attrs`` after ``Reader.close()``:
   ClosedCheckpointError (a CheckpointError), not silence or AttributeError.
 * 18: read offsets/shapes of the wrong length, float, bool, negative, a string, a scalar (on one rank):
@@ -72,13 +73,22 @@ def _all_ok(run: LeaveRun, case: str) -> list:
 @pytest.mark.mpi
 @pytest.mark.parametrize("case,token", [("backend_differs", "backend="), ("mode_differs", "mode="),
                                         ("path_differs", "path"), ("stage_dir_differs", "stage_dir="),
-                                        ("compression_differs", "compression=")])
+                                        ("compression_differs", "compression="),
+                                        ("hints_differ", "different hints= on different ranks: nc_in_place_swap='disable' against")])
 def test_create_arguments_that_differ_between_ranks_fail_everywhere(args_run, case: str, token: str) -> None:
     backend, run = args_run
     if case == "compression_differs" and backend != "mpiio":
         pytest.skip("only the native backend compresses")
     last = run.nprocs - 1
     _all_failed(run, case, "DeclarationError", token, f"rank {last}", "declare (arguments)")
+
+
+@pytest.mark.mpi
+def test_a_hint_value_the_library_would_ignore_fails_everywhere(args_run) -> None:
+    """``nc_in_place_swap="false"`` on one rank (PnetCDF took it as "auto" and swapped the arrays in place)."""
+    _backend, run = args_run
+    _all_failed(run, "hint_value_bad_one_rank", "DeclarationError", "nc_in_place_swap='false'",
+                "expected one of enable, disable, auto")
 
 
 # -------------------------------------------------------------------------------- 17: after close
@@ -123,6 +133,7 @@ def test_buffer_sizes_with_units_are_accepted(args_run) -> None:
     ("arg_verify_differs", ("verify differs between ranks", "verify=")),
     ("arg_verify_string_one_rank", ("verify='no'", "give True or False")),
     ("open_path_differs", ("the path differs between ranks", "every rank must open the same checkpoint")),
+    ("open_hints_differ", ("hints differ between ranks", "cb_buffer_size='1048576' against '16777216'")),
     ("env_aggregators_garbage_one_rank", ("CKPTIO_AGGREGATORS='two'",)),
     ("arg_aggregators_zero", ("aggregators=0",))])
 def test_bad_or_differing_sizes_fail_on_every_rank(args_run, case: str, tokens: tuple[str, ...]) -> None:

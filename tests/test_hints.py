@@ -48,3 +48,23 @@ def test_romio_gets_one_aggregator_per_node_unless_overridden():
     assert resolve_hints(8, {"cb_config_list": "*:2"}, environ={}, romio=True)["cb_config_list"] == "*:2"
     assert resolve_hints(8, environ={"CKPTIO_HINTS": "cb_config_list=node1:1"}, romio=True)["cb_config_list"] == \
         "node1:1"
+
+
+@pytest.mark.parametrize("key,value,expected", [("nc_in_place_swap", "Disable", "disable"),
+                                                ("romio_cb_write", " ENABLE ", "enable"),
+                                                ("romio_ds_read", "automatic", "automatic"),
+                                                ("romio_no_indep_rw", "True", "true")])
+def test_switch_hints_are_taken_in_the_libraries_spelling(key, value, expected):
+    """ROMIO reads its switches in lower case only (a capitalised value was ignored); PnetCDF in any case."""
+    assert resolve_hints(4, {key: value}, environ={})[key] == expected
+
+
+@pytest.mark.parametrize("key,value", [("nc_in_place_swap", "false"), ("nc_in_place_swap", "0"),
+                                       ("romio_cb_write", "yes"), ("romio_no_indep_rw", "1")])
+def test_switch_hints_with_a_value_the_library_would_ignore_are_refused(key, value):
+    """PnetCDF took nc_in_place_swap="false" as "auto" (and swapped the caller's arrays in place); ROMIO ignores
+    a romio_cb_write it does not know: the user's intent would be lost without a word."""
+    with pytest.raises(DeclarationError, match=f"hint {key}={value!r}: expected one of"):
+        resolve_hints(4, {key: value}, environ={})
+    with pytest.raises(DeclarationError, match="expected one of"):
+        resolve_hints(4, None, environ={"CKPTIO_HINTS": f"{key}={value}"})

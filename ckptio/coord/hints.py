@@ -46,6 +46,16 @@ DEFAULTS: dict[str, str] = {
 # OMPIO has no such hint (it picks aggregators by its own grouping), so ckptio passes it only where ROMIO runs.
 ROMIO_DEFAULTS: dict[str, str] = {"cb_config_list": "*:1"}
 
+# The hints with a fixed set of values that ckptio sets or documents, and those values (ROMIO takes its switches in
+# lower case, PnetCDF any case): any other value is a DeclarationError instead of being ignored by the library
+# (PnetCDF took nc_in_place_swap="false" as "auto" and swapped the caller's arrays in place: an outside trial).
+ENUMERATED: dict[str, tuple[str, ...]] = {
+    **{key: ("enable", "disable", "automatic") for key in ("romio_cb_write", "romio_cb_read", "romio_ds_write",
+                                                         "romio_ds_read")},
+    "romio_no_indep_rw": ("true", "false"),
+    "nc_in_place_swap": ("enable", "disable", "auto"),
+}
+
 # Added by backends whose every file access is collective (the native one): ROMIO then opens the file on the
 # cb_nodes aggregators only ("deferred open"), so a 7,000-rank job does not send 7,000 opens to the servers.
 COLLECTIVE_ONLY_HINTS: dict[str, str] = {"romio_no_indep_rw": "true"}
@@ -86,9 +96,21 @@ def resolve_hints(
     for key in ("striping_factor", "striping_unit", "cb_nodes", "cb_buffer_size"):
         if key in hints and (not hints[key].isdigit() or int(hints[key]) <= 0):
             raise DeclarationError(f"hint {key}={hints[key]!r} must be a positive integer")
+    for key, values in ENUMERATED.items():
+        if key in hints:
+            if hints[key].strip().lower() not in values:
+                raise DeclarationError(f"hint {key}={hints[key]!r}: expected one of {', '.join(values)}")
+            hints[key] = hints[key].strip().lower()
     if "cb_nodes" not in overrides:
         hints["cb_nodes"] = str(min(int(hints["striping_factor"]), nprocs))
     return hints
+
+
+def difference(first: Mapping[str, str], other: Mapping[str, str]) -> str:
+    """Local: the hints that differ between two resolved sets, as ``key=value`` of ``first`` against ``other``
+    (``<unset>`` where one has no such hint), for an error message."""
+    keys = sorted(k for k in first.keys() | other.keys() if first.get(k) != other.get(k))
+    return ", ".join(f"{k}={first.get(k, '<unset>')!r} against {other.get(k, '<unset>')!r}" for k in keys)
 
 
 def stripe_layout(hints: Mapping[str, str]) -> tuple[int, int]:

@@ -48,7 +48,7 @@ class ReadOptions:
         reads of the file (a different path on one rank made an aggregator read another checkpoint's bytes
         against rank 0's checksums: "corrupt", falsely)."""
         return {"path": os.path.abspath(path), "buffer_bytes": self.buffer_bytes, "aggregators": self.aggregators,
-                "settings": settings.collective_snapshot()}
+                "hints": dict(self.hints), "settings": settings.collective_snapshot()}
 
 
 def resolve_options(size: int, hints: Mapping[str, Any] | None, aggregators: object,
@@ -95,6 +95,10 @@ def check_same_options(gathered: list[dict[str, Any]]) -> None:
             raise DeclarationError(f"ckptio.open: the path differs between ranks (rank 0: {gathered[0][key]!r}, "
                                    f"rank {differ[0]}: {gathered[differ[0]][key]!r}); every rank must open the "
                                    "same checkpoint")
+        if differ and key == "hints":  # the hints that differ, not every hint of both ranks
+            raise DeclarationError(f"ckptio.open: hints differ between ranks (rank {differ[0]}: "
+                                   f"{hintsmod.difference(gathered[differ[0]][key], gathered[0][key])} on rank 0); "
+                                   f"they come from hints= and {hintsmod.ENV_HINTS}: give the same on every rank")
         if differ:
             sources = {"buffer_bytes": f"buffer_bytes= and {ENV_BUFFER_BYTES}", "verify": "verify="}.get(
                 key, f"aggregators=, {hintsmod.ENV_AGGREGATORS}, and cb_nodes in hints= or {hintsmod.ENV_HINTS}")

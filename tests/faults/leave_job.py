@@ -205,6 +205,11 @@ def args_cases(directory: str, backend: str) -> dict[str, Callable[[], Any]]:
     if backend == "mpiio":
         cases["compression_differs"] = lambda: write(os.path.join(directory, "a5"), backend,
                                                      compression="zstd" if rank == last else None)
+    # the MPI-IO library takes rank 0's or mixes them; PnetCDF swapped the caller's arrays on some ranks only
+    cases["hints_differ"] = lambda: write(os.path.join(directory, "a6"), backend,
+                                          hints={"nc_in_place_swap": "disable"} if rank == last else None)
+    cases["hint_value_bad_one_rank"] = lambda: write(os.path.join(directory, "a7"), backend,  # was ignored
+                                                     hints={"nc_in_place_swap": "false"} if rank == last else None)
 
     # 17: use after close
     def write_after_close() -> Any:
@@ -276,6 +281,7 @@ def args_cases(directory: str, backend: str) -> dict[str, Callable[[], Any]]:
     cases["arg_buffer_differs"] = read_with(buffer_bytes="1M" if rank == last else "2M")
     cases["arg_verify_differs"] = read_with(verify=rank != last)  # an aggregator's choice serves other ranks
     cases["arg_verify_string_one_rank"] = read_with(verify="no" if rank == last else True)  # "no" was truthy
+    cases["open_hints_differ"] = read_with(hints={"cb_buffer_size": "1048576"} if rank == last else None)
     cases["env_aggregators_garbage_one_rank"] = read_with({"CKPTIO_AGGREGATORS": "two"} if rank == last else None)
 
     def open_path_differs() -> Any:  # outside trial: an aggregator read another checkpoint -> false "corrupt"
