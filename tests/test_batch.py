@@ -24,6 +24,15 @@ def test_should_exit_signals_time_and_errors(tmp_path, nprocs):
         assert word in proc.stdout, proc.stdout + proc.stderr
 
 
+@pytest.mark.mpi
+def test_no_thread_for_the_signal_watchdog_on_one_rank(tmp_path):
+    """The collective section runs unwatched on that rank (said once on stderr) instead of raising alone."""
+    (tmp_path / "run").mkdir()
+    proc = run_mpi(2, [PROGRAM, "unwatched", str(tmp_path / "run")], timeout=120)
+    assert "UNWATCHED OK" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.stderr.count("cannot watch held signals") == 1, proc.stderr
+
+
 def test_parse_time_left_and_signals():
     assert batch.parse_time_left("1-02:03:04") == 93784.0
     assert batch.parse_time_left("5:07") == 307.0

@@ -84,24 +84,53 @@ class _Watchdog:
     previous_fd = -1  # the wakeup fd set before the section (forwarded to)
     timer: threading.Timer | None = None
 
+    installed = False  # the wakeup fd is this watchdog's pipe (during a section)
+    said_unwatched = False  # _unwatched wrote its line
+
     @classmethod
     def start_section(cls) -> None:
-        """Local, main thread: entering the outermost section."""
+        """Local, main thread: entering the outermost section. Never raises: it runs before the section's first
+        agreement, where an error on one rank would leave the others waiting for it. Without a pipe or a thread
+        (no file descriptor or thread left: a process at its limits) the section runs unwatched, as with
+        ``CKPTIO_SIGNAL_GRACE=0``, and says so once."""
         if cls.pipe is None:
-            r, w = os.pipe()
-            os.set_blocking(w, False)
+            try:
+                r, w = os.pipe()
+            except OSError as exc:
+                cls._unwatched(exc)
+                return
+            try:
+                os.set_blocking(w, False)
+                threading.Thread(target=cls._watch, args=((r, w),), name="ckptio-signal-watchdog",
+                                 daemon=True).start()
+            except (OSError, RuntimeError) as exc:  # RuntimeError: "can't start new thread"
+                os.close(r)
+                os.close(w)
+                cls._unwatched(exc)
+                return
             cls.pipe = (r, w)
-            threading.Thread(target=cls._watch, name="ckptio-signal-watchdog", daemon=True).start()
         try:
             cls.previous_fd = signal.set_wakeup_fd(cls.pipe[1], warn_on_full_buffer=False)
+            cls.installed = True
         except ValueError:  # pragma: no cover - not the main thread (checked by the caller)
             cls.previous_fd = -1
 
     @classmethod
+    def _unwatched(cls, exc: BaseException) -> None:
+        """Local: the section runs without the watchdog (said on stderr the first time)."""
+        if not cls.said_unwatched:
+            cls.said_unwatched = True
+            with contextlib.suppress(Exception):
+                sys.stderr.write(f"ckptio: cannot watch held signals during collective operations ({exc}); a "
+                                 "signal arriving while other ranks have left may leave this rank waiting\n")
+
+    @classmethod
     def end_section(cls) -> None:
         """Local, main thread: leaving the outermost section (every held signal is delivered right after)."""
-        with contextlib.suppress(ValueError):
-            signal.set_wakeup_fd(cls.previous_fd)
+        if cls.installed:
+            with contextlib.suppress(ValueError):
+                signal.set_wakeup_fd(cls.previous_fd)
+            cls.installed = False
         cls.previous_fd = -1
         with cls.lock:
             if cls.timer is not None:
@@ -109,12 +138,11 @@ class _Watchdog:
                 cls.timer = None
 
     @classmethod
-    def _watch(cls) -> None:
+    def _watch(cls, pipe: tuple[int, int]) -> None:
         """Local, the watchdog thread: read signal numbers from the wakeup pipe, arm the timer for held ones."""
-        assert cls.pipe is not None
         while True:
             try:
-                data = os.read(cls.pipe[0], 64)
+                data = os.read(pipe[0], 64)
             except OSError:  # pragma: no cover
                 return
             for signum in data:

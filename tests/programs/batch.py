@@ -5,6 +5,12 @@ with a line from rank 0 (``SIGNAL OK``, ``TIME OK``, ``ERRORS OK``, ``THREAD OK`
 decides for every rank, chained to the application's own handler, SIG_DFL never called; (2) the time rule against
 ``SLURM_JOB_END_TIME``, the last checkpoint's duration and the margin; (3) bad input on one rank is the same error
 on every rank; (4) installing outside the main thread is refused.
+
+``unwatched DIR``: the first checkpoint of a process on which the last rank cannot start a thread (its
+``threading.Thread.start`` raises "can't start new thread", as in a process at its memory limit): the collective
+section that holds signals runs without its watchdog thread there and the checkpoint completes on every rank (it
+raised on that rank alone, before the first agreement, and the others waited forever: an outside trial); prints
+``UNWATCHED OK`` from rank 0.
 """
 
 from __future__ import annotations
@@ -114,7 +120,25 @@ def checks(comm, out: str) -> None:
     say("THREAD OK")
 
 
-CASES = {"checks": checks}
+def unwatched(comm, out: str) -> None:
+    r, last = comm.rank, comm.size - 1
+    if r == last:
+        def refuse(self, *args, **kwargs):
+            raise RuntimeError("can't start new thread")
+
+        threading.Thread.start = refuse  # this process's watchdog is started by its first collective section
+    u = np.arange(100.0) + r
+    for step in (1, 2):
+        with ckptio.create(os.path.join(out, f"chk_{step}"), comm) as ck:
+            ck.write("u", u, offset=(100 * r,), global_shape=(100 * comm.size,))
+    with ckptio.open(os.path.join(out, "chk_2"), comm) as ck:
+        assert np.array_equal(ck.read("u", offset=(100 * r,), shape=(100,)), u)
+    comm.Barrier()
+    if r == 0:
+        print("UNWATCHED OK", flush=True)
+
+
+CASES = {"checks": checks, "unwatched": unwatched}
 
 
 if __name__ == "__main__":
