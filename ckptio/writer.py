@@ -148,6 +148,12 @@ class Writer:
         if isinstance(array, np.generic):  # a numpy scalar (np.float32(3.5)) is the 0-d array it stands for
             array = np.array(array)
         try:
+            if isinstance(array, np.ma.MaskedArray):  # its data, unless some elements are masked
+                if np.ma.is_masked(array):
+                    raise DeclarationError(f"variable {name!r} on rank {rank}: a masked array with masked elements "
+                                           "(a checkpoint stores plain arrays): write array.filled(value) and, if "
+                                           "the mask matters, np.ma.getmaskarray(array) as a variable of its own")
+                array = array.data
             d = declaration(name, array, offset, global_shape, rank)
             self.backend.check_dtype(name, array.dtype)
             segment = offset is None  # (declaration() took both offset and global_shape, or neither: a segment)

@@ -74,7 +74,8 @@ def _all_ok(run: LeaveRun, case: str) -> list:
 @pytest.mark.parametrize("case,token", [("backend_differs", "backend="), ("mode_differs", "mode="),
                                         ("path_differs", "path"), ("stage_dir_differs", "stage_dir="),
                                         ("compression_differs", "compression="),
-                                        ("hints_differ", "different hints= on different ranks: nc_in_place_swap='disable' against")])
+                                        ("hints_differ",
+                                         "different hints= on different ranks: nc_in_place_swap='disable' against")])
 def test_create_arguments_that_differ_between_ranks_fail_everywhere(args_run, case: str, token: str) -> None:
     backend, run = args_run
     if case == "compression_differs" and backend != "mpiio":

@@ -58,8 +58,8 @@ def commit(comm, backend: Backend, handle: WriteHandle | None, tmp: str, path: s
         why = space.missing_data(tmp, backend, typed if typed is not None else document)
         if why is not None:
             directory = os.path.dirname(os.path.abspath(tmp))
-            raise CheckpointIOError(f"{tmp}: the file system lost writes (no space left on {directory}, or quota "
-                                    f"exceeded?): {why}")
+            raise CheckpointIOError(f"{tmp}: the file system lost writes (no space left on {directory}, a quota "
+                                    f"exceeded, or a rank's file size limit, ulimit -f?): {why}")
 
     coord.bcast_from_root(comm, f"{where}: check that the data landed", landed, root=ROOT)
     encoded = metamod.dumps(document) if root else None

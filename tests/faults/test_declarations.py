@@ -16,6 +16,7 @@ temporary). After the bad reads, the same reader still reads correctly.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from conftest import NPROCS, assert_every_rank_failed, require_backend, run_job
 
@@ -27,7 +28,8 @@ DECLARATION_CASES = {
     "global_shape_float": "'flt'",
     "offset_rank_mismatch": "'offr'", "two_segments_one_rank": "'seg2'",
     "object_dtype": "'objs'",
-    "string_dtype": "'strs'", "structured_dtype": "'recs'", "not_an_array": "'lst'", "name_empty": "''",
+    "string_dtype": "'strs'", "structured_dtype": "'recs'", "not_an_array": "'lst'",
+    "masked_elements": f"'msk' on rank {NPROCS - 1}: a masked array with masked elements", "name_empty": "''",
     "name_too_long": "'xxxxxxxx", "name_with_slash": "'a/b'", "name_reserved": "'ckptio_blocks'",
     "name_not_str": "42", "attrs_not_json_all_ranks": "'obj'", "attrs_not_json_one_rank": "'obj'",
     "attrs_differ_between_ranks": "'step'", "set_attr_not_json_one_rank": "'when'", "attr_name_with_slash": "'a/b'",
@@ -94,3 +96,18 @@ def test_reader_still_usable_after_bad_requests(outcomes) -> None:
     assert sorted(per_rank) == list(range(NPROCS))
     assert all(o["ok"] and o["value"] == "usable" for o in per_rank.values()), per_rank
 
+
+
+def test_a_masked_array_without_masked_elements_is_its_data(tmp_path) -> None:
+    """One process: ``np.ma`` arrays whose mask hides nothing are written as their data (every backend)."""
+    import ckptio
+    from ckptio.coord.mpi import MPI
+
+    for backend in ckptio.backends.available_backends():
+        values = np.ma.masked_array(np.arange(6.0).reshape(2, 3), mask=np.zeros((2, 3), bool))
+        path = str(tmp_path / f"m_{backend}")
+        with ckptio.create(path, MPI.COMM_SELF, backend=backend) as ck:
+            ck.write("m", values, offset=(0, 0), global_shape=(2, 3))
+            ck.write("n", np.ma.masked_array(np.arange(4)), offset=(0,), global_shape=(4,))  # mask: nomask
+        with ckptio.open(path, MPI.COMM_SELF) as ck:
+            assert np.array_equal(ck.read("m"), values.data) and np.array_equal(ck.read("n"), np.arange(4))
