@@ -14,6 +14,7 @@ every other checkpoint untouched; nothing at the final name ever claims to be co
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -148,8 +149,9 @@ class Writer:
         if isinstance(array, np.generic):  # a numpy scalar (np.float32(3.5)) is the 0-d array it stands for
             array = np.array(array)
         try:
-            if isinstance(array, np.ma.MaskedArray):  # its data, unless some elements are masked
-                if np.ma.is_masked(array):
+            ma = sys.modules.get("numpy.ma")  # (np.ma itself would import it: 1 MB, in every first write)
+            if ma is not None and isinstance(array, ma.MaskedArray):  # its data, unless some elements are masked
+                if ma.is_masked(array):
                     raise DeclarationError(f"variable {name!r} on rank {rank}: a masked array with masked elements "
                                            "(a checkpoint stores plain arrays): write array.filled(value) and, if "
                                            "the mask matters, np.ma.getmaskarray(array) as a variable of its own")
