@@ -1,7 +1,8 @@
 """The coordination layer: the only code of ckptio that enters a communicator collective (issue 24).
 
 * :mod:`ckptio.coord.agreement`: agreement on failures (an exception on any rank becomes the same error on every
-  rank), rank-0 plans and broadcasts, signal holding and its watchdog. Its API is re-exported here, so
+  rank), rank-0 plans and broadcasts; :mod:`ckptio.coord.held_signals`: signal holding during a collective
+  operation and its watchdog (delivered at the agreement points). Their API is re-exported here, so
   ``from ckptio import coord; coord.run(comm, phase, fn)`` and ``from ckptio.coord import agree`` work as they
   always did (and a wrapper set on ``ckptio.coord.run`` is what every caller of ``coord.run`` calls).
 * :mod:`ckptio.coord.comms`: communicator lifecycle (node discovery, the aggregators' sub-communicator,
@@ -17,9 +18,7 @@ because another raised.
 from ckptio.coord.agreement import (
     agree,
     bcast_from_root,
-    collective_section,
     count_ranks,
-    deliver_held_signals,
     gather_and_plan,
     merge_in_rank_order,
     run,
@@ -27,6 +26,7 @@ from ckptio.coord.agreement import (
     sum_min_max,
 )
 from ckptio.coord.comms import node_leader
+from ckptio.coord.held_signals import collective_section, deliver_held_signals
 from ckptio.coord.leaving import close_on_exit, warn_from_root
 
 __all__ = [

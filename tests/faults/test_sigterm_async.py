@@ -5,7 +5,7 @@ install): 2 of 9 trials hung under load with the old behaviour (``CKPTIO_SIGNAL_
 the first collective of ``Writer.close()`` (``coord.gather_and_plan``) for ranks whose signal had arrived outside
 any ckptio call and which had left. The mechanism, made deterministic (``sigterm_job.left_behind``), is tested
 here: the rank left behind now ends itself ``CKPTIO_SIGNAL_GRACE`` seconds after its signal (see
-``ckptio.coord.agreement._Watchdog``), naming the reason, and mpirun ends the job."""
+``ckptio.coord.held_signals._Watchdog``), naming the reason, and mpirun ends the job."""
 
 from __future__ import annotations
 
