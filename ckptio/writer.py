@@ -149,9 +149,12 @@ class Writer:
         if isinstance(array, np.generic):  # a numpy scalar (np.float32(3.5)) is the 0-d array it stands for
             array = np.array(array)
         try:
-            ma = sys.modules.get("numpy.ma")  # (np.ma itself would import it: 1 MB, in every first write)
-            if ma is not None and isinstance(array, ma.MaskedArray):  # its data, unless some elements are masked
-                if ma.is_masked(array):
+            # np.ma.MaskedArray without importing numpy.ma (1 MB, in every first write). Another thread may be
+            # importing it right now (seen: an async checkpoint's thread), and sys.modules then holds the module
+            # half made: no class yet means no masked array exists yet
+            masked_type = getattr(sys.modules.get("numpy.ma.core"), "MaskedArray", None)
+            if masked_type is not None and isinstance(array, masked_type):  # its data, unless elements are masked
+                if np.any(array.mask):
                     raise DeclarationError(f"variable {name!r} on rank {rank}: a masked array with masked elements "
                                            "(a checkpoint stores plain arrays): write array.filled(value) and, if "
                                            "the mask matters, np.ma.getmaskarray(array) as a variable of its own")
