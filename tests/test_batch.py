@@ -66,3 +66,41 @@ def test_fortran_should_exit(tmp_path):
     build = ensure_build()
     proc = run_program(3, [build / "ckptio_test_f", "should_exit", tmp_path], timeout=180)
     assert "SHOULD_EXIT OK" in proc.stdout, proc.stdout + proc.stderr
+
+
+# A launcher for flash_like.py that sends SIGUSR1 to its own process while `import ckptio` runs: where the batch
+# system's warning lands when a job starts on a busy node (the Slurm CI saw a rerun's rank die of it).
+SIGNAL_DURING_IMPORT = """
+import importlib.abc, os, runpy, signal, sys
+
+class SignalOnImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "ckptio":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGUSR1)  # blocked, or the process ends here (SIGUSR1's default action)
+            print("SIGUSR1 sent during import ckptio", flush=True)
+        return None
+
+sys.meta_path.insert(0, SignalOnImport())
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("nprocs", [1, 2])
+def test_flash_like_keeps_a_warning_that_arrives_during_its_imports(tmp_path, nprocs):
+    """flash_like.py --batch blocks the warning signals before its first import and unblocks them once the handlers
+    are installed: a SIGUSR1 during `import ckptio` is not the end of the process but the decision to stop (after
+    step 1: its checkpoint is the final one, exit status 3)."""
+    from mpi_helpers import REPO
+
+    launcher = tmp_path / "launch.py"
+    launcher.write_text(SIGNAL_DURING_IMPORT)
+    outdir = tmp_path / "run"
+    proc = run_mpi(nprocs, [str(launcher), str(REPO / "examples" / "flash_like" / "flash_like.py"), "--batch",
+                            "--outdir", str(outdir), "--steps", "20", "--nblocks", "8", "--nxb", "8",
+                            "--checkpoint-every", "5"], timeout=180, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.stdout.count("SIGUSR1 sent during import ckptio") == nprocs, out
+    assert proc.returncode == 3, out
+    assert "stopping at step 1" in out and f"final checkpoint {outdir}/chk_000001 committed" in out, out

@@ -21,19 +21,26 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import signal
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+# The batch system's warning may come while the job starts: until a handler is installed, SIGUSR1 ends the
+# process. So the warning signals are blocked first (a signal that arrives meanwhile waits in the kernel), through
+# the imports (`import ckptio` took 0.4 s on an idle node, many seconds at load ~100); the handlers are installed
+# before MPI_Init (the mpi4py import below, seconds on a busy node) and the signals unblocked: one that came in
+# between is delivered then, to the handler. series.should_exit() then finds the handlers installed.
+if "--batch" in sys.argv:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM})
+
 import ckptio
 from ckptio.tiers import batch
 
 if "--batch" in sys.argv:
-    # The batch system's warning may come while the job starts: until a handler is installed, SIGUSR1 ends the
-    # process. `import ckptio` does not start MPI, so install the handlers before MPI_Init (the import below),
-    # which takes seconds on a busy node; series.should_exit() then finds them installed.
     batch.install()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM})
 
 import numpy as np
 from mpi4py import MPI

@@ -102,6 +102,16 @@ class Job:
         self.wait_for(f"end after {restarts} requeue(s)", finished, timeout)
         return seen
 
+    def report(self, info: dict[str, str]) -> str:
+        """The end of the job's output, then one line of its record and its launchers' status lines, last (a CI log
+        that shows only the end of a failure still says which job ended how)."""
+        text = self.text()
+        said = [line for line in text.splitlines()
+                if re.search(r"exited with status|error|signal|requeue|Killed|CANCELLED|TIME LIMIT", line)]
+        record = " ".join(f"{k}={info.get(k)}" for k in ("JobId", "JobName", "JobState", "Reason", "ExitCode",
+                                                          "Restarts", "RunTime"))
+        return f"{text[-4000:]}\n--- status lines:\n" + "\n".join(said[-12:]) + f"\n--- job: {record}"
+
     def signal(self, name: str, batch: bool = False) -> None:
         """``scancel -s NAME`` (the job steps' tasks) or, with ``batch``, ``scancel -b -s NAME`` (the batch shell): what
         ``--signal=NAME@T`` and ``--signal=B:NAME@T`` do at the warning time, at once."""

@@ -40,7 +40,7 @@ def check_requeued_run(job, info: dict[str, str], outdir: Path, reference: Path,
     """The job ended COMPLETED after >= 1 requeue; its first run stopped on the warning with a committed final
     checkpoint, the rerun restarted from exactly that checkpoint and ended in the reference's state."""
     text = job.text()
-    assert info["JobState"] == "COMPLETED" and int(info["Restarts"]) >= 1, (info, text[-4000:])
+    assert info["JobState"] == "COMPLETED" and int(info["Restarts"]) >= 1, job.report(info)
     step = stopped_at(text)
     assert f"final checkpoint {outdir}/chk_{step:06d} committed" in text, text[-4000:]
     assert re.search(rf"restarted from {re.escape(str(outdir))}/chk_{step:06d}: step {step}\b", text), text[-4000:]
@@ -177,7 +177,7 @@ def test_sigterm_at_the_hard_limit(submit, reference, tmp_path):
     job.cancel()
     info = job.wait_finished(timeout=120)
     text = job.text()
-    assert info["JobState"] == "CANCELLED", info
+    assert info["JobState"] == "CANCELLED", job.report(info)
     assert "stopping at step" not in text and "final checkpoint" not in text, text[-4000:]
     assert latest_step(outdir) == 1
     leftovers = [p.name for p in outdir.iterdir() if p.name != "chk_000001" and not p.name.endswith(".ckptio-lease")]
@@ -197,7 +197,7 @@ def test_sigterm_at_the_hard_limit(submit, reference, tmp_path):
     # the rest of the run
     job = submit(script, *common, "--checkpoint-every", "5")
     info = job.wait_finished(timeout=120)
-    assert info["JobState"] == "COMPLETED" and f"chk_{step:06d}: step {step}" in job.text(), job.text()[-4000:]
+    assert info["JobState"] == "COMPLETED" and f"chk_{step:06d}: step {step}" in job.text(), job.report(info)
     assert_same_state(final, reference() / "final.npz")
 
 
@@ -215,7 +215,7 @@ def test_fortran_warning_requeue_restart(submit, reference, tmp_path):
     job.signal("USR1")
     info = job.wait_finished(timeout=240, restarts=1)
     text = job.text()
-    assert info["JobState"] == "COMPLETED" and int(info["Restarts"]) >= 1, (info, text[-4000:])
+    assert info["JobState"] == "COMPLETED" and int(info["Restarts"]) >= 1, job.report(info)
     step = stopped_at(text)
     assert "srun exited with status 3" in text and "requeueing job" in text, text[-4000:]
     assert f"restarted from {outdir}/chk_{step:06d}" in text, text[-4000:]
