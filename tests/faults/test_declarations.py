@@ -118,32 +118,13 @@ def test_write_while_another_thread_imports_numpy_ma(tmp_path) -> None:
     here by hand in a fresh process) does not break write() of plain arrays; a masked array still fails by name
     once numpy.ma is whole. The flash_like example in async mode died of this under Slurm (AttributeError:
     partially initialized module 'numpy.ma' has no attribute 'MaskedArray')."""
-    code = """
-import sys, types
-import numpy as np
-import ckptio
-from ckptio.coord.mpi import MPI
-whole = {name: sys.modules.pop(name) for name in ("numpy.ma", "numpy.ma.core") if name in sys.modules}
-with ckptio.create(sys.argv[1] + "/plain", MPI.COMM_SELF) as ck:
-    half = types.ModuleType("numpy.ma"); half.__path__ = []  # what `import numpy.ma` leaves while it runs
-    sys.modules["numpy.ma"], sys.modules["numpy.ma.core"] = half, types.ModuleType("numpy.ma.core")
-    ck.write("a", np.arange(4.0), offset=(0,), global_shape=(4,))
-    for name in ("numpy.ma", "numpy.ma.core"):  # the other thread's import ends
-        del sys.modules[name]
-    sys.modules.update(whole)
-import numpy.ma
-try:
-    with ckptio.create(sys.argv[1] + "/masked", MPI.COMM_SELF) as ck:
-        ck.write("m", numpy.ma.masked_array(np.arange(4.0), mask=[0, 1, 0, 0]), offset=(0,), global_shape=(4,))
-except ckptio.DeclarationError as exc:
-    print("REFUSED", exc)
-with ckptio.open(sys.argv[1] + "/plain", MPI.COMM_SELF) as ck:
-    print("READ", ck.read("a").tolist())
-"""
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    from mpi_helpers import PROGRAMS
+
+    proc = subprocess.run([sys.executable, str(PROGRAMS / "half_imported_numpy_ma.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "READ [0.0, 1.0, 2.0, 3.0]" in proc.stdout and "a masked array with masked elements" in proc.stdout, \
         proc.stdout + proc.stderr
