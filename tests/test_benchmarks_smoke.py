@@ -158,3 +158,23 @@ def test_rounds_change_the_order_of_the_cases():
         before = {o[o.index(case) - 1] if o.index(case) else None for o in orders}
         assert len(before) > 1, case
     assert round_order([], 3) == []
+
+
+def test_fixed_cost_benchmark_run(tmp_path):
+    """``benchmarks.fixed_cost`` on 2 ranks, a tiny checkpoint, one round: a row for every writer, ckptio's ratio
+    to each library it wraps and its phases (no figure checked), and the scratch directory left empty."""
+    scratch = tmp_path / "scratch"
+    proc = run_mpi(2, ["-m", "benchmarks.fixed_cost", "--rounds", "1", "--maxblocks", "2", "--outdir", str(scratch)],
+                   timeout=240)
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in proc.stdout.splitlines() if line.startswith("| direct-") or line.startswith("| ckptio-")}
+    assert set(rows) == {"direct-pnetcdf", "direct-h5py", "ckptio-pnetcdf", "ckptio-hdf5", "ckptio-mpiio"}, \
+        proc.stdout
+    for key, (mean, median, ratio, phases) in rows.items():
+        assert float(mean) > 0 and float(median) > 0, (key, rows[key])
+        if key in ("ckptio-pnetcdf", "ckptio-hdf5"):
+            assert float(ratio) > 0, (key, rows[key])
+        else:
+            assert ratio == "", (key, rows[key])
+        assert (len(phases.split(" / ")) == 5) == key.startswith("ckptio"), (key, rows[key])
+    assert not list(scratch.iterdir())
