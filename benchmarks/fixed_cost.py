@@ -3,11 +3,11 @@ than direct h5py/PnetCDF), phase by phase.
 
 Every rank of ``mpirun -n N`` writes its part of FLASH-IO's checkpoint shape (:func:`benchmarks.flashio
 .flash_dataset`: 24 unknowns of 16^3 blocks and the tree variables) with direct PnetCDF and direct h5py (the cases
-of ``make bench``, :mod:`benchmarks.cases`, each ending with an ``fsync``) and with ckptio's pnetcdf, hdf5 and
-mpiio backends, the five writers interleaved in every round, a warm-up round first (not counted). Rank 0 prints,
-per writer, the mean and median time (the slowest rank's, barrier to barrier), ckptio's ratio to the direct
-library (direct time / ckptio time: 1.0 is level, below 1 slower) and ckptio's own phases (``Writer.stats``, max
-over ranks, mean over rounds): ``prepare`` (checksums), ``declare`` (including ``prepare``: the plan every rank
+of ``make bench``, :mod:`benchmarks.cases`, each ending with an ``fsync``) and with ckptio's pnetcdf, hdf5 and mpiio
+backends (``cases.ckptio_case``), the five writers interleaved in every round, a warm-up round first (not counted).
+Rank 0 prints, per writer, the mean and median time (the slowest rank's, barrier to barrier), ckptio's ratio to the
+direct library (direct time / ckptio time: 1.0 is level, below 1 slower) and ckptio's own phases (``Writer.stats``,
+max over ranks, mean over rounds): ``prepare`` (checksums), ``declare`` (including ``prepare``: the plan every rank
 agrees on), ``open``, ``write`` and ``commit`` (the index and every commit step). The libraries write at the same
 speed under ckptio and directly, so the difference of the totals is ckptio's fixed cost.
 
@@ -37,37 +37,21 @@ PHASES = ("prepare", "declare", "open", "write", "commit")
 DIRECT = {"ckptio-pnetcdf": "direct-pnetcdf", "ckptio-hdf5": "direct-h5py"}  # ckptio writer -> its library
 
 
-def ckptio_writer(backend: str, comm, data, outdir: str) -> Callable[[Any], dict[str, float]]:
-    """Collective when called: one checkpoint of ``data`` with ckptio's ``backend``; returns ``Writer.stats``."""
-    import ckptio
-
-    def write(_ctx: Any) -> dict[str, float]:
-        ck = ckptio.create(os.path.join(outdir, f"ckptio_{backend}"), comm, backend=backend)
-        for v, name in enumerate(data.names):
-            ck.write(name, data.local(v), offset=(data.first, 0, 0, 0), global_shape=data.global_shape)
-        for name, a in data.extras.items():
-            ck.write(name, a, offset=(data.first,) + (0,) * (a.ndim - 1), global_shape=data.extra_global_shape(name))
-        ck.close()
-        return dict(ck.stats.seconds)
-
-    return write
-
-
 def measure(comm, outdir: str, rounds: int, maxblocks: int) -> dict[str, dict[str, list[float]]]:
     """Collective: ``rounds`` interleaved rounds (after one warm-up) of every writer -> writer -> {"time": [...],
     phase: [...]} (seconds; meaningful on rank 0, where the files are removed after each round)."""
     data = flash_dataset(comm.Get_size(), comm.Get_rank(), maxblocks)
     ctx = cases.Context(comm, comm, data, outdir)
-    writers: dict[str, Callable[[Any], dict[str, Any]]] = {
-        "direct-pnetcdf": cases.pnetcdf_case().write, "ckptio-pnetcdf": ckptio_writer("pnetcdf", comm, data, outdir),
-        "direct-h5py": cases.h5py_case().write, "ckptio-hdf5": ckptio_writer("hdf5", comm, data, outdir),
-        "ckptio-mpiio": ckptio_writer("mpiio", comm, data, outdir)}
+    writers: dict[str, Callable[[Any], dict[str, Any]]] = {  # the cases of make bench (ckptio's: Writer.stats)
+        "direct-pnetcdf": cases.pnetcdf_case().write, "ckptio-pnetcdf": cases.ckptio_case("pnetcdf").write,
+        "direct-h5py": cases.h5py_case().write, "ckptio-hdf5": cases.ckptio_case("hdf5").write,
+        "ckptio-mpiio": cases.ckptio_case("mpiio").write}
     samples: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in range(rounds + 1):
         for key, write in writers.items():
             comm.Barrier()
             t = time.perf_counter()
-            seconds = write(ctx)
+            seconds = write(ctx).get("stats", {}).get("seconds", {})
             comm.Barrier()
             if r:  # round 0 warms up
                 samples[key]["time"].append(time.perf_counter() - t)
