@@ -16,7 +16,7 @@ Usage (the Open MPI variables of the Makefile exported, see ``benchmarks/README.
     mpirun -n 2 .venv/bin/python -m benchmarks.fixed_cost --rounds 15 --outdir /var/tmp/fixed_cost
     mpirun -n 2 .venv/bin/python -m benchmarks.fixed_cost --maxblocks 2    # a tiny checkpoint: the cost alone
 
-Collective: every rank runs every writer; only rank 0 prints and removes the files.
+Collective: every rank runs every writer; only rank 0 prints and removes the writers' files (none other).
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable
-from typing import Any
 
 from benchmarks import cases
 from benchmarks.flashio import MAXBLOCKS, flash_dataset
@@ -39,28 +37,29 @@ DIRECT = {"ckptio-pnetcdf": "direct-pnetcdf", "ckptio-hdf5": "direct-h5py"}  # c
 
 def measure(comm, outdir: str, rounds: int, maxblocks: int) -> dict[str, dict[str, list[float]]]:
     """Collective: ``rounds`` interleaved rounds (after one warm-up) of every writer -> writer -> {"time": [...],
-    phase: [...]} (seconds; meaningful on rank 0, where the files are removed after each round)."""
+    phase: [...]} (seconds; meaningful on rank 0, which removes each writer's file after it)."""
     data = flash_dataset(comm.Get_size(), comm.Get_rank(), maxblocks)
     ctx = cases.Context(comm, comm, data, outdir)
-    writers: dict[str, Callable[[Any], dict[str, Any]]] = {  # the cases of make bench (ckptio's: Writer.stats)
-        "direct-pnetcdf": cases.pnetcdf_case().write, "ckptio-pnetcdf": cases.ckptio_case("pnetcdf").write,
-        "direct-h5py": cases.h5py_case().write, "ckptio-hdf5": cases.ckptio_case("hdf5").write,
-        "ckptio-mpiio": cases.ckptio_case("mpiio").write}
+    writers: dict[str, cases.Case] = {  # the cases of make bench (ckptio's return Writer.stats)
+        "direct-pnetcdf": cases.pnetcdf_case(), "ckptio-pnetcdf": cases.ckptio_case("pnetcdf"),
+        "direct-h5py": cases.h5py_case(), "ckptio-hdf5": cases.ckptio_case("hdf5"),
+        "ckptio-mpiio": cases.ckptio_case("mpiio")}
     samples: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in range(rounds + 1):
-        for key, write in writers.items():
+        for key, case in writers.items():
             comm.Barrier()
             t = time.perf_counter()
-            seconds = write(ctx).get("stats", {}).get("seconds", {})
+            seconds = case.write(ctx).get("stats", {}).get("seconds", {})
             comm.Barrier()
             if r:  # round 0 warms up
                 samples[key]["time"].append(time.perf_counter() - t)
                 for phase in PHASES:
                     if phase in seconds:
                         samples[key][phase].append(seconds[phase])
-            if comm.Get_rank() == 0:
-                for name in os.listdir(outdir):
-                    os.remove(os.path.join(outdir, name))
+            if comm.Get_rank() == 0:  # the case's own files only: --outdir may hold anything else
+                for path in case.paths(ctx) + case.cleanup(ctx):
+                    if os.path.exists(path):
+                        os.remove(path)
             comm.Barrier()
     return samples
 
@@ -87,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--maxblocks", type=int, default=MAXBLOCKS,
                         help=f"FLASH-IO's MAXBLOCKS ({MAXBLOCKS}: 80-82 blocks per rank); 2: a tiny checkpoint")
     parser.add_argument("--outdir", default=os.path.join(os.environ.get("TMPDIR", "/var/tmp"), "ckptio_fixed_cost"),
-                        help="scratch directory (its files are removed after every round)")
+                        help="scratch directory (each writer's file removed after every round, nothing else)")
     args = parser.parse_args(argv)
     from mpi4py import MPI
 

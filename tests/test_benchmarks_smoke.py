@@ -162,8 +162,11 @@ def test_rounds_change_the_order_of_the_cases():
 
 def test_fixed_cost_benchmark_run(tmp_path):
     """``benchmarks.fixed_cost`` on 2 ranks, a tiny checkpoint, one round: a row for every writer, ckptio's ratio
-    to each library it wraps and its phases (no figure checked), and the scratch directory left empty."""
+    to each library it wraps and its phases (no figure checked), and the scratch directory left as it was
+    (the writers' files removed, a file of the user's kept)."""
     scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    (scratch / "mine.dat").write_bytes(b"not the benchmark's")  # a file of the user's: never removed
     proc = run_mpi(2, ["-m", "benchmarks.fixed_cost", "--rounds", "1", "--maxblocks", "2", "--outdir", str(scratch)],
                    timeout=240)
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
@@ -177,4 +180,4 @@ def test_fixed_cost_benchmark_run(tmp_path):
         else:
             assert ratio == "", (key, rows[key])
         assert (len(phases.split(" / ")) == 5) == key.startswith("ckptio"), (key, rows[key])
-    assert not list(scratch.iterdir())
+    assert sorted(p.name for p in scratch.iterdir()) == ["mine.dat"]
