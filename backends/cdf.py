@@ -23,6 +23,7 @@ from ckptio.model import plain
 
 NC_TYPES = {1: "i1", 2: "S1", 3: ">i2", 4: ">i4", 5: ">f4", 6: ">f8", 7: "u1", 8: ">u2", 9: ">u4", 10: ">i8",
              11: ">u8"}
+_DTYPES = {t: np.dtype(d) for t, d in NC_TYPES.items()}
 _TAG_DIMENSION, _TAG_VARIABLE, _TAG_ATTRIBUTE = 10, 11, 12
 _STREAMING = {4: 0xFFFFFFFF, 8: 0xFFFFFFFFFFFFFFFF}
 
@@ -77,19 +78,27 @@ class _Cursor:
         self.pos = 0
 
     def take(self, n: int) -> bytes:
-        if self.pos + n > self.size:
+        pos, end = self.pos, self.pos + n
+        if end > len(self.buf):
+            self._fill(end)
+        self.pos = end
+        return self.buf[pos:end]
+
+    def _fill(self, end: int) -> None:
+        """Read on until the buffer holds ``end`` bytes (64 KiB at a time: one read for most headers)."""
+        if end > self.size:
             raise IncompleteCheckpointError(f"{self.path}: the file ends inside its netCDF header (truncated)")
-        while self.pos + n > len(self.buf):
-            self.buf += os.pread(self.fd, max(n, 1 << 16), len(self.buf))
-        out = self.buf[self.pos:self.pos + n]
-        self.pos += n
-        return out
+        while end > len(self.buf):
+            chunk = os.pread(self.fd, max(end - len(self.buf), 1 << 16), len(self.buf))
+            if not chunk:
+                raise IncompleteCheckpointError(f"{self.path}: the file ends inside its netCDF header (truncated)")
+            self.buf += chunk
 
     def uint(self, width: int) -> int:
         return int.from_bytes(self.take(width), "big")
 
     def count(self, width: int, item: int = 1) -> int:
-        n = self.uint(width)
+        n = int.from_bytes(self.take(width), "big")
         if n * item > self.size:
             raise CorruptCheckpointError(f"{self.path}: netCDF header is damaged (a count of {n} at byte "
                                          f"{self.pos - width})")
@@ -97,10 +106,9 @@ class _Cursor:
 
     def name(self, width: int) -> str:
         n = self.count(width)
-        raw = self.take(n)
-        self.take(-n % 4)
+        raw = self.take(n + (-n % 4))  # the name and its padding to 4 bytes
         try:
-            return raw.decode()
+            return raw[:n].decode()
         except UnicodeDecodeError:
             raise CorruptCheckpointError(f"{self.path}: netCDF header is damaged (bad name)") from None
 
@@ -137,10 +145,10 @@ def read_header(path: str) -> CDFHeader:
                 nc_type = c.uint(4)
                 if nc_type not in NC_TYPES:
                     raise CorruptCheckpointError(f"{path}: netCDF header is damaged (type {nc_type})")
-                dtype = np.dtype(NC_TYPES[nc_type])
+                dtype = _DTYPES[nc_type]
                 n = c.count(width, dtype.itemsize)
-                raw = c.take(n * dtype.itemsize)
-                c.take(-(n * dtype.itemsize) % 4)
+                nbytes = n * dtype.itemsize
+                raw = c.take(nbytes + (-nbytes % 4))[:nbytes]
                 out[name] = raw.decode(errors="replace") if nc_type == 2 else np.frombuffer(raw, dtype)
             return out
 

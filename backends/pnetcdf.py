@@ -47,7 +47,7 @@ neither MPI nor PnetCDF to check a file.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -134,17 +134,24 @@ class PnetCDFBackend(Backend):
         return PnetCDFWriteHandle(path, comm, info, variables, options)
 
     def read_document(self, path: str) -> dict[str, Any]:
-        """Serial, no MPI: parse the CDF header, check the completion mark, read the document."""
-        try:
-            return self._read_metadata(path)
-        except CheckpointError:
-            raise
-        except OSError as exc:
-            raise CheckpointIOError(f"{path}: cannot read checkpoint: {exc.strerror or exc}") from None
-        except (IndexError, KeyError, TypeError, ValueError) as exc:  # values a damaged header holds
-            raise CorruptCheckpointError(f"{path}: the CDF header is damaged ({exc})") from None
+        """Serial, no MPI: parse the CDF header, check the completion mark, read the document and check it against
+        the header (every variable where the document says)."""
+        def decoded() -> dict[str, Any]:
+            header, text = self._read_framed(path)
+            meta = metamod.loads_stored(text, path, META_VAR)
+            _check_variables(path, header, meta)
+            return meta
 
-    def _read_metadata(self, path: str) -> dict[str, Any]:
+        return _reading(path, decoded)
+
+    def stored_document(self, path: str) -> bytes:
+        """Serial, no MPI: the document's bytes as stored, after :meth:`read_document`'s checks of the framing
+        (header, completion mark, the document's checksum), not decoded: the commit compares them with the bytes
+        it wrote (the variables' offsets in them came from this header: the write handle's ``storage_info``)."""
+        return _reading(path, lambda: self._read_framed(path)[1])
+
+    def _read_framed(self, path: str) -> tuple[CDFHeader, bytes]:
+        """Serial: the header and the document's bytes, after the checks of the framing."""
         header = read_header(path)
         if header.version != 5 or META_VAR not in header.vars or COMPLETE_VAR not in header.vars:
             raise not_ckptio(path, "pnetcdf", f"a netCDF (CDF-{header.version}) file without the variables "
@@ -176,9 +183,7 @@ class PnetCDFBackend(Backend):
                                             "was not committed")
         if metamod.checksum(text).encode() != stored:
             raise CorruptCheckpointError(f"{path}: {META_VAR} checksum mismatch (the metadata document is damaged)")
-        meta = metamod.loads_stored(text, path, META_VAR)
-        _check_variables(path, header, meta)
-        return meta
+        return header, text
 
     def extents(self, meta: Mapping[str, Any]) -> list[Extent]:
         return leading_axis_bands(meta)
@@ -194,6 +199,18 @@ class PnetCDFBackend(Backend):
 
     def serial_extents(self, path: str, meta: Mapping[str, Any]) -> ExtentReader:
         return SerialRawReader(path, meta)
+
+
+def _reading(path: str, read: Callable[[], Any]) -> Any:
+    """Serial: ``read()`` with the errors of reading a CDF file as ckptio's (a damaged header's values included)."""
+    try:
+        return read()
+    except CheckpointError:
+        raise
+    except OSError as exc:
+        raise CheckpointIOError(f"{path}: cannot read checkpoint: {exc.strerror or exc}") from None
+    except (IndexError, KeyError, TypeError, ValueError) as exc:  # values a damaged header holds
+        raise CorruptCheckpointError(f"{path}: the CDF header is damaged ({exc})") from None
 
 
 def _check_variables(path: str, header: CDFHeader, meta: CheckpointDocument) -> None:

@@ -40,7 +40,7 @@ from ckptio.backends.base import (
     WrittenBlock,
     user_table_shape,
 )
-from ckptio.backends.cdf import read_header
+from ckptio.backends.cdf import CDFHeader, read_header
 from ckptio.backends.pnetcdf_buffers import write_buffers
 
 from ckptio.coord.hints import info_to_dict
@@ -108,6 +108,7 @@ class PnetCDFWriteHandle:
         self._written: list[WrittenBlock] = []
         self._memtypes: list[Any] = []  # memory datatypes of strided views, until the data write completed
         self._slot: DocumentSlot | None = None
+        self._header: CDFHeader | None = None  # as PnetCDF wrote it at enddef (rank 0 reads it: _defined_header)
         self._pending_buffers: list[np.ndarray] = []  # what posted puts read, until they complete
         # PnetCDF byte-swaps a contiguous write buffer in place (and back once written) unless the file's hint
         # says "disable" (then it swaps a copy it allocates: a second copy of the rank's data; pnetcdf_buffers)
@@ -242,9 +243,16 @@ class PnetCDFWriteHandle:
                                         "the file system, a quota, or a refused write") from exc
         return wrapped
 
+    def _defined_header(self) -> CDFHeader:
+        """Rank 0: the header PnetCDF wrote at ``enddef``, read from the file once (its fixed-size variables and the
+        record variable's ``begin`` never change after ``enddef``; only the record count does)."""
+        if self._header is None:
+            self._header = read_header(self.path)
+        return self._header
+
     def storage_info(self) -> dict[str, dict[str, Any]]:
         """Rank 0: every variable's ``begin`` from the header PnetCDF wrote at ``enddef`` (synced since)."""
-        header = read_header(self.path)
+        header = self._defined_header()
         out: dict[str, dict[str, Any]] = {}
         for name, var in self.variables.items():
             out[name] = {"format": "cdf5", "variable": name if name in self.vars else None,
@@ -255,7 +263,7 @@ class PnetCDFWriteHandle:
     def reserved_ranges(self) -> list[tuple[int, int]]:
         """Up to the end of the fixed-size variables, from the header PnetCDF wrote at ``enddef`` (the metadata
         document, the only record variable, goes after them); after :meth:`document_slot`, the document."""
-        header = read_header(self.path)
+        header = self._defined_header()
         if self._slot is not None:
             begin = header.vars[META_VAR].begin
             return [(begin, begin + self._slot.nbytes)]

@@ -1,9 +1,9 @@
 """The commit's last check before the rename (``ckptio.engine.commit.check_written``): the document as the file
 system has it must be the one written. Where a backend gives the stored bytes (``Backend.stored_document``: the
-native format; HDF5, which still checks every dataset) the check compares them with the bytes written instead of
-decoding the document again; every other backend's document is decoded (``read_document``). Either way a file
-whose tail was lost, or whose document differs, is refused with the lost-writes error. One process, no mpirun
-(``MPI.COMM_SELF``)."""
+native format; HDF5, which still checks every dataset; PnetCDF's CDF-5) the check compares them with the bytes
+written instead of decoding the document again; every other backend's document is decoded (``read_document``).
+Either way a file whose tail was lost, or whose document differs, is refused with the lost-writes error. One
+process, no mpirun (``MPI.COMM_SELF``)."""
 
 from __future__ import annotations
 
@@ -63,6 +63,31 @@ def test_hdf5_gives_its_stored_document_and_still_checks_every_dataset(tmp_path)
     with h5py.File(path, "r+") as f:
         del f["v07"]  # the document still lists it
     with pytest.raises(CheckpointIOError, match=r"lost writes.*no dataset /v07 of shape \[32\]"):
+        check_written(backend, path, encoded)
+
+
+def test_pnetcdf_gives_its_stored_document_and_the_check_compares_it(tmp_path):
+    """The CDF format's stored_document checks the framing (header, completion mark, the document's checksum) and
+    returns the document's bytes undecoded; a document that differs from the one written, or whose mark is not
+    set, is refused at the commit."""
+    if "pnetcdf" not in BACKENDS:
+        pytest.skip("the pnetcdf backend is not available")
+    from ckptio.backends.cdf import read_header
+
+    path = str(tmp_path / "c.ckpt")
+    _written(path, "pnetcdf")
+    backend = get_backend("pnetcdf")
+    encoded = _encoded(backend, path)
+    assert backend.stored_document(path) == encoded
+    check_written(backend, path, encoded)
+    other = encoded.replace(b"v19", b"v91", 1)
+    with pytest.raises(CheckpointIOError, match=r"differ from the \d+ bytes written .*not committed"):
+        check_written(backend, path, other)
+    mark = read_header(path).vars["ckptio_complete"].begin
+    with open(path, "r+b") as f:  # the completion mark never landed
+        f.seek(mark)
+        f.write(b"\0\0\0\0")
+    with pytest.raises(CheckpointIOError, match=r"lost writes.*no completion mark"):
         check_written(backend, path, encoded)
 
 

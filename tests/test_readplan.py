@@ -279,3 +279,16 @@ def test_an_extent_made_without_its_constructor_equals_the_constructors():
         made = Extent.made("v", Box((1, 0), (2, 4)), 4096, 64, codec, label)
         built = Extent("v", Box((1, 0), (2, 4)), 4096, 64, (), None, codec, label)
         assert made == built and vars(made) == vars(built) and hash(made) == hash(built)
+
+
+def test_bands_of_variables_too_long_for_the_vectorized_running_maximum():
+    """Variables whose row counts times the number of variables exceed int64 (the vectorized band builder's running
+    maximum, restarted per variable, would overflow) take the per-variable path, with the same bands."""
+    rows = 1 << 61
+    meta = {"nprocs": 2, "variables": {}}
+    for k, name in enumerate(("a", "b", "c", "d")):
+        blocks = [{"rank": r, "offset": [r * rows // 2], "shape": [rows // 2], "checksum": f"{k * 2 + r:016x}",
+                   "file_offset": None, "stored_nbytes": rows // 2, "codec": None} for r in (1, 0)]
+        meta["variables"][name] = {"dtype": "|u1", "shape": [rows], "kind": "array", "blocks": blocks,
+                                   "storage": {"file_offset": 4096 + k}}
+    _same(extent_table.from_bands(meta), leading_axis_bands(meta))

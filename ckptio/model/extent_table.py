@@ -242,9 +242,9 @@ def from_bands(meta: CheckpointDocument | Mapping[str, Any]) -> ExtentTable:
     leading-axis intervals overlap share a band (connected components of the sorted intervals)."""
     variables = variables_of(meta)
     b = _Builder(variables)
-    single = _single_block_bands(b, variables)
+    done = _vector_bands(b, variables)
     for vi, var in enumerate(variables.values()):
-        if single[vi]:
+        if done[vi]:
             continue
         gshape = var.shape
         base = None if var.storage is None else var.storage.file_offset
@@ -277,14 +277,14 @@ def from_bands(meta: CheckpointDocument | Mapping[str, Any]) -> ExtentTable:
     return b.build()
 
 
-def _single_block_bands(b: _Builder, variables: Mapping[str, VariableRecord]) -> np.ndarray:
-    """:func:`from_bands` for every variable (of at least one dimension, stored, not empty) with exactly one
-    non-empty block, at once: its one band is the block's rows, whole along the other axes (a checkpoint of
-    thousands of small variables costs a few numpy calls). Adds their rows to ``b``; returns which variables it
-    did (bool per variable)."""
+def _vector_bands(b: _Builder, variables: Mapping[str, VariableRecord]) -> np.ndarray:
+    """:func:`from_bands` for every variable of at least one dimension, stored and not empty, at once (a checkpoint
+    of thousands of small variables, or of tens of variables written by thousands of ranks, costs a few numpy calls,
+    not a few per variable): each variable's non-empty blocks sorted by their first row, a band per connected run
+    of overlapping leading-axis intervals (a running maximum of the intervals' ends, restarted at each variable),
+    whole along the other axes. Adds their rows to ``b``; returns which variables it did (bool per variable)."""
     records = list(variables.values())
-    nvars = len(records)
-    done = np.zeros(nvars, bool)
+    done = np.zeros(len(records), bool)
     # candidates: stored, of at least one dimension, not empty, sizes numpy can hold (else the loop, as before)
     candidates = [i for i, v in enumerate(records) if v.shape and v.storage is not None
                   and v.storage.file_offset is not None and 0 <= v.storage.file_offset < _I64_LIMIT
@@ -294,26 +294,37 @@ def _single_block_bands(b: _Builder, variables: Mapping[str, VariableRecord]) ->
     cand = np.array(candidates, np.int64)
     j = JoinedBlocks.of([records[i].block_table() for i in candidates], b.var_ndim[cand].tolist(), b.ndim)
     rows = np.flatnonzero(j.shape.prod(axis=1) > 0)  # the non-empty blocks
-    one = np.bincount(j.var[rows], minlength=len(candidates)) == 1
-    done[cand[one]] = True
-    rows = rows[one[j.var[rows]]]
+    start = j.lo[rows, 0]
+    end = start + j.shape[rows, 0]
+    span = int(end.max()) + 1 if len(rows) else 1
+    if len(candidates) * span >= _I64_LIMIT:  # the restarted running maximum below would overflow: the loop
+        return done
+    done[cand] = True
     if not len(rows):
         return done
-    vi = cand[j.var[rows]]  # each row's variable (position in ``variables``)
-    picked = vi.tolist()
-    base = np.array([records[i].storage.file_offset for i in picked], _I64)
-    whole = np.ones((len(rows), b.ndim), _I64)  # each row's variable shape, padded with 1
+    order = np.lexsort((start, j.var[rows]))  # by variable, then by first row (ties: block order, as the loop)
+    rows, start, end = rows[order], start[order], end[order]
+    var = j.var[rows].astype(_I64)
+    reach = np.maximum.accumulate(var * span + end) - var * span  # the running maximum, per variable
+    new_band = np.ones(len(rows), bool)
+    new_band[1:] = (var[1:] != var[:-1]) | (start[1:] >= reach[:-1])
+    first = np.flatnonzero(new_band)
+    last = np.append(first[1:], len(rows)) - 1
+    picked = cand[var[first]].tolist()  # each band's variable (position in ``variables``)
+    nb = len(first)
+    whole = np.ones((nb, b.ndim), _I64)  # each band's variable shape, padded with 1
     for k, i in enumerate(picked):
         whole[k, :len(records[i].shape)] = records[i].shape
     itemsize = np.array([np.dtype(records[i].dtype).itemsize for i in picked], _I64)
+    base = np.array([records[i].storage.file_offset for i in picked], _I64)
     row_bytes = whole[:, 1:].prod(axis=1) * itemsize
-    r0, count = j.lo[rows, 0], j.shape[rows, 0]
-    band_lo = np.zeros((len(rows), b.ndim), _I64)
+    r0, r1 = start[first], reach[last]
+    band_lo = np.zeros((nb, b.ndim), _I64)
     band_lo[:, 0] = r0
     band_shape = whole
-    band_shape[:, 0] = count
-    b.add(var=vi.astype(np.int32), lo=band_lo, shape=band_shape, file_offset=base + r0 * row_bytes,
-          nbytes=count * row_bytes, codec=np.full(len(rows), -1, np.int16), vcount=np.ones(len(rows), _I64),
+    band_shape[:, 0] = r1 - r0
+    b.add(var=np.array(picked, np.int32), lo=band_lo, shape=band_shape, file_offset=base + r0 * row_bytes,
+          nbytes=(r1 - r0) * row_bytes, codec=np.full(nb, -1, np.int16), vcount=last - first + 1,
           vblock=j.block[rows].astype(_I64), vrank=j.rank[rows].astype(np.int32), vlo=j.lo[rows],
           vshape=j.shape[rows], vsum=j.checksum[rows])
     return done
