@@ -140,3 +140,59 @@ def test_integer_list_is_what_writes_and_reads_share():
         with pytest.raises(NotIntegers) as caught:
             integer_list(bad)
         assert caught.value.whole is whole and caught.value.value == value and type(caught.value.value) is type(value)
+
+
+def _blocks_near_a_tiling(data, nd: int, segments: bool):
+    """A few blocks that tile a random shape (cut on every axis, or segments: rows end to end), then perhaps
+    damaged: a block moved, resized or dropped, a rank out of range, the order shuffled."""
+    from hypothesis import strategies as st
+
+    shape = tuple(data.draw(st.lists(st.integers(0, 5), min_size=nd, max_size=nd)))
+    boxes = [((), ())]
+    for axis, n in enumerate(shape):
+        cuts = sorted(set(data.draw(st.lists(st.integers(1, max(n - 1, 1)), max_size=2)))) if n > 1 else []
+        if segments and axis:
+            cuts = []
+        edges = [0, *[c for c in cuts if 0 < c < n], n]
+        boxes = [((*o, edges[i]), (*s, edges[i + 1] - edges[i])) for o, s in boxes for i in range(len(edges) - 1)]
+    if not 2 <= len(boxes) <= 16:
+        boxes = (boxes * 2)[:2] if len(boxes) < 2 else boxes[:16]
+    lo, size = [list(o) for o, _ in boxes], [list(s) for _, s in boxes]
+    rank = list(range(len(boxes)))
+    damage = data.draw(st.sampled_from(["none", "move", "grow", "drop", "rank", "shuffle", "negative"]))
+    k = data.draw(st.integers(0, len(boxes) - 1))
+    if damage == "move" and nd:
+        lo[k][0] += data.draw(st.integers(-2, 2))
+    elif damage == "grow" and nd:
+        size[k][-1] += data.draw(st.integers(-1, 2))
+    elif damage == "drop" and len(boxes) > 2:
+        del lo[k], size[k], rank[k]
+    elif damage == "rank":
+        rank[k] = data.draw(st.sampled_from([-1, len(boxes), len(boxes) + 3]))
+    elif damage == "shuffle":
+        order = data.draw(st.permutations(range(len(rank))))
+        lo, size, rank = [lo[i] for i in order], [size[i] for i in order], [rank[i] for i in order]
+    elif damage == "negative" and nd:
+        size[k][0] = -1
+    return (np.array(rank, np.int64), np.array(lo, np.int64).reshape(len(rank), nd),
+            np.array(size, np.int64).reshape(len(rank), nd), shape, len(boxes))
+
+
+def test_the_few_blocks_check_agrees_with_the_vectorized_one():
+    """tiles_exactly's check on Python ints for 2-16 blocks gives what the numpy check gives, on tilings and on
+    damaged ones (moved, resized, dropped blocks; ranks out of range; shuffled segments)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from ckptio.model import layout
+
+    @settings(max_examples=1500, deadline=None)
+    @given(data=st.data(), nd=st.integers(0, 3), segments=st.booleans())
+    def check(data, nd, segments):
+        rank, lo, size, shape, nprocs = _blocks_near_a_tiling(data, nd, segments)
+        if len(rank) < 2:
+            return
+        few = layout._few_tile_exactly(rank.tolist(), lo.tolist(), size.tolist(), shape, nprocs, segments)
+        assert few == layout._many_tile_exactly(rank, lo, size, shape, nprocs, segments)
+
+    check()
