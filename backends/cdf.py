@@ -79,6 +79,8 @@ class _Cursor:
 
     def take(self, n: int) -> bytes:
         pos, end = self.pos, self.pos + n
+        if end > self.size:  # (also when the buffer holds more: the file grew after its size was taken)
+            raise IncompleteCheckpointError(f"{self.path}: the file ends inside its netCDF header (truncated)")
         if end > len(self.buf):
             self._fill(end)
         self.pos = end
@@ -86,8 +88,6 @@ class _Cursor:
 
     def _fill(self, end: int) -> None:
         """Read on until the buffer holds ``end`` bytes (64 KiB at a time: one read for most headers)."""
-        if end > self.size:
-            raise IncompleteCheckpointError(f"{self.path}: the file ends inside its netCDF header (truncated)")
         while end > len(self.buf):
             chunk = os.pread(self.fd, max(end - len(self.buf), 1 << 16), len(self.buf))
             if not chunk:

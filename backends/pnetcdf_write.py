@@ -251,7 +251,8 @@ class PnetCDFWriteHandle:
         return self._header
 
     def storage_info(self) -> dict[str, dict[str, Any]]:
-        """Rank 0: every variable's ``begin`` from the header PnetCDF wrote at ``enddef`` (synced since)."""
+        """Rank 0: every variable's ``begin`` from the header PnetCDF wrote at ``enddef`` (read from the file right
+        after it, :meth:`_defined_header`)."""
         header = self._defined_header()
         out: dict[str, dict[str, Any]] = {}
         for name, var in self.variables.items():

@@ -21,7 +21,7 @@ import xxhash
 from mpi_helpers import PROGRAMS, mpi_env, run_mpi
 
 import ckptio
-from ckptio.errors import CorruptCheckpointError, FormatVersionError
+from ckptio.errors import CorruptCheckpointError, FormatVersionError, IncompleteCheckpointError
 from ckptio.model import meta as metamod
 from ckptio.model.block_table import BlockTable
 from ckptio.tools import scale
@@ -201,6 +201,26 @@ def test_a_cdf_dimension_that_disagrees_with_the_document_is_damage(tmp_path: Pa
     path.write_bytes(raw)
     with pytest.raises(CorruptCheckpointError, match=r"dimensions \[7\] in the CDF header but shape \[6\]"):
         ckptio.open(path)
+
+
+def test_a_cdf_header_is_read_only_up_to_the_size_taken_at_open(tmp_path: Path) -> None:
+    """The header reader buffers 64 KiB at a time, but every field must lie within the size the file had when it
+    was opened: a header longer than that (the file grew, or the size is what a truncated copy reported) is
+    incomplete, even where the buffer already holds the bytes (an outside review found the buffer served them)."""
+    import os
+
+    from ckptio.backends.cdf import _Cursor
+
+    path = tmp_path / "grown"
+    path.write_bytes(b"CDF\x05" + bytes(551))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        cursor = _Cursor(str(path), fd, 8)  # the size taken before the file grew
+        assert cursor.take(4) == b"CDF\x05"
+        with pytest.raises(IncompleteCheckpointError, match="ends inside its netCDF header"):
+            cursor.take(8)
+    finally:
+        os.close(fd)
 
 
 @pytest.mark.mpi

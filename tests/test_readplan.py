@@ -292,3 +292,18 @@ def test_bands_of_variables_too_long_for_the_vectorized_running_maximum():
         meta["variables"][name] = {"dtype": "|u1", "shape": [rows], "kind": "array", "blocks": blocks,
                                    "storage": {"file_offset": 4096 + k}}
     _same(extent_table.from_bands(meta), leading_axis_bands(meta))
+
+
+def test_bands_of_a_block_ending_before_row_zero_are_not_merged_across_variables():
+    """A damaged document's block that ends before row 0 (what the schema checks refuse, but what from_bands may be
+    given) takes the per-variable path: the vectorized running maximum restarts per variable only for ends >= 0
+    (found by an outside review: the two blocks of "b" were merged into one band)."""
+    def block(offset, shape):
+        return {"rank": 0, "offset": [offset], "shape": [shape], "checksum": "0" * 16, "file_offset": None,
+                "stored_nbytes": 0, "codec": None}
+
+    meta = {"nprocs": 1, "variables": {
+        "a": {"dtype": "|u1", "shape": [5], "kind": "array", "blocks": [block(0, 5)], "storage": {"file_offset": 4096}},
+        "b": {"dtype": "|u1", "shape": [5], "kind": "array", "blocks": [block(-5, 1), block(-3, 1)],
+              "storage": {"file_offset": 8192}}}}
+    _same(extent_table.from_bands(meta), leading_axis_bands(meta))

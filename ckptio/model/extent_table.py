@@ -297,7 +297,9 @@ def _vector_bands(b: _Builder, variables: Mapping[str, VariableRecord]) -> np.nd
     start = j.lo[rows, 0]
     end = start + j.shape[rows, 0]
     span = int(end.max()) + 1 if len(rows) else 1
-    if len(candidates) * span >= _I64_LIMIT:  # the restarted running maximum below would overflow: the loop
+    # the running maximum below restarts per variable only for row ends in [0, span) without overflowing int64;
+    # anything else (a damaged document's block ending before row 0) takes the loop
+    if len(candidates) * span >= _I64_LIMIT or (len(rows) and int(end.min()) < 0):
         return done
     done[cand] = True
     if not len(rows):
