@@ -33,17 +33,29 @@ def _encoded(backend, path: str) -> bytes:
     return metamod.dumps(backend.read_document(path))
 
 
-def test_the_native_format_gives_its_stored_document_and_the_check_compares_it(tmp_path):
-    path = str(tmp_path / "c.ckpt")
-    _written(path, "mpiio")
-    backend = get_backend("mpiio")
+def _stored_exactly(path: str, backend_name: str):
+    """Write a checkpoint with ``backend_name``; its stored_document must be the encoded document byte for byte and
+    the commit's check must pass. -> (backend, encoded)."""
+    _written(path, backend_name)
+    backend = get_backend(backend_name)
     encoded = _encoded(backend, path)
     assert backend.stored_document(path) == encoded  # the bytes exactly: nothing decoded
     check_written(backend, path, encoded)
+    return backend, encoded
+
+
+def _refuses_another_document(backend, path: str, encoded: bytes) -> None:
+    """A document of the same length that differs from the stored one is refused at the commit."""
     other = encoded.replace(b"v19", b"v91", 1)
     assert other != encoded and len(other) == len(encoded)
     with pytest.raises(CheckpointIOError, match=r"differ from the \d+ bytes written .*not committed"):
         check_written(backend, path, other)
+
+
+def test_the_native_format_gives_its_stored_document_and_the_check_compares_it(tmp_path):
+    path = str(tmp_path / "c.ckpt")
+    backend, encoded = _stored_exactly(path, "mpiio")
+    _refuses_another_document(backend, path, encoded)
 
 
 def test_hdf5_gives_its_stored_document_and_still_checks_every_dataset(tmp_path):
@@ -55,11 +67,7 @@ def test_hdf5_gives_its_stored_document_and_still_checks_every_dataset(tmp_path)
     import h5py
 
     path = str(tmp_path / "c.ckpt")
-    _written(path, "hdf5")
-    backend = get_backend("hdf5")
-    encoded = _encoded(backend, path)
-    assert backend.stored_document(path) == encoded
-    check_written(backend, path, encoded)
+    backend, encoded = _stored_exactly(path, "hdf5")
     with h5py.File(path, "r+") as f:
         del f["v07"]  # the document still lists it
     with pytest.raises(CheckpointIOError, match=r"lost writes.*no dataset /v07 of shape \[32\]"):
@@ -75,14 +83,8 @@ def test_pnetcdf_gives_its_stored_document_and_the_check_compares_it(tmp_path):
     from ckptio.backends.cdf import read_header
 
     path = str(tmp_path / "c.ckpt")
-    _written(path, "pnetcdf")
-    backend = get_backend("pnetcdf")
-    encoded = _encoded(backend, path)
-    assert backend.stored_document(path) == encoded
-    check_written(backend, path, encoded)
-    other = encoded.replace(b"v19", b"v91", 1)
-    with pytest.raises(CheckpointIOError, match=r"differ from the \d+ bytes written .*not committed"):
-        check_written(backend, path, other)
+    backend, encoded = _stored_exactly(path, "pnetcdf")
+    _refuses_another_document(backend, path, encoded)
     mark = read_header(path).vars["ckptio_complete"].begin
     with open(path, "r+b") as f:  # the completion mark never landed
         f.seek(mark)
