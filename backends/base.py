@@ -101,15 +101,16 @@ from ckptio.model.block_table import USER_CHECKSUMS_NOTE, USER_TABLE_NOTE, Block
 from ckptio.model.document import CheckpointDocument, VariableRecord, variables_of
 from ckptio.model.extent_table import ExtentTable
 from ckptio.model.layout import Box
-from ckptio.model.plan import Extent, VariablePlan
+from ckptio.model.plan import Extent
+from ckptio.model.variable_plan import VariablePlan, joined_columns
 
 __all__ = [
     "USER_CHECKSUMS_NOTE", "USER_TABLE_NOTE", "Backend", "BlockTable", "BlockToWrite", "Box", "Capabilities",
     "CapabilityError", "CheckpointDocument", "CheckpointError", "CheckpointIOError", "CorruptCheckpointError",
     "CreateOptions", "DocumentSlot", "Extent", "ExtentReader", "ExtentTable", "FormatVersionError",
     "IncompleteCheckpointError", "Placement", "RangeWriter", "RewrittenCheckpointError", "Run", "Step",
-    "UnknownFormatError", "VariablePlan", "VariableRecord", "WriteHandle", "WrittenBlock", "user_table_shape",
-    "variables_of",
+    "UnknownFormatError", "VariablePlan", "VariableRecord", "WriteHandle", "WrittenBlock", "joined_columns",
+    "user_table_shape", "variables_of",
 ]
 
 #: One collective step of a backend: a label for messages and the function that makes the call.

@@ -12,7 +12,7 @@ from ckptio.backends.hdf5_lib import written_by_its_owner
 from mpi_helpers import PROGRAMS, run_mpi
 
 from ckptio.model.layout import Box
-from ckptio.model.plan import BlockPlan, VariablePlan
+from ckptio.model.variable_plan import BlockPlan, VariablePlan
 
 PROGRAM = str(PROGRAMS / "hdf5_by_owner.py")
 STRIPE = 1 << 20

@@ -9,7 +9,8 @@ from backends.mpiio import BLOCK_ALIGN, HEADER_SIZE, NativeBackend
 from ckptio.model import extent_table, readplan
 from ckptio.model import meta as metamod
 from ckptio.model.layout import Box
-from ckptio.model.plan import BlockPlan, VariablePlan, choose_aggregators
+from ckptio.model.plan import choose_aggregators
+from ckptio.model.variable_plan import BlockPlan, VariablePlan
 from ckptio.tools import scale
 from ckptio.tools.simulate import PlanScenario, aggregator_rounds, build_job, needed_rows, ost_load
 

@@ -5,13 +5,11 @@ engine runs it inside its agreed phase; the scale harness runs it for 100,000 si
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime
-import gc
 import itertools
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,8 +20,8 @@ from ckptio.engine import fslayout, placement_stats
 from ckptio.model import meta as metamod
 from ckptio.model.block_table import BlockTable
 from ckptio.model.document import CheckpointDocument
-from ckptio.model.plan import VariablePlan
 from ckptio.model.series_record import SeriesRecord
+from ckptio.model.variable_plan import VariablePlan, joined_columns
 
 
 @dataclass
@@ -93,20 +91,6 @@ def light_copy(document: Mapping[str, Any]) -> CheckpointDocument:
         stats, write=dataclasses.replace(stats.write, placement=None), extra={}))
 
 
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Any rank: no cyclic garbage collection inside (restored after). The planning rank unpickles and builds
-    objects for every rank in the declare and index phases: at 30,000 ranks the collector's passes over them made
-    these phases grow faster than the job (they hold no reference cycles; reference counting frees them)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def written_columns(written: Sequence[Any]) -> WrittenColumns:
     """Any rank: what it wrote of its blocks (``WrittenBlock`` s, in its declaration order) as the three short
     lists of :class:`WrittenColumns` for the planning rank's :func:`build_document`."""
@@ -149,19 +133,26 @@ def build_document(variables: Mapping[str, VariablePlan], reports: Sequence[Rank
     codec_names = sorted(set(codec_of) - {None})
     ids = {None: -1, **{c: i for i, c in enumerate(codec_names)}}
     codec = np.fromiter(map(ids.__getitem__, codec_of), np.int64, len(codec_of))
+    # every variable's blocks at once: where each block's report is, and what it says (views per variable below)
+    columns = joined_columns(variables)
+    rows = firsts[columns.rank] + columns.local_index
+    file_offset, stored, codec = file_offset[rows], stored[rows], codec[rows]
     out_vars: dict[str, Any] = {}
-    for name, var in variables.items():
-        rows = firsts[var.rank] + var.local_index  # where each block's report is
+    described = inputs.described
+    for (name, var), start, count in zip(variables.items(), columns.starts.tolist(), columns.counts.tolist(),
+                                         strict=True):
+        mine = slice(start, start + count)
         if codec_names:
-            used = np.unique(codec[rows][codec[rows] >= 0])
-            codec_ids = np.where(codec[rows] >= 0, np.searchsorted(used, codec[rows]), -1)
+            ids = codec[mine]
+            used = np.unique(ids[ids >= 0])
+            codec_ids = np.where(ids >= 0, np.searchsorted(used, ids), -1)
             names = [codec_names[u] for u in used.tolist()]
         else:
-            codec_ids, names = np.full(len(rows), -1, np.int64), []
-        blocks = BlockTable.of_columns(var.rank, var.offset, var.size, var.checksum, file_offset[rows],
-                                       stored[rows], codec_ids, names)
+            codec_ids, names = codec[mine], []  # (all -1)
+        blocks = BlockTable.of_columns(var.rank, var.offset, var.size, var.checksum, file_offset[mine],
+                                       stored[mine], codec_ids, names)
         out_vars[name] = {"dtype": var.dtype, "shape": list(var.shape), "kind": var.kind, "blocks": blocks,
-                          **inputs.described.get(name, {}),
+                          **(described[name] if name in described else {}),
                           **({"storage": storage[name]} if name in storage else {})}
     stripe_count, stripe_unit = hintsmod.stripe_layout(inputs.hints)
     seconds = {"prepare": inputs.prepare_seconds}

@@ -38,6 +38,7 @@ from ckptio.coord import datatypes as memtypes
 from ckptio.coord import hints as hintsmod
 from ckptio.engine import placement_stats, readpipe, restart_memory
 from ckptio.engine import restart_parts as parts
+from ckptio.engine.gc_pause import without_gc
 from ckptio.engine.restart_plan import ReadOptions, checked_verify, file_identity, plan_open, stripe_unit
 from ckptio.errors import CheckpointIOError
 from ckptio.model import readplan
@@ -139,6 +140,7 @@ class Restart:
     rank, in the same order, inside the caller's ``coord.collective_section``); the aggregators (``aggregators``,
     ranks of ``comm``) also run collectives over their own sub-communicator (opening and reading the file)."""
 
+    @without_gc
     def __init__(self, path: str, comm, options: Callable[[], ReadOptions], verify: bool):
         """Collective over ``comm``: ``options()`` (every rank's resolved options, checked alike on rank 0), the
         node of every rank (gathered on rank 0), the metadata and the extent table (rank 0 reads and partitions
@@ -185,6 +187,7 @@ class Restart:
         self._direct_pieces: set[int] = set()  # this read's pieces read straight into the outputs
         self.stats = ReadStats(**placement_stats.rank_placement(self.aggregators, comm.Get_rank()))
 
+    @without_gc
     def read(self, check: Callable[[], tuple[list[Request], list[np.ndarray | None]]]) -> list[np.ndarray]:
         """Collective over ``comm``: ``check()`` (this rank's requests and the arrays to fill, checked: agreed as
         the read's first phase), route the requests, let the aggregators plan, then read and exchange round by

@@ -42,12 +42,12 @@ from ckptio.engine import commit as commitmod
 from ckptio.engine import faults as _faults
 from ckptio.engine import fslayout, placement_stats, space
 from ckptio.engine import write_aggregate as aggregate
+from ckptio.engine.gc_pause import gc_paused, without_gc
 from ckptio.engine.index import (
     DocumentInputs,
     RankReport,
     WriteStats,
     build_document,
-    gc_paused,
     light_copy,
     written_columns,
 )
@@ -59,9 +59,10 @@ from ckptio.model import meta as metamod
 from ckptio.model.block_table import user_table
 from ckptio.model.declared import Declared, RankShare, prepared
 from ckptio.model.document import CheckpointDocument
-from ckptio.model.plan import VariablePlan, pack_declarations, plan_packed
+from ckptio.model.plan import pack_declarations, plan_packed
 from ckptio.model.rank_plan import own_boxes, own_plan, plan_headers, segment_starts
 from ckptio.model.series_record import SeriesRecord
+from ckptio.model.variable_plan import VariablePlan
 from ckptio.pathcheck import symlink_problem
 
 TMP_MARK = ".ckptio-tmp-"  # the temporary name is f".{base}{TMP_MARK}{12 hex digits}"
@@ -371,6 +372,7 @@ class _Job:
         return self.document if self.plan is not None else light
 
 
+@without_gc
 def write_checkpoint(request: WriteRequest) -> WriteResult:
     """Collective over ``request.comm``: write and commit one checkpoint (the phases of the module docstring).
     Raises the same error on every rank on failure, after removing the temporary file."""

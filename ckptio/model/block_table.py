@@ -392,8 +392,9 @@ USER_CHECKSUMS_NOTE = ("the xxh3_64 of each block's elements in C order, unsigne
 def user_table(variables: Mapping[str, Any]) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Rank 0, writing an HDF5 or netCDF file: every block of every variable as plain integer arrays any tool
     reads (no compound or string types: netCDF-C before 4.9.3 hides transient compound types and truncates or
-    crashes on strings inside them). ``variables``: name -> write plan (:class:`ckptio.model.plan.VariablePlan`, its
-    columns ``rank``, ``offset``, ``size``, ``checksum``). Returns the names, the int64 rows (see
+    crashes on strings inside them). ``variables``: name -> write plan
+    (:class:`ckptio.model.variable_plan.VariablePlan`, its columns ``rank``, ``offset``, ``size``, ``checksum``).
+    Returns the names, the int64 rows (see
     :data:`USER_TABLE_NOTE`) and the uint64 checksums."""
     names = list(variables)
     ndim = max((len(v.shape) for v in variables.values()), default=0)

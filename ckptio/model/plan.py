@@ -18,149 +18,22 @@ Read side
 
 from __future__ import annotations
 
-import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ckptio.errors import DeclarationError
-from ckptio.model.layout import Box, itemsize_of, tiles_exactly, validate_variable
+from ckptio.model.layout import Box, tiles_exactly, validate_variable
+from ckptio.model.variable_plan import VariablePlan, _read_only
 
 ARRAY = "array"
 SEGMENT = "segment"
 
 
 # --------------------------------------------------------------------------------------------- write plan
-@dataclass
-class BlockPlan:
-    """One declared block: who wrote it, where it sits in the global array (a row of a :class:`VariablePlan`,
-    made for the few blocks a rank writes itself)."""
-
-    rank: int
-    local_index: int  # position among this rank's declarations (all variables)
-    box: Box
-    stored_nbytes: int | None = None  # bytes in the file when different from the raw size (compression)
-    codec: str | None = None
-    checksum: str | None = None  # of the block's elements in C order, declared dtype
-
-
-def _i64(values: Any = (), shape: tuple[int, ...] | None = None) -> np.ndarray:
-    a = np.asarray(values, np.int64)
-    return a.reshape(shape) if shape is not None else a
-
-
-def _read_only(a: np.ndarray) -> np.ndarray:
-    a.setflags(write=False)
-    return a
-
-
-_NO_I64 = _read_only(np.zeros(0, np.int64))
-_NO_U64 = _read_only(np.zeros(0, np.uint64))
-_NO_BOXES = [_read_only(np.zeros((0, nd), np.int64)) for nd in range(33)]  # (0, ndim) per ndim; 32 is numpy's most
-
-
-def _no_boxes(nd: int) -> np.ndarray:
-    return _NO_BOXES[nd] if nd < len(_NO_BOXES) else _read_only(np.zeros((0, nd), np.int64))
-
-
-@dataclass(eq=False)
-class VariablePlan:
-    """One variable of a write plan. Its blocks are columns, one row per block, in rank order and each rank's in
-    declaration order: every rank's blocks on the coordinator (rank 0), only this rank's elsewhere (``nblocks``
-    then counts every rank's). Columns, not an object per block: rank 0 plans 2.4 million blocks at 100,000 ranks.
-
-    ``rank``, ``local_index`` (position among the rank's declarations), ``offset`` and ``size`` (``(n, ndim)``,
-    the block's box), ``stored_nbytes`` (-1: the raw size), ``codec`` (index into ``codecs``, -1: none),
-    ``checksum`` (``uint64``, 0: none)."""
-
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    kind: str
-    rank: np.ndarray = field(default_factory=_i64)
-    local_index: np.ndarray = field(default_factory=_i64)
-    offset: np.ndarray | None = None
-    size: np.ndarray | None = None
-    stored_nbytes: np.ndarray = field(default_factory=_i64)
-    codec: np.ndarray = field(default_factory=_i64)
-    codecs: list[str] = field(default_factory=list)
-    checksum: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
-    nblocks: int | None = None  # every rank's blocks, when the columns hold only this rank's (see own_plan)
-    _given: list[BlockPlan] | None = field(default=None, repr=False)  # the BlockPlans of from_blocks, kept
-
-    def __post_init__(self) -> None:
-        nd = len(self.shape)
-        if self.offset is None:
-            self.offset = np.zeros((len(self.rank), nd), np.int64)
-        if self.size is None:
-            self.size = np.zeros((len(self.rank), nd), np.int64)
-
-    @classmethod
-    def from_blocks(cls, name: str, dtype: str, shape: Sequence[int], kind: str, blocks: Sequence[BlockPlan],
-                    nblocks: int | None = None) -> VariablePlan:
-        """A plan of a few blocks given one by one (a rank's own blocks; tests)."""
-        n, nd = len(blocks), len(shape)
-        codecs = sorted({b.codec for b in blocks if b.codec is not None})
-        plan = cls(name, dtype, tuple(shape), kind, _i64([b.rank for b in blocks]),
-                   _i64([b.local_index for b in blocks]), _i64([b.box.offset for b in blocks], (n, nd)),
-                   _i64([b.box.shape for b in blocks], (n, nd)),
-                   _i64([-1 if b.stored_nbytes is None else b.stored_nbytes for b in blocks]),
-                   _i64([-1 if b.codec is None else codecs.index(b.codec) for b in blocks]), codecs,
-                   np.array([int(b.checksum, 16) if b.checksum else 0 for b in blocks], np.uint64), nblocks)
-        plan._given = list(blocks)
-        return plan
-
-    @classmethod
-    def none_here(cls, name: str, dtype: str, shape: Sequence[int], kind: str, nblocks: int) -> VariablePlan:
-        """A variable this rank holds no block of: empty columns, ``nblocks`` every rank's. Every rank holds a plan
-        of each of the job's variables, most of them empty when thousands of small variables are spread over the
-        ranks, so this shares read-only empty columns instead of building six arrays per variable."""
-        shape = tuple(shape)
-        nd = len(shape)
-        plan = cls(name, dtype, shape, kind, _NO_I64, _NO_I64, _no_boxes(nd), _no_boxes(nd), _NO_I64, _NO_I64, [],
-                   _NO_U64, nblocks)
-        plan._given = []
-        return plan
-
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * itemsize_of(self.dtype)
-
-    @property
-    def total_blocks(self) -> int:
-        """The number of blocks of all ranks (the columns may hold only this rank's)."""
-        return len(self.rank) if self.nblocks is None else self.nblocks
-
-    def stored_sizes(self) -> np.ndarray:
-        """Each block's bytes in the file: ``stored_nbytes``, or the raw size where that is -1."""
-        raw = self.size.prod(axis=1) * itemsize_of(self.dtype)
-        return np.where(self.stored_nbytes >= 0, self.stored_nbytes, raw)
-
-    def blocks_of(self, rank: int) -> list[BlockPlan]:
-        """The blocks of ``rank`` as :class:`BlockPlan` objects (a rank's own few; O(blocks of the variable))."""
-        if self._given is not None:
-            return [b for b in self._given if b.rank == rank]
-        return self._block_plans(np.flatnonzero(self.rank == rank))
-
-    @property
-    def blocks(self) -> list[BlockPlan]:
-        """Every block of the columns as a :class:`BlockPlan` (small plans and tests only)."""
-        if self._given is not None:
-            return list(self._given)
-        return self._block_plans(np.arange(len(self.rank)))
-
-    def _block_plans(self, rows: np.ndarray) -> list[BlockPlan]:
-        names = [None, *self.codecs]
-        return [BlockPlan(int(self.rank[i]), int(self.local_index[i]),
-                          Box(tuple(self.offset[i].tolist()), tuple(self.size[i].tolist())),
-                          None if self.stored_nbytes[i] < 0 else int(self.stored_nbytes[i]),
-                          names[int(self.codec[i]) + 1],
-                          f"{int(self.checksum[i]):016x}") for i in rows.tolist()]
-
-
 # What a rank sends rank 0 of its declarations (the declare gather): a few strings and bytes instead of a dict per
 # block, so that rank 0 unpickles O(ranks) small objects and plans with numpy (2.4 million blocks at 100,000 ranks)
 PackedDeclarations = tuple  # (signature, ints, checksums, stored, codecs); see pack_declarations
@@ -222,11 +95,19 @@ def plan_packed(packs: Sequence[PackedDeclarations]) -> dict[str, VariablePlan]:
     by_signature: dict[str, list[int]] = {}
     for r, pack in enumerate(packs):
         by_signature.setdefault(pack[0], []).append(r)
+    parsed = {signature: _parse_signature(signature) for signature in by_signature}
+    declared = Counter(name for signature, ranks in by_signature.items() for name, *_ in parsed[signature]
+                       for _ in range(min(len(ranks), 2)))  # (more than once is all that matters)
     chunks: dict[str, list[_Chunk]] = defaultdict(list)
+    whole: dict[str, VariablePlan] = {}
     for signature, ranks in by_signature.items():
-        decls = _parse_signature(signature)
+        decls = parsed[signature]
         if not decls:
             continue
+        if len(ranks) == 1 and packs[ranks[0]][3] is None:  # one rank's own declarations, none compressed
+            decls = _plan_whole_blocks(decls, packs[ranks[0]], ranks[0], declared, whole)
+            if not decls:
+                continue
         rank = np.array(ranks, np.int64)
         ints = np.frombuffer(b"".join(packs[r][1] for r in ranks), np.int64).reshape(len(ranks), -1)
         sums = _checksums("".join(packs[r][2] for r in ranks)).reshape(len(ranks), len(decls))
@@ -243,11 +124,50 @@ def plan_packed(packs: Sequence[PackedDeclarations]) -> dict[str, VariablePlan]:
         col = 0
         for j, (name, dtype, kind, dims) in enumerate(decls):
             width = 2 * len(dims) if kind == ARRAY else 1
-            chunks[name].append(_Chunk(rank, j, dtype, kind, dims, ints[:, col:col + width], sums[:, j], stored[:, j],
-                                       codecs[j]))
+            if name is not None:  # (None: planned by _plan_whole_blocks)
+                chunks[name].append(_Chunk(rank, j, dtype, kind, dims, ints[:, col:col + width], sums[:, j],
+                                           stored[:, j], codecs[j]))
             col += width
     nprocs = len(packs)
-    return {name: _plan_variable(name, chunks[name], nprocs) for name in sorted(chunks)}
+    planned = {name: _plan_variable(name, chunks[name], nprocs) for name in chunks}
+    planned.update(whole)
+    return {name: planned[name] for name in sorted(planned)}
+
+
+def _plan_whole_blocks(decls: list[tuple[str, str, str, tuple[int, ...]]], pack: PackedDeclarations, rank: int,
+                       declared: Counter, whole: dict[str, VariablePlan]) -> list[tuple[Any, str, str, tuple]]:
+    """Coordinator, one rank's signature (no other rank has it) with nothing compressed: plans into ``whole``
+    each variable that this rank alone declared, once, as one block covering the whole array (thousands of small
+    variables per checkpoint: columns that are views of the rank's packed integers, no per-variable check or
+    concatenation; a block that is the whole array, declared once, is valid by itself). Returns ``decls`` with
+    the name of each declaration planned here replaced by None (the general path skips those)."""
+    ints = np.frombuffer(pack[1], np.int64)
+    values = ints.tolist()
+    sums = _checksums(pack[2])
+    stored = np.full(len(decls), -1, np.int64)
+    local = np.arange(len(decls), dtype=np.int64)
+    ranks = np.full(1, rank, np.int64)
+    out: list[tuple[Any, str, str, tuple]] = []
+    col = 0
+    for j, decl in enumerate(decls):
+        name, dtype, kind, dims = decl
+        if kind != ARRAY:
+            out.append(decl)
+            col += 1
+            continue
+        nd = len(dims)
+        if declared[name] == 1 and not any(values[col:col + nd]) and tuple(values[col + nd:col + 2 * nd]) == dims:
+            plan = object.__new__(VariablePlan)  # every field, as the constructor would set them
+            plan.__dict__.update(name=name, dtype=dtype, shape=dims, kind=ARRAY, rank=ranks,
+                                 local_index=local[j:j + 1], offset=ints[col:col + nd].reshape(1, nd),
+                                 size=ints[col + nd:col + 2 * nd].reshape(1, nd), stored_nbytes=stored[j:j + 1],
+                                 codec=_NO_CODEC_1, codecs=[], checksum=sums[j:j + 1], nblocks=None, _given=None)
+            whole[name] = plan
+            out.append((None, dtype, kind, dims))
+        else:
+            out.append(decl)
+        col += 2 * nd
+    return out
 
 
 @dataclass

@@ -13,7 +13,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ckptio.model.layout import Box
-from ckptio.model.plan import ARRAY, SEGMENT, BlockPlan, VariablePlan, segment_box
+from ckptio.model.plan import ARRAY, SEGMENT, segment_box
+from ckptio.model.variable_plan import BlockPlan, VariablePlan
 
 
 def plan_headers(variables: Mapping[str, VariablePlan]) -> dict[str, tuple[str, tuple[int, ...], str, int]]:

@@ -80,26 +80,55 @@ def agree(by_rank: Sequence[Mapping[str, list[str]]]) -> dict[str, Description]:
     return {name: json.loads(text) for name, (_, text) in first.items()}
 
 
-def check_dimensions(shapes: Mapping[str, Sequence[int]], described: Mapping[str, Description]) -> dict[str, int]:
-    """Rank 0, once the global shapes are known (``shapes``: every variable's): the dimensions of the whole
-    checkpoint, name -> length. DeclarationError when one dimension name has two lengths, or when a declared
-    dimension is named like a variable that is not its coordinate (1-D, along that dimension only): HDF5 would
-    need one dataset for both."""
+def check_dimensions(shapes: Mapping[str, Sequence[int]], described: Mapping[str, Description]) -> None:
+    """Rank 0, once the global shapes are known (``shapes``: every variable's): DeclarationError when one
+    dimension name of the checkpoint has two lengths, or when a dimension is named like a variable that is not
+    its coordinate (1-D, along that dimension only): HDF5 would need one dataset for both.
+
+    When no variable declares ``dims`` (thousands of small variables), only a default name ``<name>_d<axis>``
+    that is also a variable's name can break a rule, so only names of that form are looked at
+    (:func:`_default_dim_clash`); the general check lists every dimension."""
+    if not any("dims" in d for d in described.values()):
+        clash = _default_dim_clash(shapes)
+        if clash is not None:
+            name, dim = clash
+            raise DeclarationError(_not_coordinate(name, dim, False))
+        return
     entries = {name: {"shape": list(shape), **({"dims": described[name]["dims"]} if "dims" in described.get(
         name, {}) else {})} for name, shape in shapes.items()}
-    lengths = metamod.shared_dim_lengths(entries)
+    metamod.shared_dim_lengths(entries)
     for name, entry in entries.items():
         declared = "dims" in entry
         for dim in metamod.variable_dims(name, entry):  # declared, or the default <name>_d0, ...
             if dim in entries and dim != name and metamod.variable_dims(dim, entries[dim]) != (dim,):
-                what, fix = (("dimension", "rename the dimension or the variable") if declared else
-                             ("default dimension", f"give {name!r} dims=, or rename variable {dim!r}"))
-                raise DeclarationError(
-                    f"variable {name!r}: {what} {dim!r} is also the name of variable {dim!r}, which is not its "
-                    f"coordinate (a 1-D variable declared with dims=({dim!r},)); {fix}")
+                raise DeclarationError(_not_coordinate(name, dim, declared))
         d = described.get(name, {})
         for dim in d.get("dims", ()):
             if dim == name and d["dims"] != [name]:
                 raise DeclarationError(f"variable {name!r}: a dimension named like its variable must be its only "
                                        f"dimension (a coordinate variable), got dims {d['dims']}")
-    return lengths
+
+
+def _not_coordinate(name: str, dim: str, declared: bool) -> str:
+    what, fix = (("dimension", "rename the dimension or the variable") if declared else
+                 ("default dimension", f"give {name!r} dims=, or rename variable {dim!r}"))
+    return (f"variable {name!r}: {what} {dim!r} is also the name of variable {dim!r}, which is not its coordinate "
+            f"(a 1-D variable declared with dims=({dim!r},)); {fix}")
+
+
+def _default_dim_clash(shapes: Mapping[str, Sequence[int]]) -> tuple[str, str] | None:
+    """With no ``dims`` declared anywhere: the first variable (in ``shapes``' order) one of whose default
+    dimension names is also a variable's name, with that name; None when there is none. (Default names never
+    share a length: ``<name>_d<axis>`` reads back as one name and axis. And no variable is a coordinate, so any
+    variable named like another's default dimension breaks the rule.)"""
+    owners = set()
+    for dim in shapes:
+        base, sep, axis = dim.rpartition("_d")
+        if sep and axis.isascii() and axis.isdigit() and axis == str(int(axis)) and base in shapes \
+                and int(axis) < len(shapes[base]):
+            owners.add(base)
+    if not owners:
+        return None
+    name = next(n for n in shapes if n in owners)
+    dim = next(d for d in metamod.default_dims(name, len(shapes[name])) if d in shapes)
+    return name, dim

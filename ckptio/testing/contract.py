@@ -48,7 +48,8 @@ from ckptio.engine.space import coalesce
 from ckptio.errors import CapabilityError, CheckpointError, IncompleteCheckpointError
 from ckptio.model import memsel
 from ckptio.model.declared import declaration
-from ckptio.model.plan import Extent, VariablePlan, pack_declarations, plan_packed
+from ckptio.model.plan import Extent, pack_declarations, plan_packed
+from ckptio.model.variable_plan import VariablePlan
 from ckptio.testing.harness import (
     OS_FILES,
     ROOT,

@@ -46,8 +46,9 @@ from ckptio.engine.steps import run_steps
 from ckptio.errors import CheckpointError
 from ckptio.model import meta as metamod
 from ckptio.model.block_table import user_table
-from ckptio.model.plan import VariablePlan, pack_declarations, plan_packed
+from ckptio.model.plan import pack_declarations, plan_packed
 from ckptio.model.rank_plan import own_plan, plan_headers, segment_starts
+from ckptio.model.variable_plan import VariablePlan
 from ckptio.testing.layouts import Layout, Prepared, prepare, standard_layout, whole_plan
 
 ROOT = 0  # the planning rank (as the engine's)

@@ -25,7 +25,8 @@ from ckptio.model import codec as codecs
 from ckptio.model import memsel, varmeta
 from ckptio.model import meta as metamod
 from ckptio.model.declared import declaration
-from ckptio.model.plan import VariablePlan, pack_declarations, plan_packed
+from ckptio.model.plan import pack_declarations, plan_packed
+from ckptio.model.variable_plan import VariablePlan
 
 
 def values(name: str, shape: tuple[int, ...], dtype: str, smooth: bool = False) -> np.ndarray:

@@ -292,7 +292,8 @@ def write_control_plane(ranks: int, total_bytes: int, nvars: int = 24, ranks_per
     import pickle
 
     from ckptio.backends import get_backend
-    from ckptio.engine.index import DocumentInputs, RankReport, WrittenColumns, build_document, gc_paused, light_copy
+    from ckptio.engine.gc_pause import gc_paused
+    from ckptio.engine.index import DocumentInputs, RankReport, WrittenColumns, build_document, light_copy
     from ckptio.model.declared import RankShare
     from ckptio.model.plan import pack_declarations, plan_packed
     from ckptio.model.rank_plan import own_plan, plan_headers, segment_starts

@@ -42,7 +42,8 @@ from ckptio.backends.base import (
 from ckptio.errors import CheckpointIOError, CorruptCheckpointError, FormatVersionError, IncompleteCheckpointError
 from ckptio.model import extent_table
 from ckptio.model import meta as metamod
-from ckptio.model.plan import Extent, VariablePlan
+from ckptio.model.plan import Extent
+from ckptio.model.variable_plan import VariablePlan
 
 MAGIC = b"FLATCKPT"
 TRAILER_MAGIC = b"FLATDONE"
