@@ -158,6 +158,32 @@ def test_light_copies_are_typed_travel_by_pickle_and_cannot_be_stored():
     assert isinstance(as_dict, dict) and as_document(as_dict) == light
 
 
+def test_joined_blocks_are_made_once_and_left_out_of_a_pickle():
+    """The open's format check and its extent table join the same tables: one JoinedBlocks per padding, kept on the
+    document; pickling (the light copy every rank receives, a staged close) carries the fields only."""
+    doc = metamod.loads(metamod.dumps(_written()))
+    j = doc.joined_blocks()
+    assert doc.joined_blocks() is j and doc.joined_blocks(3) is not j and doc.joined_blocks(3) is doc.joined_blocks(3)
+    assert j.lo.shape == (5, 2) and doc.joined_blocks(3).lo.shape == (5, 3)
+    assert j.checksum.tolist() == [1, 2**64 - 1, 5, 3, 4]  # (document order: dens, energy, tracers)
+    again = pickle.loads(pickle.dumps(doc))
+    assert again == doc and "_joined" not in vars(again) and "_joined" in vars(doc)
+    assert len(pickle.dumps(doc)) == len(pickle.dumps(again))
+
+
+def test_a_parsed_documents_variables_share_their_strings_and_empty_extras():
+    """10,000 small variables: one dtype string, one kind string and one empty ``extra`` for all of them, so the
+    pickled light copy says each once (what every rank unpickles at open)."""
+    entries = {f"v{i}": {"dtype": "<f8", "shape": [2], "kind": "array",
+                         "blocks": _table([(0, [0], [2])], [i], [-1], [])} for i in range(50)}
+    doc = metamod.loads(metamod.dumps({**_written(), "variables": entries}))
+    records = list(doc.without_blocks().variables.values())
+    assert len({id(r.dtype) for r in records}) == len({id(r.kind) for r in records}) == 1
+    assert len({id(r.extra) for r in records}) == 1 and records[0].extra == {}
+    light = pickle.loads(pickle.dumps(doc.without_blocks()))
+    assert light == doc.without_blocks() and len({id(r.extra) for r in light.variables.values()}) == 1
+
+
 def test_records_built_without_the_constructor_equal_the_constructors():
     """VariableRecord.of and without_blocks set the fields directly (one record per variable of every document):
     the result must be what the dataclass constructor gives, every field, for full and light records."""

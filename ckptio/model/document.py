@@ -49,17 +49,13 @@ instead) are what every rank but rank 0 holds: the tables grow with the job.
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ckptio.errors import FormatVersionError
 from ckptio.model import block_table
-from ckptio.model.block_table import BlockTable, as_table
-from ckptio.model.dims_attrs import default_dims
 from ckptio.model.fs_layout_record import FsLayoutRecord
-from ckptio.model.layout import itemsize_of
 from ckptio.model.records import (
     HintsRecord,
     LayoutRecord,
@@ -72,6 +68,7 @@ from ckptio.model.records import (
 )
 from ckptio.model.schema_checks import CHECKSUM_ALGORITHM, validate
 from ckptio.model.series_record import SeriesRecord
+from ckptio.model.variable_record import _ABSENT, VariableRecord, _JsonView
 
 SCHEMA_VERSION = 2
 CKPTIO_VERSION = "0.1.0"
@@ -82,9 +79,6 @@ __all__ = ["CHECKSUM_ALGORITHM", "CKPTIO_VERSION", "NO_CHECKSUM", "SCHEMA_VERSIO
            "VariableRecord", "WriteStatsRecord", "as_document", "check_schema", "light_dict", "stored_json",
            "variables_of"]
 
-_ABSENT: Any = object()  # a view key the record does not have
-
-
 def check_schema(meta: Mapping[str, Any]) -> None:
     """FormatVersionError unless ``meta["schema"]`` is a schema version this ckptio reads (1 ..
     :data:`SCHEMA_VERSION`)."""
@@ -94,158 +88,6 @@ def check_schema(meta: Mapping[str, Any]) -> None:
             f"checkpoint metadata schema version {version} is not supported by ckptio {CKPTIO_VERSION} "
             f"(supports schema 1..{SCHEMA_VERSION})"
         )
-
-
-class _JsonView(Mapping):
-    """A record that also reads as its JSON-form dict (see the module docstring): ``_VIEW`` maps each key to a
-    getter that returns the key's value or ``_ABSENT``; keys of ``extra`` follow."""
-
-    _VIEW: Mapping[str, Callable[[Any], Any]] = {}
-    extra: Mapping[str, Any]
-
-    def __getitem__(self, key: str) -> Any:
-        getter = self._VIEW.get(key)
-        if getter is not None:
-            value = getter(self)
-            if value is not _ABSENT:
-                return value
-        return self.extra[key]
-
-    def __iter__(self) -> Iterator[str]:
-        shown = [key for key, getter in self._VIEW.items() if getter(self) is not _ABSENT]
-        yield from shown
-        yield from (key for key in self.extra if key not in shown)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-
-# ---------------------------------------------------------------------------------------------- variables
-@dataclass(frozen=True)
-class VariableRecord(_JsonView):
-    """One variable of a checkpoint: its global array (``dtype`` as numpy's ``str`` of it, ``shape``), its kind
-    (``"array"``: N-d blocks at global offsets; ``"segment"``: one run of leading rows per writer rank, end to end
-    in rank order), the writers' blocks, and the optional ``dims``, ``attrs`` and backend ``storage``.
-
-    ``blocks`` is None in a light copy (:meth:`CheckpointDocument.without_blocks`); ``nblocks`` is always the
-    number of blocks. As a Mapping it reads as the variable's dict of the JSON form (``"blocks"``, or
-    ``"nblocks"`` in a light copy)."""
-
-    dtype: str
-    shape: tuple[int, ...]
-    kind: str
-    blocks: BlockTable | None
-    nblocks: int
-    dims: tuple[str, ...] | None = None
-    attrs: Mapping[str, Any] | None = None
-    storage: StorageRecord | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    _KNOWN = ("dtype", "shape", "kind", "blocks", "dims", "attrs", "storage")
-
-    @property
-    def is_light(self) -> bool:
-        return self.blocks is None
-
-    @property
-    def is_segment(self) -> bool:
-        return self.kind == "segment"
-
-    @property
-    def nbytes(self) -> int:
-        """The bytes of the whole global array."""
-        return math.prod(self.shape) * itemsize_of(self.dtype)
-
-    @property
-    def file_offset(self) -> int | None:
-        """Where a backend that stores the variable as one array put it (``storage.file_offset``; None: no single
-        place, or no storage record)."""
-        return None if self.storage is None else self.storage.file_offset
-
-    @property
-    def file_dtype(self) -> str:
-        """Its dtype in the file: ``storage.file_dtype`` where recorded (e.g. big-endian in CDF files), else the
-        declared ``dtype``."""
-        stored = None if self.storage is None else self.storage.file_dtype
-        return self.dtype if stored is None else stored
-
-    @property
-    def itemsize(self) -> int:
-        return itemsize_of(self.dtype)
-
-    @property
-    def stored_nbytes(self) -> int:
-        """The bytes its blocks occupy in the file (raises on a light copy, which has no blocks)."""
-        return int(self._table().stored_nbytes.sum())
-
-    def dim_names(self, name: str) -> tuple[str, ...]:
-        """The dimension names of this variable, called ``name``: declared, or ``<name>_d0``, ``<name>_d1``, ..."""
-        return self.dims if self.dims else tuple(default_dims(name, len(self.shape)))
-
-    def block_table(self) -> BlockTable:
-        """The blocks; ValueError on a light copy (only rank 0 and the restart aggregators hold tables)."""
-        return self._table()
-
-    def _table(self) -> BlockTable:
-        if self.blocks is None:
-            raise ValueError("a light copy of the document has no block table (only nblocks)")
-        return self.blocks
-
-    def without_blocks(self) -> VariableRecord:
-        """This record without its block table (``nblocks`` kept). A field copy, not ``dataclasses.replace``
-        (which re-runs the constructor): rank 0 makes one per variable of every checkpoint it writes or opens."""
-        light = object.__new__(VariableRecord)
-        light.__dict__.update(self.__dict__)
-        light.__dict__["blocks"] = None
-        return light
-
-    def entry_json(self) -> dict[str, Any]:
-        """The variable's entry in the stored document, without its blocks (schema 2 keeps them in the columns)."""
-        out: dict[str, Any] = {"dtype": self.dtype, "shape": list(self.shape), "kind": self.kind}
-        if self.dims is not None:
-            out["dims"] = list(self.dims)
-        if self.attrs is not None:
-            out["attrs"] = dict(self.attrs)
-        if self.storage is not None:
-            out["storage"] = self.storage.to_json()
-        out.update(self.extra)
-        return out
-
-    @classmethod
-    def of(cls, entry: Mapping[str, Any]) -> VariableRecord:
-        """The typed form of a variable entry in the in-memory dict form (blocks a BlockTable or a schema-1
-        list; a light copy's ``nblocks`` instead), taken as it is: no checks (it comes from ckptio itself,
-        e.g. the write side's document; a parsed file goes through :meth:`CheckpointDocument.from_json`)."""
-        if isinstance(entry, VariableRecord):
-            return entry
-        shape = tuple(map(int, entry["shape"]))
-        light = "blocks" not in entry
-        blocks = None if light else as_table(entry["blocks"], len(shape))
-        dims = entry.get("dims")
-        storage = entry.get("storage")
-        # every field given, as the constructor would set them (without a frozen dataclass's object.__setattr__
-        # per field: this runs once per variable of every document read or written)
-        record = object.__new__(cls)
-        record.__dict__.update(
-            dtype=entry["dtype"], shape=shape, kind=entry["kind"], blocks=blocks,
-            nblocks=int(entry["nblocks"]) if light else len(blocks), dims=None if dims is None else tuple(dims),
-            attrs=entry.get("attrs"), storage=None if storage is None else StorageRecord(dict(storage)),
-            extra=unknown_keys(entry, _LIGHT_KEYS if light else cls._KNOWN))
-        return record
-
-    _VIEW = {
-        "dtype": lambda v: v.dtype,
-        "shape": lambda v: list(v.shape),
-        "kind": lambda v: v.kind,
-        "blocks": lambda v: _ABSENT if v.blocks is None else v.blocks,
-        "nblocks": lambda v: v.nblocks if v.blocks is None else _ABSENT,
-        "dims": lambda v: _ABSENT if v.dims is None else list(v.dims),
-        "attrs": lambda v: _ABSENT if v.attrs is None else v.attrs,
-        "storage": lambda v: _ABSENT if v.storage is None else v.storage.to_json(),
-    }
-
-
-_LIGHT_KEYS = (*VariableRecord._KNOWN, "nblocks")
 
 
 # ------------------------------------------------------------------------------------------------ document
@@ -319,12 +161,22 @@ class CheckpointDocument(_JsonView):
         """Whether the blocks carry checksums to verify (False for a plain HDF5/netCDF file's document)."""
         return self.checksum != NO_CHECKSUM
 
-    def joined_blocks(self) -> block_table.JoinedBlocks:
-        """Every variable's block table joined into one set of columns, variables in document order (not for a
-        light copy): checks over all blocks of a checkpoint as a few numpy calls, not a loop over its variables."""
+    def joined_blocks(self, ndim: int | None = None) -> block_table.JoinedBlocks:
+        """Every variable's block table joined into one set of columns, variables in document order, ``lo`` and
+        ``shape`` padded to ``ndim`` columns (default: the most dimensions of any variable); not for a light
+        copy. Checks over all blocks of a checkpoint as a few numpy calls, not a loop over its variables. Made
+        once per ``ndim`` and kept (the open's format check and its extent table both join the same tables;
+        the columns are read-only by convention, and a pickled document leaves them out)."""
         ndims = [len(v.shape) for v in self.variables.values()]
-        return block_table.JoinedBlocks.of([v.block_table() for v in self.variables.values()], ndims,
-                                           max(ndims, default=0))
+        ndim = max(ndims, default=0) if ndim is None else ndim
+        kept = self.__dict__.setdefault("_joined", {})
+        if ndim not in kept:
+            kept[ndim] = block_table.JoinedBlocks.of([v.block_table() for v in self.variables.values()], ndims, ndim)
+        return kept[ndim]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What pickling keeps: the fields, not the joined columns :meth:`joined_blocks` kept."""
+        return {k: v for k, v in self.__dict__.items() if k != "_joined"}
 
     def without_blocks(self) -> CheckpointDocument:
         """The light copy: every variable without its block table (``nblocks`` says how many): what every rank

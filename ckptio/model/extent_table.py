@@ -221,7 +221,8 @@ def from_blocks(meta: CheckpointDocument | Mapping[str, Any]) -> ExtentTable:
     variables = variables_of(meta)
     b = _Builder(variables)
     tables = [var.block_table() for var in variables.values()]
-    j = JoinedBlocks.of(tables, b.var_ndim.tolist(), b.ndim)
+    j = (meta.joined_blocks(b.ndim) if isinstance(meta, CheckpointDocument)
+         else JoinedBlocks.of(tables, b.var_ndim.tolist(), b.ndim))
     if not len(j.var):
         return b.build()
     codec = np.full(len(j.var), -1, np.int16)

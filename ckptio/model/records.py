@@ -28,10 +28,16 @@ def string_keyed(value: Any, what: str) -> dict[str, Any]:
     return dict(value)
 
 
+NO_UNKNOWN_KEYS: dict[str, Any] = {}  # what unknown_keys gives in the usual case: one object, never modified
+
+
 def unknown_keys(value: Mapping[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
-    """The entries of ``value`` whose keys are not ``known``: a newer ckptio's additions, kept as they were."""
+    """The entries of ``value`` whose keys are not ``known``: a newer ckptio's additions, kept as they were. When
+    there are none, the shared empty :data:`NO_UNKNOWN_KEYS` (records never modify their ``extra``): a document
+    of 10,000 variables holds one empty dict instead of 10,000, and its pickled light copy, which every rank
+    unpickles at open, says it once."""
     if isinstance(value, dict) and value.keys() <= _known_set(known):  # (the usual case, once per variable)
-        return {}
+        return NO_UNKNOWN_KEYS
     return {k: v for k, v in value.items() if k not in known}
 
 
