@@ -43,6 +43,8 @@ def declare(name: str, ndim: int, dims: Sequence[str] | None, attrs: Mapping[str
 
 def same(a: Description, b: Description) -> bool:
     """Whether two descriptions are the same (attribute values compared as stored, see attrs_identical)."""
+    if a is b or (not a and not b):  # (a variable's first block: its own description; none declared)
+        return True
     return a.get("dims") == b.get("dims") and metamod.attrs_identical(a.get("attrs", {}), b.get("attrs", {}))
 
 
