@@ -60,9 +60,12 @@ def pack(described: Mapping[str, Description]) -> dict[str, list[str]]:
     declaring it (typically one or two texts for all variables: the gather grows by about a name per variable
     and rank, not a description). JSON text equality is :func:`same`: ``1``, ``1.0`` and ``true`` differ."""
     out: dict[str, list[str]] = {}
-    for name, d in described.items():
-        out.setdefault(json.dumps(d, sort_keys=True, allow_nan=True), []).append(name)
+    for name, d in described.items():  # (nothing declared, the usual small variable: "{}" without json.dumps)
+        out.setdefault(json.dumps(d, sort_keys=True, allow_nan=True) if d else _NOTHING, []).append(name)
     return out
+
+
+_NOTHING = json.dumps({}, sort_keys=True, allow_nan=True)  # what pack says of a variable without dims or attrs
 
 
 def agree(by_rank: Sequence[Mapping[str, list[str]]]) -> dict[str, Description]:
