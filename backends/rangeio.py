@@ -23,14 +23,11 @@ from collections.abc import Sequence
 import numpy as np
 from ckptio.backends.base import CheckpointIOError, Run
 
+from ckptio.coord.datatypes import address as _address
 from ckptio.coord.datatypes import buffers_type
 
 _MAX_IOV = 512  # arrays per pwritev call (well under IOV_MAX, 1024 on Linux)
 _MAX_CALL = 1 << 30  # bytes per call (Linux moves at most 0x7ffff000 per call; MPI counts are C ints)
-
-
-def _address(arr: np.ndarray) -> int:
-    return int(arr.__array_interface__["data"][0])
 
 
 def joined(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:

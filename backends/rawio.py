@@ -35,6 +35,7 @@ from ckptio.backends.base import (
     variables_of,
 )
 
+from ckptio.coord.datatypes import address as _address
 from ckptio.coord.datatypes import buffers_type, hindexed
 from ckptio.model import codec as codecs
 from ckptio.model import pagealign
@@ -138,10 +139,6 @@ def open_extents(path: str, comm, info, meta: Mapping[str, Any]) -> ExtentReader
     if comm is None:
         return PosixExtentReader(path, meta)
     return RawExtentReader(path, comm, info, meta)
-
-
-def _address(arr: np.ndarray) -> int:
-    return int(arr.__array_interface__["data"][0])
 
 
 def _bytes_at(addr: int, nbytes: int) -> np.ndarray:

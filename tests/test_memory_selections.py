@@ -52,6 +52,25 @@ def test_runs_describe_the_elements_in_c_order(name):
     assert got == np.ascontiguousarray(view).tobytes()
 
 
+@pytest.mark.parametrize("name", list(_views()))
+def test_the_address_of_a_view_is_its_first_elements_through_mpi4py_or_numpy(name):
+    """coord.datatypes.address takes mpi4py's buffer protocol once MPI is loaded (contiguous arrays), numpy's
+    interface for the views it refuses (strided): the same address either way, for every kind of view (the
+    exchange's datatypes and the range writers' joins are built from it)."""
+    from ckptio.coord import datatypes
+
+    view = _views()[name]
+    expected = int(view.__array_interface__["data"][0])
+    saved = datatypes._mpi_buffer
+    try:
+        datatypes._mpi_buffer = None
+        from ckptio.coord.mpi import MPI  # (loaded: the fast path)
+
+        assert datatypes.address(view) == expected and datatypes._mpi_buffer is MPI.buffer
+    finally:
+        datatypes._mpi_buffer = saved
+
+
 def test_passable_views_and_the_ones_gathered():
     v = _views()
     assert all(memsel.passable(v[k]) for k in ("interior3d", "rows", "columns", "one_row", "every_other_plane",

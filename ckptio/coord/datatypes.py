@@ -12,6 +12,7 @@ library, ROMIO included, handles). Pure numpy except :func:`datatype`; everythin
 from __future__ import annotations
 
 import ctypes
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -103,8 +104,28 @@ EMPTY = (np.zeros(0, _I64), np.zeros(0, _I64))
 
 
 def address(arr: np.ndarray) -> int:
-    """Local: The address of ``arr``'s first element (also for strided and negative-stride views)."""
+    """Local: The address of ``arr``'s first element (also for strided and negative-stride views). Through
+    mpi4py's buffer protocol where MPI is loaded and the array is contiguous (0.35 us against numpy's
+    ``__array_interface__`` dict, 1.5 us: a restart of 10,000 small variables asks 12,500 times on an
+    aggregator); never imports MPI itself (``ckptio inspect --verify`` runs without an MPI job)."""
+    buffer = _mpi_buffer or _loaded_mpi_buffer()
+    if buffer is not None:
+        try:
+            return buffer(arr).address
+        except (BufferError, ValueError, TypeError):  # not contiguous (a strided view): numpy says it
+            pass
     return int(arr.__array_interface__["data"][0])
+
+
+_mpi_buffer: Any = None  # mpi4py's MPI.buffer, once MPI is loaded
+
+
+def _loaded_mpi_buffer() -> Any:
+    global _mpi_buffer
+    module = sys.modules.get("mpi4py.MPI")
+    if module is not None:
+        _mpi_buffer = module.buffer
+    return _mpi_buffer
 
 
 def view_runs(view: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
