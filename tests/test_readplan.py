@@ -307,3 +307,23 @@ def test_bands_of_a_block_ending_before_row_zero_are_not_merged_across_variables
         "b": {"dtype": "|u1", "shape": [5], "kind": "array", "blocks": [block(-5, 1), block(-3, 1)],
               "storage": {"file_offset": 8192}}}}
     _same(extent_table.from_bands(meta), leading_axis_bands(meta))
+
+
+@settings(max_examples=40, deadline=None)
+@given(boxes=st.lists(st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9)), min_size=0, max_size=4),
+                      max_size=30), ndim=st.integers(4, 5))
+def test_records_of_requests_are_the_padded_records(boxes, ndim):
+    """readplan.records_of (one numpy step per number of dimensions) gives request_records of the requests padded
+    one by one (offset 0, extent 1 beyond a variable's own dimensions), variables by index."""
+    from ckptio.model.layout import Box
+    from ckptio.model.plan import Request
+
+    names = {f"v{i}": 7 - i for i in range(8)}
+    requests = [Request(f"v{i % 8}", Box(tuple(o for o, _ in b), tuple(s for _, s in b))) for i, b in enumerate(boxes)]
+    padded = []
+    for q in requests:
+        lo, shape = np.zeros(ndim, np.int64), np.ones(ndim, np.int64)
+        lo[:q.box.ndim], shape[:q.box.ndim] = q.box.offset, q.box.shape
+        padded.append((names[q.var], lo, shape))
+    got = readplan.records_of(requests, names, ndim)
+    assert got.dtype == np.int64 and np.array_equal(got, readplan.request_records(padded, ndim))

@@ -207,7 +207,7 @@ class Restart:
         t, c = time.perf_counter(), time.process_time()
         mine, given = coord.run(comm, f"read {self.path}: requests", check)
         nd = self.routing.ndim
-        records = readplan.request_records([self._padded(q) for q in mine], nd)
+        records = readplan.records_of(mine, self._var_index, nd)
         routed = readplan.route_requests(records, self.routing, self._runs_by_var)
         to_rank: dict[int, np.ndarray] = {self.aggregators[a]: r for a, r in enumerate(routed) if len(r)}
         received = exchange.exchange_records(comm, to_rank, records.shape[1])
@@ -352,13 +352,6 @@ class Restart:
             self.stats.seconds["verify"] += time.perf_counter() - t
             self.stats.seconds["cpu_verify"] += time.thread_time() - c
         return None
-
-    def _padded(self, q: Request) -> tuple[int, np.ndarray, np.ndarray]:
-        """Local: a request as (variable index, lo, shape) padded to the table's dimensions (offset 0, extent 1)."""
-        nd = self.routing.ndim
-        lo, shape = np.zeros(nd, np.int64), np.ones(nd, np.int64)
-        lo[:q.box.ndim], shape[:q.box.ndim] = q.box.offset, q.box.shape
-        return self._var_index[q.var], lo, shape
 
     def _plan(self, received: list[np.ndarray]) -> readplan.AggregatorPlan | None:
         """Local: an aggregator's plan for the requests it received (None elsewhere)."""

@@ -22,12 +22,14 @@ Per read call
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ckptio.model.block_table import concatenated_ranges as _ranges
 from ckptio.model.extent_table import ExtentTable
+from ckptio.model.plan import Request
 
 _I64 = np.int64
 
@@ -162,6 +164,25 @@ def request_records(requests: list[tuple[int, np.ndarray, np.ndarray]], ndim: in
         out[qi, 0], out[qi, 1] = qi, v
         out[qi, 2:2 + ndim] = lo
         out[qi, 2 + ndim:] = shape
+    return out
+
+
+def records_of(requests: Sequence[Request], var_index: Mapping[str, int], ndim: int) -> np.ndarray:
+    """Local, pure: :func:`request_records` of :class:`Request` s (variable names looked up in ``var_index``; boxes
+    of fewer than ``ndim`` dimensions padded with offset 0, extent 1), the requests of one number of dimensions at
+    once: no numpy step per request (a restart of 10,000 small variables makes 2,500 per rank)."""
+    out = np.zeros((len(requests), 2 + 2 * ndim), _I64)
+    out[:, 0] = np.arange(len(requests))
+    out[:, 2 + ndim:] = 1
+    by_ndim: dict[int, list[int]] = {}
+    for qi, q in enumerate(requests):
+        by_ndim.setdefault(len(q.box.offset), []).append(qi)
+    for nd, rows in by_ndim.items():
+        picked = [requests[qi] for qi in rows]
+        out[rows, 1] = [var_index[q.var] for q in picked]
+        if nd:
+            out[rows, 2:2 + nd] = [q.box.offset for q in picked]
+            out[rows, 2 + ndim:2 + ndim + nd] = [q.box.shape for q in picked]
     return out
 
 
