@@ -182,6 +182,14 @@ def test_a_parsed_documents_variables_share_their_strings_and_empty_extras():
     assert len({id(r.extra) for r in records}) == 1 and records[0].extra == {}
     light = pickle.loads(pickle.dumps(doc.without_blocks()))
     assert light == doc.without_blocks() and len({id(r.extra) for r in light.variables.values()}) == 1
+    with pytest.raises(TypeError, match="read-only"):  # shared: a caller's change would reach every record
+        records[0].extra["note"] = 1
+    with pytest.raises(TypeError, match="read-only"):
+        records[1].extra.update(note=1)
+    assert copy.deepcopy(records[0].extra) is records[0].extra and records[0].extra == {}
+    assert metamod.dumps(metamod.loads(metamod.dumps(doc))) == metamod.dumps(doc)
+    with pytest.raises(ValueError, match="read-only"):  # the kept joined columns
+        doc.joined_blocks().rank[0] = 3
 
 
 def test_records_built_without_the_constructor_equal_the_constructors():

@@ -14,14 +14,21 @@ import pytest
 import ckptio
 from ckptio.engine import commit as commitmod
 from ckptio.engine import restart as restart_engine
+from ckptio.engine.gc_pause import gc_paused
+from ckptio.model import readplan
 
 
 @pytest.fixture
 def seen(monkeypatch) -> dict[str, list[bool]]:
     """Whether the collector ran, recorded inside the write's commit (``commit`` or, for a write that fails in its
     declare phase, the abort) and the restart's open plan: outside the short phases that pause it themselves."""
-    seen: dict[str, list[bool]] = {"write": [], "open": []}
+    seen: dict[str, list[bool]] = {"write": [], "open": [], "read": []}
     commit, abort, plan_open = commitmod.commit, commitmod.abort, restart_engine.plan_open
+    records_of = readplan.records_of
+
+    def reading(*args, **kwargs):
+        seen["read"].append(gc.isenabled())
+        return records_of(*args, **kwargs)
 
     def committing(*args, **kwargs):
         seen["write"].append(gc.isenabled())
@@ -38,6 +45,7 @@ def seen(monkeypatch) -> dict[str, list[bool]]:
     monkeypatch.setattr(commitmod, "commit", committing)
     monkeypatch.setattr(commitmod, "abort", aborting)
     monkeypatch.setattr(restart_engine, "plan_open", opening)
+    monkeypatch.setattr(readplan, "records_of", reading)
     return seen
 
 
@@ -58,6 +66,7 @@ def test_paused_inside_a_write_and_an_open_and_restored_after(tmp_path, seen):
     with ckptio.open(path, MPI.COMM_SELF) as ck:
         assert seen["open"] == [False] and gc.isenabled()
         assert np.array_equal(ck.read("u", (0,), (16,)), np.arange(16.0))
+        assert seen["read"] == [False] and gc.isenabled()
     assert gc.isenabled()
 
 
@@ -87,3 +96,30 @@ def test_left_alone_in_a_helper_thread(tmp_path, seen):
     thread.join()
     assert not errors
     assert seen["write"] == [True] and gc.isenabled()
+
+
+def test_pauses_are_counted_across_threads():
+    """A helper thread's pause that ends while the main thread is inside its own leaves the collector paused
+    until the main thread's ends; a collector the caller disabled before stays disabled."""
+    inside, release = threading.Event(), threading.Event()
+
+    def helper() -> None:
+        with gc_paused():
+            inside.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=helper)
+    thread.start()
+    assert inside.wait(10)
+    with gc_paused():
+        release.set()
+        thread.join()
+        assert not gc.isenabled()  # (the helper's pause ended first)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

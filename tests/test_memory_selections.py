@@ -62,13 +62,24 @@ def test_the_address_of_a_view_is_its_first_elements_through_mpi4py_or_numpy(nam
     view = _views()[name]
     expected = int(view.__array_interface__["data"][0])
     saved = datatypes._mpi_buffer
+    from ckptio.coord.mpi import MPI  # (loaded: the fast path)
+
+    answered = []
+
+    def counting(arr):
+        made = MPI.buffer(arr)  # raises for what it refuses, as address() expects
+        answered.append(arr)
+        return made
+
     try:
         datatypes._mpi_buffer = None
-        from ckptio.coord.mpi import MPI  # (loaded: the fast path)
-
         assert datatypes.address(view) == expected and datatypes._mpi_buffer is MPI.buffer
+        datatypes._mpi_buffer = counting
+        assert datatypes.address(view) == expected
     finally:
         datatypes._mpi_buffer = saved
+    contiguous = view.flags.c_contiguous or view.flags.f_contiguous
+    assert len(answered) == (1 if contiguous else 0), "the buffer protocol answers exactly the contiguous views"
 
 
 def test_passable_views_and_the_ones_gathered():

@@ -142,3 +142,12 @@ def test_default_dimension_check_without_dims_names_what_the_general_check_names
     general = _dimension_error({**shapes, "zz": (7,)}, {"zz": {"dims": ["zz_axis"]}})
     assert fast == general
     assert (fast is None) if clash is None else (clash in fast)
+
+
+def test_of_several_wrong_variables_the_first_name_is_reported():
+    """Rank 0 declares "b", rank 1 "a", each missing an element: the error names "a", the first in sorted order
+    (as the planner always did), whatever order the ranks' declarations come in."""
+    decls = [[_array_decl("b", (5,), (0,), (4,), 0, 0), _array_decl("w", (3,), (0,), (3,), 0, 1)],
+             [_array_decl("a", (5,), (0,), (4,), 1, 0)]]
+    with pytest.raises(DeclarationError, match="variable 'a'"):
+        plan_packed([pack_declarations(d) for d in decls])

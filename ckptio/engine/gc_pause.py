@@ -21,16 +21,30 @@ from typing import TypeVar
 F = TypeVar("F", bound=Callable)
 
 
+_lock = threading.Lock()
+_depth = 0  # pauses under way, in every thread (a background checkpoint's I/O thread pauses too)
+_was_enabled = False  # whether the collector ran when the first of them began
+
+
 @contextlib.contextmanager
 def gc_paused() -> Iterator[None]:
-    """Local, any rank: no cyclic garbage collection inside (restored after; nested uses are free)."""
-    enabled = gc.isenabled()
-    gc.disable()
+    """Local, any rank, any thread: no cyclic garbage collection inside. Pauses are counted across threads: the
+    collector comes back when the last one ends, and only if it ran when the first began (an I/O thread's
+    short pause ending inside the main thread's restart leaves the restart paused; a caller's own
+    ``gc.disable()`` before the first pause stays)."""
+    global _depth, _was_enabled
+    with _lock:
+        if _depth == 0:
+            _was_enabled = gc.isenabled()
+            gc.disable()
+        _depth += 1
     try:
         yield
     finally:
-        if enabled:
-            gc.enable()
+        with _lock:
+            _depth -= 1
+            if _depth == 0 and _was_enabled:
+                gc.enable()
 
 
 def without_gc(fn: F) -> F:

@@ -171,7 +171,10 @@ class CheckpointDocument(_JsonView):
         ndim = max(ndims, default=0) if ndim is None else ndim
         kept = self.__dict__.setdefault("_joined", {})
         if ndim not in kept:
-            kept[ndim] = block_table.JoinedBlocks.of([v.block_table() for v in self.variables.values()], ndims, ndim)
+            joined = block_table.JoinedBlocks.of([v.block_table() for v in self.variables.values()], ndims, ndim)
+            for column in vars(joined).values():
+                column.setflags(write=False)  # (kept: every later caller gets these arrays)
+            kept[ndim] = joined
         return kept[ndim]
 
     def __getstate__(self) -> dict[str, Any]:

@@ -106,7 +106,7 @@ def plan_packed(packs: Sequence[PackedDeclarations]) -> dict[str, VariablePlan]:
             continue
         if len(ranks) == 1 and packs[ranks[0]][3] is None:  # one rank's own declarations, none compressed
             decls = _plan_whole_blocks(decls, packs[ranks[0]], ranks[0], declared, whole)
-            if not decls:
+            if all(name is None for name, *_ in decls):  # (every declaration planned there)
                 continue
         rank = np.array(ranks, np.int64)
         ints = np.frombuffer(b"".join(packs[r][1] for r in ranks), np.int64).reshape(len(ranks), -1)
@@ -129,7 +129,8 @@ def plan_packed(packs: Sequence[PackedDeclarations]) -> dict[str, VariablePlan]:
                                            stored[:, j], codecs[j]))
             col += width
     nprocs = len(packs)
-    planned = {name: _plan_variable(name, chunks[name], nprocs) for name in chunks}
+    # in sorted name order, as before the whole-block path: of several wrong variables, the first name is reported
+    planned = {name: _plan_variable(name, chunks[name], nprocs) for name in sorted(chunks)}
     planned.update(whole)
     return {name: planned[name] for name in sorted(planned)}
 

@@ -28,7 +28,27 @@ def string_keyed(value: Any, what: str) -> dict[str, Any]:
     return dict(value)
 
 
-NO_UNKNOWN_KEYS: dict[str, Any] = {}  # what unknown_keys gives in the usual case: one object, never modified
+class _NoUnknownKeys(dict):
+    """The empty ``extra`` of every record without unknown keys: one object, read-only (a caller's
+    ``doc.extra["x"] = 1`` would otherwise reach every record and every document stored after it), pickled and
+    copied as itself."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("a record's extra keys are read-only (build a new record instead)")
+
+    __setitem__ = __delitem__ = update = setdefault = pop = popitem = clear = __ior__ = _refuse  # type: ignore
+
+    def __reduce__(self) -> str:
+        return "NO_UNKNOWN_KEYS"  # (pickle and copy: the module's singleton)
+
+    def __copy__(self) -> _NoUnknownKeys:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> _NoUnknownKeys:
+        return self
+
+
+NO_UNKNOWN_KEYS: dict[str, Any] = _NoUnknownKeys()  # what unknown_keys gives in the usual case
 
 
 def unknown_keys(value: Mapping[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
