@@ -20,33 +20,23 @@ from ckptio.model import readplan
 
 @pytest.fixture
 def seen(monkeypatch) -> dict[str, list[bool]]:
-    """Whether the collector ran, recorded inside the write's commit (``commit`` or, for a write that fails in its
-    declare phase, the abort) and the restart's open plan: outside the short phases that pause it themselves."""
+    """Whether the collector ran, recorded inside the write's commit (the abort, for a failed write), the
+    restart's open plan and a read's request records: outside the short phases that pause it themselves."""
     seen: dict[str, list[bool]] = {"write": [], "open": [], "read": []}
-    commit, abort, plan_open = commitmod.commit, commitmod.abort, restart_engine.plan_open
-    records_of = readplan.records_of
-
-    def reading(*args, **kwargs):
-        seen["read"].append(gc.isenabled())
-        return records_of(*args, **kwargs)
-
-    def committing(*args, **kwargs):
-        seen["write"].append(gc.isenabled())
-        return commit(*args, **kwargs)
-
-    def aborting(*args, **kwargs):
-        seen["write"].append(gc.isenabled())
-        return abort(*args, **kwargs)
-
-    def opening(*args, **kwargs):
-        seen["open"].append(gc.isenabled())
-        return plan_open(*args, **kwargs)
-
-    monkeypatch.setattr(commitmod, "commit", committing)
-    monkeypatch.setattr(commitmod, "abort", aborting)
-    monkeypatch.setattr(restart_engine, "plan_open", opening)
-    monkeypatch.setattr(readplan, "records_of", reading)
+    for module, name, key in ((commitmod, "commit", "write"), (commitmod, "abort", "write"),
+                              (restart_engine, "plan_open", "open"), (readplan, "records_of", "read")):
+        monkeypatch.setattr(module, name, _recording(getattr(module, name), seen[key]))
     return seen
+
+
+def _recording(fn, into: list[bool]):
+    """``fn``, appending whether the collector runs to ``into`` on every call."""
+
+    def recorded(*args, **kwargs):
+        into.append(gc.isenabled())
+        return fn(*args, **kwargs)
+
+    return recorded
 
 
 def _write(path: str) -> None:
