@@ -121,6 +121,7 @@ _mpi_buffer: Any = None  # mpi4py's MPI.buffer, once MPI is loaded
 
 
 def _loaded_mpi_buffer() -> Any:
+    """Local: mpi4py's ``MPI.buffer`` if MPI is loaded (kept for the next call), else None."""
     global _mpi_buffer
     module = sys.modules.get("mpi4py.MPI")
     if module is not None:
