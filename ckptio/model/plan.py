@@ -135,6 +135,9 @@ def plan_packed(packs: Sequence[PackedDeclarations]) -> dict[str, VariablePlan]:
     return {name: planned[name] for name in sorted(planned)}
 
 
+_NO_CODEC_1 = _read_only(np.full(1, -1, np.int64))
+
+
 def _plan_whole_blocks(decls: list[tuple[str, str, str, tuple[int, ...]]], pack: PackedDeclarations, rank: int,
                        declared: Counter, whole: dict[str, VariablePlan]) -> list[tuple[Any, str, str, tuple]]:
     """Coordinator, one rank's signature (no other rank has it) with nothing compressed: plans into ``whole``
@@ -188,9 +191,6 @@ class _Chunk:
 
 def _plan_variable(name: str, chunks: list[_Chunk], nprocs: int) -> VariablePlan:
     """Coordinator: the checked columns of one variable from its chunks of declarations."""
-    whole = _one_whole_block(name, chunks, nprocs)
-    if whole is not None:
-        return whole
     if len(chunks) > 1:  # (one chunk: one declaration position of one signature, the same everywhere by itself)
         for value, what, why in ((lambda c: c.kind, "kind (array block vs per-rank segment)", ""),
                                  (lambda c: c.dtype, "dtype", ""),
@@ -244,25 +244,6 @@ def _plan_variable(name: str, chunks: list[_Chunk], nprocs: int) -> VariablePlan
                         np.ascontiguousarray(size), column([c.stored for c in chunks]), codec, codecs,
                         column([c.checksum for c in chunks]))
 
-
-_NO_CODEC_1 = _read_only(np.full(1, -1, np.int64))
-
-
-def _one_whole_block(name: str, chunks: list[_Chunk], nprocs: int) -> VariablePlan | None:
-    """Coordinator: the plan of a variable that one rank declared as one uncompressed block covering the whole
-    array (thousands of small variables per checkpoint), without the general path's concatenations and checks;
-    None for every other variable."""
-    first = chunks[0]
-    if len(chunks) != 1 or len(first.rank) != 1 or first.kind != ARRAY or first.codec is not None:
-        return None
-    shape = first.dims
-    nd = len(shape)
-    row = first.ints[0].tolist()
-    if not 0 <= int(first.rank[0]) < nprocs or any(row[:nd]) or row[nd:] != list(shape):
-        return None
-    ints = first.ints
-    return VariablePlan(name, first.dtype, shape, ARRAY, first.rank, np.array([first.local_index], np.int64),
-                        ints[:, :nd], ints[:, nd:], first.stored, _NO_CODEC_1, [], first.checksum)
 
 
 def _same_everywhere(name: str, chunks: list[_Chunk], value, what: str, why: str) -> None:
