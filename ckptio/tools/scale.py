@@ -39,7 +39,8 @@ from ckptio.model import meta as metamod
 from ckptio.model.block_table import BlockTable
 from ckptio.model.document import CHECKSUM_ALGORITHM, SCHEMA_VERSION, CheckpointDocument, LayoutRecord, VariableRecord
 from ckptio.model.extent_table import ExtentTable
-from ckptio.model.plan import choose_aggregators
+from ckptio.model.layout import Box
+from ckptio.model.plan import Request, choose_aggregators
 
 ROW_BYTES = 16 * 16 * 16 * 8  # one FLASH block of one variable (16^3 doubles)
 
@@ -189,9 +190,11 @@ def restart_control_plane(ranks: int, total_bytes: int, nvars: int = 24, ranks_p
     nd = table.ndim
     by_var = routing.by_var()
 
-    def requests_of(rank: int) -> np.ndarray:
-        return readplan.request_records([(v, np.array([rank * rows, 0, 0, 0]), np.array([rows, 16, 16, 16]))
-                                         for v in range(nvars)], nd)
+    var_index = {str(v): v for v in range(nvars)}
+
+    def requests_of(rank: int) -> np.ndarray:  # (the records as Restart.read builds them)
+        return readplan.records_of([Request(str(v), Box((rank * rows, 0, 0, 0), (rows, 16, 16, 16)))
+                                    for v in range(nvars)], var_index, nd)
 
     # the aggregator in the middle of the job; the ranks that route to it are those whose blocks meet its rows
     a = len(aggs) // 2
