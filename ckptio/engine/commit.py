@@ -62,7 +62,7 @@ def commit(comm, backend: Backend, handle: WriteHandle | None, tmp: str, path: s
                                     f"exceeded, or a rank's file size limit, ulimit -f?): {why}")
 
     coord.bcast_from_root(comm, f"{where}: check that the data landed", landed, root=ROOT)
-    encoded = metamod.dumps(document) if root else None
+    encoded = metamod.dumps(typed if typed is not None else document) if root else None  # (the same text)
     slot = coord.bcast_from_root(comm, f"{where}: encode the metadata document",
                                  lambda: DocumentSlot(len(encoded), metamod.checksum(encoded)), root=ROOT)
     coord.run(comm, f"{where}: make room for the metadata document", lambda: held(handle, "document_slot", slot))

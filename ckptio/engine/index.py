@@ -20,6 +20,7 @@ from ckptio.engine import fslayout, placement_stats
 from ckptio.model import meta as metamod
 from ckptio.model.block_table import BlockTable
 from ckptio.model.document import CheckpointDocument
+from ckptio.model.joined_blocks import JoinedBlocks
 from ckptio.model.series_record import SeriesRecord
 from ckptio.model.variable_plan import VariablePlan, joined_columns
 
@@ -118,9 +119,33 @@ def created_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+@dataclass(frozen=True)
+class BuiltDocument:
+    """The planning rank's document as :func:`build_index` makes it: the in-memory dict form the commit stores and,
+    where no block is compressed, every variable's blocks already joined (the plan's columns with the reports'),
+    so that the typed form (:meth:`typed`) and its encoding do not join the tables again."""
+
+    document: dict[str, Any]
+    joined: JoinedBlocks | None
+
+    def typed(self) -> CheckpointDocument:
+        """Local: the typed document, keeping the joined columns."""
+        typed = CheckpointDocument.of(self.document)
+        if self.joined is not None:
+            typed.keep_joined_blocks(self.joined)
+        return typed
+
+
 def build_document(variables: Mapping[str, VariablePlan], reports: Sequence[RankReport],
                    inputs: DocumentInputs, effective: Mapping[str, str],
                    storage: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Planning rank: the metadata document (:func:`build_index`'s dict form)."""
+    return build_index(variables, reports, inputs, effective, storage).document
+
+
+def build_index(variables: Mapping[str, VariablePlan], reports: Sequence[RankReport],
+                inputs: DocumentInputs, effective: Mapping[str, str],
+                storage: Mapping[str, Mapping[str, Any]]) -> BuiltDocument:
     """Planning rank: the metadata document. The block tables are the plan's columns (where each block is, its
     checksum from the declaration) with what every rank reported writing (file offset, stored bytes, codec:
     :func:`written_columns`, in its declaration order), joined without a Python step per block."""
@@ -165,7 +190,10 @@ def build_document(variables: Mapping[str, VariablePlan], reports: Sequence[Rank
                    "placement": placement_stats.summarize([rep.placement for rep in reports], per_rank)}
     if reports[0].aggregation is not None:
         write_stats["aggregation"] = aggregation_summary([rep.aggregation for rep in reports])
-    return {
+    joined = None if codec_names else JoinedBlocks.of_columns(columns.counts, columns.offset, columns.size,
+                                                               columns.rank, columns.checksum, file_offset, stored,
+                                                               codec)
+    return BuiltDocument({
         "schema": metamod.SCHEMA_VERSION,
         "ckptio_version": metamod.__version__,
         "backend": inputs.backend,
@@ -181,4 +209,4 @@ def build_document(variables: Mapping[str, VariablePlan], reports: Sequence[Rank
         "stats": {"write": write_stats},
         "variables": out_vars,
         **({"series": inputs.series_record.to_json()} if inputs.series_record is not None else {}),
-    }
+    }, joined)

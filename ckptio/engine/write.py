@@ -47,7 +47,7 @@ from ckptio.engine.index import (
     DocumentInputs,
     RankReport,
     WriteStats,
-    build_document,
+    build_index,
     light_copy,
     written_columns,
 )
@@ -361,9 +361,9 @@ class _Job:
             inputs = DocumentInputs(request.backend.name, request.backend.format_version, request.hints,
                                     request.attrs, self.plan.described, self.fs_layout, self.plan.prepare_seconds,
                                     request.series_record)
-            self.document = build_document(variables, reports, inputs, self.handle.effective_hints(),
-                                           self.handle.storage_info())
-            self.typed = CheckpointDocument.of(self.document)
+            built = build_index(variables, reports, inputs, self.handle.effective_hints(), self.handle.storage_info())
+            self.document = built.document
+            self.typed = built.typed()
             return light_copy(self.typed)
 
         _faults.point("checksum gather", self.comm)

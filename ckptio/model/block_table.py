@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from ckptio.model.joined_blocks import JoinedBlocks, concatenated_ranges, own_dimensions
+
 ENCODING_VERSION = 1
 COLUMNS = ("rank", "offset", "shape", "checksum", "file_offset", "stored_nbytes", "codec")
 _ALLOWED_DTYPES = frozenset({"|i1", "<i2", "<i4", "<i8", "|u1", "<u2", "<u4", "<u8"})
@@ -178,65 +180,6 @@ class BlockTable(Sequence):
         return list(self)
 
 
-def concatenated_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Concatenation of ``arange(s, s + c)`` for every (s, c), vectorized (int64)."""
-    counts = np.asarray(counts, np.int64)
-    total = int(counts.sum())
-    if total == 0:
-        return np.zeros(0, np.int64)
-    ends = np.cumsum(counts)
-    idx = np.arange(total, dtype=np.int64) - np.repeat(ends - counts, counts)
-    return np.repeat(np.asarray(starts, np.int64), counts) + idx
-
-
-@dataclass(frozen=True)
-class JoinedBlocks:
-    """The block tables of several variables as one set of columns, rows variable by variable (each variable's
-    blocks in their order): what code over all blocks of a checkpoint uses instead of a loop over its variables
-    (thousands of small variables of one block each). ``lo``/``shape`` are padded to ``ndim`` columns (offset 0,
-    extent 1 beyond a variable's own dimensions); ``codec`` stays per table (ids into each table's ``codecs``)."""
-
-    counts: np.ndarray  # int64 [V]: blocks per variable
-    starts: np.ndarray  # int64 [V]: each variable's first row
-    var: np.ndarray  # int32 [N]: the variable (position in the tables given) of each row
-    block: np.ndarray  # int64 [N]: each row's index in its variable's table
-    lo: np.ndarray  # int64 [N, ndim]
-    shape: np.ndarray  # int64 [N, ndim]
-    rank: np.ndarray  # int64 [N]
-    checksum: np.ndarray  # uint64 [N]
-    file_offset: np.ndarray  # int64 [N]
-    stored_nbytes: np.ndarray  # int64 [N]
-    codec: np.ndarray  # int64 [N], -1 for none: ids into codecs_of[var[i]]
-
-    @classmethod
-    def of(cls, tables: Sequence[BlockTable], ndims: Sequence[int], ndim: int) -> JoinedBlocks:
-        """``tables[i]`` of a variable of ``ndims[i]`` dimensions, joined; ``ndim`` >= every ``ndims[i]``. One
-        concatenation per column and per number of dimensions, whatever the number of variables."""
-        counts = np.array([len(t) for t in tables], np.int64)
-        total = int(counts.sum()) if len(counts) else 0
-        starts = np.zeros(len(tables), np.int64)
-        if len(tables):
-            np.cumsum(counts[:-1], out=starts[1:])
-        nonempty = np.flatnonzero(counts)
-        lo, shape = np.zeros((total, ndim), np.int64), np.ones((total, ndim), np.int64)
-        dims = np.asarray(ndims, np.int64)[nonempty]
-        for d in np.unique(dims).tolist():  # the variables of each number of dimensions at once
-            if d:
-                group = nonempty[dims == d]
-                rows = concatenated_ranges(starts[group], counts[group])
-                lo[rows, :d] = np.concatenate([tables[i].offset for i in group.tolist()])
-                shape[rows, :d] = np.concatenate([tables[i].shape for i in group.tolist()])
-
-        def column(key: str, dtype) -> np.ndarray:
-            parts = [getattr(tables[i], key) for i in nonempty.tolist()]
-            return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
-
-        return cls(counts, starts, np.repeat(np.arange(len(tables), dtype=np.int32), counts),
-                   np.arange(total, dtype=np.int64) - np.repeat(starts, counts), lo, shape,
-                   column("rank", np.int64), column("checksum", np.uint64), column("file_offset", np.int64),
-                   column("stored_nbytes", np.int64), column("codec", np.int64))
-
-
 def as_table(blocks: Sequence[Mapping[str, Any]] | BlockTable, ndim: int) -> BlockTable:
     """``blocks`` as a :class:`BlockTable` (a schema-1 list is converted)."""
     return blocks if isinstance(blocks, BlockTable) else BlockTable.from_dicts(blocks, ndim)
@@ -325,8 +268,37 @@ def encode_tables(tables_by_name: Mapping[str, BlockTable]) -> dict[str, Any]:
             "columns": {key: _encode_column(cols[key]) for key in COLUMNS}}
 
 
+def encode_joined(names: Sequence[str], joined: JoinedBlocks, ndims: Sequence[int]) -> dict[str, Any]:
+    """:func:`encode_tables` of the tables ``joined`` holds, variable ``i`` called ``names[i]`` with ``ndims[i]``
+    dimensions, where no block is compressed (every ``codec`` -1, no table lists a codec): the same entry, from
+    the joined columns in a few numpy steps instead of one concatenation per column of every variable's table
+    (the write side's index has them joined already)."""
+    order = sorted(range(len(names)), key=names.__getitem__)
+    if order == list(range(len(names))):
+        rows: Any = slice(None)
+        counts = joined.counts
+    else:  # (the stored columns list the variables in sorted name order)
+        by_name = np.asarray(order, np.int64)
+        rows, counts = concatenated_ranges(joined.starts[by_name], joined.counts[by_name]), joined.counts[by_name]
+    own = own_dimensions(np.asarray(ndims, np.int64)[joined.var[rows]], joined.lo.shape[1])
+    cols = {"rank": joined.rank[rows], "offset": joined.lo[rows][own], "shape": joined.shape[rows][own],
+            "checksum": joined.checksum[rows], "file_offset": joined.file_offset[rows],
+            "stored_nbytes": joined.stored_nbytes[rows], "codec": joined.codec[rows]}
+    return {"encoding": ENCODING_VERSION, "variables": [names[i] for i in order], "counts": counts.tolist(),
+            "codecs": [], "columns": {key: _encode_column(cols[key]) for key in COLUMNS}}
+
+
 def decode(entry: Any, variables: Mapping[str, Mapping[str, Any]]) -> dict[str, BlockTable]:
-    """Each variable's :class:`BlockTable` from a document's ``variable_blocks`` entry; ``variables`` are the
+    """Each variable's :class:`BlockTable` from a document's ``variable_blocks`` entry: :func:`decode_joined`'s
+    tables."""
+    return decode_joined(entry, variables)[0]
+
+
+def decode_joined(entry: Any, variables: Mapping[str, Mapping[str, Any]]
+                  ) -> tuple[dict[str, BlockTable], JoinedBlocks]:
+    """Each variable's :class:`BlockTable` from a document's ``variable_blocks`` entry, and all of them joined
+    (:class:`~ckptio.model.joined_blocks.JoinedBlocks`: variables in the entry's order, padded to the most
+    dimensions of any; ``codec`` the entry's ids, which every table's ``codecs`` list). ``variables`` are the
     document's entries (their ``shape`` gives each variable's number of dimensions). ValueError naming the field
     when the entry is damaged or does not match the variables."""
     if not isinstance(entry, dict):
@@ -369,7 +341,9 @@ def decode(entry: Any, variables: Mapping[str, Mapping[str, Any]]) -> dict[str, 
                                           col["file_offset"][rows], col["stored_nbytes"][rows], col["codec"][rows],
                                           codecs)
         b, d = b + count, d + count * nd
-    return out
+    joined = JoinedBlocks.from_flat(counts, ndims, max(ndims, default=0), col["rank"], col["offset"], col["shape"],
+                                    col["checksum"], col["file_offset"], col["stored_nbytes"], col["codec"])
+    return out, joined
 
 
 def stored_nbytes(blocks: Sequence[Mapping[str, Any]] | BlockTable) -> int:

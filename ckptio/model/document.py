@@ -56,6 +56,7 @@ from typing import Any
 from ckptio.errors import FormatVersionError
 from ckptio.model import block_table
 from ckptio.model.fs_layout_record import FsLayoutRecord
+from ckptio.model.joined_blocks import JoinedBlocks
 from ckptio.model.records import (
     HintsRecord,
     LayoutRecord,
@@ -161,7 +162,7 @@ class CheckpointDocument(_JsonView):
         """Whether the blocks carry checksums to verify (False for a plain HDF5/netCDF file's document)."""
         return self.checksum != NO_CHECKSUM
 
-    def joined_blocks(self, ndim: int | None = None) -> block_table.JoinedBlocks:
+    def joined_blocks(self, ndim: int | None = None) -> JoinedBlocks:
         """Every variable's block table joined into one set of columns, variables in document order, ``lo`` and
         ``shape`` padded to ``ndim`` columns (default: the most dimensions of any variable); not for a light
         copy. Checks over all blocks of a checkpoint as a few numpy calls, not a loop over its variables. Made
@@ -171,11 +172,20 @@ class CheckpointDocument(_JsonView):
         ndim = max(ndims, default=0) if ndim is None else ndim
         kept = self.__dict__.setdefault("_joined", {})
         if ndim not in kept:
-            joined = block_table.JoinedBlocks.of([v.block_table() for v in self.variables.values()], ndims, ndim)
+            joined = JoinedBlocks.of([v.block_table() for v in self.variables.values()], ndims, ndim)
             for column in vars(joined).values():
                 column.setflags(write=False)  # (kept: every later caller gets these arrays)
             kept[ndim] = joined
         return kept[ndim]
+
+    def keep_joined_blocks(self, joined: JoinedBlocks) -> None:
+        """Local: keep ``joined``, which must be this document's block tables joined in document order (as
+        :meth:`joined_blocks` would make them, padded to the most dimensions of any variable), as what
+        :meth:`joined_blocks` gives: for the code that had the joined columns before the tables (the decoder, the
+        write side's index), so they are not joined again."""
+        for column in vars(joined).values():
+            column.setflags(write=False)
+        self.__dict__.setdefault("_joined", {})[int(joined.lo.shape[1])] = joined
 
     def __getstate__(self) -> dict[str, Any]:
         """What pickling keeps: the fields, not the joined columns :meth:`joined_blocks` kept."""
@@ -198,6 +208,7 @@ class CheckpointDocument(_JsonView):
             raise ValueError("metadata is not a ckptio document")
         check_schema(obj)
         meta = dict(obj)
+        names, joined = None, None
         if meta["schema"] >= 2:
             variables = {name: dict(var) if isinstance(var, dict) else var
                          for name, var in json_object(meta.get("variables"), "field 'variables'").items()}
@@ -206,11 +217,16 @@ class CheckpointDocument(_JsonView):
                     raise ValueError(f"variable {name!r}: the entry is not a schema-{meta['schema']} variable")
             if "variable_blocks" not in meta:
                 raise ValueError("field 'variable_blocks' is missing")
-            for name, table in block_table.decode(meta.pop("variable_blocks"), variables).items():
+            tables, joined = block_table.decode_joined(meta.pop("variable_blocks"), variables)
+            for name, table in tables.items():
                 variables[name]["blocks"] = table
             meta["variables"] = variables
+            names = list(tables)
         validate(meta)
-        return cls._build(meta, {name: VariableRecord.of(var) for name, var in meta["variables"].items()})
+        document = cls._build(meta, {name: VariableRecord.of(var) for name, var in meta["variables"].items()})
+        if joined is not None and names == list(document.variables):  # (the columns list them in document order)
+            document.keep_joined_blocks(joined)
+        return document
 
     def to_json(self) -> dict[str, Any]:
         """The stored form: plain JSON types (schema 2: the blocks as ``variable_blocks`` columns; schema 1: one
@@ -234,9 +250,19 @@ class CheckpointDocument(_JsonView):
             for name, var in self.variables.items():
                 entries[name]["blocks"] = var._table().to_dicts()
         else:
-            out["variable_blocks"] = block_table.encode_tables({n: v._table() for n, v in self.variables.items()})
+            out["variable_blocks"] = self._encoded_blocks()
         out["variables"] = entries
         return out
+
+    def _encoded_blocks(self) -> dict[str, Any]:
+        """The ``variable_blocks`` entry: from the joined columns where they are kept and nothing is compressed
+        (the same entry, without joining every table again), else from the tables."""
+        tables = {n: v._table() for n, v in self.variables.items()}
+        ndims = [len(v.shape) for v in self.variables.values()]
+        joined = self.__dict__.get("_joined", {}).get(max(ndims, default=0))
+        if joined is None or any(t.codecs for t in tables.values()) or (joined.codec.size and joined.codec.max() >= 0):
+            return block_table.encode_tables(tables)
+        return block_table.encode_joined(list(tables), joined, ndims)
 
     @classmethod
     def listed(cls, obj: Any) -> CheckpointDocument:

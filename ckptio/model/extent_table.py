@@ -23,9 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from ckptio.model.block_table import BlockTable, JoinedBlocks
-from ckptio.model.block_table import concatenated_ranges as _ranges
+from ckptio.model.block_table import BlockTable
 from ckptio.model.document import CheckpointDocument, VariableRecord, variables_of
+from ckptio.model.joined_blocks import JoinedBlocks
+from ckptio.model.joined_blocks import concatenated_ranges as _ranges
 from ckptio.model.layout import Box
 from ckptio.model.plan import Extent
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from ckptio.errors import DeclarationError
 from ckptio.model.layout import Box, tiles_exactly, validate_variable
-from ckptio.model.variable_plan import VariablePlan, _read_only
+from ckptio.model.variable_plan import PlannedVariables, VariablePlan, _read_only
 
 ARRAY = "array"
 SEGMENT = "segment"
@@ -80,9 +80,11 @@ def plan_write(declarations_by_rank: Sequence[Sequence[Mapping[str, Any]]]) -> d
     return plan_packed([pack_declarations(d) for d in declarations_by_rank])
 
 
-def plan_packed(packs: Sequence[PackedDeclarations]) -> dict[str, VariablePlan]:
+def plan_packed(packs: Sequence[PackedDeclarations]) -> PlannedVariables:
     """Coordinator: validate all ranks' declarations (:func:`pack_declarations`, one per rank) together; return
-    the variables (sorted by name) with their block columns (every rank's).
+    the variables (sorted by name) with their block columns (every rank's), as a
+    :class:`~ckptio.model.variable_plan.PlannedVariables` (their joined columns made once for the placement and
+    the index phase).
 
     Raises DeclarationError naming the variable and ranks for: different dtype, kind or global shape for the
     same name, per-rank segments whose trailing shapes differ, more than one segment of a name on one rank, and
@@ -132,7 +134,7 @@ def plan_packed(packs: Sequence[PackedDeclarations]) -> dict[str, VariablePlan]:
     # in sorted name order, as before the whole-block path: of several wrong variables, the first name is reported
     planned = {name: _plan_variable(name, chunks[name], nprocs) for name in sorted(chunks)}
     planned.update(whole)
-    return {name: planned[name] for name in sorted(planned)}
+    return PlannedVariables((name, planned[name]) for name in sorted(planned))
 
 
 _NO_CODEC_1 = _read_only(np.full(1, -1, np.int64))

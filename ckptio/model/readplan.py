@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ckptio.model.block_table import concatenated_ranges as _ranges
 from ckptio.model.extent_table import ExtentTable
+from ckptio.model.joined_blocks import concatenated_ranges as _ranges
 from ckptio.model.plan import Request
 
 _I64 = np.int64

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ckptio.model.block_table import concatenated_ranges as _ranges
+from ckptio.model.joined_blocks import concatenated_ranges as _ranges
 
 _I64 = np.int64
 SEND, RECV = 0, 1

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ckptio.model.block_table import concatenated_ranges
+from ckptio.model.joined_blocks import concatenated_ranges
 from ckptio.model.layout import Box, itemsize_of
 
 
@@ -147,18 +147,52 @@ class PlanColumns:
     """Every variable's blocks of a write plan as one set of columns, variables in the plan's order (each one's
     blocks in its order): what the placement and the index phase compute over all blocks of a checkpoint at once
     instead of per variable (10,000 small variables of one block each: a few numpy calls, not 10,000 of each).
-    Rows ``starts[i]:starts[i] + counts[i]`` are variable ``i``'s."""
+    Rows ``starts[i]:starts[i] + counts[i]`` are variable ``i``'s. ``offset``/``size`` are padded to ``ndim``
+    columns (the most dimensions of any variable: offset 0, extent 1 beyond a variable's own), as
+    :class:`~ckptio.model.block_table.JoinedBlocks` has them."""
 
     counts: np.ndarray  # int64 [V]: blocks per variable (the columns the plan holds: every rank's on rank 0)
     starts: np.ndarray  # int64 [V]: each variable's first row
     rank: np.ndarray  # int64 [N]
     local_index: np.ndarray  # int64 [N]
     stored: np.ndarray  # int64 [N]: each block's bytes in the file (VariablePlan.stored_sizes)
+    ndims: np.ndarray  # int64 [V]: each variable's number of dimensions
+    offset: np.ndarray  # int64 [N, ndim]
+    size: np.ndarray  # int64 [N, ndim]
+    checksum: np.ndarray  # uint64 [N]
+
+    @property
+    def ndim(self) -> int:
+        return int(self.offset.shape[1])
+
+
+class PlannedVariables(dict):
+    """The planning rank's write plan: name -> :class:`VariablePlan`, sorted by name (what
+    :func:`ckptio.model.plan.plan_packed` returns), with its :class:`PlanColumns` made once, when first asked for
+    (the placement and the index phase both compute over them). Not changed after planning: the columns would
+    no longer be its."""
+
+    def columns(self) -> PlanColumns:
+        """Local: :func:`joined_columns` of this plan, made on the first call and kept (read-only arrays)."""
+        kept = self.__dict__.get("_columns")
+        if kept is None or len(kept.counts) != len(self):
+            kept = _joined(self)
+            for column in vars(kept).values():
+                column.setflags(write=False)
+            self.__dict__["_columns"] = kept
+        return kept
 
 
 def joined_columns(variables: Mapping[str, VariablePlan]) -> PlanColumns:
     """Local, pure: :class:`PlanColumns` of ``variables``; ``stored`` as each plan's :meth:`VariablePlan.stored_sizes`
-    (the raw sizes computed for all variables of one number of dimensions at once)."""
+    (the raw sizes computed for all variables of one number of dimensions at once). A :class:`PlannedVariables`
+    gives the columns it already made (read-only)."""
+    if isinstance(variables, PlannedVariables):
+        return variables.columns()
+    return _joined(variables)
+
+
+def _joined(variables: Mapping[str, VariablePlan]) -> PlanColumns:
     plans = list(variables.values())
     nvars = len(plans)
     counts = np.fromiter((len(v.rank) for v in plans), np.int64, nvars)
@@ -166,15 +200,23 @@ def joined_columns(variables: Mapping[str, VariablePlan]) -> PlanColumns:
     if nvars:
         np.cumsum(counts[:-1], out=starts[1:])
 
-    def cat(key: str) -> np.ndarray:
-        return np.concatenate([getattr(v, key) for v in plans]).astype(np.int64, copy=False) if plans else _NO_I64
+    def cat(key: str, dtype: Any = np.int64) -> np.ndarray:
+        if not plans:
+            return _NO_U64 if dtype is np.uint64 else _NO_I64
+        return np.concatenate([getattr(v, key) for v in plans]).astype(dtype, copy=False)
 
-    rank, local, stored = cat("rank"), cat("local_index"), cat("stored_nbytes")
+    rank, local, stored, checksum = cat("rank"), cat("local_index"), cat("stored_nbytes"), cat("checksum", np.uint64)
     raw = np.repeat(np.fromiter((itemsize_of(v.dtype) for v in plans), np.int64, nvars), counts)
     ndims = np.fromiter((len(v.shape) for v in plans), np.int64, nvars)
+    ndim = int(ndims.max()) if nvars else 0
+    total = len(rank)
+    offset, size = np.zeros((total, ndim), np.int64), np.ones((total, ndim), np.int64)
     for nd in np.unique(ndims[counts > 0]).tolist():  # (a scalar's one element: the itemsize alone)
         if nd:
             group = np.flatnonzero((ndims == nd) & (counts > 0))
             rows = concatenated_ranges(starts[group], counts[group])
-            raw[rows] *= np.concatenate([plans[i].size for i in group.tolist()]).prod(axis=1)
-    return PlanColumns(counts, starts, rank, local, np.where(stored >= 0, stored, raw))
+            sizes = np.concatenate([plans[i].size for i in group.tolist()])
+            offset[rows, :nd] = np.concatenate([plans[i].offset for i in group.tolist()])
+            size[rows, :nd] = sizes
+            raw[rows] *= sizes.prod(axis=1)
+    return PlanColumns(counts, starts, rank, local, np.where(stored >= 0, stored, raw), ndims, offset, size, checksum)

@@ -13,7 +13,7 @@ format written with ``pwrite``).
 create -> define -> reserved_ranges -> write steps -> written -> sync -> storage_info / effective_hints ->
 document_slot -> write_document steps -> sync -> mark_complete steps -> sync -> close) for a checkpoint of
 :mod:`ckptio.testing.layouts`, building the document with the engine's own pure builder
-(:func:`ckptio.engine.index.build_document`), so a backend that validates documents gets what the engine gives
+(:func:`ckptio.engine.index.build_index`), so a backend that validates documents gets what the engine gives
 it. It checks each answer as it goes and can stop after any stage; :func:`committed` also reads the document
 back.
 """
@@ -41,7 +41,7 @@ from ckptio.backends.base import (
 )
 from ckptio.coord import hints as hintsmod
 from ckptio.engine import placement_stats
-from ckptio.engine.index import DocumentInputs, RankReport, build_document, written_columns
+from ckptio.engine.index import DocumentInputs, RankReport, build_index, written_columns
 from ckptio.engine.steps import run_steps
 from ckptio.errors import CheckpointError
 from ckptio.model import meta as metamod
@@ -329,7 +329,7 @@ def _play(env: Environment, run: Run, stop: str, info: Any) -> None:
                f"storage_info() must map some of the variables to dicts: {storage!r}")
         inputs = DocumentInputs(backend.name, backend.format_version, env.hints, layout.attrs, layout.described,
                                 io_component=SIMULATED_IO_COMPONENT if env.comm is None else None)
-        run.document = metamod.dumps(build_document(planning.variables, reports, inputs, effective, storage))
+        run.document = metamod.dumps(build_index(planning.variables, reports, inputs, effective, storage).typed())
         return DocumentSlot(len(run.document), metamod.checksum(run.document))
 
     slot = env.gather_and_plan("index: build the document", report, build)

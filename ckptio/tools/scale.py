@@ -286,7 +286,8 @@ def write_control_plane(ranks: int, total_bytes: int, nvars: int = 24, ranks_per
     * **rank 0**: validate and plan every rank's packed declarations (``plan_packed``), the file layout, the
       O(variables) headers and every rank's share (``plan_headers``, ``segment_starts``, ``Backend.place``,
       pickled as the scatter sends them), the metadata document from every rank's report
-      (``engine.index.build_document``), its light copy and its encoding (``meta.dumps``);
+      (``engine.index.build_index``, typed as the writer types it), its light copy and its encoding
+      (``meta.dumps``);
     * **any other rank**: unpickle what it receives (the headers, its share, the light document) and rebuild its
       own plan (``own_plan``);
 
@@ -296,7 +297,7 @@ def write_control_plane(ranks: int, total_bytes: int, nvars: int = 24, ranks_per
 
     from ckptio.backends import get_backend
     from ckptio.engine.gc_pause import gc_paused
-    from ckptio.engine.index import DocumentInputs, RankReport, WrittenColumns, build_document, light_copy
+    from ckptio.engine.index import DocumentInputs, RankReport, WrittenColumns, build_index, light_copy
     from ckptio.model.declared import RankShare
     from ckptio.model.plan import pack_declarations, plan_packed
     from ckptio.model.rank_plan import own_plan, plan_headers, segment_starts
@@ -329,7 +330,7 @@ def write_control_plane(ranks: int, total_bytes: int, nvars: int = 24, ranks_per
         reports = [pickle.loads(r) for r in reported]
         inputs = DocumentInputs(backend.name, backend.format_version,
                                 {"striping_factor": "80", "striping_unit": str(stripe_unit)}, {})
-        doc = build_document(variables, reports, inputs, {}, {})
+        doc = build_index(variables, reports, inputs, {}, {}).typed()
         light = pickle.dumps(light_copy(doc), pickle.HIGHEST_PROTOCOL)
         document = metamod.dumps(doc)
         return headers, shares[ranks // 2], light, len(document)
