@@ -11,12 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ckptio.engine.index import DocumentInputs, RankReport, WrittenColumns, build_document, build_index
-from ckptio.model import block_table, meta
+from ckptio.model import block_table, meta, schema_checks
 from ckptio.model.declared import prepared
 from ckptio.model.document import CheckpointDocument
 from ckptio.model.joined_blocks import JoinedBlocks
 from ckptio.model.plan import pack_declarations, plan_packed
 from ckptio.model.variable_plan import PlannedVariables, joined_columns
+from ckptio.model.variable_record import VariableRecord
 
 _JOINED = ("counts", "starts", "var", "block", "lo", "shape", "rank", "checksum", "file_offset", "stored_nbytes",
            "codec")
@@ -157,3 +158,84 @@ def test_a_stored_document_from_before_reads_the_same():
     assert joined.lo.tolist() == [[0, 0], [2, 0], [0, 0]] and joined.shape.tolist() == [[2, 2], [2, 2], [1, 1]]
     assert joined.var.tolist() == [0, 0, 1] and joined.file_offset.tolist() == [0, 32, 64]
     assert build_document is not None  # (the dict form stays the builder's public name)
+
+
+_ONE_BLOCK_EDITS = st.sampled_from(["none", "rank", "negative rank", "offset", "extent", "file_offset", "stored",
+                                    "float shape", "bool shape", "huge shape", "no shape", "codec", "segment"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(ndims=st.lists(st.integers(0, 3), min_size=1, max_size=6), edit=_ONE_BLOCK_EDITS, victim=st.integers(0, 5),
+       nprocs=st.integers(1, 3))
+def test_one_block_tables_checked_at_once_decide_as_each_variables_check(ndims, edit, victim, nprocs):
+    """A document of one-block variables with one edit (the block off the array, a rank outside the job, a
+    negative size, a shape that is not integers, ...): validate with the joined columns gives the verdict and
+    the message of the per-variable checks."""
+    victim %= len(ndims)
+    entries, tables = {}, {}
+    for i, nd in enumerate(ndims):
+        shape = [2 + (i + k) % 3 for k in range(nd)]
+        entries[f"v{i}"] = {"dtype": "<f8", "kind": "array", "shape": shape}
+        tables[f"v{i}"] = block_table.BlockTable(np.array([i % nprocs]), np.zeros((1, nd)), np.array([shape]),
+                                                 np.array([i], np.uint64), np.array([64 * i]), np.array([8]),
+                                                 np.array([-1]), [])
+    entry, table = entries[f"v{victim}"], tables[f"v{victim}"]
+    if edit == "rank":
+        table.rank[0] = nprocs
+    elif edit == "negative rank":
+        table.rank[0] = -1
+    elif edit == "offset" and entry["shape"]:
+        table.offset[0, -1] = 1
+    elif edit == "extent" and entry["shape"]:
+        table.shape[0, 0] -= 1
+    elif edit == "file_offset":
+        table.file_offset[0] = -2
+    elif edit == "stored":
+        table.stored_nbytes[0] = -1
+    elif edit == "float shape" and entry["shape"]:
+        entry["shape"][0] = float(entry["shape"][0])
+    elif edit == "bool shape" and entry["shape"]:
+        entry["shape"] = [True] * len(entry["shape"])
+    elif edit == "huge shape" and entry["shape"]:
+        entry["shape"][0] = 2**70
+    elif edit == "no shape":
+        entry["shape"] = "4"
+    elif edit == "segment":
+        entry["kind"] = "segment"
+    doc = {"schema": 2, "backend": "mpiio", "nprocs": nprocs, "checksum": "xxh3_64", "attrs": {},
+           "variables": {n: {**e, "blocks": tables[n]} for n, e in entries.items()}}
+    if edit == "codec":
+        for t in tables.values():
+            t.codecs = ["lz4:1"]
+
+    def verdict(joined):
+        try:
+            schema_checks.validate(doc, joined)
+            return "valid"
+        except (ValueError, TypeError) as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    ndim = max(ndims)
+    shapes_ok = all(type(s) is list for s in (e["shape"] for e in entries.values()))
+    if not shapes_ok:  # (the decoder refuses such a document before any check; the checks alone still agree)
+        return
+    joined = JoinedBlocks.of(list(tables.values()), [len(e["shape"]) for e in entries.values()], ndim)
+    assert verdict(joined) == verdict(None)
+    if edit == "none":
+        assert verdict(joined) == "valid"
+
+
+class _Entry(dict):
+    """A variable entry that is not exactly a dict: VariableRecord.of takes its general path."""
+
+
+@settings(max_examples=40, deadline=None)
+@given(checkpoint=_checkpoints())
+def test_a_plain_entry_makes_the_record_the_general_path_makes(checkpoint):
+    _plans, built = _built(*checkpoint)
+    for name, entry in built.document["variables"].items():
+        fast, general = VariableRecord.of(entry), VariableRecord.of(_Entry(entry))
+        assert fast.__dict__.keys() == general.__dict__.keys(), name
+        for key, value in general.__dict__.items():
+            assert fast.__dict__[key] is value or fast.__dict__[key] == value, (name, key)
+        assert fast == general and dict(fast) == dict(general), name

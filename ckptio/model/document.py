@@ -222,7 +222,7 @@ class CheckpointDocument(_JsonView):
                 variables[name]["blocks"] = table
             meta["variables"] = variables
             names = list(tables)
-        validate(meta)
+        validate(meta, joined if joined is not None and names == list(variables) else None)
         document = cls._build(meta, {name: VariableRecord.of(var) for name, var in meta["variables"].items()})
         if joined is not None and names == list(document.variables):  # (the columns list them in document order)
             document.keep_joined_blocks(joined)

@@ -25,6 +25,7 @@ from ckptio.errors import DeclarationError
 from ckptio.model.block_table import BlockTable
 from ckptio.model.dims_attrs import check_dims, check_shared_dim_lengths, check_stored_variable_attrs
 from ckptio.model.fs_layout_record import FsLayoutRecord
+from ckptio.model.joined_blocks import JoinedBlocks, own_dimensions
 from ckptio.model.layout import Box, check_dtype, check_name, find_overlap, tiles_exactly
 
 CHECKSUM_ALGORITHM = "xxh3_64"
@@ -60,8 +61,10 @@ def _dict(value: Any, what: str) -> dict[str, Any]:
     return value
 
 
-def validate(meta: Mapping[str, Any]) -> None:
+def validate(meta: Mapping[str, Any], joined: JoinedBlocks | None = None) -> None:
     """Check the structure of a parsed document (of a supported schema); raise ValueError naming the field.
+    ``joined``: the variables' block tables joined in document order, where the caller has them (the decoder):
+    the tables of one block are then checked for all variables at once (:func:`_one_block_tables_valid`).
 
     Every field ckptio reads from a checkpoint has the type and range it relies on, and each variable's
     blocks tile its global shape exactly (inside it, disjoint, covering it; segments laid end to end in rank
@@ -94,15 +97,62 @@ def validate(meta: Mapping[str, Any]) -> None:
                 _nonneg_int(layout[key], f"layout {key!r}", minimum=1)
         if "fs" in layout:  # what the file system gave (ckptio.engine.fslayout); absent in older files
             FsLayoutRecord.from_json(layout["fs"])
-    for name, var in _dict(meta["variables"], "field 'variables'").items():
+    variables = _dict(meta["variables"], "field 'variables'")
+    proven = _one_block_tables_valid(variables, joined, nprocs) if joined is not None else _NONE_PROVEN
+    for (name, var), table_proven in zip(variables.items(), proven, strict=True) if joined is not None else \
+            ((item, False) for item in variables.items()):
         try:
-            _validate_variable(name, var, nprocs)
+            _validate_variable(name, var, nprocs, table_proven)
         except ValueError as exc:
             raise ValueError(f"variable {name!r}: {exc}") from None
     check_shared_dim_lengths(meta["variables"])
 
 
-def _validate_variable(name: str, var: Any, nprocs: int) -> None:
+_NONE_PROVEN: list[bool] = []
+
+
+def _one_block_tables_valid(variables: Mapping[str, Any], joined: JoinedBlocks, nprocs: int) -> list[bool]:
+    """For each variable (in document order, ``joined`` its tables joined in that order): whether its table is
+    one block that :func:`_table_valid_fast` accepts (the whole array, written by a rank of the job, a file
+    offset and a stored size in range, the codecs known), decided for all variables at once. False: not proven
+    here (the variable's own check decides). The entries' other fields are still checked one by one; a shape
+    that is not a list of integers is never proven."""
+    counts = joined.counts
+    if len(counts) != len(variables) or any(not isinstance(c, str) or not _CODEC_RE.match(c)
+                                            for c in _codecs_of(variables)):
+        return [False] * len(variables)
+    shapes = [v.get("shape") if isinstance(v, dict) else None for v in variables.values()]
+    simple = [type(s) is list and all(type(x) is int for x in s) for s in shapes]
+    one = (counts == 1) & np.array(simple, bool)
+    pick = np.flatnonzero(one)
+    if not len(pick):
+        return [False] * len(variables)
+    rows = joined.starts[pick]
+    ndims = np.fromiter((len(shapes[i]) for i in pick.tolist()), np.int64, len(pick))
+    if (ndims > joined.lo.shape[1]).any():
+        return [False] * len(variables)
+    try:
+        flat = np.fromiter(itertools.chain.from_iterable(shapes[i] for i in pick.tolist()), np.int64)
+    except OverflowError:  # (an impossibly large extent: the variable's own check names it)
+        return [False] * len(variables)
+    whole = np.ones((len(pick), joined.lo.shape[1]), np.int64)
+    whole[own_dimensions(ndims, joined.lo.shape[1])] = flat
+    rank = joined.rank[rows]
+    ok = ((rank >= 0) & (rank < nprocs) & (joined.file_offset[rows] >= -1) & (joined.stored_nbytes[rows] >= 0)
+          & ~joined.lo[rows].any(axis=1) & (joined.shape[rows] == whole).all(axis=1))
+    proven = np.zeros(len(variables), bool)
+    proven[pick] = ok
+    return proven.tolist()
+
+
+def _codecs_of(variables: Mapping[str, Any]) -> list[Any]:
+    """The codec names the variables' tables list (the decoder gives every table the document's one list)."""
+    first = next(iter(variables.values()), None)
+    table = first.get("blocks") if isinstance(first, dict) else None
+    return list(table.codecs) if isinstance(table, BlockTable) else []
+
+
+def _validate_variable(name: str, var: Any, nprocs: int, table_proven: bool = False) -> None:
     try:
         check_name(name)
     except DeclarationError as exc:
@@ -137,7 +187,7 @@ def _validate_variable(name: str, var: Any, nprocs: int) -> None:
             if file_dtype is None or (file_dtype.kind, file_dtype.itemsize) != (dtype.kind, dtype.itemsize):
                 raise ValueError(f"storage file_dtype {storage['file_dtype']!r} does not store dtype {dtype.str}")
     if isinstance(var["blocks"], BlockTable):
-        if _table_valid_fast(var["blocks"], shape, nprocs, var["kind"] == "segment"):
+        if table_proven or _table_valid_fast(var["blocks"], shape, nprocs, var["kind"] == "segment"):
             return
     elif not isinstance(var["blocks"], list):
         raise ValueError("blocks is not a list")

@@ -12,7 +12,7 @@ from typing import Any
 from ckptio.model.block_table import BlockTable, as_table
 from ckptio.model.dims_attrs import default_dims
 from ckptio.model.layout import itemsize_of
-from ckptio.model.records import StorageRecord, unknown_keys
+from ckptio.model.records import NO_UNKNOWN_KEYS, StorageRecord, unknown_keys
 
 _ABSENT: Any = object()  # a view key the record does not have
 
@@ -139,6 +139,14 @@ class VariableRecord(_JsonView):
         e.g. the write side's document; a parsed file goes through :meth:`CheckpointDocument.from_json`)."""
         if isinstance(entry, VariableRecord):
             return entry
+        if type(entry) is dict and entry.keys() == _PLAIN_KEYS and type(entry["blocks"]) is BlockTable:
+            # (the usual small variable: dtype, shape, kind and its table; no dims, attrs, storage or newer keys)
+            record = object.__new__(cls)
+            record.__dict__.update(
+                dtype=_shared(entry["dtype"]), shape=tuple(map(int, entry["shape"])), kind=_shared(entry["kind"]),
+                blocks=entry["blocks"], nblocks=len(entry["blocks"]), dims=None, attrs=None, storage=None,
+                extra=NO_UNKNOWN_KEYS)
+            return record
         shape = tuple(map(int, entry["shape"]))
         light = "blocks" not in entry
         blocks = None if light else as_table(entry["blocks"], len(shape))
@@ -167,6 +175,7 @@ class VariableRecord(_JsonView):
 
 
 _LIGHT_KEYS = (*VariableRecord._KNOWN, "nblocks")
+_PLAIN_KEYS = frozenset(("dtype", "shape", "kind", "blocks"))
 _SHARED: dict[Any, Any] = {}
 
 
