@@ -94,7 +94,7 @@ def light_copy(document: Mapping[str, Any]) -> CheckpointDocument:
 
 def written_columns(written: Sequence[Any]) -> WrittenColumns:
     """Any rank: what it wrote of its blocks (``WrittenBlock`` s, in its declaration order) as the three short
-    lists of :class:`WrittenColumns` for the planning rank's :func:`build_document`."""
+    lists of :class:`WrittenColumns` for the planning rank's :func:`build_index`."""
     return WrittenColumns([-1 if w.file_offset is None else int(w.file_offset) for w in written],
                           [int(w.stored_nbytes) for w in written], [w.codec for w in written])
 
@@ -134,13 +134,6 @@ class BuiltDocument:
         if self.joined is not None:
             typed.keep_joined_blocks(self.joined)
         return typed
-
-
-def build_document(variables: Mapping[str, VariablePlan], reports: Sequence[RankReport],
-                   inputs: DocumentInputs, effective: Mapping[str, str],
-                   storage: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Planning rank: the metadata document (:func:`build_index`'s dict form)."""
-    return build_index(variables, reports, inputs, effective, storage).document
 
 
 def build_index(variables: Mapping[str, VariablePlan], reports: Sequence[RankReport],
