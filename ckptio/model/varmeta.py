@@ -82,7 +82,8 @@ def agree(by_rank: Sequence[Mapping[str, list[str]]]) -> dict[str, Description]:
                     raise DeclarationError(f"variable {name!r}: rank {r0} declared {show(d0)} but rank {rank} "
                                            f"declared {show(d)}; every block of a variable must declare the same "
                                            "dims and attrs on every rank")
-    return {name: json.loads(text) for name, (_, text) in first.items()}
+    # (nothing declared, the usual small variable: a fresh {} without json.loads; each variable its own dict)
+    return {name: {} if text == _NOTHING else json.loads(text) for name, (_, text) in first.items()}
 
 
 def check_dimensions(shapes: Mapping[str, Sequence[int]], described: Mapping[str, Description]) -> None:
