@@ -1,12 +1,15 @@
 """Every variable's blocks are joined once per checkpoint (issue 29, item 5): the write side's index keeps the
 columns it built from the plan and the reports, the decoder keeps the columns it decoded, and the encoding of a
 document with kept columns is the same entry as the encoding of its tables (no MPI). Each shortcut is checked
-against the general path it replaces, on documents with scalars, several numbers of dimensions, variables
-without blocks, segments and compressed blocks."""
+against the general path it replaces, on documents with scalars, several numbers of dimensions, segments (a
+zero-length one among them) and compressed blocks; and kept columns are used only while the document holds the
+tables they were made of."""
 
 import json
+import pickle
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,8 +34,9 @@ def _same_joined(got: JoinedBlocks, want: JoinedBlocks) -> None:
 
 @st.composite
 def _checkpoints(draw):
-    """Up to 4 ranks' declarations (arrays of 0-3 dimensions, one variable split over the ranks, a segment,
-    an empty array) and what each rank reports writing (file offsets; some blocks compressed when asked)."""
+    """Up to 4 ranks' declarations (arrays of 0-3 dimensions, one variable split over the ranks, a segment whose
+    first rank's share is empty) and what each rank reports writing (file offsets; some blocks compressed when
+    asked)."""
     nprocs = draw(st.integers(1, 4))
     decls: list[list[dict]] = [[] for _ in range(nprocs)]
 
@@ -122,6 +126,8 @@ def test_a_kept_column_set_is_read_only_and_not_pickled():
     typed = built.typed()
     assert not typed.joined_blocks().file_offset.flags.writeable
     assert "_joined" not in typed.__getstate__()
+    again = pickle.loads(pickle.dumps(typed))
+    assert "_joined" not in again.__dict__ and meta.dumps(again) == meta.dumps(typed)
 
 
 def test_the_plan_joins_its_columns_once():
@@ -138,20 +144,23 @@ def test_the_plan_joins_its_columns_once():
     assert first.offset.shape == (40, 2) and first.size.tolist() == [[2, 3]] * 40
 
 
+# a schema-2 document as ckptio 0c55c8a (before the kept columns) stored it: "a" of two blocks, "b" a scalar
+_STORED_BEFORE = (
+    b'{"attrs":{},"backend":"mpiio","checksum":"xxh3_64","nprocs":2,"schema":2,"variable_blocks":{"codecs":[],'
+    b'"columns":{"checksum":{"compression":"zlib","count":3,"data":"eAFjZIAAJijNDKUBAGgABw==","dtype":"<u8"},'
+    b'"codec":{"compression":"zlib","count":3,"data":"eAH7//8/AAX9Av4=","dtype":"|i1"},"file_offset":'
+    b'{"compression":"zlib","count":3,"data":"eAFjUHAAAACDAGE=","dtype":"|i1"},"offset":{"compression":"zlib",'
+    b'"count":4,"data":"eAFjYGBiAAAACAAD","dtype":"|i1"},"rank":{"compression":"zlib","count":3,"data":'
+    b'"eAFjYGQEAAAGAAM=","dtype":"|i1"},"shape":{"compression":"zlib","count":4,"data":"eAFjYmJiAgAAGAAJ",'
+    b'"dtype":"|i1"},"stored_nbytes":{"compression":"zlib","count":3,"data":"eAFTUGABAACnAEU=","dtype":"|i1"}},'
+    b'"counts":[2,1],"encoding":1,"variables":["a","b"]},"variables":{"a":{"dtype":"<f8","kind":"array",'
+    b'"shape":[4,2]},"b":{"dtype":"<i4","kind":"array","shape":[]}}}')
+
+
 def test_a_stored_document_from_before_reads_the_same():
-    """A schema-2 document as ckptio stored it before the kept columns: parsed, its tables and joined columns
-    are the ones the stored entry describes, and re-encoded it is the same text."""
-    doc = {"schema": 2, "backend": "mpiio", "nprocs": 2, "checksum": "xxh3_64", "attrs": {},
-           "variables": {"a": {"dtype": "<f8", "kind": "array", "shape": [4, 2]},
-                         "b": {"dtype": "<i4", "kind": "array", "shape": []}}}
-    tables = {"a": block_table.BlockTable(np.array([0, 1]), np.array([[0, 0], [2, 0]]), np.array([[2, 2], [2, 2]]),
-                                          np.array([1, 2], np.uint64), np.array([0, 32]), np.array([32, 32]),
-                                          np.array([-1, -1]), []),
-              "b": block_table.BlockTable(np.array([1]), np.zeros((1, 0)), np.zeros((1, 0)),
-                                          np.array([3], np.uint64), np.array([64]), np.array([4]), np.array([-1]),
-                                          [])}
-    doc["variable_blocks"] = block_table.encode_tables(tables)
-    text = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    """A schema-2 document as ckptio stored it before the kept columns (the text 0c55c8a wrote): parsed, its
+    tables and joined columns are the ones the stored entry describes, and re-encoded it is the same text."""
+    text = _STORED_BEFORE
     parsed = meta.loads(text)
     assert meta.dumps(parsed) == text
     joined = parsed.joined_blocks()
@@ -203,9 +212,10 @@ def test_one_block_tables_checked_at_once_decide_as_each_variables_check(ndims, 
         entry["kind"] = "segment"
     doc = {"schema": 2, "backend": "mpiio", "nprocs": nprocs, "checksum": "xxh3_64", "attrs": {},
            "variables": {n: {**e, "blocks": tables[n]} for n, e in entries.items()}}
-    if edit == "codec":
+    if edit == "codec":  # an unknown codec, and the victim's block compressed with it
         for t in tables.values():
             t.codecs = ["lz4:1"]
+        table.codec[0] = 0
 
     def verdict(joined):
         try:
@@ -214,14 +224,15 @@ def test_one_block_tables_checked_at_once_decide_as_each_variables_check(ndims, 
         except (ValueError, TypeError) as exc:
             return f"{type(exc).__name__}: {exc}"
 
-    ndim = max(ndims)
-    shapes_ok = all(type(s) is list for s in (e["shape"] for e in entries.values()))
-    if not shapes_ok:  # (the decoder refuses such a document before any check; the checks alone still agree)
-        return
-    joined = JoinedBlocks.of(list(tables.values()), [len(e["shape"]) for e in entries.values()], ndim)
+    # the columns as the decoder joins them, of the tables' own dimensions (a shape that is no list is refused by
+    # the decoder before any check; validate alone must still decide as the per-variable checks)
+    joined = JoinedBlocks.of(list(tables.values()), ndims, max(ndims))
     assert verdict(joined) == verdict(None)
-    if edit == "none":
-        assert verdict(joined) == "valid"
+    proven = schema_checks._one_block_tables_valid(doc["variables"], joined, nprocs)
+    if edit == "none":  # every table proven at once, none left to the per-variable check
+        assert verdict(joined) == "valid" and all(proven)
+    elif verdict(None) != "valid":  # the damaged table is never among the proven ones
+        assert not proven[victim] or edit in ("float shape", "bool shape", "huge shape", "no shape", "segment")
 
 
 class _Entry(dict):
@@ -238,3 +249,100 @@ def test_a_plain_entry_makes_the_record_the_general_path_makes(checkpoint):
         for key, value in general.__dict__.items():
             assert fast.__dict__[key] is value or fast.__dict__[key] == value, (name, key)
         assert fast == general and dict(fast) == dict(general), name
+
+
+def _three_variables() -> CheckpointDocument:
+    """A parsed document of three one-block variables of the same shape (its decoded columns kept)."""
+    doc = {"schema": 2, "backend": "mpiio", "nprocs": 1, "checksum": "xxh3_64", "attrs": {},
+           "variables": {n: {"dtype": "<f8", "kind": "array", "shape": [4]} for n in "abc"}}
+    tables = {n: block_table.BlockTable(np.array([0]), np.zeros((1, 1)), np.array([[4]]), np.array([i + 1], np.uint64),
+                                        np.array([32 * i]), np.array([32]), np.array([-1]), [])
+              for i, n in enumerate("abc")}
+    doc["variable_blocks"] = block_table.encode_tables(tables)
+    parsed = meta.loads(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
+    assert "_joined" in parsed.__dict__
+    return parsed
+
+
+def _rename(d):
+    d.variables["z"] = d.variables.pop("a")
+
+
+def _reorder(d):
+    items = list(d.variables.items())
+    d.variables.clear()
+    d.variables.update(reversed(items))
+
+
+def _replace(d):
+    other = block_table.BlockTable(np.array([0]), np.zeros((1, 1)), np.array([[4]]), np.array([99], np.uint64),
+                                   np.array([4096]), np.array([32]), np.array([-1]), [])
+    d.variables["b"] = VariableRecord.of({"dtype": "<f8", "kind": "array", "shape": [4], "blocks": other})
+
+
+def _delete(d):
+    del d.variables["c"]
+
+
+def _add(d):
+    d.variables["d"] = d.variables["a"]
+
+
+def test_a_changed_document_never_uses_the_columns_kept_before():
+    """Kept columns are the document's only while it holds the same tables under the same names in the same
+    order: after a variable is renamed, reordered, replaced, removed or added, its encoding and its joined
+    columns are its tables' (each variable keeps its own blocks), and a decoded table cannot be changed in place."""
+    for change in (_rename, _reorder, _replace, _delete, _add):
+        doc = _three_variables()
+        doc.joined_blocks()
+        change(doc)
+        tables = {n: v.block_table() for n, v in doc.variables.items()}
+        ndims = [len(v.shape) for v in doc.variables.values()]
+        assert doc.to_json()["variable_blocks"] == block_table.encode_tables(tables), change.__name__
+        _same_joined(doc.joined_blocks(), JoinedBlocks.of(list(tables.values()), ndims, max(ndims)))
+        again = meta.loads(meta.dumps(doc))
+        for name, var in doc.variables.items():
+            assert int(again.variables[name].block_table().checksum[0]) == int(var.block_table().checksum[0])
+            assert int(again.variables[name].block_table().file_offset[0]) == int(var.block_table().file_offset[0])
+    doc = _three_variables()
+    for column in ("rank", "offset", "shape", "checksum", "file_offset", "stored_nbytes", "codec"):
+        with pytest.raises(ValueError, match="read-only"):
+            getattr(doc.variables["a"].block_table(), column)[0] = 1
+    with pytest.raises(ValueError, match="joined blocks of 2 variables"):
+        doc.keep_joined_blocks(JoinedBlocks.of([doc.variables[n].block_table() for n in "ab"], [1, 1], 1))
+
+
+def test_the_columns_are_kept_only_when_the_json_lists_the_variables_as_they_do():
+    """A document whose JSON object lists the variables in another order than its block columns: each variable
+    is checked against its own blocks (a table joined in the columns' order would pair "b" with "a"'s valid
+    block and accept a block written by a rank outside the job)."""
+    tables = {"a": block_table.BlockTable(np.array([0]), np.zeros((1, 1)), np.array([[4]]), np.array([1], np.uint64),
+                                          np.array([0]), np.array([32]), np.array([-1]), []),
+              "b": block_table.BlockTable(np.array([5]), np.zeros((1, 1)), np.array([[4]]), np.array([2], np.uint64),
+                                          np.array([32]), np.array([32]), np.array([-1]), [])}
+    doc = {"schema": 2, "backend": "mpiio", "nprocs": 1, "checksum": "xxh3_64", "attrs": {},
+           "variables": {n: {"dtype": "<f8", "kind": "array", "shape": [4]} for n in "ba"},
+           "variable_blocks": block_table.encode_tables(tables)}
+    assert block_table.encode_tables(tables)["variables"] == ["a", "b"]
+    with pytest.raises(ValueError, match="variable 'b': block 0 was written by rank 5 of a 1-rank job"):
+        CheckpointDocument.from_json(doc)
+    tables["b"].rank[0] = 0
+    doc["variable_blocks"] = block_table.encode_tables(tables)
+    parsed = CheckpointDocument.from_json(doc)
+    assert list(parsed.variables) == ["b", "a"] and "_joined" not in parsed.__dict__
+    assert parsed.joined_blocks().file_offset.tolist() == [32, 0]
+
+
+def test_a_changed_plan_makes_its_columns_again():
+    """The plan's kept columns follow the mapping: a plan replaced, added or removed, by any dict method."""
+    decls = [[prepared({"name": f"v{i}", "dtype": "<f8", "kind": "array", "global_shape": [4], "offset": [0],
+                        "shape": [4]}, f"{i + 1:016x}") for i in range(3)]]
+    for change in (lambda p: p.__setitem__("v1", p["v0"]), lambda p: p.pop("v2"), lambda p: p.__delitem__("v0"),
+                   lambda p: p.update(v9=p["v0"]), lambda p: p.setdefault("v8", p["v1"]), lambda p: p.popitem(),
+                   lambda p: p.__ior__({"v7": p["v0"]}), lambda p: p.clear()):
+        plans = plan_packed([pack_declarations(d) for d in decls])
+        joined_columns(plans)
+        change(plans)
+        fresh = joined_columns(dict(plans))
+        for key in ("counts", "rank", "checksum", "offset", "size"):
+            assert np.array_equal(getattr(joined_columns(plans), key), getattr(fresh, key)), key

@@ -331,6 +331,8 @@ def decode_joined(entry: Any, variables: Mapping[str, Mapping[str, Any]]
            for key in COLUMNS}
     if len(col["codec"]) and (int(col["codec"].min()) < -1 or int(col["codec"].max()) >= len(codecs)):
         raise ValueError("variable_blocks column 'codec' names a codec that is not listed")
+    for column in col.values():  # (the tables are views of these: a decoded document's blocks are read-only)
+        column.setflags(write=False)
     out: dict[str, BlockTable] = {}
     b = d = 0
     for name, count, nd in zip(names, counts, ndims, strict=True):

@@ -167,25 +167,49 @@ class CheckpointDocument(_JsonView):
         ``shape`` padded to ``ndim`` columns (default: the most dimensions of any variable); not for a light
         copy. Checks over all blocks of a checkpoint as a few numpy calls, not a loop over its variables. Made
         once per ``ndim`` and kept (the open's format check and its extent table both join the same tables;
-        the columns are read-only by convention, and a pickled document leaves them out)."""
+        the columns are read-only, and a pickled document leaves them out) for as long as the document holds
+        the same tables under the same names in the same order (:meth:`_kept`)."""
         ndims = [len(v.shape) for v in self.variables.values()]
         ndim = max(ndims, default=0) if ndim is None else ndim
-        kept = self.__dict__.setdefault("_joined", {})
-        if ndim not in kept:
+        joined = self._kept(ndim)
+        if joined is None:
             joined = JoinedBlocks.of([v.block_table() for v in self.variables.values()], ndims, ndim)
-            for column in vars(joined).values():
-                column.setflags(write=False)  # (kept: every later caller gets these arrays)
-            kept[ndim] = joined
-        return kept[ndim]
+            self._keep(joined, ndim)
+        return joined
 
     def keep_joined_blocks(self, joined: JoinedBlocks) -> None:
         """Local: keep ``joined``, which must be this document's block tables joined in document order (as
         :meth:`joined_blocks` would make them, padded to the most dimensions of any variable), as what
         :meth:`joined_blocks` gives: for the code that had the joined columns before the tables (the decoder, the
-        write side's index), so they are not joined again."""
+        write side's index), so they are not joined again. ValueError when it does not have one count per
+        variable."""
+        if len(joined.counts) != len(self.variables):
+            raise ValueError(f"joined blocks of {len(joined.counts)} variables kept for a document of "
+                             f"{len(self.variables)}")
+        self._keep(joined, int(joined.lo.shape[1]))
+
+    def _keep(self, joined: JoinedBlocks, ndim: int) -> None:
+        """Local: keep ``joined`` (read-only) with what it was made of: every variable's name and table object."""
         for column in vars(joined).values():
             column.setflags(write=False)
-        self.__dict__.setdefault("_joined", {})[int(joined.lo.shape[1])] = joined
+        made_of = [(name, v.blocks) for name, v in self.variables.items()]
+        self.__dict__.setdefault("_joined", {})[ndim] = (made_of, joined)
+
+    def _kept(self, ndim: int) -> JoinedBlocks | None:
+        """Local: the kept columns of ``ndim`` dimensions, or None when there are none or when the variables
+        changed since (``variables`` is a dict: a variable added, removed, renamed, reordered or given another
+        table). Whether the tables are the same objects, one step per variable; their arrays are not compared
+        (the decoder's are read-only, the write side's are the plan's, which nothing changes)."""
+        kept = self.__dict__.get("_joined", {}).get(ndim)
+        if kept is None:
+            return None
+        made_of, joined = kept
+        if len(made_of) != len(self.variables) or not all(
+                name == was and v.blocks is table
+                for (name, v), (was, table) in zip(self.variables.items(), made_of, strict=True)):
+            del self.__dict__["_joined"][ndim]
+            return None
+        return joined
 
     def __getstate__(self) -> dict[str, Any]:
         """What pickling keeps: the fields, not the joined columns :meth:`joined_blocks` kept."""
@@ -208,7 +232,7 @@ class CheckpointDocument(_JsonView):
             raise ValueError("metadata is not a ckptio document")
         check_schema(obj)
         meta = dict(obj)
-        names, joined = None, None
+        joined = None
         if meta["schema"] >= 2:
             variables = {name: dict(var) if isinstance(var, dict) else var
                          for name, var in json_object(meta.get("variables"), "field 'variables'").items()}
@@ -221,10 +245,11 @@ class CheckpointDocument(_JsonView):
             for name, table in tables.items():
                 variables[name]["blocks"] = table
             meta["variables"] = variables
-            names = list(tables)
-        validate(meta, joined if joined is not None and names == list(variables) else None)
+            if list(tables) != list(variables):  # (the columns list the variables in another order than the JSON)
+                joined = None
+        validate(meta, joined)
         document = cls._build(meta, {name: VariableRecord.of(var) for name, var in meta["variables"].items()})
-        if joined is not None and names == list(document.variables):  # (the columns list them in document order)
+        if joined is not None:
             document.keep_joined_blocks(joined)
         return document
 
@@ -259,7 +284,7 @@ class CheckpointDocument(_JsonView):
         (the same entry, without joining every table again), else from the tables."""
         tables = {n: v._table() for n, v in self.variables.items()}
         ndims = [len(v.shape) for v in self.variables.values()]
-        joined = self.__dict__.get("_joined", {}).get(max(ndims, default=0))
+        joined = self._kept(max(ndims, default=0))
         if joined is None or any(t.codecs for t in tables.values()) or (joined.codec.size and joined.codec.max() >= 0):
             return block_table.encode_tables(tables)
         return block_table.encode_joined(list(tables), joined, ndims)

@@ -98,17 +98,13 @@ def validate(meta: Mapping[str, Any], joined: JoinedBlocks | None = None) -> Non
         if "fs" in layout:  # what the file system gave (ckptio.engine.fslayout); absent in older files
             FsLayoutRecord.from_json(layout["fs"])
     variables = _dict(meta["variables"], "field 'variables'")
-    proven = _one_block_tables_valid(variables, joined, nprocs) if joined is not None else _NONE_PROVEN
-    for (name, var), table_proven in zip(variables.items(), proven, strict=True) if joined is not None else \
-            ((item, False) for item in variables.items()):
+    proven = _one_block_tables_valid(variables, joined, nprocs) if joined is not None else [False] * len(variables)
+    for (name, var), table_proven in zip(variables.items(), proven, strict=True):
         try:
             _validate_variable(name, var, nprocs, table_proven)
         except ValueError as exc:
             raise ValueError(f"variable {name!r}: {exc}") from None
     check_shared_dim_lengths(meta["variables"])
-
-
-_NONE_PROVEN: list[bool] = []
 
 
 def _one_block_tables_valid(variables: Mapping[str, Any], joined: JoinedBlocks, nprocs: int) -> list[bool]:
@@ -146,7 +142,9 @@ def _one_block_tables_valid(variables: Mapping[str, Any], joined: JoinedBlocks, 
 
 
 def _codecs_of(variables: Mapping[str, Any]) -> list[Any]:
-    """The codec names the variables' tables list (the decoder gives every table the document's one list)."""
+    """The codec names the variables' tables list: the first table's, which is every table's because the decoder
+    gives every table the document's one list (the only caller that passes ``joined`` to :func:`validate`; tables
+    with lists of their own, as the write side makes them, must not be checked this way)."""
     first = next(iter(variables.values()), None)
     table = first.get("blocks") if isinstance(first, dict) else None
     return list(table.codecs) if isinstance(table, BlockTable) else []

@@ -149,7 +149,7 @@ class PlanColumns:
     instead of per variable (10,000 small variables of one block each: a few numpy calls, not 10,000 of each).
     Rows ``starts[i]:starts[i] + counts[i]`` are variable ``i``'s. ``offset``/``size`` are padded to ``ndim``
     columns (the most dimensions of any variable: offset 0, extent 1 beyond a variable's own), as
-    :class:`~ckptio.model.block_table.JoinedBlocks` has them."""
+    :class:`~ckptio.model.joined_blocks.JoinedBlocks` has them."""
 
     counts: np.ndarray  # int64 [V]: blocks per variable (the columns the plan holds: every rank's on rank 0)
     starts: np.ndarray  # int64 [V]: each variable's first row
@@ -166,21 +166,57 @@ class PlanColumns:
         return int(self.offset.shape[1])
 
 
-class PlannedVariables(dict):
+class PlannedVariables(dict[str, VariablePlan]):
     """The planning rank's write plan: name -> :class:`VariablePlan`, sorted by name (what
     :func:`ckptio.model.plan.plan_packed` returns), with its :class:`PlanColumns` made once, when first asked for
-    (the placement and the index phase both compute over them). Not changed after planning: the columns would
-    no longer be its."""
+    (the placement and the index phase both compute over them). Any change of the mapping (a plan set, added or
+    removed) drops the columns, which are then made again; a plan's own arrays are not changed after planning."""
 
     def columns(self) -> PlanColumns:
-        """Local: :func:`joined_columns` of this plan, made on the first call and kept (read-only arrays)."""
+        """Local: :func:`joined_columns` of this plan, made on the first call and kept (read-only arrays) until
+        the mapping changes."""
         kept = self.__dict__.get("_columns")
-        if kept is None or len(kept.counts) != len(self):
+        if kept is None:
             kept = _joined(self)
             for column in vars(kept).values():
                 column.setflags(write=False)
             self.__dict__["_columns"] = kept
         return kept
+
+    def _changed(self) -> None:
+        self.__dict__.pop("_columns", None)
+
+    def __setitem__(self, name: str, plan: VariablePlan) -> None:
+        self._changed()
+        super().__setitem__(name, plan)
+
+    def __delitem__(self, name: str) -> None:
+        self._changed()
+        super().__delitem__(name)
+
+    def __ior__(self, other: Any) -> PlannedVariables:
+        self._changed()
+        return super().__ior__(other)
+
+    def clear(self) -> None:
+        self._changed()
+        super().clear()
+
+    def pop(self, *args: Any) -> Any:
+        self._changed()
+        return super().pop(*args)
+
+    def popitem(self) -> tuple[str, VariablePlan]:
+        self._changed()
+        return super().popitem()
+
+    def setdefault(self, name: str, plan: Any = None) -> Any:
+        self._changed()
+        return super().setdefault(name, plan)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self._changed()
+        super().update(*args, **kwargs)
 
 
 def joined_columns(variables: Mapping[str, VariablePlan]) -> PlanColumns:
