@@ -10,7 +10,8 @@ link storage in fractal heaps, shared messages, chunked layouts) raises :class:`
 reports as "needs h5py" -- never as damage. Structures that contradict the file (addresses beyond its end,
 wrong signatures, loops) raise :class:`ckptio.errors.CorruptCheckpointError`.
 
-Local, no MPI: used by ``backends/hdf5.py`` when h5py cannot be imported.
+Local, no MPI: used by ``backends/hdf5.py`` when h5py cannot be imported, and by
+``backends/hdf5_checks.py`` to look at what HDF5 itself would crash on (:meth:`H5Lite.datatype_message`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class H5Lite:
 
     def __init__(self, path: str):
         self.path = path
+        self._children: dict[int, dict[bytes, int]] = {}  # group address -> its links (read on first lookup)
         self.fd = os.open(path, os.O_RDONLY)
         try:
             self.size = os.fstat(self.fd).st_size
@@ -174,47 +176,39 @@ class H5Lite:
         return addr
 
     def _child(self, addr: int, name: str) -> int | None:
+        children = self._children.get(addr)
+        if children is None:
+            children = self._children[addr] = self.children(addr)
+        return children.get(name.encode())
+
+    def children(self, addr: int) -> dict[bytes, int]:
+        """Every hard link of the group at ``addr``: name (bytes) -> object header address, in one pass over its
+        symbol table or link messages (a group of 10,000 datasets is read once, not once per lookup)."""
         msgs = self.messages(addr)
         for mtype, body in msgs:
             if mtype == _MSG_SYMBOL_TABLE:
                 btree, heap = int.from_bytes(body[:self.O], "little"), int.from_bytes(body[self.O:2 * self.O], "little")
-                return self._symbol_table_child(btree, heap, name.encode())
-        links = [body for mtype, body in msgs if mtype == _MSG_LINK]
-        for body in links:
-            link = self._link(body)
-            if link is not None and link[0] == name:
-                return link[1]
+                return self._symbol_table_children(btree, heap)
         for mtype, body in msgs:
             if mtype == _MSG_LINK_INFO and int.from_bytes(body[2 + (8 if body[1] & 1 else 0):][:self.O],
                                                           "little") != UNDEFINED:
                 raise Unsupported(f"{self.path}: HDF5 groups with dense link storage need h5py to read")
-        return None
+        out: dict[bytes, int] = {}
+        for mtype, body in msgs:
+            link = _link(body, self.O) if mtype == _MSG_LINK else None
+            if link is not None:
+                out.setdefault(link[0].encode(), link[1])
+        return out
 
-    def _link(self, body: bytes) -> tuple[str, int] | None:
-        flags = body[1]
-        pos = 2
-        ltype = 0
-        if flags & 0x08:
-            ltype = body[pos]
-            pos += 1
-        pos += 8 if flags & 0x04 else 0
-        pos += 1 if flags & 0x10 else 0
-        width = 1 << (flags & 3)
-        n = int.from_bytes(body[pos:pos + width], "little")
-        pos += width
-        name = body[pos:pos + n].decode(errors="replace")
-        pos += n
-        if ltype != 0:  # soft or external: ckptio writes none
-            return None
-        return name, int.from_bytes(body[pos:pos + self.O], "little")
-
-    def _symbol_table_child(self, btree: int, heap: int, name: bytes) -> int | None:
+    def _symbol_table_children(self, btree: int, heap: int) -> dict[bytes, int]:
         if self._bytes(heap, 4) != b"HEAP":
             raise self._bad(f"no local heap at {heap}")
         heap_size = self._uint(heap + 8, self.L)
         heap_data = self._uint(heap + 8 + 2 * self.L, self.O)
         names = self._bytes(heap_data, heap_size)
+        out: dict[bytes, int] = {}
         stack, visited = [btree], set()
+        entry_size = 2 * self.O + 24
         while stack:
             node = stack.pop()
             if node in visited or len(visited) > _MAX_CHUNKS:
@@ -223,26 +217,32 @@ class H5Lite:
             if self._bytes(node, 4) != b"TREE" or self._uint(node + 4, 1) != 0:
                 raise self._bad(f"no group B-tree node at {node}")
             level, entries = self._uint(node + 5, 1), self._uint(node + 6, 2)
-            pos = node + 8 + 2 * self.O + self.L  # signature, type, level, entries, siblings, key 0
-            children = []
-            for _ in range(entries):
-                children.append(self._uint(pos, self.O))
-                pos += self.O + self.L
+            first = node + 8 + 2 * self.O + self.L  # signature, type, level, entries, siblings, key 0
+            keyed = self._bytes(first, entries * (self.O + self.L))  # (one read per node: child, key, ...)
+            children = [int.from_bytes(keyed[i * (self.O + self.L):i * (self.O + self.L) + self.O], "little")
+                        for i in range(entries)]
             if level > 0:
                 stack += children
                 continue
             for snod in children:
                 if self._bytes(snod, 4) != b"SNOD":
                     raise self._bad(f"no symbol table node at {snod}")
-                for i in range(self._uint(snod + 6, 2)):
-                    entry = snod + 8 + i * (2 * self.O + 24)
-                    offset = self._uint(entry, self.O)
+                count = self._uint(snod + 6, 2)
+                table = self._bytes(snod + 8, count * entry_size)
+                for i in range(count):
+                    entry = i * entry_size
+                    offset = int.from_bytes(table[entry:entry + self.O], "little")
                     end = names.find(b"\0", offset)
                     if offset >= len(names) or end < 0:
                         raise self._bad("a link name lies outside its local heap")
-                    if names[offset:end] == name:
-                        return self._uint(entry + self.O, self.O)
-        return None
+                    out.setdefault(names[offset:end], int.from_bytes(table[entry + self.O:entry + 2 * self.O],
+                                                                     "little"))
+        return out
+
+    def datatype_message(self, addr: int) -> bytes | None:
+        """The body of the datatype message of the object header at ``addr`` (None: it has none), as stored
+        (padded to the header's alignment)."""
+        return next((body for mtype, body in self.messages(addr) if mtype == _MSG_DATATYPE), None)
 
     # ------------------------------------------------------------------ attributes and datasets
     def attrs(self, addr: int) -> dict[str, Any]:
@@ -262,7 +262,7 @@ class H5Lite:
             pos = 8 + (1 if version == 3 else 0)
             name = body[pos:pos + nlen].split(b"\0", 1)[0].decode(errors="replace")
             pos += pad(nlen)
-            dtype = self._datatype(body[pos:pos + tlen])
+            dtype = _datatype(body[pos:pos + tlen])
             pos += pad(tlen)
             shape = self._dataspace(body[pos:pos + slen])
             pos += pad(slen)
@@ -284,7 +284,7 @@ class H5Lite:
             if mtype == _MSG_DATASPACE:
                 shape = self._dataspace(body)
             elif mtype == _MSG_DATATYPE:
-                dtype = self._datatype(body)
+                dtype = _datatype(body)
             elif mtype == _MSG_LAYOUT:
                 if body[0] not in (3, 4):
                     raise Unsupported(f"{self.path}: HDF5 data layout message version {body[0]} needs h5py to read")
@@ -327,18 +327,37 @@ class H5Lite:
         _ = flags
         return dims
 
-    @staticmethod
-    def _datatype(body: bytes) -> np.dtype | None:
-        if len(body) < 8:
-            return None
-        cls, bits, size = body[0] & 0x0F, body[1], int.from_bytes(body[4:8], "little")
-        order = ">" if bits & 1 else "<"
-        if cls == 0 and size in (1, 2, 4, 8):
-            return np.dtype(f"{order}{'i' if bits & 0x08 else 'u'}{size}")
-        if cls == 1 and size in (2, 4, 8):
-            return np.dtype(f"{order}f{size}")
-        if cls == 3 and size > 0:
-            return np.dtype(f"S{size}")
+
+def _datatype(body: bytes) -> np.dtype | None:
+    """The numpy dtype of a datatype message (integers, floats, fixed strings), None for any other."""
+    if len(body) < 8:
         return None
+    cls, bits, size = body[0] & 0x0F, body[1], int.from_bytes(body[4:8], "little")
+    order = ">" if bits & 1 else "<"
+    if cls == 0 and size in (1, 2, 4, 8):
+        return np.dtype(f"{order}{'i' if bits & 0x08 else 'u'}{size}")
+    if cls == 1 and size in (2, 4, 8):
+        return np.dtype(f"{order}f{size}")
+    if cls == 3 and size > 0:
+        return np.dtype(f"S{size}")
+    return None
 
 
+def _link(body: bytes, offset_size: int) -> tuple[str, int] | None:
+    """(name, object header address) of a hard link message, None for a soft or external one."""
+    flags = body[1]
+    pos = 2
+    ltype = 0
+    if flags & 0x08:
+        ltype = body[pos]
+        pos += 1
+    pos += 8 if flags & 0x04 else 0
+    pos += 1 if flags & 0x10 else 0
+    width = 1 << (flags & 3)
+    n = int.from_bytes(body[pos:pos + width], "little")
+    pos += width
+    name = body[pos:pos + n].decode(errors="replace")
+    pos += n
+    if ltype != 0:  # soft or external: ckptio writes none
+        return None
+    return name, int.from_bytes(body[pos:pos + offset_size], "little")

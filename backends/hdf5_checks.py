@@ -33,10 +33,80 @@ def check_dataset(path: str, name: str, var: VariableRecord, shape: list[int] | 
 
 
 def check_datasets(path: str, f: Any, meta: CheckpointDocument, size: int) -> None:
-    """Every variable of the document is a dataset of its shape at its recorded offset, inside the file."""
+    """Every variable of the document is a dataset of its shape at its recorded offset, inside the file (first,
+    before HDF5 opens any of them, that the datatypes HDF5 would crash on are intact: :func:`check_datatypes`)."""
     if meta.backend != BACKEND:
         raise CorruptCheckpointError(f"{path}: metadata says backend {meta.backend!r}, file is HDF5")
+    check_datatypes(path, meta)
     check_found_datasets(path, meta, found_datasets(f, meta.variables), size)
+
+
+_WALKED_TYPES = "bc"  # numpy kinds h5py stores as HDF5 types with member tables: bool (enum), complex (compound)
+
+
+def check_datatypes(path: str, meta: CheckpointDocument) -> None:
+    """CorruptCheckpointError naming the variable when a dataset of a bool or complex variable has a damaged
+    datatype message. HDF5 stores these as an enum (members FALSE, TRUE) and a compound (members r, i) and walks
+    their member tables when a dataset is opened: a flipped byte in a size or count there made ``H5Dopen``
+    crash the process (SIGSEGV in ``H5T_copy``, HDF5 1.10.8), so that ``inspect``, ``ls``, ``open`` and
+    ``latest()`` died instead of reporting the damage and falling back. The message is read with the built-in
+    parser (:mod:`.h5lite`, pure Python) and compared with the one this HDF5 encodes for the variable's file
+    dtype: a message of another class, or of the same version and class with other bytes, is damage. One of the
+    same class in another version of the message (a file written by another HDF5 release) is left to HDF5.
+    Other datatypes are not looked at (no cost for the usual float and integer variables). Serial, no MPI."""
+    walked = {name: var for name, var in meta.variables.items() if _kind(var.file_dtype) in _WALKED_TYPES}
+    if not walked:
+        return
+    from ckptio.backends import h5lite
+
+    try:
+        with h5lite.H5Lite(path) as lite:
+            for name, var in walked.items():
+                addr = lite.lookup(f"/{name}")
+                body = lite.datatype_message(addr) if addr is not None else None
+                expected = _encoded_datatype(var.file_dtype)
+                if body is None or expected is None or not body:
+                    continue  # (no dataset, or none HDF5 can make of the dtype: the dataset check decides)
+                if (body[0] & 0x0F) == (expected[0] & 0x0F) and body[0] >> 4 != expected[0] >> 4:
+                    continue  # (the class, in another version of the message: another HDF5 release, left to it)
+                if body[:len(expected)] != expected or body[len(expected):].strip(b"\0"):
+                    raise CorruptCheckpointError(f"{path}: variable {name!r}: the HDF5 datatype of dataset /{name} "
+                                                 f"is damaged (not the {var.file_dtype} type ckptio wrote)")
+    except h5lite.Unsupported:  # (a structure the parser does not implement: nothing it can look at)
+        return
+
+
+_KINDS: dict[str, str] = {}
+
+
+def _kind(dtype: str) -> str:
+    """The numpy kind of a document's dtype string ("" for none numpy knows); one parse per distinct string."""
+    found = _KINDS.get(dtype)
+    if found is None:
+        import numpy as np
+
+        try:
+            found = np.dtype(dtype).kind
+        except TypeError:
+            found = ""
+        _KINDS[dtype] = found
+    return found
+
+
+_ENCODED: dict[str, bytes | None] = {}
+
+
+def _encoded_datatype(dtype: str) -> bytes | None:
+    """The body of the datatype message this HDF5 writes for numpy dtype ``dtype`` (``H5Tencode`` without its
+    two-byte prefix), or None where h5py cannot make one. One per distinct dtype."""
+    if dtype not in _ENCODED:
+        import numpy as np
+
+        try:
+            _ENCODED[dtype] = bytes(_h5py().h5t.py_create(np.dtype(dtype)).encode())[2:]
+        except (TypeError, ValueError):
+            _ENCODED[dtype] = None
+    return _ENCODED[dtype]
 
 
 def found_datasets(f: Any, names: Iterable[str]) -> Found:

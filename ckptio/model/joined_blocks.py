@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # (block_table imports this module)
+    from ckptio.model.block_table import BlockTable
 
 
 def concatenated_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -43,7 +46,7 @@ class JoinedBlocks:
     codec: np.ndarray  # int64 [N], -1 for none: ids into codecs_of[var[i]]
 
     @classmethod
-    def of(cls, tables: Sequence[Any], ndims: Sequence[int], ndim: int) -> JoinedBlocks:
+    def of(cls, tables: Sequence[BlockTable], ndims: Sequence[int], ndim: int) -> JoinedBlocks:
         """``tables[i]`` (a :class:`~ckptio.model.block_table.BlockTable`) of a variable of ``ndims[i]``
         dimensions, joined; ``ndim`` >= every ``ndims[i]``. One concatenation per column and per number of
         dimensions, whatever the number of variables."""
