@@ -69,7 +69,7 @@ from typing import Any
 import numpy as np
 from ckptio.backends import hdf5_checks as checks
 from ckptio.backends import hdf5_lib as lib
-from ckptio.backends import hdf5_write, rawio
+from ckptio.backends import hdf5_write, rawio, version_mark
 from ckptio.backends.base import (
     Backend,
     Capabilities,
@@ -82,7 +82,6 @@ from ckptio.backends.base import (
     Extent,
     ExtentReader,
     ExtentTable,
-    FormatVersionError,
     IncompleteCheckpointError,
     Placement,
     VariablePlan,
@@ -195,7 +194,9 @@ class HDF5Backend(Backend):
         return self._read_document(path, decoded=False)
 
     def _read_document(self, path: str, decoded: bool) -> Any:
-        """:meth:`read_document` (``decoded``) or :meth:`stored_document`, through h5py."""
+        """:meth:`read_document` (``decoded``) or :meth:`stored_document`, through h5py. A layout version mark
+        newer than this ckptio's is decided once the rest has been read (:mod:`.version_mark`)."""
+        newer = None
         try:
             size = os.path.getsize(path)
             with open_for_reading(path) as f:
@@ -203,9 +204,7 @@ class HDF5Backend(Backend):
                 if not isinstance(group, h5py.Group):
                     raise not_ckptio(path, "hdf5", f"an HDF5 file without a /{GROUP} group")
                 version = group.attrs.get("format_version")
-                if version is not None and int(version) > FORMAT_VERSION:
-                    raise FormatVersionError(f"{path}: ckptio HDF5 layout version {int(version)} is newer than "
-                                             f"this ckptio supports (version {FORMAT_VERSION})")
+                newer = version_mark.newer(None if version is None else int(version), FORMAT_VERSION)
                 if group.attrs.get("complete") != COMPLETE:
                     raise IncompleteCheckpointError(f"{path}: no completion mark (/{GROUP} attribute 'complete'): "
                                                     "the checkpoint was not committed")
@@ -214,24 +213,35 @@ class HDF5Backend(Backend):
                         or document.dtype.itemsize > size):
                     raise CorruptCheckpointError(f"{path}: /{GROUP}/metadata is missing or damaged")
                 text = document[()]
-                if decoded:
+                if newer is not None:  # (decided below, outside the conversion of errors)
+                    _check_document_checksum(path, text, group.attrs.get("metadata_checksum"))
+                elif decoded:
                     meta = _parse_document(path, text, group.attrs.get("metadata_checksum"))
                 else:
                     _check_document_checksum(path, text, group.attrs.get("metadata_checksum"))
                     meta = _listed_datasets(path, text)
-                checks.check_datasets(path, f, meta, size)
+                if newer is None:
+                    checks.check_datasets(path, f, meta, size)
         except CheckpointError:
+            if newer is not None:  # the rest is not what this ckptio reads: a newer layout
+                raise version_mark.newer_layout(path, "HDF5", newer, FORMAT_VERSION) from None
             raise
         except OSError as exc:  # HDF5 cannot open or read the file
+            if newer is not None:
+                raise version_mark.newer_layout(path, "HDF5", newer, FORMAT_VERSION) from None
             if "truncated" in str(exc):
                 raise IncompleteCheckpointError(f"{path}: HDF5 file is truncated ({exc})") from None
             if isinstance(exc, FileNotFoundError | PermissionError):
                 raise CheckpointIOError(f"{path}: cannot read checkpoint: {exc}") from None
             raise CorruptCheckpointError(f"{path}: HDF5 cannot read the file ({exc})") from None
         except (KeyError, RuntimeError, TypeError, ValueError) as exc:  # h5py's errors on damaged structures
+            if newer is not None:
+                raise version_mark.newer_layout(path, "HDF5", newer, FORMAT_VERSION) from None
             raise CorruptCheckpointError(f"{path}: HDF5 structure is damaged ({exc})") from None
         finally:  # (the file is closed: its datasets' memory back to the C library, see lib.release_free_lists)
             lib.release_free_lists()
+        if newer is not None:
+            raise version_mark.verdict(path, "HDF5", newer, FORMAT_VERSION, bytes(text))
         return meta if decoded else bytes(text)
 
     def extents(self, meta: Mapping[str, Any]) -> list[Extent]:
@@ -255,6 +265,7 @@ def _read_metadata_lite(path: str) -> dict[str, Any]:
     parser does not implement raises CapabilityError naming h5py (never CorruptCheckpointError)."""
     from ckptio.backends import h5lite
 
+    newer = None
     try:
         size = os.path.getsize(path)
         with h5lite.H5Lite(path) as f:
@@ -264,30 +275,38 @@ def _read_metadata_lite(path: str) -> dict[str, Any]:
                 raise not_ckptio(path, "hdf5", f"an HDF5 file without a /{GROUP} group")
             attrs = f.attrs(group)
             version = attrs.get("format_version")
-            if version is not None and int(version) > FORMAT_VERSION:
-                raise FormatVersionError(f"{path}: ckptio HDF5 layout version {int(version)} is newer than "
-                                         f"this ckptio supports (version {FORMAT_VERSION})")
+            newer = version_mark.newer(None if version is None else int(version), FORMAT_VERSION)
             if attrs.get("complete") != COMPLETE:
                 raise IncompleteCheckpointError(f"{path}: no completion mark (/{GROUP} attribute 'complete'): "
                                                 "the checkpoint was not committed")
             ds = f.dataset(document) if document is not None else None
             if ds is None or ds.shape != () or ds.dtype is None or ds.dtype.kind != "S" or ds.dtype.itemsize > size:
                 raise CorruptCheckpointError(f"{path}: /{GROUP}/metadata is missing or damaged")
-            meta = _parse_document(path, f.read(ds)[()], attrs.get("metadata_checksum"))
-            if meta.backend != HDF5Backend.name:
-                raise CorruptCheckpointError(f"{path}: metadata says backend {meta.backend!r}, file is HDF5")
-            found = {}
-            for name in meta.variables:
-                addr = f.lookup(f"/{name}")
-                dset = f.dataset(addr) if addr is not None else None
-                found[name] = (None, None) if dset is None else (list(dset.shape), dset.address)
-            checks.check_found_datasets(path, meta, found, size)
+            text = f.read(ds)[()]
+            if newer is not None:  # (decided below, outside the conversion of errors)
+                _check_document_checksum(path, text, attrs.get("metadata_checksum"))
+            else:
+                meta = _parse_document(path, text, attrs.get("metadata_checksum"))
+                if meta.backend != HDF5Backend.name:
+                    raise CorruptCheckpointError(f"{path}: metadata says backend {meta.backend!r}, file is HDF5")
+                found = {}
+                for name in meta.variables:
+                    addr = f.lookup(f"/{name}")
+                    dset = f.dataset(addr) if addr is not None else None
+                    found[name] = (None, None) if dset is None else (list(dset.shape), dset.address)
+                checks.check_found_datasets(path, meta, found, size)
     except CheckpointError:
+        if newer is not None:
+            raise version_mark.newer_layout(path, "HDF5", newer, FORMAT_VERSION) from None
         raise
     except OSError as exc:
         raise CheckpointIOError(f"{path}: cannot read checkpoint: {exc.strerror or exc}") from None
     except (IndexError, KeyError, TypeError, ValueError, struct_error) as exc:  # values a damaged file holds
+        if newer is not None:
+            raise version_mark.newer_layout(path, "HDF5", newer, FORMAT_VERSION) from None
         raise CorruptCheckpointError(f"{path}: HDF5 structure is damaged ({exc})") from None
+    if newer is not None:
+        raise version_mark.verdict(path, "HDF5", newer, FORMAT_VERSION, bytes(text))
     return meta
 
 

@@ -51,7 +51,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
-from ckptio.backends import cdf, install_hints, rawio
+from ckptio.backends import cdf, install_hints, rawio, version_mark
 from ckptio.backends.base import (
     Backend,
     Capabilities,
@@ -64,7 +64,6 @@ from ckptio.backends.base import (
     Extent,
     ExtentReader,
     ExtentTable,
-    FormatVersionError,
     IncompleteCheckpointError,
     RewrittenCheckpointError,
     VariablePlan,
@@ -151,7 +150,8 @@ class PnetCDFBackend(Backend):
         return _reading(path, lambda: self._read_framed(path)[1])
 
     def _read_framed(self, path: str) -> tuple[CDFHeader, bytes]:
-        """Serial: the header and the document's bytes, after the checks of the framing."""
+        """Serial: the header and the document's bytes, after the checks of the framing. A layout version mark
+        newer than this ckptio's is decided once the framing has been read (:mod:`.version_mark`)."""
         header = read_header(path)
         if header.version != 5 or META_VAR not in header.vars or COMPLETE_VAR not in header.vars:
             raise not_ckptio(path, "pnetcdf", f"a netCDF (CDF-{header.version}) file without the variables "
@@ -159,9 +159,17 @@ class PnetCDFBackend(Backend):
         version = header.attrs.get("ckptio_format_version")
         if version is not None:
             version = int(np.asarray(version).reshape(-1)[0])
-        if version is not None and version > FORMAT_VERSION:
-            raise FormatVersionError(f"{path}: ckptio CDF layout version {version} is newer than this ckptio "
-                                     f"supports (version {FORMAT_VERSION})")
+        newer = version_mark.newer(version, FORMAT_VERSION)
+        if newer is None:
+            return self._framed(path, header)
+        try:
+            _header, text = _reading(path, lambda: self._framed(path, header))
+        except CheckpointError:  # the rest is not what this ckptio reads: a newer layout
+            raise version_mark.newer_layout(path, "CDF", newer, FORMAT_VERSION) from None
+        raise version_mark.verdict(path, "CDF", newer, FORMAT_VERSION, text)
+
+    def _framed(self, path: str, header: CDFHeader) -> tuple[CDFHeader, bytes]:
+        """Serial: :meth:`_read_framed` after the version mark."""
         complete, doc, digest = header.vars[COMPLETE_VAR], header.vars[META_VAR], header.vars.get(META_SUM_VAR)
         if (complete.nc_type != 4 or complete.dimids or not doc.is_record or len(header.record_vars()) != 1
                 or digest is None or digest.vsize < CHECKSUM_LEN):

@@ -37,24 +37,50 @@ def _bump_native(path: Path) -> int:
     return FORMAT_VERSION
 
 
-def _bump_hdf5(path: Path) -> int:
+def _newer_document(text: bytes, version: int) -> bytes:
+    """The metadata document of a newer ckptio: ``backend_format_version`` one more (the same length)."""
+    was = f'"backend_format_version":{version}'.encode()
+    assert text.count(was) == 1 and version < 9
+    return text.replace(was, f'"backend_format_version":{version + 1}'.encode())
+
+
+def _bump_hdf5(path: Path, document: bool = True) -> int:
+    """A newer ckptio's file: the mark and (``document``) the checksummed document's version; without the
+    document, a damaged mark."""
     import h5py
     import numpy as np
     from ckptio.backends.hdf5 import FORMAT_VERSION
 
+    from ckptio.model import meta
+
     with h5py.File(path, "r+", locking=False) as f:
         assert int(f["ckptio"].attrs["format_version"]) == FORMAT_VERSION
         f["ckptio"].attrs["format_version"] = np.int64(FORMAT_VERSION + 1)
+        if document:
+            text = _newer_document(bytes(f["ckptio/metadata"][()]), FORMAT_VERSION)
+            f["ckptio/metadata"][()] = np.bytes_(text)
+            f["ckptio"].attrs["metadata_checksum"] = np.bytes_(meta.checksum(text))
     return FORMAT_VERSION
 
 
-def _bump_cdf(path: Path) -> int:
+def _bump_cdf(path: Path, document: bool = True) -> int:
     """Patch the value of the int32 global attribute in the CDF-5 header in place (same size, so nothing
-    moves): name (padded to 4 bytes), nc_type (4 bytes), nelems (8 bytes in CDF-5), then the big-endian value."""
+    moves): name (padded to 4 bytes), nc_type (4 bytes), nelems (8 bytes in CDF-5), then the big-endian value;
+    and (``document``) the checksummed document's version, with its checksum."""
     import netCDF4
+    from ckptio.backends.cdf import read_header
     from ckptio.backends.pnetcdf import FORMAT_VERSION
+    from ckptio.backends.pnetcdf_write import META_SUM_VAR, META_VAR
+
+    from ckptio.model import meta
 
     raw = bytearray(path.read_bytes())
+    if document:
+        header = read_header(str(path))
+        doc, digest = header.vars[META_VAR], header.vars[META_SUM_VAR]
+        text = _newer_document(bytes(raw[doc.begin:doc.begin + header.numrecs]), FORMAT_VERSION)
+        raw[doc.begin:doc.begin + header.numrecs] = text
+        raw[digest.begin:digest.begin + 16] = meta.checksum(text).encode()
     name = b"ckptio_format_version"
     at = raw.index(name) + (len(name) + 3) // 4 * 4
     nc_type, nelems = struct.unpack_from(">iq", raw, at)
@@ -92,6 +118,26 @@ def test_newer_format_version_is_refused_naming_both_versions(corpus: Path, tmp_
     for rank, o in assert_every_rank_failed(result, str(path)).items():
         assert "FormatVersionError" in o["bases"], f"rank {rank}: {o['cls']}: {o['msg']}"
         assert names_both(o["msg"]), f"rank {rank}: {o['msg']}"
+
+
+@pytest.mark.parametrize("backend", ["hdf5", "pnetcdf"])
+def test_a_newer_mark_beside_a_document_of_this_version_is_damage_not_a_newer_format(corpus: Path, tmp_path: Path,
+                                                                                     backend: str) -> None:
+    """The HDF5/CDF version mark lies outside the document's checksum: a mark alone saying a newer version (a
+    flipped byte: an outside trial saw 65282 and 2**63-1) is damage, `inspect` exit 1 naming both, never "newer
+    than this ckptio supports" (which would tell the user to upgrade for a damaged file)."""
+    import ckptio
+
+    require_backend(backend)
+    path = tmp_path / "chk_000010"
+    shutil.copyfile(corpus / backend / "chk_000010", path)
+    ours = BUMP[backend](path, document=False)
+    with pytest.raises(ckptio.CorruptCheckpointError, match=rf"layout version mark says {ours + 1}, but the "
+                                                             rf"checkpoint's checksummed metadata says version {ours}"):
+        ckptio.open(path)
+    cli = subprocess.run([sys.executable, "-m", "ckptio.tools.cli", "inspect", str(path)], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 1 and "CORRUPT" in cli.stdout and "newer than" not in cli.stdout, cli.stdout
 
 
 @pytest.mark.mpi
