@@ -127,6 +127,7 @@ class Capabilities:
     bool_dtype: bool = True
     unsigned_dtypes: bool = True
     float16: bool = True
+    extended_float: bool = True  # numpy's longdouble (float96/float128: 80-bit x87 in 12 or 16 bytes)
     nonblocking: bool = False
     readable_by: tuple[str, ...] = ()
     # Where every byte of the data goes is the format's fixed placement (Backend.placed_pieces), and a handle can
@@ -354,6 +355,7 @@ class Backend(Protocol):
         caps = self.capabilities
         bad = ((dtype.kind == "c" and not caps.complex_dtypes) or (dtype.kind == "b" and not caps.bool_dtype)
                or (dtype.kind == "f" and dtype.itemsize == 2 and not caps.float16)
+               or (dtype.kind == "f" and dtype.itemsize > 8 and not caps.extended_float)
                or (dtype.kind == "u" and not caps.unsigned_dtypes))
         if bad:
             raise CapabilityError(f"variable {name!r}: backend {self.name!r} cannot store dtype {dtype}")

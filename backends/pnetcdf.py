@@ -101,7 +101,7 @@ class PnetCDFBackend(Backend):
     name = "pnetcdf"
     format_version = FORMAT_VERSION
     capabilities = Capabilities(compression=False, segments=True, complex_dtypes=False, bool_dtype=False,
-                                unsigned_dtypes=True, float16=False,
+                                unsigned_dtypes=True, float16=False, extended_float=False,
                                 readable_by=("ckptio", "ncmpidump", "ncdump", "netCDF4-python", "any CDF-5 reader"))
     # byte-swap write buffers in place, no second copy of the data (pnetcdf_buffers.swappable: which are safe)
     extra_hints = {"nc_in_place_swap": "enable"}

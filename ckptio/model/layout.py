@@ -113,8 +113,8 @@ def check_name(name: object) -> str:
         raise DeclarationError(f"variable name {name[:40]!r}... is {len(name)} characters (max {MAX_NAME_LENGTH})")
     if not _NAME_RE.match(name):
         raise DeclarationError(
-            f"variable name {name!r} is not allowed: use letters, digits and _ . + - , starting with a letter "
-            "or _ (no '/', spaces or control characters)"
+            f"variable name {name!r} is not allowed: use ASCII letters, digits and the characters _ . + -, "
+            "starting with a letter or _ (no ',', '/', spaces, other characters or control characters)"
         )
     if name.lower().startswith("ckptio"):
         raise DeclarationError(f"variable name {name!r} is reserved (names starting with 'ckptio')")
