@@ -55,7 +55,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from ckptio import coord
+from ckptio import _warn, coord
 from ckptio.errors import CheckpointIOError, DeclarationError
 from ckptio.model.agreement import first_difference
 from ckptio.model.series_record import SeriesRecord
@@ -101,6 +101,7 @@ class Series:
         self._group = None if failure_group is None else str(failure_group)
         self._staged = 0  # checkpoints created so far (drain_every counts them)
         self._previous: Writer | None = None
+        self._highest_step: int | None = None  # the highest step this object created (a step again: a warning)
         self._background: list[async_io.AsyncCheckpoint] = []  # not yet waited for by Series.wait()
         self._restart_from: str | None = None  # protected from retention while this object lives
         self._record: SeriesRecord | None = None  # the next checkpoint's series identity, once the run started
@@ -172,6 +173,8 @@ class Series:
         if problem is None and self.path(step) == self._restart_from:
             problem = (f"step {step} is the checkpoint this run restarted from ({self._restart_from}); writing it "
                        "would replace the restart source before anything newer exists: checkpoint a later step")
+        if problem is None:
+            self._warn_on_an_old_step(step)
         series = self
 
         class _SeriesWriter(Writer):
@@ -212,6 +215,20 @@ class Series:
             self._record = self._record.next()  # type: ignore[union-attr]
         self._previous = writer
         return writer
+
+    def _warn_on_an_old_step(self, step: int) -> None:
+        """Local (rank 0 warns): a step not higher than one this object created before. Its checkpoint replaces
+        the one of the same step this run wrote, or is older than the newest one; ``latest()`` then returns
+        whichever committed last (and warns that it skips the other as superseded): a run's steps should grow
+        (an outside trial created step 2 twice, then step 1, without a word)."""
+        highest, self._highest_step = self._highest_step, step if self._highest_step is None else max(
+            step, self._highest_step)
+        if highest is None or step > highest or self.comm.Get_rank() != 0:
+            return
+        what = (f"it replaces {self.path(step)}, which this run wrote" if step == highest and
+                os.path.exists(self.path(step)) else f"it is older than step {highest}, which this run wrote")
+        _warn.warn(f"series {self.directory}: create({step}) after create({highest}): {what}; latest() returns "
+                   "the checkpoint committed last. A run's steps should grow")
 
     def _start_timeline(self, step: object) -> None:
         """Collective: this run's series identity (see :mod:`ckptio.tiers.catalog`), and the checkpoint it restarted

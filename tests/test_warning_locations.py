@@ -56,3 +56,25 @@ def test_every_warning_in_ckptio_goes_through_the_caller_locating_helper() -> No
                     and isinstance(node.func.value, ast.Name) and node.func.value.id == "warnings"):
                 offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert not offenders, offenders
+
+
+def test_a_series_warns_when_a_run_creates_a_step_again_or_an_older_one(tmp_path: Path) -> None:
+    """An outside trial created step 2 twice, then step 1, in one run: the second step 2 replaced the first
+    without a word. Now each such create() warns, at the caller's line; growing steps do not."""
+    series = ckptio.Series(tmp_path, MPI.COMM_SELF, keep=3)
+
+    def write(step: int) -> None:
+        with series.create(step) as ck:
+            ck.write("x", np.full(4, float(step)), offset=(0,), global_shape=(4,))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        write(1)
+        write(2)
+    (w,) = _caught(lambda: write(2), "create(2) after create(2)")
+    assert "it replaces" in str(w.message) and w.filename == __file__
+    (w,) = _caught(lambda: write(1), "create(1) after create(2)")
+    assert "older than step 2" in str(w.message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        write(3)
