@@ -65,7 +65,7 @@ def check_datatypes(path: str, meta: CheckpointDocument) -> None:
                 addr = lite.lookup(f"/{name}")
                 body = lite.datatype_message(addr) if addr is not None else None
                 expected = _encoded_datatype(var.file_dtype)
-                if body is None or expected is None or not body:
+                if not body or expected is None:
                     continue  # (no dataset, or none HDF5 can make of the dtype: the dataset check decides)
                 if (body[0] & 0x0F) == (expected[0] & 0x0F) and body[0] >> 4 != expected[0] >> 4:
                     continue  # (the class, in another version of the message: another HDF5 release, left to it)

@@ -225,8 +225,8 @@ class Series:
             step, self._highest_step)
         if highest is None or step > highest or self.comm.Get_rank() != 0:
             return
-        what = (f"it replaces {self.path(step)}, which this run wrote" if step == highest and
-                os.path.exists(self.path(step)) else f"it is older than step {highest}, which this run wrote")
+        what = (f"it replaces {self.path(step)}, which this run wrote" if step == highest else
+                f"it is older than step {highest}, which this run wrote")
         _warn.warn(f"series {self.directory}: create({step}) after create({highest}): {what}; latest() returns "
                    "the checkpoint committed last. A run's steps should grow")
 
