@@ -223,20 +223,17 @@ class HDF5Backend(Backend):
                 if newer is None:
                     checks.check_datasets(path, f, meta, size)
         except CheckpointError:
-            if newer is not None:  # the rest is not what this ckptio reads: a newer layout
-                raise version_mark.newer_layout(path, "HDF5", newer, FORMAT_VERSION) from None
+            _refuse_newer(path, newer)  # the rest is not what this ckptio reads: a newer layout
             raise
         except OSError as exc:  # HDF5 cannot open or read the file
-            if newer is not None:
-                raise version_mark.newer_layout(path, "HDF5", newer, FORMAT_VERSION) from None
+            _refuse_newer(path, newer)
             if "truncated" in str(exc):
                 raise IncompleteCheckpointError(f"{path}: HDF5 file is truncated ({exc})") from None
             if isinstance(exc, FileNotFoundError | PermissionError):
                 raise CheckpointIOError(f"{path}: cannot read checkpoint: {exc}") from None
             raise CorruptCheckpointError(f"{path}: HDF5 cannot read the file ({exc})") from None
         except (KeyError, RuntimeError, TypeError, ValueError) as exc:  # h5py's errors on damaged structures
-            if newer is not None:
-                raise version_mark.newer_layout(path, "HDF5", newer, FORMAT_VERSION) from None
+            _refuse_newer(path, newer)
             raise CorruptCheckpointError(f"{path}: HDF5 structure is damaged ({exc})") from None
         finally:  # (the file is closed: its datasets' memory back to the C library, see lib.release_free_lists)
             lib.release_free_lists()
@@ -296,18 +293,23 @@ def _read_metadata_lite(path: str) -> dict[str, Any]:
                     found[name] = (None, None) if dset is None else (list(dset.shape), dset.address)
                 checks.check_found_datasets(path, meta, found, size)
     except CheckpointError:
-        if newer is not None:
-            raise version_mark.newer_layout(path, "HDF5", newer, FORMAT_VERSION) from None
+        _refuse_newer(path, newer)
         raise
     except OSError as exc:
         raise CheckpointIOError(f"{path}: cannot read checkpoint: {exc.strerror or exc}") from None
     except (IndexError, KeyError, TypeError, ValueError, struct_error) as exc:  # values a damaged file holds
-        if newer is not None:
-            raise version_mark.newer_layout(path, "HDF5", newer, FORMAT_VERSION) from None
+        _refuse_newer(path, newer)
         raise CorruptCheckpointError(f"{path}: HDF5 structure is damaged ({exc})") from None
     if newer is not None:
         raise version_mark.verdict(path, "HDF5", newer, FORMAT_VERSION, bytes(text))
     return meta
+
+
+def _refuse_newer(path: str, newer: int | None) -> None:
+    """Local, in an except clause of a read whose version mark said ``newer`` (None: not newer): what failed is a
+    layout this ckptio does not read, FormatVersionError (:mod:`.version_mark`)."""
+    if newer is not None:
+        raise version_mark.newer_layout(path, "HDF5", newer, FORMAT_VERSION) from None
 
 
 def _parse_document(path: str, text: bytes, stored_checksum: Any) -> CheckpointDocument:
