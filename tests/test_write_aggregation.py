@@ -74,8 +74,9 @@ def test_aggregated_write_restarts_bit_identically(case, tmp_path):
         assert agg["rounds"] >= 2 and agg["round_bytes"] == 128 << 10, agg
     if len(agg["aggregators"]) == writers and kind == "contiguous":
         assert agg["bytes_sent"] == 0 and agg["messages"] == 0, "every rank writes its own region: no exchange"
+        assert agg["exchanged"] is False, "nothing moves between ranks: the rounds are the aggregators' own"
     else:
-        assert agg["bytes_sent"] > 0
+        assert agg["bytes_sent"] > 0 and agg["exchanged"] is True
     assert agg["file_bytes"] >= agg["own_bytes"] + agg["bytes_sent"]
     restarts(path, tuple(sorted({1, 3, writers})))
 

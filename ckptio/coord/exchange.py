@@ -8,8 +8,8 @@ width); data moves straight between the callers' memory as :class:`ckptio.coord.
   largest thing a rank receives (the staged reader's directory): synchronous sends, probes and a nonblocking
   barrier (Hoefler, Siebert, Lumsdaine: "Scalable communication protocols for dynamic sparse data exchange",
   PPoPP 2010, the NBX algorithm).
-* :func:`max_over_ranks`: the number of rounds every rank takes part in; :func:`exclusive_prefix_sum`: where each
-  rank's rows of a per-rank segment start.
+* :func:`max_over_ranks`: the number of rounds every rank takes part in (:func:`maxima_over_ranks`: several such
+  numbers in one reduction); :func:`exclusive_prefix_sum`: where each rank's rows of a per-rank segment start.
 * :func:`move_pieces`: one round's pieces, after an ``Allreduce`` of the ranks' status (a rank that failed
   preparing its side makes every rank skip the data movement together), as matched nonblocking point-to-point
   messages.
@@ -22,7 +22,7 @@ a collective another left.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -119,6 +119,16 @@ def max_over_ranks(comm, value: int) -> int:
     from ckptio.coord.mpi import MPI
 
     return int(comm.allreduce(value, op=MPI.MAX))
+
+
+def maxima_over_ranks(comm, values: Sequence[int]) -> tuple[int, ...]:
+    """Collective over ``comm`` (every rank passes as many values): per element, the largest value of any rank, in
+    one ``Allreduce`` (e.g. the rounds every rank takes part in, and whether any rank moves data to another)."""
+    from ckptio.coord.mpi import MPI
+
+    out = np.array(values, np.int64)
+    comm.Allreduce(MPI.IN_PLACE, out, op=MPI.MAX)
+    return tuple(int(v) for v in out)
 
 
 def move_pieces(comm, messages, tag: int, send: Mapping[int, memtypes.Stream],

@@ -107,11 +107,13 @@ def byte_summary(per_rank: Sequence[int]) -> dict[str, int]:
 def aggregation_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Planning rank, pure: how ckptio's own collective buffering wrote the data (engine.write_aggregate), from
     every rank's figures: the domains (the planning rank's record: kind, aggregators, stripe unit or cell, round
-    size) and the sums over the ranks (bytes sent between ranks, messages, file calls, rounds). O(aggregators)."""
+    size), whether any rank sent another a piece (agreed: the same on every rank; without it the aggregators wrote
+    their rounds with no collective between them) and the sums over the ranks (bytes sent between ranks, messages,
+    file calls, rounds). O(aggregators)."""
     total = {k: int(sum(r[k] for r in records)) for k in ("bytes_sent", "messages", "file_bytes", "file_calls",
                                                           "own_bytes")}
     return {"io": records[0]["io"], **records[0]["domains"], "rounds": int(max(r["rounds"] for r in records)),
-            "threaded": any(r["threaded"] for r in records), **total}
+            "threaded": any(r["threaded"] for r in records), "exchanged": bool(records[0]["exchanged"]), **total}
 
 
 def created_now() -> str:

@@ -16,6 +16,11 @@
                                                        MPI_File_write_at in the calling thread)
     agree after every round: a failed write on one aggregator is the error of every rank at the next round
 
+When no rank sends any other a byte (agreed with the round count: every rank's pieces lie in its own domain, as
+with one aggregator per rank on an unstriped file), the rounds are the aggregators' own: each writes its rounds
+through the same pipeline with no collective between them, and only the last agreement remains. Nothing can wait
+for a peer there, and the job no longer pays every round's slowest rank.
+
 Only the aggregators open and write the file (``Backend.create`` on them alone); the planning rank is always one
 (it writes the header, and the index and trailer in the commit). Every collective goes through
 :mod:`ckptio.coord` (agreement, the sparse descriptor exchange, the matched point-to-point rounds); the local
@@ -71,11 +76,14 @@ class AggregatedWrite:
                        "file_calls": 0, "own_bytes": 0}
         self.storage_bytes: int | None = 0  # what the helper thread's writes moved to storage (placement)
         self.threaded = False
+        self.exchanged = True  # whether any rank sent another a piece (agreed with the round count)
 
     def run(self, describe: Callable[[], Sequence[tuple[int, np.ndarray]]]) -> None:
         """Collective over ``comm``: ``describe()`` (this rank's pieces: agreed as the first phase), the descriptor
-        exchange, the aggregators' round plans (agreed), then the rounds, each agreed; the last writes are waited
-        for and agreed on. Raises the same error on every rank."""
+        exchange, the aggregators' round plans (agreed), the round count and whether any rank sends another
+        anything (one reduction), then the rounds, each agreed (or, when nothing moves between ranks, each
+        aggregator's own rounds with no collective: :meth:`_own_rounds`); the last writes are waited for and
+        agreed on. Raises the same error on every rank."""
         comm, where = self.comm, self.where
         t = time.perf_counter()
         def cut() -> SenderPlan:
@@ -98,17 +106,23 @@ class AggregatedWrite:
             return 0
 
         local_rounds = max(local_rounds, coord.run(comm, f"{where}: write data (plan the rounds)", plan_rounds))
-        nrounds = exchange.max_over_ranks(comm, local_rounds)
+        moves = int(len(sender.sent) > 0 or (plan is not None and len(plan.rows) > 0))
+        nrounds, moved = exchange.maxima_over_ranks(comm, (local_rounds, moves))
+        self.exchanged = bool(moved)
         pipe = None
         if plan is not None:
             self.threaded = nrounds > 1 and self.ranges.independent and threads_allowed()
             pipe = RoundWriter(self.ranges, self.threaded, self.seconds, min(STAGE_BYTES, self.domains.round_bytes))
         self.seconds["write_plan"] += time.perf_counter() - t
         try:
-            for k in range(nrounds):
-                self._round(k, nrounds, sender, plan, pipe)
-            error = pipe.finish() if pipe is not None else None
-            coord.agree(comm, f"{where}: write data (the last writes)", error)
+            error = None
+            if moved:
+                for k in range(nrounds):
+                    self._round(k, nrounds, sender, plan, pipe)
+            elif plan is not None:
+                error = self._own_rounds(sender, plan, pipe)
+            finished = pipe.finish() if pipe is not None else None
+            coord.agree(comm, f"{where}: write data (the last writes)", error or finished)
         finally:
             if pipe is not None:
                 pipe.close()
@@ -154,10 +168,31 @@ class AggregatedWrite:
         self.seconds["write_exchange_cpu"] += time.thread_time() - c - wrote_cpu
         coord.agree(self.comm, f"{self.where}: write data (round {k + 1} of {nrounds})", error)
 
+    def _own_rounds(self, sender: SenderPlan, plan: AggregatorPlan, pipe: RoundWriter) -> BaseException | None:
+        """Local (an aggregator, when the agreed answer is that no rank sends any other a byte: every rank's
+        region is in its own domain, e.g. one aggregator per rank on an unstriped file): its own rounds, handed to
+        the pipeline one after another with no collective between them, so no rank waits for another's write
+        until the final agreement (np.save-like independence; per-round agreements made the job pay the sum of
+        every round's slowest rank). At most two rounds are in the pipeline, as in the exchange. Returns the first
+        failure (the rounds stop there), for the final agreement, where every rank raises it."""
+        for k in range(plan.nrounds):
+            error = pipe.wait(k - 2)
+            if error is None:
+                try:
+                    runs = plan.runs(k)
+                    self.counts["own_bytes"] += int(sender.own.length[sender.own.round == k].sum())
+                    error = pipe.submit(k, runs)
+                except BaseException as exc:  # agreed on at the end
+                    error = exc
+            self.counts["rounds"] += 1
+            if error is not None:
+                return error
+        return None
+
     def statistics(self) -> dict[str, Any]:
         """Local: this rank's figures of the write (seconds, bytes, calls) for the index report."""
         return {"seconds": dict(self.seconds), **self.counts, "threaded": self.threaded,
-                "aggregator": self.ranges is not None}
+                "aggregator": self.ranges is not None, "exchanged": self.exchanged}
 
 
 # ------------------------------------------------------------------------------ the planning rank's choices

@@ -5,6 +5,11 @@ every rank raises the same CheckpointIOError, no rank hangs, and no file is left
   by ``tests/programs/write_aggregation.py --fail-round``) at its second or fourth round, while the others go on
   writing: with the helper thread (the failure surfaces two rounds later, at the slot's reuse, or at the last
   writes), without it, and through MPI-IO (``MPI_File_write_at`` in the calling thread).
+* ``test_a_failed_write_without_exchange_fails_every_rank``: the same on the file system's own layout, where every
+  rank is the aggregator of its own region and nothing moves between ranks, so the aggregators write their rounds
+  with no collective between them (checked first: the same write without the failure records ``exchanged``
+  false): rank 2 fails at its second or fourth write while rank 3 goes on alone; the final agreement gives every
+  rank the error.
 * ``test_a_full_file_system_mid_write_fails_every_rank``: a tmpfs too small for the checkpoint, space reservation
   disabled (as where ``fallocate`` is unsupported): the aggregators' ``pwritev`` run out of space in the middle of
   the rounds.
@@ -12,6 +17,7 @@ every rank raises the same CheckpointIOError, no rank hangs, and no file is left
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -45,6 +51,32 @@ def test_a_failed_write_on_one_aggregator_fails_every_rank(io, thread, call, tmp
     for line in raised.values():
         kind, message = line.split(" | ", 1)
         assert "CheckpointIOError" in kind and "injected" in message and "rank 1" in message, line
+        assert str(path) in message and "write data" in message, line
+    assert all(names == "[]" for names in left.values()), f"files left behind: {left}"
+
+
+# the file system's own layout (contiguous domains, an aggregator per rank) in 16 KiB rounds
+OWN_ROUNDS = {"CKPTIO_WRITE_BUFFER_BYTES": "16K", "CKPTIO_HINTS": "striping_unit=16384"}
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("thread", "call"), [("1", 2), ("1", 4), ("0", 2)])
+def test_a_failed_write_without_exchange_fails_every_rank(thread, call, tmp_path):
+    env = {**OWN_ROUNDS, "CKPTIO_WRITE_THREAD": thread}
+    (tmp_path / "ok").mkdir()
+    ok = run_mpi(4, [PROGRAM, "write", str(tmp_path / "ok" / "chk_000001")], timeout=200, env=env).stdout
+    agg = json.loads(next(line[5:] for line in ok.splitlines() if line.startswith("JSON ")))["aggregation"]
+    assert agg["aggregators"] == [0, 1, 2, 3] and agg["exchanged"] is False and agg["rounds"] >= 4, agg
+    (tmp_path / "failed").mkdir()
+    path = tmp_path / "failed" / "chk_000001"
+    out = run_mpi(4, [PROGRAM, "write", str(path), "--fail-round", str(call), "--fail-rank", "2"], timeout=200,
+                  env=env).stdout
+    raised, left = outcomes(out, 4)
+    assert sorted(raised) == [0, 1, 2, 3], f"not every rank raised:\n{out}"
+    for line in raised.values():
+        kind, message = line.split(" | ", 1)
+        assert "CheckpointIOError" in kind and "injected" in message and "rank 2" in message, line
         assert str(path) in message and "write data" in message, line
     assert all(names == "[]" for names in left.values()), f"files left behind: {left}"
 

@@ -4,6 +4,7 @@ buffering of the native format (issue 29 item 1).
 
     mpirun -n N python write_aggregation.py write PATH [--layout fs|cyclic:S:UNIT:OBJECT] [--mode sync|async|staged]
                                                        [--compression zstd:1] [--info DIR] [--fail-round K]
+                                                       [--fail-rank R]
     mpirun -n M python write_aggregation.py read PATH
 
 ``write`` declares values every reader can recompute (``expected``): a 3-D array cut unevenly along its first axis
@@ -12,10 +13,10 @@ variable (rank 1 contributes none); a 2-D float32 array from a strided view; a s
 cyclic:...`` makes the planning rank see a striped layout (stripe count S, unit, object size) for a file on any
 file system, so stripe-cyclic domains are exercised without CephFS. ``--info DIR``: every rank writes
 ``DIR/info.<rank>.json`` (its pid, whether it is a write aggregator, the aggregation record). ``--fail-round K``:
-rank 1's byte-range writer raises ENOSPC at its K-th write call (an injected failure of one aggregator in the
-middle of the pipeline; 0: nothing injected); every rank then prints ``RAISED <rank> <error class> | <message>``
-and ``LEFT <rank> <names in the directory>``. ``read`` restarts on M ranks (rank r reads rows [r*G/M, (r+1)*G/M))
-and checks every value; rank 0 prints ``READ OK <M>``.
+rank R's (``--fail-rank``, default 1) byte-range writer raises ENOSPC at its K-th write call (an injected failure
+of one aggregator in the middle of the pipeline; 0: nothing injected); every rank then prints ``RAISED <rank>
+<error class> | <message>`` and ``LEFT <rank> <names in the directory>``. ``read`` restarts on M ranks (rank r
+reads rows [r*G/M, (r+1)*G/M)) and checks every value; rank 0 prints ``READ OK <M>``.
 """
 
 from __future__ import annotations
@@ -65,8 +66,8 @@ def simulate_layout(spec: str) -> None:
     aggregate.domains_for_file = striped
 
 
-def fail_at(call: int) -> None:
-    """Rank 1's byte-range writer fails (ENOSPC) at its ``call``-th write."""
+def fail_at(call: int, failing_rank: int) -> None:
+    """Rank ``failing_rank``'s byte-range writer fails (ENOSPC) at its ``call``-th write."""
     from ckptio.backends import rangeio
 
     for cls in (rangeio.PosixRangeWriter, rangeio.MpiRangeWriter):
@@ -75,7 +76,7 @@ def fail_at(call: int) -> None:
 
         def failing(self, runs, original=original, calls=calls):
             calls[0] += 1
-            if MPI.COMM_WORLD.Get_rank() == 1 and calls[0] == call:
+            if MPI.COMM_WORLD.Get_rank() == failing_rank and calls[0] == call:
                 raise ckptio.CheckpointIOError(f"{self.path}: injected: {os.strerror(errno.ENOSPC)}")
             return original(self, runs)
 
@@ -88,7 +89,7 @@ def write(args) -> None:
     if args.layout != "fs":
         simulate_layout(args.layout)
     if args.fail_round:
-        fail_at(args.fail_round)
+        fail_at(args.fail_round, args.fail_rank)
     counts = [rows_of(r, size) for r in range(size)]
     lo = sum(counts[:rank])
     halo = np.zeros((counts[rank] + 4, TRAILING[0] + 4, TRAILING[1]))
@@ -158,6 +159,7 @@ def main() -> None:
     parser.add_argument("--compression")
     parser.add_argument("--info")
     parser.add_argument("--fail-round", type=int)  # 0: nothing injected, the outcome reported as for a failure
+    parser.add_argument("--fail-rank", type=int, default=1)
     args = parser.parse_args()
     (write if args.what == "write" else read)(args)
 
