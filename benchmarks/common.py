@@ -163,17 +163,28 @@ T = TypeVar("T")
 
 
 def round_order(items: Sequence[T], rep: int) -> list[T]:
-    """Round ``rep``'s order of ``items``: a permutation drawn from a generator seeded with ``rep`` (the same in
-    every run and on every rank), so no case always runs first, last, or right after the same other case.
+    """Round ``rep``'s order of ``items`` (the same in every run and on every rank): in an even round a
+    permutation drawn from a generator seeded with ``rep``, so no case always runs first, last, or right after the
+    same other case; in an odd round the previous round's order reversed, so over each pair of rounds every case
+    stands once at an even and once at an odd place of the sequence of cases (see below). Use an even number of
+    rounds.
 
     Why not a fixed order: what a case pays can depend on what ran just before it. On the development VM the
     first cold reads after the restart's files were written took 2.5-3.6 s for any reader, later ones 1.0-1.5 s
     (benchmarks/restart.py ``warm_up``), and a write right after an external MPI job (IOR, FLASH-IO, even one
     ``mpirun -n 2 /bin/true`` from rank 0) spent 0.15 s more in the kernel. A fixed order hands such a cost to
-    the same case in every round; a rotation keeps each case after the same neighbour."""
+    the same case in every round; a rotation keeps each case after the same neighbour.
+
+    Why mirrored: on the development VM (2026-12-06) consecutive cold reads of a 2 GiB file, each after evicting
+    it, alternated between ~1.0 and ~2.9 s whatever the reader (``readv`` or ``preadv``, 4-32 MiB pieces): the
+    page cache of every other read came from guest memory the host had taken back (free page reporting), and
+    after a 3 s pause every read was slow. A case at place p of n in round 2j is at place 2jn + p of the whole
+    sequence and at 2jn + 2n - 1 - p in round 2j+1: an odd distance apart, whatever n, so such an alternation
+    falls on every case equally often (with shuffled orders alone, one case could get the slow turn in three of
+    five rounds)."""
     order = list(items)
-    random.Random(rep).shuffle(order)
-    return order
+    random.Random(rep - rep % 2).shuffle(order)
+    return order[::-1] if rep % 2 else order
 
 
 def sleeping_barrier(comm, poll: float = 2e-4) -> None:

@@ -1,12 +1,14 @@
 """``ckptio inspect --verify`` against a cold sequential read of the same file in one process (issue 29).
 
-A native checkpoint of the run's data set, written once by every rank; then ``repeats`` rounds of: evict,
+A native checkpoint of the run's data set, written once by every rank; then ``repeats`` rounds, each of these
+cold reads, every one after evicting the file, in the round's order (:func:`benchmarks.common.round_order`):
 sequential read of the whole file by rank 0 alone (``os.readv`` of 16 MiB pieces into one reused 4096-aligned
-buffer: the storage's speed for one reader); evict, ``ckptio inspect --verify --json FILE`` by rank 0 alone (the
-command's own code, ``ckptio.tools.cli.main``, in this process: no interpreter start-up; exit status 0 required).
-The other ranks wait in a sleeping barrier. Under MPI: when ckptio offers a collective verification
-(:func:`parallel_verifier`), the same file is verified by 1..N ranks too; otherwise that part is reported
-skipped, with what was looked for.
+buffer: the storage's speed for one reader); ``ckptio inspect --verify --json FILE`` by rank 0 alone (the
+command's own code, ``ckptio.tools.cli.main``, in this process: no interpreter start-up; exit status 0 required);
+under MPI, when ckptio offers a collective verification (:func:`parallel_verifier`), the same file verified by
+1, 2 and N ranks (otherwise reported skipped, with what was looked for). The other ranks wait in a sleeping
+barrier. The first version read, then verified, in every round: on a VM whose cold reads alternate between fast
+and slow (common.round_order), one of the two got every slow turn.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .cases import Context, ckptio_case
-from .common import BenchError, aligned_empty, on_first, time_summary, timed
+from .common import BenchError, aligned_empty, on_first, round_order, time_summary, timed
 from .pagecache import evict, remove, resident_fraction
 
 CHUNK = 16 << 20
@@ -86,19 +88,24 @@ def run(world, ctx: Context, repeats: int, log) -> dict[str, Any]:
     try:
         timed(world, lambda: case.write(ctx))
         out["file_bytes"] = world.bcast(os.path.getsize(path) if rank0 else None, root=0)
+        # every cold read of a round, in the round's order (common.round_order: mirrored in odd rounds, so the VM's
+        # alternating slow and fast cold reads fall on each case equally often)
+        cold: list[tuple[str, Callable[[], float]]] = [
+            ("sequential_read_seconds", lambda: timed(world, lambda: sequential_read(path) if rank0 else 0)[0]),
+            ("inspect_verify_seconds", lambda: timed(world, lambda: inspect_verify(path) if rank0 else None)[0])]
+        if parallel is not None:
+            cold += [(str(n), lambda n=n: on_first(world, n, lambda sub: timed(sub, lambda: clean(parallel(path, sub)))
+                                                   [0])) for n in counts]
         for rep in range(repeats):
-            for what, fn in (("sequential_read_seconds", lambda: sequential_read(path) if rank0 else 0),
-                             ("inspect_verify_seconds", lambda: inspect_verify(path) if rank0 else None)):
+            for what, measure in round_order(cold, rep):
                 if rank0:
                     evict([path])
-                out["resident_before"].append(world.bcast(resident_fraction([path]) if rank0 else None, root=0))
-                out[what].append(timed(world, fn)[0])
-            if parallel is not None:
-                for n in counts:
-                    if rank0:
-                        evict([path])
-                    t = on_first(world, n, lambda sub: timed(sub, lambda: clean(parallel(path, sub)))[0])
-                    out["parallel"].setdefault(str(n), []).append(t)
+                resident = world.bcast(resident_fraction([path]) if rank0 else None, root=0)
+                if what.isdigit():
+                    out["parallel"].setdefault(what, []).append(measure())
+                else:
+                    out["resident_before"].append(resident)
+                    out[what].append(measure())
             log(f"  [{rep + 1}/{repeats}] verify: cold sequential read {out['sequential_read_seconds'][-1]:.2f} s, "
                 f"inspect --verify {out['inspect_verify_seconds'][-1]:.2f} s")
     except BenchError as exc:

@@ -160,6 +160,25 @@ def test_rounds_change_the_order_of_the_cases():
     assert round_order([], 3) == []
 
 
+def test_every_case_gets_even_and_odd_turns_over_each_pair_of_rounds():
+    """round_order mirrors the previous round's order in odd rounds, so over rounds 2j and 2j+1 every case stands
+    once at an even and once at an odd place of the whole sequence of cases, for any number of cases: on the
+    development VM consecutive cold reads alternated between fast and slow, and a case that got the slow turn in
+    most rounds lost its ratio to the VM (the first verification benchmark read, then verified, every round)."""
+    from benchmarks.common import round_order
+
+    for n in range(1, 13):
+        cases = list(range(n))
+        sequence = [case for rep in range(6) for case in round_order(cases, rep)]
+        for pair in range(3):
+            places = {case: [] for case in cases}
+            for place in range(2 * pair * n, 2 * (pair + 1) * n):
+                places[sequence[place]].append(place % 2)
+            assert all(sorted(p) == [0, 1] for p in places.values()), (n, pair, places)
+        assert round_order(cases, 3) == round_order(cases, 2)[::-1]
+        assert n < 3 or round_order(cases, 0) != round_order(cases, 2)  # even rounds draw a new order
+
+
 def test_fixed_cost_benchmark_run(tmp_path):
     """``benchmarks.fixed_cost`` on 2 ranks, a tiny checkpoint, one round: a row for every writer, ckptio's ratio
     to each library it wraps and its phases (no figure checked), and the scratch directory left as it was
