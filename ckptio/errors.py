@@ -76,13 +76,23 @@ class CollectiveError(CheckpointError):
     one node only and the rank number alone does not say which. The class raised is also a subclass of the
     most specific ckptio error seen on any rank (see :func:`collective_error_class`), so
     ``except CorruptCheckpointError`` works on every rank, whichever rank saw the corruption.
+
+    ``planner``: the rank that checks and plans what every rank gave (``coord.gather_and_plan``'s root), when
+    the failure is its finding about all of them (an overlap between the blocks of ranks 1 and 2 is found on
+    rank 0, but is not rank 0's fault): the message says so instead of "failed on 1 rank(s): rank 0".
     """
 
-    def __init__(self, phase: str, failures: dict[int, tuple[str, ...]]):
+    def __init__(self, phase: str, failures: dict[int, tuple[str, ...]], planner: int | None = None):
         self.phase = phase
         self.failures = dict(failures)
-        lines = [f"{phase} failed on {len(failures)} rank(s):"]
-        for rank in sorted(failures)[:16]:
+        self.planner = planner if list(failures) == [planner] else None
+        if self.planner is not None:
+            cls, msg, *host = failures[planner]
+            lines = [f"{phase} failed: rank {planner}, which checks and plans for every rank, found:",
+                     f"  {cls}: {msg}" + (f" (on {host[0]})" if host and host[0] else "")]
+        else:
+            lines = [f"{phase} failed on {len(failures)} rank(s):"]
+        for rank in sorted(failures)[:16] if self.planner is None else ():
             cls, msg, *host = failures[rank]
             lines.append(f"  rank {rank}: {cls}: {msg}" + (f" (on {host[0]})" if host and host[0] else ""))
         if len(failures) > 16:

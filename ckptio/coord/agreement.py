@@ -86,7 +86,7 @@ def agree(comm, phase: str, error: BaseException | None, closing: bool = False) 
     if isinstance(error, CollectiveError) and all(d is not None and d[:2] == described[0][:2] for d in described):
         # every rank failed with the same collective error (an inner phase already agreed): name this phase
         # too, without repeating the inner failures once per rank
-        raise type(error)(f"{phase}: {error.phase}", error.failures) from error
+        raise type(error)(f"{phase}: {error.phase}", error.failures, error.planner) from error
     failures = {rank: d for rank, d in enumerate(described) if d is not None}
     cls = collective_error_class([name for name, *_ in failures.values()])
     raise cls(phase, failures) from error
@@ -204,13 +204,15 @@ def gather_and_plan(comm, phase: str, local: Callable[[], Any], plan: Callable[[
         if failures:
             outcome = (_FAILED, failures)
         else:
-            outcome, own = _on_root(comm, root, lambda: plan([p[1] for p in gathered]))
+            outcome, own = _on_root(comm, root, lambda: plan([p[1] for p in gathered]), planning=True)
     return _result(phase, comm.bcast(outcome, root=root), own)
 
 
-def _on_root(comm, root: int, fn: Callable[[], T]) -> tuple[Any, BaseException | None]:
-    """Local, ``root`` only: run ``fn`` (after delivering a held signal) -> ``(("ok", result) or (failed, who), own
-    exception or None)``; other ranks get ``(None, None)``."""
+def _on_root(comm, root: int, fn: Callable[[], T], planning: bool = False) -> tuple[Any, BaseException | None]:
+    """Local, ``root`` only: run ``fn`` (after delivering a held signal) -> ``(("ok", result) or (failed, who[,
+    planner]), own exception or None)``; other ranks get ``(None, None)``. ``planning``: ``fn`` checks and plans
+    what every rank gave, so its failure is reported as the root's finding about them
+    (:class:`ckptio.errors.CollectiveError` ``planner``), not as the root's own failure."""
     if comm.Get_rank() != root:
         return None, None
     try:
@@ -220,7 +222,8 @@ def _on_root(comm, root: int, fn: Callable[[], T]) -> tuple[Any, BaseException |
         with _phase_work():
             return ("ok", fn()), None
     except BaseException as exc:  # see run()
-        return (_FAILED, {root: _describe(exc)}), exc
+        failed = {root: _describe(exc)}
+        return ((_FAILED, failed, root) if planning and isinstance(exc, Exception) else (_FAILED, failed)), exc
 
 
 def _result(phase: str, outcome: Any, own: BaseException | None) -> Any:
@@ -228,7 +231,8 @@ def _result(phase: str, outcome: Any, own: BaseException | None) -> Any:
     if outcome[0] == _FAILED:
         _reraise_own(own)
         failures = outcome[1]
-        raise collective_error_class([n for n, *_ in failures.values()])(phase, failures)
+        planner = outcome[2] if len(outcome) > 2 else None
+        raise collective_error_class([n for n, *_ in failures.values()])(phase, failures, planner)
     return outcome[1]
 
 

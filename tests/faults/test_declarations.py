@@ -83,6 +83,21 @@ def test_bad_declaration_fails_on_every_rank_and_leaves_nothing(outcomes, case: 
 
 
 @pytest.mark.mpi
+def test_a_problem_the_planning_rank_finds_is_not_called_its_own_failure(outcomes) -> None:
+    """Outside trial (2026-12-04): an overlap between the blocks of two ranks, which rank 0 finds when it checks
+    every rank's declarations, read "declare failed on 1 rank(s): rank 0: DeclarationError: ..." as if rank 0 had
+    failed. The message now says which rank checked and what it found; a failure in one rank's own step (a masked
+    array on the last rank) still names that rank."""
+    for rank, o in outcomes["overlap"].items():
+        assert "declare failed: rank 0, which checks and plans for every rank, found:" in o["msg"], (rank, o["msg"])
+        assert "failed on 1 rank(s)" not in o["msg"] and "rank 0: DeclarationError" not in o["msg"], o["msg"]
+    for rank, o in outcomes["masked_elements"].items():
+        if rank != LAST:  # (the last rank raises its own error at write())
+            assert "failed on 1 rank(s):" in o["msg"] and f"rank {LAST}: DeclarationError" in o["msg"], (rank, o)
+        assert "which checks and plans" not in o["msg"], o["msg"]
+
+
+@pytest.mark.mpi
 @pytest.mark.parametrize("case", sorted(READ_CASES))
 def test_bad_read_request_fails_on_every_rank(outcomes, case: str) -> None:
     _check_failure(outcomes, case, READ_CASES[case])
