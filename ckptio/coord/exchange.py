@@ -116,9 +116,7 @@ def exclusive_prefix_sum(comm, values: np.ndarray) -> np.ndarray:
 
 def max_over_ranks(comm, value: int) -> int:
     """Collective over ``comm``: the largest ``value`` of any rank (the rounds every rank takes part in)."""
-    from ckptio.coord.mpi import MPI
-
-    return int(comm.allreduce(value, op=MPI.MAX))
+    return maxima_over_ranks(comm, (value,))[0]
 
 
 def maxima_over_ranks(comm, values: Sequence[int]) -> tuple[int, ...]:

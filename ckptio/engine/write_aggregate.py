@@ -153,12 +153,7 @@ class AggregatedWrite:
             self.counts["bytes_sent"] += sum(s.nbytes for s in send.values())
             self.counts["bytes_received"] += sum(s.nbytes for s in recv.values())
             if plan is not None:
-                try:
-                    runs = plan.runs(k)
-                    self.counts["own_bytes"] += int(sender.own.length[sender.own.round == k].sum())
-                    error = pipe.submit(k, runs)
-                except BaseException as exc:  # agreed on below
-                    error = exc
+                error = self._submit(k, sender, plan, pipe)  # (agreed on below)
         self.counts["rounds"] += 1
         inline = pipe is not None and not pipe.threaded  # the write was made here: it is counted as write_io
         waited = self.seconds["write_wait"] - before["write_wait"]
@@ -172,22 +167,29 @@ class AggregatedWrite:
         """Local (an aggregator, when the agreed answer is that no rank sends any other a byte: every rank's
         region is in its own domain, e.g. one aggregator per rank on an unstriped file): its own rounds, handed to
         the pipeline one after another with no collective between them, so no rank waits for another's write
-        until the final agreement (np.save-like independence; per-round agreements made the job pay the sum of
-        every round's slowest rank). At most two rounds are in the pipeline, as in the exchange. Returns the first
-        failure (the rounds stop there), for the final agreement, where every rank raises it."""
+        until the final agreement. At most two rounds are in the pipeline, as in the exchange. A signal held since
+        the write began (a batch system's warning) is delivered before each round, as the exchange's agreements
+        deliver it, so its handler's error stops the writes within a round and the watchdog of
+        ``CKPTIO_SIGNAL_GRACE`` sees progress. Returns the first failure (the rounds stop there), for the final
+        agreement, where every rank raises it."""
         for k in range(plan.nrounds):
-            error = pipe.wait(k - 2)
+            error = coord.deliver_held_signals() or pipe.wait(k - 2)
             if error is None:
-                try:
-                    runs = plan.runs(k)
-                    self.counts["own_bytes"] += int(sender.own.length[sender.own.round == k].sum())
-                    error = pipe.submit(k, runs)
-                except BaseException as exc:  # agreed on at the end
-                    error = exc
+                error = self._submit(k, sender, plan, pipe)
             self.counts["rounds"] += 1
             if error is not None:
                 return error
         return None
+
+    def _submit(self, k: int, sender: SenderPlan, plan: AggregatorPlan, pipe: RoundWriter) -> BaseException | None:
+        """Local (an aggregator): round ``k``'s writes handed to the pipeline (or made at once); this rank's
+        failure (for the caller's agreement), or None."""
+        try:
+            runs = plan.runs(k)
+            self.counts["own_bytes"] += int(sender.own.length[sender.own.round == k].sum())
+            return pipe.submit(k, runs)
+        except BaseException as exc:  # agreed on by the caller
+            return exc
 
     def statistics(self) -> dict[str, Any]:
         """Local: this rank's figures of the write (seconds, bytes, calls) for the index report."""

@@ -10,6 +10,11 @@ every rank raises the same CheckpointIOError, no rank hangs, and no file is left
   with no collective between them (checked first: the same write without the failure records ``exchanged``
   false): rank 2 fails at its second or fourth write while rank 3 goes on alone; the final agreement gives every
   rank the error.
+* ``test_a_signal_in_the_middle_of_own_rounds_stops_the_writes``: the same path, rank 2 gets SIGTERM (its
+  handler raises) at its second write: the signal is delivered before its next round (review of 6cc9381: with no
+  agreement between rounds it waited for the last write, and a long write past ``CKPTIO_SIGNAL_GRACE`` would have
+  ended the job without cleanup), so rank 2 stops within two rounds; every rank raises, naming rank 2 and the
+  signal, and no file is left.
 * ``test_a_full_file_system_mid_write_fails_every_rank``: a tmpfs too small for the checkpoint, space reservation
   disabled (as where ``fallocate`` is unsupported): the aggregators' ``pwritev`` run out of space in the middle of
   the rounds.
@@ -61,9 +66,10 @@ OWN_ROUNDS = {"CKPTIO_WRITE_BUFFER_BYTES": "16K", "CKPTIO_HINTS": "striping_unit
 
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize(("thread", "call"), [("1", 2), ("1", 4), ("0", 2)])
-def test_a_failed_write_without_exchange_fails_every_rank(thread, call, tmp_path):
-    env = {**OWN_ROUNDS, "CKPTIO_WRITE_THREAD": thread}
+@pytest.mark.parametrize(("io", "thread", "call"), [("posix", "1", 2), ("posix", "1", 4), ("posix", "0", 2),
+                                                    ("mpiio", "1", 2)])
+def test_a_failed_write_without_exchange_fails_every_rank(io, thread, call, tmp_path):
+    env = {**OWN_ROUNDS, "CKPTIO_WRITE_THREAD": thread, "CKPTIO_WRITE_IO": io}
     (tmp_path / "ok").mkdir()
     ok = run_mpi(4, [PROGRAM, "write", str(tmp_path / "ok" / "chk_000001")], timeout=200, env=env).stdout
     agg = json.loads(next(line[5:] for line in ok.splitlines() if line.startswith("JSON ")))["aggregation"]
@@ -78,6 +84,24 @@ def test_a_failed_write_without_exchange_fails_every_rank(thread, call, tmp_path
         kind, message = line.split(" | ", 1)
         assert "CheckpointIOError" in kind and "injected" in message and "rank 2" in message, line
         assert str(path) in message and "write data" in message, line
+    assert all(names == "[]" for names in left.values()), f"files left behind: {left}"
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("thread", ["1", "0"])
+def test_a_signal_in_the_middle_of_own_rounds_stops_the_writes(thread, tmp_path):
+    env = {**OWN_ROUNDS, "CKPTIO_WRITE_THREAD": thread}
+    path = tmp_path / "chk_000001"
+    out = run_mpi(4, [PROGRAM, "write", str(path), "--signal-call", "2", "--fail-rank", "2"], timeout=200,
+                  env=env).stdout
+    raised, left = outcomes(out, 4)
+    assert sorted(raised) == [0, 1, 2, 3], f"not every rank raised:\n{out}"
+    for line in raised.values():
+        assert "rank 2" in line and "SIGTERM" in line and str(path) in line, line
+    calls = {int(line.split()[1]): int(line.split()[2]) for line in out.splitlines() if line.startswith("CALLS ")}
+    assert calls[3] >= 8, f"rank 3 should have written its many rounds: {calls}"  # the rounds exist
+    assert calls[2] <= 4, f"rank 2 went on writing after its signal: {calls}"
     assert all(names == "[]" for names in left.values()), f"files left behind: {left}"
 
 

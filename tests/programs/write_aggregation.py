@@ -4,7 +4,7 @@ buffering of the native format (issue 29 item 1).
 
     mpirun -n N python write_aggregation.py write PATH [--layout fs|cyclic:S:UNIT:OBJECT] [--mode sync|async|staged]
                                                        [--compression zstd:1] [--info DIR] [--fail-round K]
-                                                       [--fail-rank R]
+                                                       [--fail-rank R] [--signal-call K]
     mpirun -n M python write_aggregation.py read PATH
 
 ``write`` declares values every reader can recompute (``expected``): a 3-D array cut unevenly along its first axis
@@ -15,8 +15,10 @@ file system, so stripe-cyclic domains are exercised without CephFS. ``--info DIR
 ``DIR/info.<rank>.json`` (its pid, whether it is a write aggregator, the aggregation record). ``--fail-round K``:
 rank R's (``--fail-rank``, default 1) byte-range writer raises ENOSPC at its K-th write call (an injected failure
 of one aggregator in the middle of the pipeline; 0: nothing injected); every rank then prints ``RAISED <rank>
-<error class> | <message>`` and ``LEFT <rank> <names in the directory>``. ``read`` restarts on M ranks (rank r
-reads rows [r*G/M, (r+1)*G/M)) and checks every value; rank 0 prints ``READ OK <M>``.
+<error class> | <message>`` and ``LEFT <rank> <names in the directory>``. ``--signal-call K``: instead, rank R's
+writer sends its own process SIGTERM at its K-th write call (a batch system's warning in the middle of the data),
+whose handler raises RuntimeError; every rank also prints ``CALLS <rank> <write calls it made>``. ``read``
+restarts on M ranks (rank r reads rows [r*G/M, (r+1)*G/M)) and checks every value; rank 0 prints ``READ OK <M>``.
 """
 
 from __future__ import annotations
@@ -83,6 +85,32 @@ def fail_at(call: int, failing_rank: int) -> None:
         cls.write = failing
 
 
+def signal_at(call: int, signalled_rank: int) -> list[int]:
+    """Rank ``signalled_rank``'s byte-range writer sends SIGTERM to its own process at its ``call``-th write (from
+    the writing thread, whichever it is); the handler, run by the main thread, raises RuntimeError. Returns the
+    count of write calls, updated as they happen."""
+    import signal
+
+    from ckptio.backends import rangeio
+
+    def terminated(signum, frame):
+        raise RuntimeError(f"terminated by signal {signum} (SIGTERM) on this rank")
+
+    signal.signal(signal.SIGTERM, terminated)
+    calls = [0]
+    for cls in (rangeio.PosixRangeWriter, rangeio.MpiRangeWriter):
+        original = cls.write
+
+        def counting(self, runs, original=original):
+            calls[0] += 1
+            if MPI.COMM_WORLD.Get_rank() == signalled_rank and calls[0] == call:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return original(self, runs)
+
+        cls.write = counting
+    return calls
+
+
 def write(args) -> None:
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -90,6 +118,9 @@ def write(args) -> None:
         simulate_layout(args.layout)
     if args.fail_round:
         fail_at(args.fail_round, args.fail_rank)
+    calls = signal_at(args.signal_call, args.fail_rank) if args.signal_call else None
+    if calls is not None and args.fail_round is None:
+        args.fail_round = 0  # (the outcome is printed as for a failure)
     counts = [rows_of(r, size) for r in range(size)]
     lo = sum(counts[:rank])
     halo = np.zeros((counts[rank] + 4, TRAILING[0] + 4, TRAILING[1]))
@@ -111,6 +142,8 @@ def write(args) -> None:
         outcome = f"RAISED {rank} {type(exc).__name__} | {' '.join(str(exc).split())}"
     if args.fail_round is not None:
         print(outcome, flush=True)
+        if calls is not None:
+            print(f"CALLS {rank} {calls[0]}", flush=True)
         comm.Barrier()
         print(f"LEFT {rank} {sorted(os.listdir(os.path.dirname(os.path.abspath(args.path))))}", flush=True)
         return
@@ -160,6 +193,7 @@ def main() -> None:
     parser.add_argument("--info")
     parser.add_argument("--fail-round", type=int)  # 0: nothing injected, the outcome reported as for a failure
     parser.add_argument("--fail-rank", type=int, default=1)
+    parser.add_argument("--signal-call", type=int)
     args = parser.parse_args()
     (write if args.what == "write" else read)(args)
 
