@@ -77,9 +77,10 @@ class CollectiveError(CheckpointError):
     most specific ckptio error seen on any rank (see :func:`collective_error_class`), so
     ``except CorruptCheckpointError`` works on every rank, whichever rank saw the corruption.
 
-    ``planner``: the rank that checks and plans what every rank gave (``coord.gather_and_plan``'s root), when
-    the failure is its finding about all of them (an overlap between the blocks of ranks 1 and 2 is found on
-    rank 0, but is not rank 0's fault): the message says so instead of "failed on 1 rank(s): rank 0".
+    ``planner``: the rank that checks and plans what every rank declared (``coord.gather_and_plan``'s root), when
+    the failure is its finding about them (a :class:`DeclarationError`: an overlap between the blocks of ranks 1
+    and 2 is found on rank 0, but is neither rank 0's fault nor its node's): the message says so instead of
+    "failed on 1 rank(s): rank 0", without a host.
     """
 
     def __init__(self, phase: str, failures: dict[int, tuple[str, ...]], planner: int | None = None):
@@ -87,16 +88,16 @@ class CollectiveError(CheckpointError):
         self.failures = dict(failures)
         self.planner = planner if list(failures) == [planner] else None
         if self.planner is not None:
-            cls, msg, *host = failures[planner]
+            cls, msg, *_host = failures[planner]
             lines = [f"{phase} failed: rank {planner}, which checks and plans for every rank, found:",
-                     f"  {cls}: {msg}" + (f" (on {host[0]})" if host and host[0] else "")]
+                     f"  {cls}: {msg}"]
         else:
             lines = [f"{phase} failed on {len(failures)} rank(s):"]
-        for rank in sorted(failures)[:16] if self.planner is None else ():
-            cls, msg, *host = failures[rank]
-            lines.append(f"  rank {rank}: {cls}: {msg}" + (f" (on {host[0]})" if host and host[0] else ""))
-        if len(failures) > 16:
-            lines.append(f"  ... and {len(failures) - 16} more rank(s)")
+            for rank in sorted(failures)[:16]:
+                cls, msg, *host = failures[rank]
+                lines.append(f"  rank {rank}: {cls}: {msg}" + (f" (on {host[0]})" if host and host[0] else ""))
+            if len(failures) > 16:
+                lines.append(f"  ... and {len(failures) - 16} more rank(s)")
         self.message = "\n".join(lines)
         Exception.__init__(self, self.message)
         self.args = (self.message,)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from ckptio.coord.held_signals import _phase_work, deliver_held_signals
-from ckptio.errors import CollectiveError, collective_error_class
+from ckptio.errors import CollectiveError, DeclarationError, collective_error_class
 
 T = TypeVar("T")
 
@@ -211,8 +211,9 @@ def gather_and_plan(comm, phase: str, local: Callable[[], Any], plan: Callable[[
 def _on_root(comm, root: int, fn: Callable[[], T], planning: bool = False) -> tuple[Any, BaseException | None]:
     """Local, ``root`` only: run ``fn`` (after delivering a held signal) -> ``(("ok", result) or (failed, who[,
     planner]), own exception or None)``; other ranks get ``(None, None)``. ``planning``: ``fn`` checks and plans
-    what every rank gave, so its failure is reported as the root's finding about them
-    (:class:`ckptio.errors.CollectiveError` ``planner``), not as the root's own failure."""
+    what every rank gave, so a :class:`ckptio.errors.DeclarationError` it raises is the root's finding about the
+    ranks' declarations (:class:`ckptio.errors.CollectiveError` ``planner``), not the root's own failure; any
+    other failure there (a file system refusing rank 0, a held signal's handler, a bug) stays rank 0's."""
     if comm.Get_rank() != root:
         return None, None
     try:
@@ -223,7 +224,7 @@ def _on_root(comm, root: int, fn: Callable[[], T], planning: bool = False) -> tu
             return ("ok", fn()), None
     except BaseException as exc:  # see run()
         failed = {root: _describe(exc)}
-        return ((_FAILED, failed, root) if planning and isinstance(exc, Exception) else (_FAILED, failed)), exc
+        return ((_FAILED, failed, root) if planning and isinstance(exc, DeclarationError) else (_FAILED, failed)), exc
 
 
 def _result(phase: str, outcome: Any, own: BaseException | None) -> Any:

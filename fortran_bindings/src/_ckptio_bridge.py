@@ -64,7 +64,7 @@ def _argument_errors_specialized(fn, *args):
         return fn(*args)
     except CollectiveError as exc:
         if type(exc) is CollectiveError and any(cls == "ArgumentError" for cls, *_ in exc.failures.values()):
-            raise CollectiveArgumentError(exc.phase, exc.failures) from None
+            raise CollectiveArgumentError(exc.phase, exc.failures, exc.planner) from None
         raise
 
 
