@@ -132,9 +132,10 @@ docs: install
 
 # `make bench`: the full benchmark (2 GiB, 6 rounds: an even number, see benchmarks/common.py round_order; 2 rounds
 # of small variables) on BENCH_NP ranks with issue 29's references and goal table; results and PNGs in
-# bench_results/ (see benchmarks/README.md). First builds PnetCDF's FLASH-IO benchmark from Debian's source package (ci/build_flash_io.sh: once, ~1 min; never in `make test`; if it
-# cannot be built the run reports the FLASH-IO case skipped). IOR=/path/to/ior: IOR as the storage ceiling (else
-# `ior` on PATH; without one, a built-in MPI-IO reference of IOR's pattern, said in one line).
+# bench_results/ (see benchmarks/README.md). First builds PnetCDF's FLASH-IO benchmark from Debian's source package
+# (ci/build_flash_io.sh: once, ~1 min; never in `make test`; if it cannot be built the run reports the FLASH-IO
+# case skipped). IOR=/path/to/ior: IOR as the storage ceiling (else `ior` on PATH; without one, a built-in MPI-IO
+# reference of IOR's pattern, said in one line).
 # A shorter run: `make bench BENCH_ARGS="--size 1G --plot"`.
 BENCH_NP ?= 4
 BENCH_ARGS ?= --plot --small-repeats 2 --repeats 6

@@ -3,8 +3,8 @@
 Files: a native ckptio checkpoint, an h5py file and the storage reference's file (IOR, else the built-in MPI-IO
 reference: benchmarks/ior.py), each written once by every writer rank, then read once cold, untimed
 (:func:`warm_up`). Then ``repeats`` interleaved rounds: for each reader count R (ranks 0..R-1, the shifted
-decomposition of benchmarks/common.py), for each reader, in the round's order (common.round_order): evict the
-file from the page cache (checked with mincore), cold read, hot read. Readers:
+decomposition of benchmarks/common.py) and each reader, all pairs in the round's order (common.round_order):
+evict the file from the page cache (checked with mincore), cold read, hot read. Readers:
 
 * ``ckptio-alloc``: ``ck.read(name, offset, shape)`` per variable, ckptio allocates the arrays (how Python
   users restart);
@@ -97,20 +97,23 @@ def run(world, contexts: dict[int, Context], reference: Case, repeats: int, log)
                 if prepare is not None:
                     prepare(ctx)
         out["warm_up_seconds"] = warm_up(world, first_ctx, files, readers, out, log)
+        # every (reader count, reader) of a round in one order (round_order mirrors it in odd rounds: over each
+        # pair of rounds every read gets an even and an odd place among the round's cold reads)
+        pairs = [(r, ctx, key, spec) for r, ctx in contexts.items() for key, spec in readers.items()
+                 if out["readers"][str(r)][key]["status"] == "ok" and out["files"][spec[0]]["status"] == "ok"]
         for rep in range(repeats):
-            for r, ctx in contexts.items():
-                for key, (file_key, read, prepare) in round_order(list(readers.items()), rep):
-                    entry = out["readers"][str(r)][key]
-                    if entry["status"] != "ok" or out["files"][file_key]["status"] != "ok":
-                        continue
-                    try:
-                        one_read(world, ctx, files[file_key], read, prepare, entry, verify=rep == 0 and
-                                 file_key != "reference")
-                        log(f"  [{rep + 1}/{repeats}] restart {world.Get_size()} -> {r}, {entry['label']}: cold "
-                            f"{entry['read_cold_seconds'][-1]:.2f} s, hot {entry['read_hot_seconds'][-1]:.2f} s")
-                    except BenchError as exc:
-                        entry.update(status="failed", reason=str(exc))
-                        log(f"  restart {world.Get_size()} -> {r}, {entry['label']}: FAILED {exc}")
+            for r, ctx, key, (file_key, read, prepare) in round_order(pairs, rep):
+                entry = out["readers"][str(r)][key]
+                if entry["status"] != "ok":  # (failed in an earlier round)
+                    continue
+                try:
+                    one_read(world, ctx, files[file_key], read, prepare, entry, verify=rep == 0 and
+                             file_key != "reference")
+                    log(f"  [{rep + 1}/{repeats}] restart {world.Get_size()} -> {r}, {entry['label']}: cold "
+                        f"{entry['read_cold_seconds'][-1]:.2f} s, hot {entry['read_hot_seconds'][-1]:.2f} s")
+                except BenchError as exc:
+                    entry.update(status="failed", reason=str(exc))
+                    log(f"  restart {world.Get_size()} -> {r}, {entry['label']}: FAILED {exc}")
     finally:
         if world.Get_rank() == 0:
             remove([p for case in files.values() if case.available for p in case.paths(first_ctx)])

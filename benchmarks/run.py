@@ -41,7 +41,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0])
     p.add_argument("--size", type=size_arg, default=None, help="total checkpoint size (default 2G; --quick 16M)")
     p.add_argument("--variables", type=int, default=8, help="FLASH-like variables per block (default 8)")
-    p.add_argument("--repeats", type=int, default=None, help="rounds per case (default 3; --quick 1)")
+    p.add_argument("--repeats", type=int, default=None, help="rounds per case (default 4; --quick 1; an even number: "
+                                                                "benchmarks/common.py round_order)")
     p.add_argument("--outdir", default=None,
                    help="scratch directory for the checkpoint files (default: $TMPDIR, else bench_results/scratch "
                         "in the repository); a private subdirectory is created and removed")
@@ -77,7 +78,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="reader counts of the restart section (default N/2,N-1, e.g. 2,3 for 4 writers)")
     args = p.parse_args(argv)
     args.size = args.size or (QUICK["size"] if args.quick else 2 << 30)
-    args.repeats = args.repeats or (QUICK["repeats"] if args.quick else 3)
+    args.repeats = args.repeats or (QUICK["repeats"] if args.quick else 4)
     args.small_vars = args.small_vars or (QUICK["small_vars"] if args.quick else 10_000)
     args.small_repeats = args.small_repeats or args.repeats
     return args

@@ -90,22 +90,23 @@ def run(world, ctx: Context, repeats: int, log) -> dict[str, Any]:
         out["file_bytes"] = world.bcast(os.path.getsize(path) if rank0 else None, root=0)
         # every cold read of a round, in the round's order (common.round_order: mirrored in odd rounds, so the VM's
         # alternating slow and fast cold reads fall on each case equally often)
-        cold: list[tuple[str, Callable[[], float]]] = [
-            ("sequential_read_seconds", lambda: timed(world, lambda: sequential_read(path) if rank0 else 0)[0]),
-            ("inspect_verify_seconds", lambda: timed(world, lambda: inspect_verify(path) if rank0 else None)[0])]
+        # (the list each one's seconds go to, whether the file's residency before it is recorded, the measurement)
+        cold: list[tuple[list[float], bool, Callable[[], float]]] = [
+            (out["sequential_read_seconds"], True,
+             lambda: timed(world, lambda: sequential_read(path) if rank0 else 0)[0]),
+            (out["inspect_verify_seconds"], True,
+             lambda: timed(world, lambda: inspect_verify(path) if rank0 else None)[0])]
         if parallel is not None:
-            cold += [(str(n), lambda n=n: on_first(world, n, lambda sub: timed(sub, lambda: clean(parallel(path, sub)))
-                                                   [0])) for n in counts]
+            cold += [(out["parallel"].setdefault(str(n), []), False,
+                      lambda n=n: on_first(world, n, lambda sub: timed(sub, lambda: clean(parallel(path, sub)))[0]))
+                     for n in counts]
         for rep in range(repeats):
-            for what, measure in round_order(cold, rep):
+            for seconds, record_resident, measure in round_order(cold, rep):
                 if rank0:
                     evict([path])
-                resident = world.bcast(resident_fraction([path]) if rank0 else None, root=0)
-                if what.isdigit():
-                    out["parallel"].setdefault(what, []).append(measure())
-                else:
-                    out["resident_before"].append(resident)
-                    out[what].append(measure())
+                if record_resident:
+                    out["resident_before"].append(world.bcast(resident_fraction([path]) if rank0 else None, root=0))
+                seconds.append(measure())
             log(f"  [{rep + 1}/{repeats}] verify: cold sequential read {out['sequential_read_seconds'][-1]:.2f} s, "
                 f"inspect --verify {out['inspect_verify_seconds'][-1]:.2f} s")
     except BenchError as exc:

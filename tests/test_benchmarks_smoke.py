@@ -145,15 +145,15 @@ def test_flash_io_shape():
 
 def test_rounds_change_the_order_of_the_cases():
     """Each round runs every case once, in an order of its own that is the same in every run and on every rank
-    (benchmarks.common.round_order, used by the bandwidth, write, FLASH-IO and restart sections): over 5 rounds of
-    10 cases (make bench's), no case always follows the same one."""
+    (benchmarks.common.round_order, used by the bandwidth, write, FLASH-IO, restart and verification sections):
+    over make bench's 6 rounds of 10 cases, no case always follows the same one."""
     from benchmarks.common import round_order
 
     cases = [f"case{i}" for i in range(10)]
-    orders = [round_order(cases, rep) for rep in range(5)]
+    orders = [round_order(cases, rep) for rep in range(6)]
     assert all(sorted(o) == cases for o in orders)
-    assert orders == [round_order(cases, rep) for rep in range(5)]
-    assert len({tuple(o) for o in orders}) == 5
+    assert orders == [round_order(cases, rep) for rep in range(6)]
+    assert len({tuple(o) for o in orders}) == 6
     for case in cases:
         before = {o[o.index(case) - 1] if o.index(case) else None for o in orders}
         assert len(before) > 1, case
