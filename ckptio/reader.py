@@ -36,12 +36,27 @@ class Reader:
         self.path = os.fspath(path)
         self.comm = comm
         self._closed = True  # until opened: a failed open leaves nothing to close
-        with coord.collective_section():
-            size = comm.Get_size()
-            self._restart = Restart(self.path, comm, lambda: resolve_options(size, hints, aggregators, buffer_bytes),
-                                    verify)
+        self._restart: Restart | None = None
+        size = comm.Get_size()
+        try:
+            with coord.collective_section():
+                self._restart = Restart(self.path, comm,
+                                        lambda: resolve_options(size, hints, aggregators, buffer_bytes), verify)
+        except BaseException as exc:
+            if self._restart is None:  # the open failed, agreed on every rank: nothing to close
+                raise
+            # The open succeeded on every rank, and a signal held during it was delivered after its last
+            # collective, on this rank alone (outside trial, 2026-12-06: the others went on into their first read
+            # and waited for this rank forever). This rank leaves as one leaving the ``with`` block does: it
+            # meets the others in their first read or their close, which raise, naming it.
+            self._opened()
+            coord.close_on_exit(self._close, exc)
+            raise
+        self._opened()
+
+    def _opened(self) -> None:
+        """Local: what the restart found at open, as the Reader's public attributes; the Reader is open."""
         r = self._restart
-        # what the restart found at open, as the Reader's public attributes
         self.meta: CheckpointDocument = r.meta
         self.backend = r.backend
         self.hints: dict[str, Any] = r.hints

@@ -186,21 +186,32 @@ class StagedReader:
             parsed.append(list(manifest.blocks))
             return _summary(parsed[0])
 
-        with coord.collective_section():
-            merged = coord.merge_in_rank_order(comm, f"open {path} (staged): variables", summary, _merge)
-            blocks = parsed[0]
-            self._describe(merged)
-            starts = exchange.exclusive_prefix_sum(comm, np.array(
-                [sum(b.array_shape[0] for b in blocks if b.name == n) for n in self._segment_names], np.int64))
-            self._p2p = comms.duplicate(comm)
-            try:
-                records = coord.run(comm, f"open {path} (staged): blocks",
-                                    lambda: self._own_blocks(blocks, arrays, starts))
-                published = exchange.sparse_records(self._p2p, records, 2 + 2 * self._nd, self._tag())
-                self._known = self._directory_blocks(published)
-            except BaseException:
-                comms.free(self._p2p)  # collective: the failure was agreed, every rank is here
+        opened = False
+        try:
+            with coord.collective_section():
+                merged = coord.merge_in_rank_order(comm, f"open {path} (staged): variables", summary, _merge)
+                blocks = parsed[0]
+                self._describe(merged)
+                starts = exchange.exclusive_prefix_sum(comm, np.array(
+                    [sum(b.array_shape[0] for b in blocks if b.name == n) for n in self._segment_names], np.int64))
+                self._p2p = comms.duplicate(comm)
+                try:
+                    records = coord.run(comm, f"open {path} (staged): blocks",
+                                        lambda: self._own_blocks(blocks, arrays, starts))
+                    published = exchange.sparse_records(self._p2p, records, 2 + 2 * self._nd, self._tag())
+                    self._known = self._directory_blocks(published)
+                except BaseException:
+                    comms.free(self._p2p)  # collective: the failure was agreed, every rank is here
+                    raise
+                opened = True
+        except BaseException as exc:
+            if not opened:  # the open failed, agreed on every rank
                 raise
+            # a signal held during the open, delivered after its last collective on this rank alone: leave as
+            # from the ``with`` block, meeting the others in their first read or close (ckptio.reader.Reader)
+            self._closed = False
+            coord.close_on_exit(self._close, exc)
+            raise
         self._closed = False
 
     # ------------------------------------------------------------------------------------------------ open

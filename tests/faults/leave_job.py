@@ -170,6 +170,26 @@ def leave_cases(directory: str, backend: str) -> dict[str, Callable[[], Any]]:
             return result
         cases[f"sigint_read:{phase.strip()}:{last}"] = sigint_read
 
+    def sigint_after_open() -> Any:
+        # the last rank's SIGINT arrives after the open's last collective, inside its collective section: it is
+        # delivered when the section ends, on that rank alone, while the others go on into their first read
+        import ckptio.reader as reader_module
+
+        original = reader_module.Restart
+
+        def opened_then_signalled(*args, **kw):
+            restart = original(*args, **kw)
+            if rank == last:
+                os.kill(os.getpid(), signal.SIGINT)
+            return restart
+
+        reader_module.Restart = opened_then_signalled
+        try:
+            return read_once()
+        finally:
+            reader_module.Restart = original
+    cases["sigint_after_open"] = sigint_after_open
+
     def exit_in_read_with() -> Any:
         with ckptio.open(good, comm) as r:
             if rank == last:
