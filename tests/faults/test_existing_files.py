@@ -10,7 +10,7 @@ rerun writes the same step again).
 from __future__ import annotations
 
 import os
-import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -83,19 +83,7 @@ def test_a_checkpoint_complete_or_damaged_is_replaced_as_before(tmp_path) -> Non
         assert list(ck.read("u")) == [3.0] * 4
 
 
-PROGRAM = textwrap.dedent("""
-    import sys
-    import numpy as np
-    from mpi4py import MPI
-    import ckptio
-    comm = MPI.COMM_WORLD
-    try:
-        with ckptio.create(sys.argv[1], comm) as ck:
-            ck.write("u", np.full(2, float(comm.rank)), offset=(2 * comm.rank,), global_shape=(2 * comm.size,))
-        print("WROTE", comm.rank, flush=True)
-    except ckptio.CheckpointError as exc:
-        print("RAISED", comm.rank, " ".join(str(exc).split()), flush=True)
-""")
+PROGRAM = str(Path(__file__).resolve().parent.parent / "programs" / "existing_file.py")
 
 
 @pytest.mark.mpi
@@ -103,7 +91,7 @@ PROGRAM = textwrap.dedent("""
 def test_every_rank_gets_the_refusal(tmp_path) -> None:
     path = tmp_path / "chk_000001"
     path.write_text("precious\n")
-    out = run_mpi(3, ["-c", PROGRAM, str(path)], timeout=120).stdout
+    out = run_mpi(3, [PROGRAM, str(path)], timeout=120).stdout
     raised = [line for line in out.splitlines() if line.startswith("RAISED ")]
     assert len(raised) == 3 and all(REFUSED in line for line in raised), out
     assert path.read_text() == "precious\n"
