@@ -51,11 +51,17 @@ def test_a_failed_write_on_one_aggregator_fails_every_rank(io, thread, call, tmp
     path = tmp_path / "chk_000001"
     env = {**ROUNDS, "CKPTIO_WRITE_IO": io, "CKPTIO_WRITE_THREAD": thread}
     out = run_mpi(4, [PROGRAM, "write", str(path), *CYCLIC, "--fail-round", str(call)], timeout=200, env=env).stdout
+    assert_injected_failure_everywhere(out, path, failing_rank=1)
+
+
+def assert_injected_failure_everywhere(out: str, path, failing_rank: int) -> None:
+    """Every one of the 4 ranks raised the injected ENOSPC of ``failing_rank`` as a CheckpointIOError of the
+    write's data phase naming the checkpoint, and no file is left in its directory."""
     raised, left = outcomes(out, 4)
     assert sorted(raised) == [0, 1, 2, 3], f"not every rank raised:\n{out}"
     for line in raised.values():
         kind, message = line.split(" | ", 1)
-        assert "CheckpointIOError" in kind and "injected" in message and "rank 1" in message, line
+        assert "CheckpointIOError" in kind and "injected" in message and f"rank {failing_rank}" in message, line
         assert str(path) in message and "write data" in message, line
     assert all(names == "[]" for names in left.values()), f"files left behind: {left}"
 
@@ -78,13 +84,7 @@ def test_a_failed_write_without_exchange_fails_every_rank(io, thread, call, tmp_
     path = tmp_path / "failed" / "chk_000001"
     out = run_mpi(4, [PROGRAM, "write", str(path), "--fail-round", str(call), "--fail-rank", "2"], timeout=200,
                   env=env).stdout
-    raised, left = outcomes(out, 4)
-    assert sorted(raised) == [0, 1, 2, 3], f"not every rank raised:\n{out}"
-    for line in raised.values():
-        kind, message = line.split(" | ", 1)
-        assert "CheckpointIOError" in kind and "injected" in message and "rank 2" in message, line
-        assert str(path) in message and "write data" in message, line
-    assert all(names == "[]" for names in left.values()), f"files left behind: {left}"
+    assert_injected_failure_everywhere(out, path, failing_rank=2)
 
 
 @pytest.mark.mpi
