@@ -86,6 +86,30 @@ def write(path: str, backend: str, body: Callable[[Any], None] | None = None, **
     return "written"
 
 
+def write_staged(path: str, backend: str, stage: str) -> str:
+    """A staged checkpoint (its pieces kept in ``stage``), drained before returning."""
+    w = ckptio.create(path, comm, backend=backend, stage_dir=stage)
+    with w:
+        w.write("dens", local_block(), offset=(8 * rank, 0), global_shape=(N, 4))
+    w.wait()
+    return "written"
+
+
+def signal_after(owner: Any, name: str, target: int) -> Callable[[], None]:
+    """Wrap method ``name`` of ``owner`` so that rank ``target`` sends itself SIGINT right after it returned (the
+    last step of an open, inside its collective section); returns the function that undoes the wrapping."""
+    original = getattr(owner, name)
+
+    def then_signalled(*args, **kw):
+        result = original(*args, **kw)
+        if rank == target:
+            os.kill(os.getpid(), signal.SIGINT)
+        return result
+
+    setattr(owner, name, then_signalled)
+    return lambda: setattr(owner, name, original)
+
+
 class SigintAt:
     """Wrap the ckptio.coord functions so that ``target`` sends itself SIGINT just before the (first) phase
     whose name ends with ``suffix`` (a prefix for the open phase): a signal at a known point of the protocol."""
@@ -175,20 +199,25 @@ def leave_cases(directory: str, backend: str) -> dict[str, Callable[[], Any]]:
         # delivered when the section ends, on that rank alone, while the others go on into their first read
         import ckptio.reader as reader_module
 
-        original = reader_module.Restart
-
-        def opened_then_signalled(*args, **kw):
-            restart = original(*args, **kw)
-            if rank == last:
-                os.kill(os.getpid(), signal.SIGINT)
-            return restart
-
-        reader_module.Restart = opened_then_signalled
+        undo = signal_after(reader_module, "Restart", last)
         try:
             return read_once()
         finally:
-            reader_module.Restart = original
+            undo()
     cases["sigint_after_open"] = sigint_after_open
+
+    def sigint_after_staged_open() -> Any:
+        from ckptio.tiers.staged_reader import StagedReader
+
+        undo = signal_after(StagedReader, "_directory_blocks", last)  # the staged open's last step
+        try:
+            with ckptio.open(os.path.join(directory, "good_staged"), comm,
+                             stage_dir=os.path.join(directory, "stage")) as r:
+                assert isinstance(r, StagedReader), type(r)
+                return float(r.read("dens", offset=(8 * rank, 0), shape=(8, 4)).sum())
+        finally:
+            undo()
+    cases["sigint_after_staged_open"] = sigint_after_staged_open
 
     def exit_in_read_with() -> Any:
         with ckptio.open(good, comm) as r:
@@ -375,6 +404,9 @@ def main() -> None:
     if group in ("leave", "args"):
         run_case("setup", lambda: write(os.path.join(directory, "good"), backend), directory)
         run_case("setup", lambda: write(os.path.join(directory, "good_other"), backend), directory)
+    if group == "leave":  # a checkpoint whose pieces stay in the stage (read back by a StagedReader)
+        run_case("setup", lambda: write_staged(os.path.join(directory, "good_staged"), backend,
+                                               os.path.join(directory, "stage")), directory)
     cases = {"leave": leave_cases, "args": args_cases, "exchange": exchange_cases}[group](directory, backend)
     only = os.environ.get("LEAVE_JOB_CASES")
     for name, fn in cases.items():

@@ -89,6 +89,7 @@ def test_a_signal_held_through_the_open_leaves_as_from_the_with_block(run: Leave
     that rank raised out of ``open()`` with no Reader, and the others waited in their first read. Now that rank
     closes (as one leaving the ``with`` block does) before raising: the others' read raises, naming it."""
     _check(run, "sigint_after_open", run.nprocs - 1, "KeyboardInterrupt", "KeyboardInterrupt")
+    _check(run, "sigint_after_staged_open", run.nprocs - 1, "KeyboardInterrupt", "KeyboardInterrupt")
 
 
 @pytest.mark.mpi
