@@ -104,3 +104,24 @@ def test_flash_like_keeps_a_warning_that_arrives_during_its_imports(tmp_path, np
     assert proc.stdout.count("SIGUSR1 sent during import ckptio") == nprocs, out
     assert proc.returncode == 3, out
     assert "stopping at step 1" in out and f"final checkpoint {outdir}/chk_000001 committed" in out, out
+
+
+@pytest.mark.parametrize("nprocs", [1, 2])
+def test_flash_like_ends_with_its_own_status_when_a_warning_comes_as_it_exits(tmp_path, nprocs):
+    """CI, 2026-12-06 (tests/slurm at load): the job's last requeued run finished its 50 steps and wrote its final
+    state, then the time-limit warning (SIGUSR1) arrived while the process exited, after the interpreter's
+    finalization had given the signal its default action back: the finished job ended with status 138 and Slurm
+    marked it FAILED. ckptio.batch now ignores the signals it handles at exit (an atexit hook, before that
+    finalization); the launcher (tests/programs/signal_after_main.py) imitates the finalization after every exit
+    hook and sends SIGUSR1."""
+    from mpi_helpers import REPO
+
+    launcher = REPO / "tests" / "programs" / "signal_after_main.py"
+    outdir = tmp_path / "run"
+    proc = run_mpi(nprocs, [str(launcher), str(REPO / "examples" / "flash_like" / "flash_like.py"), "--batch",
+                            "--outdir", str(outdir), "--steps", "6", "--nblocks", "8", "--nxb", "8",
+                            "--checkpoint-every", "3"], timeout=180, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.stdout.count("SIGUSR1 sent after main() returned") == nprocs, out
+    assert proc.returncode == 0, out
+

@@ -43,6 +43,7 @@ in the same order; an error on any rank is raised on every rank, through :mod:`c
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import signal
@@ -95,6 +96,7 @@ class _State:
     end_time: Any = _UNSET  # float (epoch seconds), None (no limit / not in a job) or _UNSET (not asked yet)
     decided: Decision | None = None  # the first Decision that said exit (sticky; the same on every rank)
     last: Decision | None = None
+    exit_hook = False  # _ignore_at_exit registered (once per process)
 
 
 def _handler(signum: int, frame) -> None:
@@ -126,6 +128,20 @@ def install(signals: Iterable[int] | None = None) -> None:
             current = signal.SIG_DFL
         signal.signal(signum, _handler)
         _State.previous[signum] = current
+    if not _State.exit_hook:
+        atexit.register(_ignore_at_exit)
+        _State.exit_hook = True
+
+
+def _ignore_at_exit() -> None:
+    """Local, at interpreter exit (``atexit``, before the interpreter's signal finalization and MPI's): the signals
+    still handled here are ignored from now on. The finalization gives a signal with a Python handler its default
+    action back (not an ignored one), and a warning that arrived then ended a job that had finished its work with
+    128 + signal (a Slurm test in CI, 2026-12-06: SIGUSR1 while the last requeued run exited; Slurm marked the
+    job FAILED). Ignored, not blocked: a signal sent to the process goes to any thread that does not block it."""
+    for signum in _State.previous:
+        if signal.getsignal(signum) is _handler:
+            signal.signal(signum, signal.SIG_IGN)
 
 
 def uninstall() -> None:
