@@ -87,20 +87,26 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
+def flash_like_batch(launcher, nprocs: int, outdir, steps: int, every: int):
+    """examples/flash_like/flash_like.py --batch (8 blocks of 8^3) started by ``launcher`` on ``nprocs`` ranks:
+    (the completed process, its stdout and stderr together)."""
+    from mpi_helpers import REPO
+
+    proc = run_mpi(nprocs, [str(launcher), str(REPO / "examples" / "flash_like" / "flash_like.py"), "--batch",
+                            "--outdir", str(outdir), "--steps", str(steps), "--nblocks", "8", "--nxb", "8",
+                            "--checkpoint-every", str(every)], timeout=180, check=False)
+    return proc, proc.stdout + proc.stderr
+
+
 @pytest.mark.parametrize("nprocs", [1, 2])
 def test_flash_like_keeps_a_warning_that_arrives_during_its_imports(tmp_path, nprocs):
     """flash_like.py --batch blocks the warning signals before its first import and unblocks them once the handlers
     are installed: a SIGUSR1 during `import ckptio` is not the end of the process but the decision to stop (after
     step 1: its checkpoint is the final one, exit status 3)."""
-    from mpi_helpers import REPO
-
     launcher = tmp_path / "launch.py"
     launcher.write_text(SIGNAL_DURING_IMPORT)
     outdir = tmp_path / "run"
-    proc = run_mpi(nprocs, [str(launcher), str(REPO / "examples" / "flash_like" / "flash_like.py"), "--batch",
-                            "--outdir", str(outdir), "--steps", "20", "--nblocks", "8", "--nxb", "8",
-                            "--checkpoint-every", "5"], timeout=180, check=False)
-    out = proc.stdout + proc.stderr
+    proc, out = flash_like_batch(launcher, nprocs, outdir, steps=20, every=5)
     assert proc.stdout.count("SIGUSR1 sent during import ckptio") == nprocs, out
     assert proc.returncode == 3, out
     assert "stopping at step 1" in out and f"final checkpoint {outdir}/chk_000001 committed" in out, out
@@ -117,11 +123,7 @@ def test_flash_like_ends_with_its_own_status_when_a_warning_comes_as_it_exits(tm
     from mpi_helpers import REPO
 
     launcher = REPO / "tests" / "programs" / "signal_after_main.py"
-    outdir = tmp_path / "run"
-    proc = run_mpi(nprocs, [str(launcher), str(REPO / "examples" / "flash_like" / "flash_like.py"), "--batch",
-                            "--outdir", str(outdir), "--steps", "6", "--nblocks", "8", "--nxb", "8",
-                            "--checkpoint-every", "3"], timeout=180, check=False)
-    out = proc.stdout + proc.stderr
+    proc, out = flash_like_batch(launcher, nprocs, tmp_path / "run", steps=6, every=3)
     assert proc.stdout.count("SIGUSR1 sent after main() returned") == nprocs, out
     assert proc.returncode == 0, out
 
