@@ -37,6 +37,7 @@ from ckptio.errors import (
 from ckptio.model import codec as codecs
 from ckptio.model import meta as metamod
 from ckptio.model import varmeta
+from ckptio.model.agreement import groups_text, ranks_by_value, ranks_text
 from ckptio.model.declared import declaration
 from ckptio.model.series_record import SeriesRecord
 from ckptio.model.stage_manifest import StageManifest
@@ -339,17 +340,15 @@ def _same_arguments(gathered: list[dict[str, Any]]) -> None:
     see different collective CKPTIO_* settings."""
     settings.check_same([g.pop("settings") for g in gathered], "ckptio.create")
     for key in gathered[0]:
-        groups: dict[Any, list[int]] = {}
-        for rank, g in enumerate(gathered):
-            groups.setdefault(g[key], []).append(rank)
+        groups = ranks_by_value([g[key] for g in gathered])
         if len(groups) > 1:
             if key == "hints":  # the hints that differ, not every hint of every rank
                 first = dict(gathered[0][key])
-                parts = "; ".join(f"{hintsmod.difference(dict(value), first)} on {_ranks_text(ranks)}"
-                                  for value, ranks in groups.items() if value != gathered[0][key])
-                parts += f" (against {_ranks_text(groups[gathered[0][key]])})"
+                parts = groups_text({value: ranks for value, ranks in groups.items() if value != gathered[0][key]},
+                                    lambda value, first=first: hintsmod.difference(dict(value), first))
+                parts += f" (against {ranks_text(groups[gathered[0][key]])})"
             else:
-                parts = "; ".join(f"{value!r} on {_ranks_text(ranks)}" for value, ranks in groups.items())
+                parts = groups_text(groups)
             name = "path" if key == "path" else f"{key}="
             raise DeclarationError(f"ckptio.create was called with different {name} on different ranks: {parts}; "
                                    "every rank must pass the same path, backend=, mode=, stage_dir=, "
@@ -408,14 +407,6 @@ def ompio_path_limit(nprocs: int) -> int | None:
     if not MPI.Get_library_version().startswith("Open MPI") or "romio" in os.environ.get("OMPI_MCA_io", ""):
         return None
     return 256 - 1 - len(".locktest.") - len(str(max(nprocs - 1, 0)))
-
-
-def _ranks_text(ranks: list[int], shown: int = 8) -> str:
-    """``rank 3`` / ``ranks 0, 1, 2 ... (40 ranks)``."""
-    if len(ranks) == 1:
-        return f"rank {ranks[0]}"
-    text = ", ".join(map(str, ranks[:shown]))
-    return f"ranks {text}" + (f" ... ({len(ranks)} ranks)" if len(ranks) > shown else "")
 
 
 def _naming_rank(exc: CheckpointError, rank: int) -> CheckpointError:

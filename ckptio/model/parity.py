@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from ckptio.model.agreement import rank_runs
+
 SCHEMES = ("single", "partner", "xor")
 XOR_SET_SIZE = 8  # at most this many nodes per XOR set (SCR's default)
 _PIECE_FILE = re.compile(r"rank-\d{6}-of-\d{6}\.(data|json)")  # ckptio.tiers.stage_files.piece_names
@@ -89,13 +91,7 @@ class Layout:
         return -(-max(self.node_bytes(m) for m in members) // (n - 1)) if n > 1 else 0
 
     def describe(self, node: int) -> str:
-        return f"{self.hosts[node]} (ranks {ranges(self.ranks[node])})"
-
-
-def ranges(ranks: Sequence[int]) -> str:
-    if len(ranks) > 2 and ranks[-1] - ranks[0] == len(ranks) - 1:
-        return f"{ranks[0]}-{ranks[-1]}"
-    return ", ".join(map(str, ranks))
+        return f"{self.hosts[node]} (ranks {rank_runs(self.ranks[node])})"
 
 
 def plan_layout(scheme: str, views: Sequence[tuple[str, int, str | None, Sequence[tuple[str, int, str | None]]]]
@@ -249,9 +245,9 @@ def plan_rebuild(layout: Layout | None, rank_views: Sequence[tuple[str, int, str
         leaders = {rank_views[r][1] for r in rs}
         if len(leaders) != 1 or on_node[next(iter(leaders))] != list(rs):
             now = sorted({rank_views[r][0] for r in rs})
-            return (f"the ranks {ranges(rs)} written together on {layout.hosts[i]} are not alone on one node in this "
-                    f"job (now on {', '.join(now[:4])}{' ...' if len(now) > 4 else ''}): a node's stage serves the "
-                    "ranks that wrote it, so restart with the same ranks per node as the writing job")
+            return (f"the ranks {rank_runs(rs)} written together on {layout.hosts[i]} are not alone on one node in "
+                    f"this job (now on {', '.join(now[:4])}{' ...' if len(now) > 4 else ''}): a node's stage serves "
+                    "the ranks that wrote it, so restart with the same ranks per node as the writing job")
         where.append(leaders.pop())
     lost = [i for i, rs in enumerate(layout.ranks) if any(rank_views[r][2] for r in rs)]
     plan = Rebuild()
@@ -288,4 +284,4 @@ def plan_rebuild(layout: Layout | None, rank_views: Sequence[tuple[str, int, str
 def _now(layout: Layout, where: Sequence[int], rank_views: Sequence[tuple[str, int, str | None]], i: int) -> str:
     host = rank_views[where[i]][0]
     then = layout.hosts[i]
-    return layout.describe(i) if host == then else f"{then} (ranks {ranges(layout.ranks[i])}, now {host})"
+    return layout.describe(i) if host == then else f"{then} (ranks {rank_runs(layout.ranks[i])}, now {host})"
