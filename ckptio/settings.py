@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckptio.errors import DeclarationError
-from ckptio.model.agreement import first_difference
+from ckptio.model.agreement import first_difference, groups_text, ranks_by_value
 
 
 @dataclass(frozen=True)
@@ -155,10 +155,19 @@ def collective_snapshot(environ: Mapping[str, str] | None = None) -> dict[str, s
 
 
 def check_same(snapshots: list[Mapping[str, str]], where: str) -> None:
-    """Rank 0: DeclarationError naming the first variable whose value differs between ranks."""
+    """Rank 0: DeclarationError naming the first variable whose value differs between ranks, with every value and
+    the ranks that see it (unset, blank and the default's own text are one setting: the default, named as such,
+    or "not set" where the default is nothing)."""
     found = first_difference(snapshots)
     if found is not None:
-        name, rank = found
-        raise DeclarationError(f"{where}: {name} differs between ranks (rank 0: {snapshots[0][name]}, rank "
-                               f"{rank}: {snapshots[rank][name]}; null: not set); it changes what the collective "
+        name = found[0]
+        default = json.dumps(get(name, {}), sort_keys=True, default=str)
+
+        def shown(value: str) -> str:
+            if value != default:
+                return value
+            return "not set" if not TABLE[name].default.strip() else f"{value} (the default)"
+
+        groups = groups_text(ranks_by_value([s[name] for s in snapshots]), shown)
+        raise DeclarationError(f"{where}: {name} differs between ranks ({groups}); it changes what the collective "
                                "I/O does, so every rank must see the same value (export it to the whole job)")
