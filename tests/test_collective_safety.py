@@ -92,6 +92,19 @@ def test_a_hint_value_the_library_would_ignore_fails_everywhere(args_run) -> Non
                 "expected one of enable, disable, auto")
 
 
+@pytest.mark.mpi
+def test_a_declaration_that_differs_on_one_rank_names_every_value_and_the_short_block(args_run) -> None:
+    """Outside trial, 2026-12-06: a shape mismatch named two ranks, a hole no rank; now every rank's message names
+    each declared shape with its ranks (with more than two ranks) and the block that ends where the hole starts."""
+    _backend, run = args_run
+    n, last = run.nprocs, run.nprocs - 1
+    shapes = f"[{8 * n}, 4] on {'rank 0' if last == 1 else f'ranks 0-{last - 1}' if last > 2 else 'ranks 0, 1'}"
+    _all_failed(run, "shape_differs_last_rank", "DeclarationError", f"rank {last} declared [{8 * n + 1}, 4]",
+                *([f"(every declaration: {shapes}; [{8 * n + 1}, 4] on rank {last})"] if n > 2 else []))
+    _all_failed(run, "short_block_one_rank", "DeclarationError", "element [7, 0] is written by no rank; it lies "
+                "right past the block of rank 0 (offset [0, 0], shape [7, 4]) along axis 0")
+
+
 # -------------------------------------------------------------------------------- 17: after close
 @pytest.mark.mpi
 @pytest.mark.parametrize("case", ["write_after_close", "set_attr_after_close", "read_after_close",

@@ -196,3 +196,38 @@ def test_the_few_blocks_check_agrees_with_the_vectorized_one():
         assert few == layout._many_tile_exactly(rank, lo, size, shape, nprocs, segments)
 
     check()
+
+
+def test_a_declaration_one_rank_differs_in_names_every_value_with_its_ranks():
+    """Outside trial, 2026-12-06: a shape mismatch named two ranks only ("rank 0 declared [33, 4] but rank 1 declared
+    [32, 4]"); with many ranks the odd one(s) were still to be found. Every value now comes with its ranks."""
+    def decls(shape_of):
+        return [[declaration("x", np.zeros((8, 4)), (8 * r, 0), shape_of(r), r)] for r in range(6)]
+
+    with pytest.raises(DeclarationError, match=r"rank 0 declared global shape \[48, 4\] but rank 4 declared "
+                                               r"\[47, 4\] \(every declaration: \[48, 4\] on ranks 0-3, 5; "
+                                               r"\[47, 4\] on rank 4\)$"):
+        plan_write(decls(lambda r: (47, 4) if r == 4 else (48, 4)))
+    d0 = declaration("v", np.zeros((2, 2)), (0, 0), (4, 2), 0)  # two ranks: the lead says it all
+    d1 = declaration("v", np.zeros((2, 2), np.float32), (2, 0), (4, 2), 1)
+    with pytest.raises(DeclarationError, match=r"declared '<f4'$"):
+        plan_write([[d0], [d1]])
+    rows = [[declaration("p", np.zeros((2, 5 if r in (1, 3) else 4)), None, None, r)] for r in range(4)]
+    with pytest.raises(DeclarationError, match=r"\(every declaration: \[4\] on ranks 0, 2; \[5\] on ranks 1, 3\): "
+                                               r"every dimension but the rows' must agree$"):
+        plan_write(rows)
+
+
+def test_a_hole_names_the_block_that_ends_right_before_it():
+    """Outside trial, 2026-12-06: "element [15, 0] is written by no rank" left the short block to be found."""
+    rows = [(r, Box((8 * r, 0), (7 if r == 1 else 8, 4))) for r in range(4)]
+    with pytest.raises(DeclarationError, match=r"element \[15, 0\] is written by no rank; it lies right past the "
+                                               r"block of rank 1 \(offset \[8, 0\], shape \[7, 4\]\) along axis 0"):
+        validate_variable("x", (32, 4), rows)
+    cols = [(r, Box((0, 4 * r), (4, 3 if r == 2 else 4))) for r in range(4)]
+    with pytest.raises(DeclarationError, match=r"element \[0, 11\] .* block of rank 2 \(offset \[0, 8\], shape "
+                                               r"\[4, 3\]\) along axis 1"):
+        validate_variable("x", (4, 16), cols)
+    late = [(0, Box((2,), (2,)))]  # nothing before the hole at the start: nothing to name
+    with pytest.raises(DeclarationError, match=r"element \[0\] is written by no rank$"):
+        validate_variable("x", (4,), late)

@@ -272,7 +272,23 @@ def validate_variable(name: str, global_shape: Sequence[int], blocks: Sequence[t
         raise DeclarationError(
             f"variable {name!r}: blocks cover {covered} of {total} elements of the global shape {list(shape)}; "
             f"element {list(hole) if hole is not None else '?'} is written by no rank"
+            + (_block_before(hole, blocks) if hole is not None else "")
         )
+
+
+def _block_before(point: tuple[int, ...], blocks: Sequence[tuple[int, Box]]) -> str:
+    """For a hole's message: the block that ends right before ``point`` along one axis (the one that may be
+    short: a rank that computed its extent differently), as "; it lies right past the block of rank ...", or ""
+    (none: the hole is at the start of an axis, or no block borders it)."""
+    for rank, box in blocks:
+        if box.size == 0:
+            continue
+        for axis in range(len(point)):
+            if point[axis] == box.end[axis] and all(box.offset[k] <= point[k] < box.end[k]
+                                                    for k in range(len(point)) if k != axis):
+                return (f"; it lies right past the block of rank {rank} (offset {list(box.offset)}, shape "
+                        f"{list(box.shape)}) along axis {axis}: is that block short, or the next one late?")
+    return ""
 
 
 def first_uncovered_point(shape: Sequence[int], boxes: Iterable[Box]) -> tuple[int, ...] | None:

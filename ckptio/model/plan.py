@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ckptio.errors import DeclarationError
+from ckptio.model.agreement import groups_text
 from ckptio.model.layout import Box, tiles_exactly, validate_variable
 from ckptio.model.variable_plan import PlannedVariables, VariablePlan, _read_only
 
@@ -198,7 +199,7 @@ def _plan_variable(name: str, chunks: list[_Chunk], nprocs: int) -> VariablePlan
                                  (lambda c: c.dtype, "dtype", ""),
                                  (lambda c: list(c.dims), "global shape" if chunks[0].kind == ARRAY else
                                   "per-rank segments of rows of shape", "" if chunks[0].kind == ARRAY else
-                                  " (every dimension but the rows' must agree)")):
+                                  ": every dimension but the rows' must agree")):
             _same_everywhere(name, chunks, value, what, why)
     first = chunks[0]
     n = sum(len(c.rank) for c in chunks)
@@ -250,7 +251,8 @@ def _plan_variable(name: str, chunks: list[_Chunk], nprocs: int) -> VariablePlan
 
 def _same_everywhere(name: str, chunks: list[_Chunk], value, what: str, why: str) -> None:
     """Raise the DeclarationError naming the lowest rank that declared ``name`` and the lowest rank whose
-    declaration differs from it."""
+    declaration differs from it, and, where more ranks declared it, every value with its ranks (bounded:
+    :func:`ckptio.model.agreement.groups_text`), so that one odd rank among many is found at once."""
     values = [value(c) for c in chunks]
     if all(v == values[0] for v in values):
         return
@@ -259,8 +261,15 @@ def _same_everywhere(name: str, chunks: list[_Chunk], value, what: str, why: str
     first = order[0]
     other = next(i for i in order if values[i] != values[first])
     r0, r1 = int(chunks[first].rank.min()), int(chunks[other].rank.min())
+    groups: dict[str, list[int]] = {}
+    for i in order:
+        groups.setdefault(repr(values[i]), []).extend(chunks[i].rank.tolist())
+    every = ""
+    if len({r for ranks in groups.values() for r in ranks}) > 2:
+        every = f" (every declaration: {groups_text(groups, str)})"
     raise DeclarationError(f"variable {name!r}: rank {r0} declared {what} {values[first]!r} but "
-                           f"{'the same rank also' if r1 == r0 else f'rank {r1}'} declared {values[other]!r}{why}")
+                           f"{'the same rank also' if r1 == r0 else f'rank {r1}'} declared {values[other]!r}{every}"
+                           f"{why}")
 
 
 def _checksums(hexes: str) -> np.ndarray:

@@ -260,6 +260,13 @@ def args_cases(directory: str, backend: str) -> dict[str, Callable[[], Any]]:
     cases["hint_value_bad_one_rank"] = lambda: write(os.path.join(directory, "a7"), backend,  # was ignored
                                                      hints={"nc_in_place_swap": "false"} if rank == last else None)
 
+    # a declaration that differs on the last rank: the message names every value with its ranks, and the block
+    # before a hole (outside trial, 2026-12-06)
+    cases["shape_differs_last_rank"] = lambda: write(os.path.join(directory, "a8"), backend, lambda ck: ck.write(
+        "pres", local_block(), offset=(8 * rank, 0), global_shape=(N + (1 if rank == last else 0), 4)))
+    cases["short_block_one_rank"] = lambda: write(os.path.join(directory, "a9"), backend, lambda ck: ck.write(
+        "pres", local_block()[:7] if rank == 0 else local_block(), offset=(8 * rank, 0), global_shape=(N, 4)))
+
     # 17: use after close
     def write_after_close() -> Any:
         ck = ckptio.create(os.path.join(directory, "b1"), comm, backend=backend)
