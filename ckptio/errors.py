@@ -95,6 +95,7 @@ class CollectiveError(CheckpointError):
             lines = [f"{phase} failed on {len(failures)} rank(s):"]
             for rank in sorted(failures)[:16]:
                 cls, msg, *host = failures[rank]
+                msg = msg.removesuffix(f" (on rank {rank})")  # a local error naming its rank: the line does
                 lines.append(f"  rank {rank}: {cls}: {msg}" + (f" (on {host[0]})" if host and host[0] else ""))
             if len(failures) > 16:
                 lines.append(f"  ... and {len(failures) - 16} more rank(s)")

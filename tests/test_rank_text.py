@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ckptio.errors import CollectiveError
 from ckptio.model.agreement import groups_text, rank_runs, ranks_by_value, ranks_text
 
 
@@ -19,3 +20,10 @@ def test_a_message_about_100000_ranks_stays_short():
     assert len(text) < 400, text
     assert text.startswith("0 on ranks 0, 7, 14") and text.endswith("; 3 other value(s) on 42,856 rank(s)"), text
 
+
+def test_a_collective_error_names_a_rank_once():
+    """Outside trial, 2026-12-06: "rank 2: CheckpointIOError: ... (on rank 2) (on vm)"."""
+    error = CollectiveError("write", {2: ("CheckpointIOError", "disk full (on rank 2)", "vm")})
+    assert str(error).splitlines()[1] == "  rank 2: CheckpointIOError: disk full (on vm)"
+    other = CollectiveError("write", {2: ("CheckpointIOError", "ranks differ (on rank 1)", "")})
+    assert "ranks differ (on rank 1)" in str(other)  # another rank's name is the message's own
