@@ -228,8 +228,17 @@ def deliver_held_signals() -> BaseException | None:
             if callable(handler):
                 handler(signum, None)
         except BaseException as exc:  # whatever the handler raises is this rank's failure
+            with contextlib.suppress(AttributeError, TypeError):  # (an exception without a __dict__: as before)
+                exc.ckptio_from_signal_handler = True  # type: ignore[attr-defined]
             return exc
     return None
+
+
+def raised_by_handler(exc: BaseException) -> bool:
+    """Local: whether ``exc`` came from a signal handler that :func:`deliver_held_signals` ran: the agreement
+    gives such an exception back to its rank as it is, as it gives ``SystemExit`` back, because the program raised
+    it in its own handler and catches it as its own (a batch script's ``Preempted``)."""
+    return getattr(exc, "ckptio_from_signal_handler", False) is True
 
 
 @contextlib.contextmanager

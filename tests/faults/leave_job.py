@@ -234,6 +234,26 @@ def leave_cases(directory: str, backend: str) -> dict[str, Callable[[], Any]]:
             time.sleep(1.0)
         return write(fresh(), backend)
     cases["sigint_from_thread"] = sigint_from_thread
+
+    class Preempted(Exception):
+        """What a batch script's SIGUSR1 handler raises to stop its time loop."""
+
+    def handler_raises_in_close() -> Any:
+        # as sigint_from_thread, with the program's own handler raising its own exception (outside trial,
+        # 2026-12-06: it came back as the CollectiveError on its own rank too)
+        def preempted(signum, frame):
+            raise Preempted(f"preempted: rank {rank}'s SIGUSR1 handler")
+
+        before = signal.signal(signal.SIGUSR1, preempted)
+        try:
+            if rank == last:
+                threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+            if rank == 0:
+                time.sleep(1.0)
+            return write(fresh(), backend)
+        finally:
+            signal.signal(signal.SIGUSR1, before)
+    cases["handler_raises_in_close"] = handler_raises_in_close
     return cases
 
 

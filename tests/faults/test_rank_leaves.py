@@ -100,6 +100,25 @@ def test_sys_exit_inside_reader_with_while_the_others_read(run: LeaveRun) -> Non
 
 
 @pytest.mark.mpi
+@pytest.mark.mpi
+def test_a_signal_handlers_own_exception_comes_back_to_its_rank_as_it_is(run: LeaveRun) -> None:
+    """Outside trial, 2026-12-06: a SIGUSR1 handler raising the program's own ``Preempted`` while its rank waited
+    in close() made that rank raise the CollectiveError every rank raises; the program's ``except Preempted``
+    missed it. Now the rank gets its ``Preempted`` (as SystemExit and KeyboardInterrupt come back), the others a
+    CollectiveError naming it, nothing is committed (or, had it been held to the end, every other rank succeeded)."""
+    case = "handler_raises_in_close"
+    last = run.nprocs - 1
+    per_rank = run.outcomes[case]
+    assert sorted(per_rank) == list(range(run.nprocs)), run.log
+    assert per_rank[last]["cls"] == "Preempted", per_rank[last]
+    assert "SIGUSR1 handler" in per_rank[last]["msg"], per_rank[last]
+    others = [o for r, o in per_rank.items() if r != last]
+    if all(o["ok"] for o in others):
+        _check(run, case, last, "Preempted", "", committed=True)
+    else:
+        _check(run, case, last, "Preempted", f"Preempted: preempted: rank {last}'s SIGUSR1 handler")
+
+
 def test_sigint_while_waiting_inside_a_collective(run: LeaveRun) -> None:
     """Timing decides where the signal lands, not whether the job ends: the last rank gets KeyboardInterrupt,
     the others either a CollectiveError naming it or (had it been held to the end) success."""
