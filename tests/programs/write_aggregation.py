@@ -138,7 +138,7 @@ def write(args) -> None:
                 w.write("time", np.float64(1.25), offset=(), global_shape=())
         w.wait()
         outcome = "OK"
-    except ckptio.CheckpointError as exc:
+    except (ckptio.CheckpointError, RuntimeError) as exc:  # RuntimeError: --signal-call's handler, on its rank
         outcome = f"RAISED {rank} {type(exc).__name__} | {' '.join(str(exc).split())}"
     if args.fail_round is not None:
         print(outcome, flush=True)
