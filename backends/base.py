@@ -170,6 +170,9 @@ class CreateOptions:
     # placed_bytes backends: None, the handle writes the data itself (WriteHandle.write); "posix" or "mpiio":
     # the handle is created on the write aggregators only and writes byte ranges (WriteHandle.ranges) of that kind
     range_io: str | None = None
+    # range_io "posix": the write aggregator starts the write-back of every this many bytes it wrote (0: none
+    # before the sync; ckptio.backends.rangeio.PosixRangeWriter)
+    writeback_bytes: int = 0
     # why the format library must move the data with independent transfers (the engine's agreed answer,
     # ckptio.coord.hints.collective_write_hazard), None: collective transfers
     independent_because: str | None = None
@@ -214,6 +217,8 @@ class RangeWriter(Protocol):
 
     #: Whether ``write`` is local, without MPI (then safe in a helper thread while the calling thread uses MPI)
     independent: ClassVar[bool] = True
+    #: How many times the writer started the write-back of what it wrote before its ``sync`` (0: never)
+    writebacks: int
 
     def write(self, runs: Sequence[Run]) -> int:
         """Local: write every run at its file offset; the number of file system (or MPI-IO) calls made.

@@ -118,7 +118,8 @@ class _NativeWriteHandle:
     the file): its byte-range writer (:meth:`ranges`) writes the rounds of its domain for the engine, and the
     index and trailer on the rank that holds them."""
 
-    def __init__(self, path: str, comm, info, share: Mapping[str, Any], range_io: str | None = None):
+    def __init__(self, path: str, comm, info, share: Mapping[str, Any], range_io: str | None = None,
+                 writeback_bytes: int = 0):
         from ckptio.coord.mpi import MPI
 
         self.path, self.share = path, share
@@ -127,7 +128,7 @@ class _NativeWriteHandle:
             self.fh = MPI.File.Open(comm, path, MPI.MODE_CREATE | MPI.MODE_WRONLY,
                                     info if info is not None else MPI.INFO_NULL)
         else:
-            self._ranges = rangeio.open_range_writer(range_io, path, comm, info)
+            self._ranges = rangeio.open_range_writer(range_io, path, comm, info, writeback_bytes)
             self.fh = getattr(self._ranges, "fh", None)
         self.index_offset = _align(share["data_end"], BLOCK_ALIGN)
         self._slot: DocumentSlot | None = None
@@ -294,7 +295,7 @@ class NativeBackend(Backend):
 
     def create(self, path: str, comm, info, variables: Mapping[str, VariablePlan], placement: Mapping[str, Any],
                options: CreateOptions) -> _NativeWriteHandle:
-        return _NativeWriteHandle(path, comm, info, placement, options.range_io)
+        return _NativeWriteHandle(path, comm, info, placement, options.range_io, options.writeback_bytes)
 
     def placed_pieces(self, blocks: Sequence[BlockToWrite], share: Mapping[str, Any]
                       ) -> tuple[list[tuple[int, np.ndarray]], list[WrittenBlock]]:

@@ -78,6 +78,16 @@ def _optional_size(text: str) -> int | None:
         raise ValueError(str(exc)) from None
 
 
+def _size(text: str, allow_zero: bool = False) -> int:
+    """A size in bytes (64M, 1G, ...: ckptio.model.units); ValueError, so get() names the variable."""
+    from ckptio.model.units import parse_size
+
+    try:
+        return parse_size(text.strip(), "size", allow_zero=allow_zero)
+    except Exception as exc:  # DeclarationError
+        raise ValueError(str(exc)) from None
+
+
 def parse_signals(text: str) -> tuple[int, ...]:
     """``"USR1,TERM"`` -> ``(SIGUSR1, SIGTERM)``; ``""``/``"none"`` -> ``()``."""
     out = []
@@ -109,6 +119,10 @@ TABLE: dict[str, Setting] = {s.name: s for s in (
             "write aggregator count (overrides the automatic choice, as does an explicit cb_nodes hint)"),
     Setting("CKPTIO_WRITE_BUFFER_BYTES", "", _optional_size, True,
             "write buffer per aggregator and round (a size: 64M, 1G, ...; default 64 MiB), two per aggregator"),
+    Setting("CKPTIO_WRITEBACK_BYTES", "4M", lambda text: _size(text, allow_zero=True), True,
+            "native checkpoints, CKPTIO_WRITE_IO=posix: a write aggregator starts the write-back of what it wrote "
+            "every this many bytes (sync_file_range), so the disk works while the rest is copied; 0: only the "
+            "final fsync (ckptio.backends.rangeio)"),
     Setting("CKPTIO_WRITE_THREAD", "1", _choice("0", "1"), True,
             "1: a write aggregator writes round k in a helper thread while round k+1 is exchanged; 0: no thread"),
     Setting("CKPTIO_HINTS", "", _verbatim, True, "MPI-IO hints 'key=value;key=value' (see ckptio.coord.hints)"),

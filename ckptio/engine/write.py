@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ckptio import _warn, coord
+from ckptio import _warn, coord, settings
 from ckptio.backends.base import Backend, BlockToWrite, CreateOptions, WriteHandle
 from ckptio.coord import comms
 from ckptio.coord import hints as hintsmod
@@ -262,7 +262,7 @@ class _Job:
         self.fs_layout = (tmp, layout)
         _faults.point("create file", self.comm)
         options = CreateOptions(request.hints, self.stripe_unit, request.attrs, described, self.write_io,
-                                self.independent_because)
+                                settings.get("CKPTIO_WRITEBACK_BYTES"), self.independent_because)
         comm = self.comm
         holder = True
         if self.write_io is not None:  # (after an agreed phase, on every rank alike)

@@ -73,7 +73,7 @@ class AggregatedWrite:
         self._missing_writer = self.me in domains.aggregators and ranges is None  # raised in the first phase
         self.seconds: dict[str, float] = dict.fromkeys(SECONDS, 0.0)
         self.counts = {"bytes_sent": 0, "bytes_received": 0, "messages": 0, "rounds": 0, "file_bytes": 0,
-                       "file_calls": 0, "own_bytes": 0}
+                       "file_calls": 0, "own_bytes": 0, "writebacks": 0}
         self.storage_bytes: int | None = 0  # what the helper thread's writes moved to storage (placement)
         self.threaded = False
         self.exchanged = True  # whether any rank sent another a piece (agreed with the round count)
@@ -128,6 +128,7 @@ class AggregatedWrite:
                 pipe.close()
                 self.counts["file_bytes"] += pipe.file_bytes
                 self.counts["file_calls"] += pipe.file_calls
+                self.counts["writebacks"] += self.ranges.writebacks
                 self.storage_bytes = pipe.storage_bytes if pipe.threaded else 0
 
     def _round(self, k: int, nrounds: int, sender: SenderPlan, plan: AggregatorPlan | None,
