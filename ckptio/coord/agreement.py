@@ -11,9 +11,9 @@ reaches it through the package.
 ``KeyboardInterrupt`` (Ctrl-C) and whatever a signal handler raises. The other ranks then raise a
 :class:`~ckptio.errors.CollectiveError` naming the rank and the cause, and the rank where it happened gets its
 original exception back once the others know, so ``sys.exit(3)`` still exits with status 3 and Ctrl-C is
-still a ``KeyboardInterrupt``; so does whatever a signal handler raised (a held signal's handler runs at an
-agreement point). (An ordinary ``Exception`` of ckptio's own work becomes the same CollectiveError on every
-rank, its own rank included.)
+still a ``KeyboardInterrupt``. (An ordinary ``Exception`` becomes the same CollectiveError on every rank,
+its own rank included; one that a held signal's handler raised comes back to its rank when the collective
+operation ends: :func:`ckptio.coord.held_signals.collective_section`.)
 
 Signals that arrive during a collective operation are held back and delivered at the agreement points here
 (:mod:`ckptio.coord.held_signals`).
@@ -25,7 +25,7 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from ckptio.coord.held_signals import _phase_work, deliver_held_signals, raised_by_handler
+from ckptio.coord.held_signals import _phase_work, deliver_held_signals
 from ckptio.errors import CollectiveError, DeclarationError, collective_error_class
 
 T = TypeVar("T")
@@ -52,10 +52,10 @@ def _describe(exc: BaseException) -> tuple[str, str, str]:
 
 
 def _reraise_own(error: BaseException | None) -> None:
-    """Local: on the rank where a non-``Exception`` happened (SystemExit, KeyboardInterrupt, ...) or where a
-    signal handler raised (held, then run at an agreement point): raise it again, now that every rank knows, so
-    that it keeps its meaning (exit status, interrupt, the program's own exception from its handler)."""
-    if error is not None and (not isinstance(error, Exception) or raised_by_handler(error)):
+    """Local: on the rank where a non-``Exception`` happened (SystemExit, KeyboardInterrupt, ...): raise it again,
+    now that every rank knows, so that it keeps its meaning (exit status, interrupt). (What a signal handler raised
+    comes back to its rank at the end of the collective operation: coord.held_signals.collective_section.)"""
+    if error is not None and not isinstance(error, Exception):
         raise error
 
 

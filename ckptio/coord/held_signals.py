@@ -36,6 +36,7 @@ class _Held:
     inner = 0  # > 0 while the work of a phase runs: its own (backend-internal) agreements deliver nothing
     serial = 0  # outermost sections entered so far
     progress = 0  # agreement points the main thread reached so far (deliver_held_signals calls)
+    raised: BaseException | None = None  # the first ordinary exception a handler raised in this section
 
 
 def _record(signum: int, frame) -> None:
@@ -177,7 +178,13 @@ class _Watchdog:
 @contextlib.contextmanager
 def collective_section() -> Iterator[None]:
     """Local: hold back signals with a Python handler for the duration of one collective operation (see the
-    module docstring). Re-entrant; does nothing outside the main thread (where Python delivers no signals)."""
+    module docstring). Re-entrant; does nothing outside the main thread (where Python delivers no signals).
+
+    An ordinary exception a held signal's handler raised at an agreement point is this rank's failure there: every
+    rank raises the same CollectiveError (so code inside the operation that falls back on such an error, e.g.
+    a restart trying an older staged copy, does so on every rank alike). When the outermost section ends, that
+    rank raises the handler's own exception instead (chained to what the operation raised), as the program
+    would have seen it without ckptio holding the signal: its ``except Preempted`` catches it."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -194,12 +201,16 @@ def collective_section() -> Iterator[None]:
         if callable(current):
             handlers[signum] = current
             signal.signal(signum, _record)
-    _Held.depth, _Held.handlers, _Held.pending = 1, handlers, []
+    _Held.depth, _Held.handlers, _Held.pending, _Held.raised = 1, handlers, [], None
     _Held.serial += 1
     if handlers:
         _Watchdog.start_section()
+    leaving = False  # the operation ends with SystemExit or KeyboardInterrupt: that is what the rank raises
     try:
         yield
+    except BaseException as exc:
+        leaving = not isinstance(exc, Exception)
+        raise
     finally:
         _Held.depth = 0
         if handlers:
@@ -207,10 +218,13 @@ def collective_section() -> Iterator[None]:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
         pending, _Held.pending, _Held.handlers = _Held.pending, [], {}
+        raised, _Held.raised = _Held.raised, None
         for signum in pending:  # not consumed by an agreement: deliver now, after the last collective
             handler = handlers.get(signum)
             if callable(handler):
                 handler(signum, None)
+        if raised is not None and not leaving:  # see deliver_held_signals
+            raise raised
 
 
 def deliver_held_signals() -> BaseException | None:
@@ -228,17 +242,10 @@ def deliver_held_signals() -> BaseException | None:
             if callable(handler):
                 handler(signum, None)
         except BaseException as exc:  # whatever the handler raises is this rank's failure
-            with contextlib.suppress(AttributeError, TypeError):  # (an exception without a __dict__: as before)
-                exc.ckptio_from_signal_handler = True  # type: ignore[attr-defined]
+            if isinstance(exc, Exception) and _Held.raised is None:
+                _Held.raised = exc  # raised again when the outermost section ends (collective_section)
             return exc
     return None
-
-
-def raised_by_handler(exc: BaseException) -> bool:
-    """Local: whether ``exc`` came from a signal handler that :func:`deliver_held_signals` ran: the agreement
-    gives such an exception back to its rank as it is, as it gives ``SystemExit`` back, because the program raised
-    it in its own handler and catches it as its own (a batch script's ``Preempted``)."""
-    return getattr(exc, "ckptio_from_signal_handler", False) is True
 
 
 @contextlib.contextmanager

@@ -373,7 +373,15 @@ def recover(comm, directory: str, pattern: catalog.NamePattern, stage_dir: str, 
     path drained, or None. Staged checkpoints that cannot be used are skipped with a warning (no hang: each
     rank only looks at its own node's stage, and the decision is agreed). ``writer_factory(path, comm,
     manifest)``: the writer of the drain (the facades pass :func:`ckptio.writer.restaging_writer`: the tiers sit
-    below the facades and never import them)."""
+    below the facades and never import them). One collective section (:func:`ckptio.coord.collective_section`):
+    a signal handler's exception during a drain fails that drain on every rank alike, every rank goes on to the
+    next staged copy together, and the handler's rank raises its exception when the whole recovery ends."""
+    with coord.collective_section():
+        return _recover(comm, directory, pattern, stage_dir, writer_factory)
+
+
+def _recover(comm, directory: str, pattern: catalog.NamePattern, stage_dir: str, writer_factory: Any) -> str | None:
+    """:func:`recover` inside its collective section."""
     base = key_dir(stage_dir, os.path.join(directory, "x"))
 
     def mine() -> list[tuple[str, str]]:

@@ -100,12 +100,12 @@ def test_sys_exit_inside_reader_with_while_the_others_read(run: LeaveRun) -> Non
 
 
 @pytest.mark.mpi
-@pytest.mark.mpi
 def test_a_signal_handlers_own_exception_comes_back_to_its_rank_as_it_is(run: LeaveRun) -> None:
     """Outside trial, 2026-12-06: a SIGUSR1 handler raising the program's own ``Preempted`` while its rank waited
     in close() made that rank raise the CollectiveError every rank raises; the program's ``except Preempted``
-    missed it. Now the rank gets its ``Preempted`` (as SystemExit and KeyboardInterrupt come back), the others a
-    CollectiveError naming it, nothing is committed (or, had it been held to the end, every other rank succeeded)."""
+    missed it. Now the rank gets its ``Preempted`` when close() ends (the failed phase was the same CollectiveError
+    on every rank), the others a CollectiveError naming it, nothing is committed (or, had it been held to the end,
+    every other rank succeeded)."""
     case = "handler_raises_in_close"
     last = run.nprocs - 1
     per_rank = run.outcomes[case]
@@ -119,6 +119,7 @@ def test_a_signal_handlers_own_exception_comes_back_to_its_rank_as_it_is(run: Le
         _check(run, case, last, "Preempted", f"Preempted: preempted: rank {last}'s SIGUSR1 handler")
 
 
+@pytest.mark.mpi
 def test_sigint_while_waiting_inside_a_collective(run: LeaveRun) -> None:
     """Timing decides where the signal lands, not whether the job ends: the last rank gets KeyboardInterrupt,
     the others either a CollectiveError naming it or (had it been held to the end) success."""
