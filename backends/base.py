@@ -170,12 +170,12 @@ class CreateOptions:
     # placed_bytes backends: None, the handle writes the data itself (WriteHandle.write); "posix" or "mpiio":
     # the handle is created on the write aggregators only and writes byte ranges (WriteHandle.ranges) of that kind
     range_io: str | None = None
-    # range_io "posix": the write aggregator starts the write-back of every this many bytes it wrote (0: none
-    # before the sync; ckptio.backends.rangeio.PosixRangeWriter)
-    writeback_bytes: int = 0
     # why the format library must move the data with independent transfers (the engine's agreed answer,
     # ckptio.coord.hints.collective_write_hazard), None: collective transfers
     independent_because: str | None = None
+    # range_io "posix": the write aggregator starts the write-back of every this many bytes it wrote (0: none
+    # before the sync; ckptio.backends.rangeio.PosixRangeWriter)
+    writeback_bytes: int = 0
 
 
 @dataclass(frozen=True)

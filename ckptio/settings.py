@@ -66,18 +66,6 @@ def _optional_count(text: str) -> int | None:
     return int(text)
 
 
-def _optional_size(text: str) -> int | None:
-    """``""`` -> None (the default); otherwise a size in bytes (64M, 1G, ...: ckptio.model.units)."""
-    if not text.strip():
-        return None
-    from ckptio.model.units import parse_size
-
-    try:
-        return parse_size(text, "size")
-    except Exception as exc:  # DeclarationError: a ValueError here, so get() names the variable
-        raise ValueError(str(exc)) from None
-
-
 def _size(text: str, allow_zero: bool = False) -> int:
     """A size in bytes (64M, 1G, ...: ckptio.model.units); ValueError, so get() names the variable."""
     from ckptio.model.units import parse_size
@@ -86,6 +74,11 @@ def _size(text: str, allow_zero: bool = False) -> int:
         return parse_size(text.strip(), "size", allow_zero=allow_zero)
     except Exception as exc:  # DeclarationError
         raise ValueError(str(exc)) from None
+
+
+def _optional_size(text: str) -> int | None:
+    """``""`` -> None (the default); otherwise a size in bytes (:func:`_size`)."""
+    return _size(text) if text.strip() else None
 
 
 def parse_signals(text: str) -> tuple[int, ...]:
@@ -121,8 +114,8 @@ TABLE: dict[str, Setting] = {s.name: s for s in (
             "write buffer per aggregator and round (a size: 64M, 1G, ...; default 64 MiB), two per aggregator"),
     Setting("CKPTIO_WRITEBACK_BYTES", "4M", lambda text: _size(text, allow_zero=True), True,
             "native checkpoints, CKPTIO_WRITE_IO=posix: a write aggregator starts the write-back of what it wrote "
-            "every this many bytes (sync_file_range), so the disk works while the rest is copied; 0: only the "
-            "final fsync (ckptio.backends.rangeio)"),
+            "every this many bytes (sync_file_range; at least 64K), so the disk works while the rest is copied; "
+            "0: only the final fsync (ckptio.backends.rangeio)"),
     Setting("CKPTIO_WRITE_THREAD", "1", _choice("0", "1"), True,
             "1: a write aggregator writes round k in a helper thread while round k+1 is exchanged; 0: no thread"),
     Setting("CKPTIO_HINTS", "", _verbatim, True, "MPI-IO hints 'key=value;key=value' (see ckptio.coord.hints)"),

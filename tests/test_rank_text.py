@@ -8,7 +8,7 @@ from ckptio.model.agreement import groups_text, rank_runs, ranks_by_value, ranks
 
 def test_runs_of_ranks():
     assert rank_runs([5, 0, 1, 2, 3, 7, 8]) == "0-3, 5, 7, 8"
-    assert ranks_text([4]) == "rank 4" and ranks_text([4, 4]) == "rank 4"
+    assert ranks_text([4]) == "rank 4" and ranks_text([4, 4]) == "rank 4" and ranks_text([]) == "no rank"
     assert ranks_text(range(100_000)) == "ranks 0-99999"
 
 

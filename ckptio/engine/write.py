@@ -261,8 +261,6 @@ class _Job:
                                                      lambda: self._layout(tmp))
         self.fs_layout = (tmp, layout)
         _faults.point("create file", self.comm)
-        options = CreateOptions(request.hints, self.stripe_unit, request.attrs, described, self.write_io,
-                                settings.get("CKPTIO_WRITEBACK_BYTES"), self.independent_because)
         comm = self.comm
         holder = True
         if self.write_io is not None:  # (after an agreed phase, on every rank alike)
@@ -271,9 +269,15 @@ class _Job:
             self.agg_comm = comms.subset(self.comm, holder) if self.write_io == "mpiio" else None
             comm = self.agg_comm
         created: list[WriteHandle] = []
+
+        def create() -> None:
+            """Local, in the agreed phase (a setting read here fails every rank alike)."""
+            options = CreateOptions(request.hints, self.stripe_unit, request.attrs, described, self.write_io,
+                                    self.independent_because, settings.get("CKPTIO_WRITEBACK_BYTES"))
+            created.append(request.backend.create(tmp, comm, info, variables, placement, options))
+
         try:
-            coord.run(self.comm, f"{self.where}: create file", lambda: created.append(
-                request.backend.create(tmp, comm, info, variables, placement, options)) if holder else None)
+            coord.run(self.comm, f"{self.where}: create file", lambda: create() if holder else None)
         finally:
             self.handle = created[0] if created else None  # also when another rank failed: aborted by the caller
         coord.run(self.comm, f"{self.where}: define the file's structures", lambda: commitmod.held(self.handle,

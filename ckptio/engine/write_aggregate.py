@@ -128,7 +128,7 @@ class AggregatedWrite:
                 pipe.close()
                 self.counts["file_bytes"] += pipe.file_bytes
                 self.counts["file_calls"] += pipe.file_calls
-                self.counts["writebacks"] += self.ranges.writebacks
+                self.counts["writebacks"] += getattr(self.ranges, "writebacks", 0)  # (a writer may lack it)
                 self.storage_bytes = pipe.storage_bytes if pipe.threaded else 0
 
     def _round(self, k: int, nrounds: int, sender: SenderPlan, plan: AggregatorPlan | None,

@@ -37,9 +37,11 @@ def groups_text(groups: Mapping[Any, Sequence[int]], show: Callable[[Any], str] 
 
 
 def ranks_text(ranks: Iterable[int], runs_shown: int = 8) -> str:
-    """``rank 3`` / ``ranks 0-2, 5`` (:func:`rank_runs`)."""
+    """``rank 3`` / ``ranks 0-2, 5`` (:func:`rank_runs`) / ``no rank``."""
     unique = sorted({int(r) for r in ranks})
-    return f"rank {unique[0]}" if len(unique) == 1 else f"ranks {rank_runs(unique, runs_shown)}"
+    if len(unique) < 2:
+        return f"rank {unique[0]}" if unique else "no rank"
+    return f"ranks {rank_runs(unique, runs_shown)}"
 
 
 def rank_runs(ranks: Iterable[int], runs_shown: int = 8) -> str:
