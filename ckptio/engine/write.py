@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -53,6 +52,7 @@ from ckptio.engine.index import (
     written_columns,
 )
 from ckptio.engine.steps import run_steps
+from ckptio.engine.target_path import directory_problem
 from ckptio.errors import CheckpointIOError, DeclarationError
 from ckptio.model import codec as codecs
 from ckptio.model import memsel, varmeta
@@ -64,7 +64,6 @@ from ckptio.model.plan import pack_declarations, plan_packed
 from ckptio.model.rank_plan import own_boxes, own_plan, plan_headers, segment_starts
 from ckptio.model.series_record import SeriesRecord
 from ckptio.model.variable_plan import VariablePlan
-from ckptio.pathcheck import symlink_problem
 
 TMP_MARK = ".ckptio-tmp-"  # the temporary name is f".{base}{TMP_MARK}{12 hex digits}"
 
@@ -416,53 +415,5 @@ def write_checkpoint(request: WriteRequest) -> WriteResult:
     return WriteResult(meta, stats)
 
 
-def directory_problem(path: str) -> str | None:
-    """Why a checkpoint cannot be created at ``path`` (checked on the planning rank before any file is touched):
-    the directory, or a file at ``path`` that the commit's rename would replace although ckptio did not create it
-    (:func:`existing_file_problem`)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        return f"{path}: is a directory; give a file name for the checkpoint"
-    existing = existing_file_problem(path)
-    if existing:
-        return existing
-    if not os.path.exists(directory):
-        why = symlink_problem(directory)  # a loop or a dangling link is not "does not exist"
-        return f"{path}: {why}" if why else f"{path}: directory {directory} does not exist"
-    if not os.path.isdir(directory):
-        return f"{path}: {directory} is not a directory"
-    if not os.access(directory, os.W_OK | os.X_OK):
-        return f"{path}: directory {directory} is not writable"
-    return None
-
-
-def existing_file_problem(path: str) -> str | None:
-    """Local (the planning rank): why the file already at ``path`` must not be replaced, or None (nothing there, or
-    a ckptio checkpoint: complete, damaged, of a newer version or rewritten by another tool, which a new checkpoint
-    of the same name replaces, as before). Refused (outside trial, 2026-12-06: a text file and a symbolic link at
-    the name were silently replaced by the commit's rename): a symbolic link (the rename would replace the link,
-    not its target), anything but a regular file, and a file in no ckptio format (a text file, a plain HDF5 or
-    netCDF file other software wrote): ckptio never deletes a file it did not create."""
-    from ckptio.backends import detect_backend
-    from ckptio.errors import CheckpointError, UnknownFormatError
-
-    try:
-        mode = os.lstat(path).st_mode
-    except OSError:  # nothing there (or not reachable: the directory checks say why)
-        return None
-    keep = "ckptio never replaces a file it did not create: move it away or give the checkpoint another name"
-    if stat.S_ISLNK(mode):
-        return f"{path}: is a symbolic link; the checkpoint would replace the link, not its target ({keep})"
-    if not stat.S_ISREG(mode):
-        return f"{path}: exists and is not a regular file ({keep})"
-    try:
-        detect_backend(path, thorough=True).read_document(path)
-    except UnknownFormatError as exc:
-        return f"{path}: exists and is not a ckptio checkpoint ({exc}); {keep}"
-    except (CheckpointError, OSError):  # a damaged or unreadable checkpoint of ckptio's: replaced, as before
-        return None
-    return None
-
-
-__all__ = ["PendingBlock", "WriteRequest", "WriteResult", "WriteStats", "directory_problem",
-           "existing_file_problem", "plan_globally", "prepare_blocks", "write_checkpoint"]
+__all__ = ["PendingBlock", "WriteRequest", "WriteResult", "WriteStats", "plan_globally", "prepare_blocks",
+           "write_checkpoint"]

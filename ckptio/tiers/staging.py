@@ -42,7 +42,8 @@ import numpy as np
 
 from ckptio import _warn, coord
 from ckptio.engine.index import WriteStats
-from ckptio.engine.write import WriteRequest, directory_problem, plan_globally
+from ckptio.engine.target_path import directory_problem
+from ckptio.engine.write import WriteRequest, plan_globally
 from ckptio.errors import CheckpointError, CheckpointIOError, CorruptCheckpointError, DeclarationError
 from ckptio.model import varmeta
 from ckptio.model.plan import ARRAY, pack_declarations
