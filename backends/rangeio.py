@@ -6,7 +6,7 @@ written there one after the other (a round buffer's bytes, or the caller's own a
   descriptor, no MPI: ``independent``, so the engine writes round k in a helper thread while round k+1 is
   exchanged. Its calls write at most ``CKPTIO_WRITEBACK_BYTES`` (4 MiB; at least 64 KiB) each, ending on page
   boundaries, and after each such amount it starts the write-back of the whole pages written
-  (``sync_file_range(SYNC_FILE_RANGE_WRITE)``, Linux; nothing elsewhere): the final ``fsync`` then waits for the
+  (:mod:`ckptio.backends.writeback`: ``sync_file_range``, Linux; nothing elsewhere): the final ``fsync`` waits for the
   tail only, where it would otherwise start writing the whole domain after the last copy into the page cache
   (FLASH-IO's checkpoint shape on 4 ranks of a 2-core VM, ext4: 157 -> 111 ms per checkpoint, 2 GiB 2.39 ->
   1.49 s; benchmarks/README.md). It changes no guarantee: durability still comes from the ``fsync`` of
@@ -24,10 +24,10 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
+from ckptio.backends import writeback
 from ckptio.backends.base import CheckpointIOError, Run
 
 from ckptio.coord.datatypes import address as _address
@@ -37,26 +37,6 @@ _MAX_IOV = 512  # arrays per pwritev call (well under IOV_MAX, 1024 on Linux)
 _MAX_CALL = 1 << 30  # bytes per call (Linux moves at most 0x7ffff000 per call; MPI counts are C ints)
 _PAGE = 4096
 _MIN_WRITEBACK = 64 << 10  # CKPTIO_WRITEBACK_BYTES below this is raised to it (a call per page would crawl)
-_SYNC_FILE_RANGE_WRITE = 2  # <linux/fs.h>: start write-out of the range's dirty pages, do not wait for it
-
-
-def _libc_sync_file_range() -> Callable[[int, int, int, int], int] | None:
-    """Linux's ``sync_file_range(2)`` through ctypes (the os module has no wrapper), or None where there is none
-    (then nothing starts the write-back early). A failure of it is not raised: it is a scheduling hint, the
-    ``fsync`` that follows reports any error of the writes (only successful starts are counted)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        call = libc.sync_file_range
-    except (OSError, AttributeError):
-        return None
-    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    call.restype = ctypes.c_int
-    return call
-
-
-_sync_file_range = _libc_sync_file_range()
 
 
 def joined(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -93,7 +73,7 @@ class PosixRangeWriter:
         self.path = path
         self.fd: int | None = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
         self.writeback_bytes = (min(max(writeback_bytes, _MIN_WRITEBACK), _MAX_CALL) // _PAGE * _PAGE
-                                if writeback_bytes and _sync_file_range is not None else 0)
+                                if writeback_bytes and writeback.AVAILABLE else 0)
         self.writebacks = 0  # write-backs started (sync_file_range calls that succeeded)
         self._span: tuple[int, int] | None = None  # first byte and end of what was written since the last start
         self._pending = 0  # bytes written since the last start
@@ -152,7 +132,7 @@ class PosixRangeWriter:
             # whole pages only: a page this writer wrote part of may still get its other part (another run)
             first, stop = -(-lo // _PAGE) * _PAGE, end // _PAGE * _PAGE
             if stop > first:
-                self.writebacks += _sync_file_range(self.fd, first, stop - first, _SYNC_FILE_RANGE_WRITE) == 0
+                self.writebacks += writeback.start(self.fd, first, stop - first)
             self._span, self._pending = None, 0
 
     def sync(self) -> None:

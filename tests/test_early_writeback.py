@@ -124,3 +124,53 @@ def test_every_byte_lands_where_it_belongs_whatever_the_calls(tmp_path, writebac
     assert np.array_equal(got, expected[:got.size]) and got.size == at - 4097
     if writeback:
         assert calls >= sum(a.nbytes for _, arrays in runs for a in arrays) // writeback, calls
+
+
+def test_a_file_a_library_wrote_is_started_whole(tmp_path):
+    """FileWriteback (for HDF5 and PnetCDF files, written through the library's own handle): every dirty page
+    of the file is handed to the storage, through a read-only descriptor of its own."""
+    from ckptio.backends.writeback import FileWriteback
+
+    path = tmp_path / "library_file"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, np.full(PIECES * PIECE, 3, np.uint8).tobytes())
+        if cachestat(fd).dirty == 0:
+            pytest.skip(f"{tmp_path}: the file system keeps no dirty pages (tmpfs?)")
+        FileWriteback(str(path), enabled=False).start()
+        assert cachestat(fd).dirty > PAGES // 2, "disabled, it started nothing"
+        started = FileWriteback(str(path))
+        started.start()
+        started.close()
+        assert started.started == 1 and cachestat(fd).dirty == 0
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("backend", ["hdf5", "pnetcdf"])
+@pytest.mark.parametrize("setting", ["4M", "0"])
+def test_the_engine_starts_the_write_back_after_each_library_step(tmp_path, monkeypatch, backend, setting):
+    """In one process (MPI.COMM_SELF): the HDF5 writes of three variables are three data steps, each followed by
+    the start of the file's write-back (PnetCDF's iput + wait_all: one step); CKPTIO_WRITEBACK_BYTES=0: none."""
+    from ckptio.backends import available_backends
+    from ckptio.backends.writeback import FileWriteback
+    from mpi4py import MPI
+
+    import ckptio
+
+    if backend not in available_backends():
+        pytest.fail(f"backend {backend} is not available")
+    monkeypatch.setenv("CKPTIO_WRITEBACK_BYTES", setting)
+    done: list[int] = []
+    original = FileWriteback.close
+    monkeypatch.setattr(FileWriteback, "close", lambda self: (done.append(self.started), original(self)))
+    with ckptio.create(tmp_path / "chk_000001", MPI.COMM_SELF, backend=backend) as ck:
+        for name in ("a", "b", "c"):
+            ck.write(name, np.arange(1 << 18, dtype=np.float64), offset=(0,), global_shape=(1 << 18,))
+    assert len(done) == 1, done
+    if setting == "0":
+        assert done == [0]
+    else:
+        assert done[0] >= (3 if backend == "hdf5" else 1), done
+    with ckptio.open(tmp_path / "chk_000001", MPI.COMM_SELF) as ck:
+        assert np.array_equal(ck.read("c"), np.arange(1 << 18, dtype=np.float64))

@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 
 from ckptio import _warn, coord, settings
-from ckptio.backends.base import Backend, BlockToWrite, CreateOptions, WriteHandle
+from ckptio.backends.base import Backend, BlockToWrite, CreateOptions, Step, WriteHandle
+from ckptio.backends.writeback import FileWriteback
 from ckptio.coord import comms
 from ckptio.coord import hints as hintsmod
 from ckptio.engine import commit as commitmod
@@ -187,6 +188,7 @@ class _Job:
         # ckptio's own collective buffering (engine.write_aggregate), when the backend's bytes are placed by ckptio
         self.write_io: str | None = None  # "posix"/"mpiio" (agreed: the planning rank's choice), None: the backend's
         self.independent_because: str | None = None  # any rank's collective_write_hazard (CreateOptions)
+        self.writeback_bytes = 0  # CKPTIO_WRITEBACK_BYTES, read in the agreed create phase (0: none started early)
         self.contiguous: Any = None  # the planning rank's contiguous domains and every rank's RankDomain
         self.domains: Any = None  # the write domains every rank follows (after the layout phase)
         self.own_domain: Any = None  # this rank's RankDomain (contiguous domains)
@@ -271,8 +273,9 @@ class _Job:
 
         def create() -> None:
             """Local, in the agreed phase (a setting read here fails every rank alike)."""
+            self.writeback_bytes = settings.get("CKPTIO_WRITEBACK_BYTES")
             options = CreateOptions(request.hints, self.stripe_unit, request.attrs, described, self.write_io,
-                                    self.independent_because, settings.get("CKPTIO_WRITEBACK_BYTES"))
+                                    self.independent_because, self.writeback_bytes)
             created.append(request.backend.create(tmp, comm, info, variables, placement, options))
 
         try:
@@ -313,8 +316,19 @@ class _Job:
         _faults.point("write data", self.comm)
         io_mark = placement_stats.io_mark()  # what this rank really moves to the file (stats.write.placement)
         if self.write_io is None:  # the backend's own steps; the planning rank's copy of the block tables for users
-            run_steps(self.comm, f"{self.where}: write data", lambda: self.handle.write(
-                blocks, user_table(variables)[1:] if self.plan is not None else None))
+            started = FileWriteback(self.fs_layout[0], self.writeback_bytes > 0)
+
+            def steps() -> Iterator[Step]:
+                """The backend's steps, each followed by the start of the write-back of what the library wrote
+                (ckptio.backends.writeback: the storage works while the next variable is copied)."""
+                for what, step in self.handle.write(blocks, user_table(variables)[1:] if self.plan is not None
+                                                    else None):
+                    yield what, lambda step=step: (step(), started.start())
+
+            try:
+                run_steps(self.comm, f"{self.where}: write data", steps)
+            finally:
+                started.close()
         else:
             written_here: list[Any] = []
             share = self.placement_share

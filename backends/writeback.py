@@ -1,0 +1,80 @@
+"""Starting the write-back of what was written, before the ``fsync`` that makes it durable.
+
+``sync_file_range(fd, offset, nbytes, SYNC_FILE_RANGE_WRITE)`` (Linux; the os module has no wrapper, so through
+ctypes) hands the range's dirty pages to the storage and returns without waiting: the storage works while the
+writer copies its next bytes into the page cache, and the final ``fsync`` waits for the tail only. It is a
+scheduling hint and changes no guarantee: a failure of it is not raised (the ``fsync`` reports any error of the
+writes), and where there is no such call (another system) nothing starts early.
+
+* :class:`ckptio.backends.rangeio.PosixRangeWriter` starts the whole pages it wrote, every
+  ``CKPTIO_WRITEBACK_BYTES``;
+* :class:`FileWriteback`: for files a format library writes (HDF5, PnetCDF: their own MPI-IO handles), the
+  engine starts the write-back of the whole file on each rank that writes it after each of the library's data
+  steps (:mod:`ckptio.engine.write`), through a read-only descriptor of its own.
+
+Everything here is local to one process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from collections.abc import Callable
+
+_SYNC_FILE_RANGE_WRITE = 2  # <linux/fs.h>: start write-out of the range's dirty pages, do not wait for it
+
+
+def _libc_sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    """Linux's ``sync_file_range(2)``, or None where there is none."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        call = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    call.restype = ctypes.c_int
+    return call
+
+
+_sync_file_range = _libc_sync_file_range()
+AVAILABLE = _sync_file_range is not None
+
+
+def start(fd: int, offset: int, nbytes: int) -> bool:
+    """Local: start the write-back of ``nbytes`` at ``offset`` of ``fd`` (``nbytes`` 0: to the end of the file);
+    whether it was started (False where there is no such call, or it failed: the ``fsync`` will say why)."""
+    return AVAILABLE and _sync_file_range(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE) == 0
+
+
+class FileWriteback:
+    """The write-back of a file another library writes, started whole each time :meth:`start` is called: on a
+    read-only descriptor of its own, opened at the first call (a file that cannot be opened: nothing is started,
+    nothing raised). ``enabled`` False (``CKPTIO_WRITEBACK_BYTES=0``): nothing at all."""
+
+    def __init__(self, path: str, enabled: bool = True):
+        self.path = path
+        self.enabled = enabled and AVAILABLE
+        self.started = 0  # write-backs started
+        self._fd: int | None = None
+
+    def start(self) -> None:
+        """Local: start the write-back of every dirty page of the file (this node's page cache)."""
+        if not self.enabled:
+            return
+        if self._fd is None:
+            try:
+                self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except OSError:
+                self.enabled = False
+                return
+        self.started += start(self._fd, 0, 0)
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
