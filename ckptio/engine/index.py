@@ -110,8 +110,8 @@ def aggregation_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     size), whether any rank sent another a piece (agreed: the same on every rank; without it the aggregators wrote
     their rounds with no collective between them) and the sums over the ranks (bytes sent between ranks, messages,
     file calls, write-backs started early, rounds). O(aggregators)."""
-    total = {k: int(sum(r[k] for r in records)) for k in ("bytes_sent", "messages", "file_bytes",
-                                                                  "file_calls", "own_bytes", "writebacks")}
+    total = {k: int(sum(r[k] for r in records)) for k in ("bytes_sent", "messages", "file_bytes", "file_calls",
+                                                          "own_bytes", "writebacks")}
     return {"io": records[0]["io"], **records[0]["domains"], "rounds": int(max(r["rounds"] for r in records)),
             "threaded": any(r["threaded"] for r in records), "exchanged": bool(records[0]["exchanged"]), **total}
 
