@@ -157,6 +157,8 @@ def test_parallel_verification_names_every_damaged_block_on_every_rank(tmp_path,
     assert len(results) == nprocs, proc.stdout + proc.stderr
     first = results[0]  # rank 0, which also verified in one process
     assert first["clean"]["problems"] == [] and first["aggregators"] == nprocs
+    # every rank is an aggregator and mpirun runs them all on this host: each scan shares its cache with them all
+    assert all(r["sharing"] == [nprocs, nprocs] for r in results), [r["sharing"] for r in results]
     named = {(p["variable"], p["block"]) for p in first["corrupt"]["problems"]}
     assert len(first["corrupt"]["problems"]) == 2 and {v for v, _ in named} == {"dens", "big"}, first
     assert all("checksum mismatch" in p["message"] and p["rank"] is not None for p in first["corrupt"]["problems"])

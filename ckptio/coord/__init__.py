@@ -6,7 +6,7 @@
   ``from ckptio import coord; coord.run(comm, phase, fn)`` and ``from ckptio.coord import agree`` work as they
   always did (and a wrapper set on ``ckptio.coord.run`` is what every caller of ``coord.run`` calls).
 * :mod:`ckptio.coord.comms`: communicator lifecycle (node discovery, the aggregators' sub-communicator,
-  duplicates, freeing); :func:`node_leader` is re-exported here too.
+  duplicates, freeing); :func:`node_leader` and :func:`members_on_host` are re-exported here too.
 * :mod:`ckptio.coord.exchange`: the restart exchange (records by Alltoall/Alltoallv or sparse, pieces by matched
   point-to-point messages); imported by its users, not here (it needs numpy and ckptio.coord.datatypes).
 
@@ -25,7 +25,7 @@ from ckptio.coord.agreement import (
     scatter_from_root,
     sum_min_max,
 )
-from ckptio.coord.comms import node_leader
+from ckptio.coord.comms import members_on_host, node_leader
 from ckptio.coord.held_signals import collective_section, deliver_held_signals
 from ckptio.coord.leaving import close_on_exit, warn_from_root
 
@@ -37,6 +37,7 @@ __all__ = [
     "count_ranks",
     "deliver_held_signals",
     "gather_and_plan",
+    "members_on_host",
     "merge_in_rank_order",
     "node_leader",
     "run",

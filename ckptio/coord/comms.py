@@ -5,6 +5,8 @@ match them, and never keeps a derived communicator past the object that needs it
 
 * :func:`node_leader`: which ranks share a node (``MPI_COMM_TYPE_SHARED``), for the aggregator choice and the
   stages of node-local staging;
+* :func:`members_on_host`: how many ranks of a role share this rank's host (its CPU caches: a verification's
+  read windows);
 * :func:`subset`: the restart aggregators' sub-communicator (``MPI_Comm_split``), the only ranks that open the
   file;
 * :func:`duplicate`: a private copy of a communicator (``MPI_Comm_dup``) for the restart exchange's
@@ -31,6 +33,18 @@ def node_leader(comm) -> int:
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     try:
         return local.bcast(comm.Get_rank(), root=0)
+    finally:
+        local.Free()
+
+
+def members_on_host(comm, member: bool) -> int:
+    """Collective over ``comm``: how many ranks of ``comm`` on this rank's host (``MPI_COMM_TYPE_SHARED``, the
+    machine's memory and caches, whatever nodes a test emulates) have ``member`` true."""
+    from ckptio.coord.mpi import MPI
+
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    try:
+        return int(local.allreduce(int(bool(member)), op=MPI.SUM))
     finally:
         local.Free()
 

@@ -93,6 +93,8 @@ def verify_parallel(path: str | os.PathLike, comm, aggregators: int | None = Non
     with coord.collective_section():
         restart = Restart(path, comm, lambda: resolve_options(size, None, aggregators, None), True)
         try:
+            # the scans on one host share its caches: each reads smaller windows (verify_scan.check_rows)
+            sharing = coord.members_on_host(comm, comm.Get_rank() in restart.aggregators)
             if not restart.verify:  # the same on every rank (from rank 0's document)
                 raise UnknownFormatError(f"{path}: not a ckptio checkpoint (a plain file has no checksums to "
                                          "verify)")
@@ -103,7 +105,7 @@ def verify_parallel(path: str | os.PathLike, comm, aggregators: int | None = Non
                     return verify_scan.Result([], {})
                 restart.check_identity()
                 result = _scan_rows(restart.backend, path, restart.meta, restart.table,
-                                    readpipe.threads_allowed(), ranges)
+                                    readpipe.threads_allowed(), ranges, sharing)
                 restart.check_identity()  # what was read is what rank 0 described
                 return result
 
@@ -117,14 +119,14 @@ def verify_parallel(path: str | os.PathLike, comm, aggregators: int | None = Non
 
 
 def _scan_rows(backend: Backend, path: str, meta: CheckpointDocument | Mapping[str, Any], table: Any, threaded: bool,
-               ranges: bool) -> verify_scan.Result:
+               ranges: bool, sharing: int = 1) -> verify_scan.Result:
     """Local: the rows through large reads of the file where the backend's serial reader says its extents are the
     file's own bytes (``file_bytes``: every format ckptio ships), else one extent at a time through that reader."""
     variables = variables_of(meta)
     reader = backend.serial_extents(path, meta)
     try:
         if getattr(reader, "file_bytes", False):
-            return verify_scan.check_rows(path, variables, table, reader, threaded, ranges)
+            return verify_scan.check_rows(path, variables, table, reader, threaded, ranges, sharing)
         return verify_scan.check_with_reader(reader, variables, table, ranges)
     finally:
         reader.close()

@@ -7,6 +7,7 @@ then:
 ``write``    nothing more (``WINDOW`` is the compression then: ``""`` for none, e.g. ``zstd+shuffle``);
 ``corrupt``  verifies it (``CLEAN`` problems and ranges), rank 0 flips one byte in two blocks, verifies again
              (``CORRUPT``); rank 0 also verifies serially (``SERIAL``, ``ckptio.verify.verify_checkpoint``);
+             ``SHARING``: the ``sharing`` each of this rank's parallel scans got (``verify_scan.check_rows``);
 ``fail``     rank 1's own verification raises OSError (its read fails): every rank must raise, none may hang.
 
 Every rank prints ``RESULT {json}`` (``corrupt``) or ``RAISED <rank> <class> <message>`` (``fail``). ``WINDOW``:
@@ -86,6 +87,14 @@ def main() -> None:
         except Exception as exc:
             print("RAISED", r, type(exc).__name__, str(exc).replace("\n", " "), flush=True)
         return
+    sharing: list[int] = []  # what each scan of this rank was told about the scans beside it on its host
+    check_rows = verify_scan.check_rows
+
+    def recording(*args, **kw):
+        sharing.append(kw.get("sharing", args[6] if len(args) > 6 else 1))
+        return check_rows(*args, **kw)
+
+    verify_scan.check_rows = recording
     out = {"rank": r, "size": comm.Get_size(), "clean": as_json(verify.verify_parallel(path, comm, ranges=True))}
     comm.Barrier()
     if r == 0:
@@ -94,6 +103,7 @@ def main() -> None:
     checked = verify.verify_parallel(path, comm, ranges=True)
     out["corrupt"] = as_json(checked)
     out["aggregators"] = checked.aggregators
+    out["sharing"] = list(sharing)  # (rank 0's serial verification below is not one of them)
     if r == 0:
         b = detect_backend(path)
         out["serial"] = as_json(verify.verify_checkpoint(b, path, b.read_document(path), ranges=True))
