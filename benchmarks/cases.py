@@ -451,7 +451,7 @@ def ckptio_case(backend: str, compression: str | None = None, mode: str = "sync"
     note = {"mpiio": "native format, ckptio's own write aggregators (pwritev of stripe-aligned domains); "
                      "two-phase aggregated restart",
             "hdf5": "parallel HDF5 file, collective H5Dwrite per variable; restart reads raw extents",
-            "pnetcdf": "CDF-5 file, iput_var + wait_all; restart reads raw extents"}[backend]
+            "pnetcdf": "CDF-5 file, iput_var + one wait_all per group of variables; restart reads raw extents"}[backend]
     if compression:
         note += f"; per-block {compression} (bandwidth counts the uncompressed bytes)"
     if mode == "async":
