@@ -13,7 +13,9 @@ written there one after the other (a round buffer's bytes, or the caller's own a
   :meth:`sync`;
 * :class:`MpiRangeWriter` (``CKPTIO_WRITE_IO=mpiio``): the file opened by the aggregators' sub-communicator
   (``MPI_File_open``, collective over it), each run one independent ``MPI_File_write_at`` with an hindexed
-  memory type over its arrays (no packing); for file systems reached only through an MPI-IO driver.
+  memory type over its arrays (no packing); for file systems reached only through an MPI-IO driver. Its calls
+  are cut and followed by write-back starts as the POSIX writer's, where the path opens (a local or mounted
+  file system).
 
 Which ranks call what: opening, ``sync`` and ``close`` of an :class:`MpiRangeWriter` are collective over the
 aggregators' communicator; everything else is local to one aggregator.
@@ -35,8 +37,7 @@ from ckptio.coord.datatypes import buffers_type
 
 _MAX_IOV = 512  # arrays per pwritev call (well under IOV_MAX, 1024 on Linux)
 _MAX_CALL = 1 << 30  # bytes per call (Linux moves at most 0x7ffff000 per call; MPI counts are C ints)
-_PAGE = 4096
-_MIN_WRITEBACK = 64 << 10  # CKPTIO_WRITEBACK_BYTES below this is raised to it (a call per page would crawl)
+_PAGE = writeback.PAGE
 
 
 def joined(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -72,11 +73,13 @@ class PosixRangeWriter:
     def __init__(self, path: str, writeback_bytes: int = 0):
         self.path = path
         self.fd: int | None = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
-        self.writeback_bytes = (min(max(writeback_bytes, _MIN_WRITEBACK), _MAX_CALL) // _PAGE * _PAGE
-                                if writeback_bytes and writeback.AVAILABLE else 0)
-        self.writebacks = 0  # write-backs started (sync_file_range calls that succeeded)
-        self._span: tuple[int, int] | None = None  # first byte and end of what was written since the last start
-        self._pending = 0  # bytes written since the last start
+        self.writeback_bytes = writeback.every_bytes(writeback_bytes, _MAX_CALL)
+        self._spans = writeback.Spans(self.writeback_bytes)
+
+    @property
+    def writebacks(self) -> int:
+        """Write-backs started (``sync_file_range`` calls that succeeded)."""
+        return self._spans.started
 
     def write(self, runs: Sequence[Run]) -> int:
         """Local: every run's arrays at its file offset; the number of ``pwritev`` calls. CheckpointIOError
@@ -107,7 +110,7 @@ class PosixRangeWriter:
             calls += 1
             if put == 0:
                 raise _space_error(self.path, OSError(errno.ENOSPC, "short write"), total - done, offset + done)
-            self._written(offset + done, put)
+            self._spans.written(self.fd, offset + done, put)
             done += put
             while put:
                 left = len(views[k]) - skip
@@ -117,23 +120,6 @@ class PosixRangeWriter:
                 else:
                     skip, put = skip + put, 0
         return calls
-
-    def _written(self, offset: int, nbytes: int) -> None:
-        """Local: ``nbytes`` at ``offset`` are in the page cache; once ``writeback_bytes`` are, start their
-        write-back (the span from the first to the last byte written since the last start: one call, whatever
-        the runs; pages of it already under write-back are left as they are). Never raises: an error of the
-        write-back itself reaches the ``fsync`` of :meth:`sync`, which reports it."""
-        if not self.writeback_bytes:
-            return
-        lo, end = (offset, offset + nbytes) if self._span is None else (min(self._span[0], offset),
-                                                                        max(self._span[1], offset + nbytes))
-        self._span, self._pending = (lo, end), self._pending + nbytes
-        if self._pending >= self.writeback_bytes:
-            # whole pages only: a page this writer wrote part of may still get its other part (another run)
-            first, stop = -(-lo // _PAGE) * _PAGE, end // _PAGE * _PAGE
-            if stop > first:
-                self.writebacks += writeback.start(self.fd, first, stop - first)
-            self._span, self._pending = None, 0
 
     def sync(self) -> None:
         """Local: this aggregator's writes are durable (``fsync``)."""
@@ -160,12 +146,14 @@ class PosixRangeWriter:
 
 class MpiRangeWriter:
     """The aggregators' MPI-IO file: opened collectively by their sub-communicator (``comm``), written with one
-    independent ``MPI_File_write_at`` per run (memory described by an hindexed type: no packing)."""
+    independent ``MPI_File_write_at`` per run (memory described by an hindexed type: no packing), in calls of at
+    most ``writeback_bytes`` ending on page boundaries when it is set; after each such amount the aggregator
+    starts the write-back of the whole pages it wrote, as :class:`PosixRangeWriter` does, through a read-only
+    descriptor of its own (where the path cannot be opened, an MPI-IO driver's own file system: none)."""
 
     independent = False  # MPI calls: made in the engine's calling thread
-    writebacks = 0  # the MPI-IO library decides when its writes reach the storage
 
-    def __init__(self, path: str, comm, info):
+    def __init__(self, path: str, comm, info, writeback_bytes: int = 0):
         from ckptio.coord.mpi import MPI
 
         self.path = path
@@ -175,6 +163,20 @@ class MpiRangeWriter:
             self.fh = MPI.File.Open(comm, path, MPI.MODE_CREATE | MPI.MODE_WRONLY, own)
         finally:
             own.Free()
+        self._fd: int | None = None
+        every = writeback.every_bytes(writeback_bytes, _MAX_CALL)
+        if every:
+            try:
+                self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except OSError:
+                every = 0
+        self._call = every or _MAX_CALL
+        self._spans = writeback.Spans(every)
+
+    @property
+    def writebacks(self) -> int:
+        """Write-backs started (``sync_file_range`` calls that succeeded)."""
+        return self._spans.started
 
     def write(self, runs: Sequence[Run]) -> int:
         """Local: each run with ``MPI_File_write_at`` (pieces of at most 1 GiB: C int counts); the number of calls.
@@ -183,7 +185,7 @@ class MpiRangeWriter:
 
         calls = 0
         for offset, arrays in runs:
-            for at, chunk in _chunks(int(offset), joined(arrays)):
+            for at, chunk in _chunks(int(offset), joined(arrays), self._call):
                 n = sum(a.nbytes for a in chunk)
                 status = MPI.Status()
                 try:
@@ -202,6 +204,8 @@ class MpiRangeWriter:
                 if status.Get_count(MPI.BYTE) != n:
                     raise CheckpointIOError(f"{self.path}: MPI-IO wrote {status.Get_count(MPI.BYTE):,} of {n:,} "
                                             f"bytes at offset {at:,} (file system full?)")
+                if self._fd is not None:
+                    self._spans.written(self._fd, at, n)
         return calls
 
     def sync(self) -> None:
@@ -219,6 +223,9 @@ class MpiRangeWriter:
 
     def close(self) -> None:
         """Collective over the aggregators."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
         fh, self.fh = self.fh, None
         if fh is not None:
             fh.Close()
@@ -230,12 +237,13 @@ class MpiRangeWriter:
             pass
 
 
-def _chunks(offset: int, arrays: list[np.ndarray]) -> list[tuple[int, list[np.ndarray]]]:
-    """The arrays of one run regrouped into consecutive chunks of at most ``_MAX_CALL`` bytes (an array split
-    where a chunk ends), each with its file offset. Local."""
+def _chunks(offset: int, arrays: list[np.ndarray], call: int = _MAX_CALL) -> list[tuple[int, list[np.ndarray]]]:
+    """The arrays of one run regrouped into consecutive chunks of at most ``call`` bytes (whole pages) that end on
+    page boundaries of the file (an array split where a chunk ends), each with its file offset. Local."""
     out: list[tuple[int, list[np.ndarray]]] = []
     current: list[np.ndarray] = []
-    room, at = _MAX_CALL, offset
+    at = offset
+    room = call - at % _PAGE
     for a in arrays:
         while a.nbytes:
             take = a[:room]
@@ -244,8 +252,8 @@ def _chunks(offset: int, arrays: list[np.ndarray]) -> list[tuple[int, list[np.nd
             a = a[take.nbytes:]
             if not room:
                 out.append((at, current))
-                at += _MAX_CALL
-                current, room = [], _MAX_CALL
+                at += sum(c.nbytes for c in current)
+                current, room = [], call - at % _PAGE
     if current:
         out.append((at, current))
     return out
@@ -253,10 +261,10 @@ def _chunks(offset: int, arrays: list[np.ndarray]) -> list[tuple[int, list[np.nd
 
 def open_range_writer(io: str, path: str, comm, info, writeback_bytes: int = 0
                       ) -> PosixRangeWriter | MpiRangeWriter:
-    """The range writer ``io`` selects (``"posix"``: local, starting the write-back every ``writeback_bytes``;
-    ``"mpiio"``: collective over ``comm``, the aggregators)."""
+    """The range writer ``io`` selects (``"posix"``: local; ``"mpiio"``: collective over ``comm``, the
+    aggregators), each starting the write-back every ``writeback_bytes``."""
     if io == "posix":
         return PosixRangeWriter(path, writeback_bytes)
     if io == "mpiio":
-        return MpiRangeWriter(path, comm, info)
+        return MpiRangeWriter(path, comm, info, writeback_bytes)
     raise ValueError(f"unknown byte-range I/O {io!r} (expected posix or mpiio)")

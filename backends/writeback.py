@@ -6,8 +6,9 @@ writer copies its next bytes into the page cache, and the final ``fsync`` waits 
 scheduling hint and changes no guarantee: a failure of it is not raised (the ``fsync`` reports any error of the
 writes), and where there is no such call (another system) nothing starts early.
 
-* :class:`ckptio.backends.rangeio.PosixRangeWriter` starts the whole pages it wrote, every
-  ``CKPTIO_WRITEBACK_BYTES``;
+* :class:`ckptio.backends.rangeio.PosixRangeWriter` and :class:`~ckptio.backends.rangeio.MpiRangeWriter` (the
+  native format's write aggregators) start the whole pages they wrote, every ``CKPTIO_WRITEBACK_BYTES``
+  (:class:`Spans`);
 * :class:`FileWriteback`: for files a format library writes (HDF5, PnetCDF: their own MPI-IO handles), the
   engine starts the write-back of the whole file on each rank that writes it after each of the library's data
   steps (:mod:`ckptio.engine.write`), through a read-only descriptor of its own.
@@ -23,6 +24,8 @@ import sys
 from collections.abc import Callable
 
 _SYNC_FILE_RANGE_WRITE = 2  # <linux/fs.h>: start write-out of the range's dirty pages, do not wait for it
+PAGE = 4096
+MIN_BYTES = 64 << 10  # CKPTIO_WRITEBACK_BYTES below this is raised to it (a call per page would crawl)
 
 
 def _libc_sync_file_range() -> Callable[[int, int, int, int], int] | None:
@@ -46,6 +49,42 @@ def start(fd: int, offset: int, nbytes: int) -> bool:
     """Local: start the write-back of ``nbytes`` at ``offset`` of ``fd`` (``nbytes`` 0: to the end of the file);
     whether it was started (False where there is no such call, or it failed: the ``fsync`` will say why)."""
     return AVAILABLE and _sync_file_range(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE) == 0
+
+
+def every_bytes(setting: int, largest: int) -> int:
+    """The bytes between two write-back starts for the setting ``CKPTIO_WRITEBACK_BYTES`` (0: none, and none
+    where the system has no ``sync_file_range``): at least :data:`MIN_BYTES`, at most ``largest`` (a writer's
+    largest call), whole pages."""
+    if not setting or not AVAILABLE:
+        return 0
+    return min(max(setting, MIN_BYTES), largest) // PAGE * PAGE
+
+
+class Spans:
+    """What one writer wrote since it last started the write-back, started in whole pages once ``every`` bytes
+    (:func:`every_bytes`; 0: never) are written: the span from the first to the last byte written since the last
+    start, one call whatever the runs (pages of it already under write-back are left as they are). Local."""
+
+    def __init__(self, every: int):
+        self.every = every
+        self.started = 0  # write-backs started (sync_file_range calls that succeeded)
+        self._span: tuple[int, int] | None = None
+        self._pending = 0
+
+    def written(self, fd: int, offset: int, nbytes: int) -> None:
+        """``nbytes`` at ``offset`` of ``fd``'s file are in the page cache. Never raises: an error of the
+        write-back itself reaches the writer's ``fsync``, which reports it."""
+        if not self.every:
+            return
+        lo, end = (offset, offset + nbytes) if self._span is None else (min(self._span[0], offset),
+                                                                        max(self._span[1], offset + nbytes))
+        self._span, self._pending = (lo, end), self._pending + nbytes
+        if self._pending >= self.every:
+            # whole pages only: a page this writer wrote part of may still get its other part (another run)
+            first, stop = -(-lo // PAGE) * PAGE, end // PAGE * PAGE
+            if stop > first:
+                self.started += start(fd, first, stop - first)
+            self._span, self._pending = None, 0
 
 
 class FileWriteback:

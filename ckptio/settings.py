@@ -113,10 +113,11 @@ TABLE: dict[str, Setting] = {s.name: s for s in (
     Setting("CKPTIO_WRITE_BUFFER_BYTES", "", _optional_size, True,
             "write buffer per aggregator and round (a size: 64M, 1G, ...; default 64 MiB), two per aggregator"),
     Setting("CKPTIO_WRITEBACK_BYTES", "4M", lambda text: _size(text, allow_zero=True), True,
-            "a native checkpoint's write aggregator (CKPTIO_WRITE_IO=posix) starts the write-back of what it wrote "
-            "every this many bytes (sync_file_range; a smaller value than 64K is taken as 64K), an HDF5 or PnetCDF "
-            "checkpoint's ranks that of the whole file after each library step, so the disk works while the rest "
-            "is copied; 0: only the final fsync (ckptio.backends.writeback)"),
+            "a native checkpoint's write aggregator (CKPTIO_WRITE_IO posix or mpiio) starts the write-back of what "
+            "it wrote every this many bytes (sync_file_range; a smaller value than 64K is taken as 64K), an HDF5 or "
+            "PnetCDF checkpoint's ranks that of the whole file after each library step (PnetCDF: each group of "
+            "variables of this many bytes), so the disk works while the rest is copied; 0: only the final fsync "
+            "(ckptio.backends.writeback)"),
     Setting("CKPTIO_WRITE_THREAD", "1", _choice("0", "1"), True,
             "1: a write aggregator writes round k in a helper thread while round k+1 is exchanged; 0: no thread"),
     Setting("CKPTIO_HINTS", "", _verbatim, True, "MPI-IO hints 'key=value;key=value' (see ckptio.coord.hints)"),

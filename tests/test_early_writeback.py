@@ -48,46 +48,59 @@ PIECES = 12
 PAGES = PIECES * PIECE // 4096
 
 
-def dirty_after_writing(path: Path, writeback_bytes: int) -> tuple[int, int, int]:
-    """Write ``PIECES`` runs of 2.5 MiB at scattered offsets (FLASH-IO's pieces, holes between) through a
-    PosixRangeWriter, without its sync: (pages dirty right after, pages of the file in the cache, write-backs
+def range_writer(io: str, path: Path, writeback_bytes: int) -> rangeio.PosixRangeWriter | rangeio.MpiRangeWriter:
+    """The native format's byte-range writer ``io`` of one process (``mpiio``: over MPI.COMM_SELF)."""
+    from mpi4py import MPI
+
+    return rangeio.open_range_writer(io, str(path), MPI.COMM_SELF, None, writeback_bytes)
+
+
+def dirty_after_writing(path: Path, writeback_bytes: int, io: str = "posix") -> tuple[int, int, int]:
+    """Write ``PIECES`` runs of 2.5 MiB at scattered offsets (FLASH-IO's pieces, holes between) through the
+    range writer ``io``, without its sync: (pages dirty right after, pages of the file in the cache, write-backs
     started)."""
     path.write_bytes(b"")
-    writer = rangeio.PosixRangeWriter(str(path), writeback_bytes)
+    writer = range_writer(io, path, writeback_bytes)
+    fd = os.open(path, os.O_RDONLY)
     try:
         data = np.full(PIECE, 7, np.uint8)
         runs = [(k * 2 * PIECE, [data]) for k in range(PIECES)]
         writer.write(runs)
-        stat = cachestat(writer.fd)
+        stat = cachestat(fd)
         return stat.dirty, stat.cache, writer.writebacks
     finally:
+        os.close(fd)
         writer.sync()
         writer.close()
 
 
-def test_written_pages_are_under_write_back_before_the_sync(tmp_path):
+@pytest.mark.parametrize("io", ["posix", "mpiio"])
+def test_written_pages_are_under_write_back_before_the_sync(tmp_path, io):
     unstarted = (4 << 20) // 4096 + 2  # at most the last 4 MiB and a partial page at each end of the span
-    dirty_off, _, started_off = dirty_after_writing(tmp_path / "fsync_only", 0)
+    dirty_off, _, started_off = dirty_after_writing(tmp_path / "fsync_only", 0, io)
     assert started_off == 0
     if dirty_off == 0:  # tmpfs (a common /tmp): no write-back at all
         pytest.skip(f"{tmp_path}: the file system keeps no dirty pages (tmpfs?): nothing to start early")
     # (the kernel's flusher may have taken some pages by itself under memory pressure; not most of them)
     assert dirty_off > unstarted, f"without early write-back only {dirty_off} of {PAGES} pages are dirty"
-    dirty, cached, started = dirty_after_writing(tmp_path / "early", 4 << 20)
+    dirty, cached, started = dirty_after_writing(tmp_path / "early", 4 << 20, io)
     assert cached >= PAGES // 2, (cached, PAGES)  # (the file's pages are in the cache: the figures mean something)
     assert started >= PIECES * PIECE // (4 << 20) - 1, started  # one per 4 MiB written
     assert dirty <= unstarted, f"{dirty} of {PAGES} pages still dirty: the write-back was not started"
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("io", ["posix", "mpiio"])
 @pytest.mark.parametrize("setting,started", [("64K", True), ("0", False)])
-def test_the_document_counts_the_write_backs_the_aggregators_started(tmp_path, setting, started):
-    """CKPTIO_WRITEBACK_BYTES reaches every aggregator's writer (4 ranks, each writes its own region), the
-    statistics record how many write-backs started, and the checkpoint restarts bit-identically."""
+def test_the_document_counts_the_write_backs_the_aggregators_started(tmp_path, setting, started, io):
+    """CKPTIO_WRITEBACK_BYTES reaches every aggregator's writer (4 ranks, each writes its own region; both
+    CKPTIO_WRITE_IO writers), the statistics record how many write-backs started, and the checkpoint restarts
+    bit-identically."""
     path = tmp_path / "chk_000001"
-    out = run_mpi(4, [PROGRAM, "write", str(path)], timeout=300, env={"CKPTIO_WRITEBACK_BYTES": setting}).stdout
+    out = run_mpi(4, [PROGRAM, "write", str(path)], timeout=300,
+                  env={"CKPTIO_WRITEBACK_BYTES": setting, "CKPTIO_WRITE_IO": io}).stdout
     agg = json.loads(next(line[5:] for line in out.splitlines() if line.startswith("JSON ")))["aggregation"]
-    assert agg["io"] == "posix" and len(agg["aggregators"]) == 4, agg
+    assert agg["io"] == io and len(agg["aggregators"]) == 4, agg
     if started:  # ranks 0, 2 and 3 write 96-224 KiB each (rank 1 no rows): at least one start each
         assert agg["writebacks"] >= 3, agg
     else:
@@ -96,8 +109,9 @@ def test_the_document_counts_the_write_backs_the_aggregators_started(tmp_path, s
         assert f"READ OK {m}" in run_mpi(m, [PROGRAM, "read", str(path)], timeout=300).stdout
 
 
+@pytest.mark.parametrize("io", ["posix", "mpiio"])
 @pytest.mark.parametrize("writeback", [0, 64 << 10, 4 << 20])
-def test_every_byte_lands_where_it_belongs_whatever_the_calls(tmp_path, writeback):
+def test_every_byte_lands_where_it_belongs_whatever_the_calls(tmp_path, writeback, io):
     """Calls capped at ``writeback`` bytes and cut on page boundaries of the file: runs at odd offsets, views
     larger than a call, many small views, strided copies; the file holds exactly what was written."""
     rng = np.random.default_rng(7)
@@ -114,7 +128,7 @@ def test_every_byte_lands_where_it_belongs_whatever_the_calls(tmp_path, writebac
             expected[at:at + a.nbytes] = a
             at += a.nbytes
         at += 4097  # a hole, so the next run starts off a page boundary
-    writer = rangeio.PosixRangeWriter(str(path), writeback)
+    writer = range_writer(io, path, writeback)
     try:
         calls = writer.write(runs)
         writer.sync()
