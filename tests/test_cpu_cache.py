@@ -44,6 +44,19 @@ def test_the_last_level_is_the_highest_data_or_unified_cache(tmp_path):
     assert cpu_cache.last_level_bytes(str(tmp_path / "absent")) is None
 
 
+def test_processes_on_different_last_level_caches_are_told_apart(tmp_path):
+    """The id of the cache (``id``; else the first CPU of ``shared_cpu_list``): verify_parallel counts the scans
+    that share one, not every scan of a host with several sockets or core complexes."""
+    one = fake_sysfs(tmp_path / "ccx1", EPYC)
+    (Path(one) / "index3" / "id").write_text("1\n")
+    assert cpu_cache.last_level_id(one) == 1
+    other = fake_sysfs(tmp_path / "ccx2", EPYC)
+    (Path(other) / "index3" / "shared_cpu_list").write_text("8-15,72-79\n")
+    assert cpu_cache.last_level_id(other) == 8  # (no id file: the first CPU sharing it)
+    assert cpu_cache.last_level_id(fake_sysfs(tmp_path / "none", EPYC)) == 0  # neither: 0
+    assert cpu_cache.last_level_id(str(tmp_path / "absent")) == 0
+
+
 def test_a_window_is_what_leaves_half_the_cache_free_within_bounds(tmp_path):
     epyc = fake_sysfs(tmp_path / "epyc", EPYC)
     bounds = {"default": 8 * MiB, "lowest": 2 * MiB, "highest": 32 * MiB}

@@ -47,11 +47,33 @@ def test_the_groups_are_the_same_on_every_rank_whatever_it_owns():
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("setting,steps", [("64K", 6), ("0", 0)])
-def test_ranks_that_own_nothing_of_a_group_still_write_every_step_and_restart(tmp_path, setting, steps):
+@pytest.mark.parametrize("setting,started,steps", [("64K", 6, 6), ("1K", 6, 6), ("0", 0, 1)])
+def test_ranks_that_own_nothing_of_a_group_still_write_every_step_and_restart(tmp_path, setting, started, steps):
+    """3 ranks, six 512 KiB variables each owned by two of them, ten small ones: a step per large variable (the
+    small ones with the last; a setting under 64 KiB is taken as 64 KiB, as for the native writers, so 1K does
+    not make a collective step per small variable); 0: one wait_all, no write-back started."""
     path = tmp_path / "chk_000001"
     out = run_mpi(3, [PROGRAM, "write", str(path)], timeout=300, env={"CKPTIO_WRITEBACK_BYTES": setting}).stdout
     counted = sorted(line.split()[1:] for line in out.splitlines() if line.startswith("STEPS "))
-    assert counted == [[str(r), str(steps)] for r in range(3)], out  # 6 variables of 512 KiB: 6 groups
+    assert counted == [[str(r), str(started), str(steps)] for r in range(3)], out
     for m in (2, 4):
         assert f"READ OK {m}" in run_mpi(m, [PROGRAM, "read", str(path)], timeout=300).stdout
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("step", [0, 2, 5])
+def test_a_failure_in_any_group_fails_every_rank_and_restores_the_arrays(tmp_path, step):
+    """Rank 1's wait_all of group ``step`` (of 6; it owns nothing of group 2, where the error is an exception as
+    pnetcdf-python raises, elsewhere a failed request's status) fails: every rank raises, none
+    hangs in a later group's wait_all, the arrays PnetCDF byte-swapped in place hold their own bytes again, the
+    temporary file is gone and the next checkpoint at the same path writes and restarts."""
+    path = tmp_path / "chk_000001"
+    out = run_mpi(3, [PROGRAM, "fail", str(path), str(step)], timeout=300,
+                  env={"CKPTIO_WRITEBACK_BYTES": "64K"}).stdout
+    raised = [line.split()[1:3] for line in out.splitlines() if line.startswith("RAISED ")]
+    assert sorted(r for r, _ in raised) == ["0", "1", "2"] and "NOT RAISED" not in out, out
+    assert all("Error" in cls for _, cls in raised), raised
+    for r in range(3):
+        assert f"RESTORED {r}" in out and f"NEXT OK {r}" in out, out
+    assert "LEFT" not in out, out
+    assert list(tmp_path.iterdir()) == [path], list(tmp_path.iterdir())

@@ -170,6 +170,17 @@ def test_parallel_verification_names_every_damaged_block_on_every_rank(tmp_path,
 
 
 @pytest.mark.mpi
+def test_only_the_aggregators_count_as_scans_sharing_the_host(tmp_path):
+    """3 ranks on this host, one verifying aggregator: it scans with the whole window (sharing 1), the others not
+    at all; with every rank an aggregator each was told 3 (above)."""
+    proc = run_mpi(3, [str(PROGRAM), "one-aggregator", str(tmp_path / "chk"), "mpiio"], timeout=240)
+    got = sorted(_results(proc.stdout, "SHARING"), key=lambda x: x["rank"])
+    assert [g["aggregators"] for g in got] == [1, 1, 1] and all(g["problems"] == 0 for g in got), proc.stdout
+    assert sorted(len(g["sharing"]) for g in got) == [0, 0, 1], got
+    assert [s for g in got for s in g["sharing"]] == [1], got
+
+
+@pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [2, 3])
 def test_a_rank_whose_verification_fails_makes_every_rank_fail_without_hanging(tmp_path, nprocs):
     proc = run_mpi(nprocs, [str(PROGRAM), "fail", str(tmp_path / "chk"), "mpiio"], timeout=240)

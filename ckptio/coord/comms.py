@@ -5,8 +5,8 @@ match them, and never keeps a derived communicator past the object that needs it
 
 * :func:`node_leader`: which ranks share a node (``MPI_COMM_TYPE_SHARED``), for the aggregator choice and the
   stages of node-local staging;
-* :func:`members_on_host`: how many ranks of a role share this rank's host (its CPU caches: a verification's
-  read windows);
+* :func:`members_on_host`: how many ranks of a role share this rank's host, or one of its CPU caches (a
+  verification's read windows);
 * :func:`subset`: the restart aggregators' sub-communicator (``MPI_Comm_split``), the only ranks that open the
   file;
 * :func:`duplicate`: a private copy of a communicator (``MPI_Comm_dup``) for the restart exchange's
@@ -37,16 +37,18 @@ def node_leader(comm) -> int:
         local.Free()
 
 
-def members_on_host(comm, member: bool) -> int:
+def members_on_host(comm, member: bool, group: int = 0) -> int:
     """Collective over ``comm``: how many ranks of ``comm`` on this rank's host (``MPI_COMM_TYPE_SHARED``, the
-    machine's memory and caches, whatever nodes a test emulates) have ``member`` true."""
+    machine's memory and caches, whatever nodes a test emulates) and in its ``group`` there (e.g. the CPU cache
+    it uses) have ``member`` true. Each rank receives one pair per rank of its host, never per rank of ``comm``."""
     from ckptio.coord.mpi import MPI
 
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     try:
-        return int(local.allreduce(int(bool(member)), op=MPI.SUM))
+        pairs = local.allgather((int(group), bool(member)))
     finally:
         local.Free()
+    return sum(1 for g, m in pairs if m and g == int(group))
 
 
 def subset(comm, member: bool) -> Any | None:

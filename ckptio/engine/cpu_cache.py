@@ -21,13 +21,35 @@ def last_level_bytes(sysfs: str | None = None) -> int | None:
     """Bytes of the largest data (or unified) cache level of a CPU this process may run on, as Linux describes
     it under ``sysfs`` (default: the first CPU of this process's affinity); None where it does not say (not
     Linux, a container without sysfs)."""
+    found = _last_level(sysfs)
+    return None if found is None else found[1]
+
+
+def last_level_id(sysfs: str | None = None) -> int:
+    """Which last-level cache that CPU uses (its ``id``; else the first CPU sharing it): processes bound to
+    different sockets or core complexes of one host get different ids, processes that may run anywhere the id
+    of the first CPU's; 0 where sysfs does not say."""
+    found = _last_level(sysfs)
+    if found is None:
+        return 0
+    directory = found[0]
+    for name, parse in (("id", int), ("shared_cpu_list", lambda text: int(text.split(",")[0].split("-")[0]))):
+        try:
+            return parse(_read(directory, "", name))
+        except (OSError, ValueError):
+            continue
+    return 0
+
+
+def _last_level(sysfs: str | None) -> tuple[str, int] | None:
+    """(directory, bytes) of the last-level data or unified cache under ``sysfs``, None where unknown."""
     if sysfs is None:
         try:
             cpu = min(os.sched_getaffinity(0))
         except (AttributeError, OSError, ValueError):
             cpu = 0
         sysfs = SYSFS.format(cpu=cpu)
-    best: tuple[int, int] | None = None
+    best: tuple[int, str, int] | None = None
     try:
         entries = os.listdir(sysfs)
     except OSError:
@@ -42,8 +64,8 @@ def last_level_bytes(sysfs: str | None = None) -> int | None:
         except (OSError, ValueError):
             continue
         if kind in ("Data", "Unified") and size > 0 and (best is None or level > best[0]):
-            best = (level, size)
-    return None if best is None else best[1]
+            best = (level, os.path.join(sysfs, entry), size)
+    return None if best is None else (best[1], best[2])
 
 
 def window_bytes(buffers: int, default: int, lowest: int, highest: int, sysfs: str | None = None) -> int:

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ckptio.engine import verify_scan
+from ckptio.engine import cpu_cache, verify_scan
 from ckptio.errors import UnknownFormatError
 from ckptio.model.document import CheckpointDocument, variables_of
 from ckptio.model.plan import Extent
@@ -93,8 +93,9 @@ def verify_parallel(path: str | os.PathLike, comm, aggregators: int | None = Non
     with coord.collective_section():
         restart = Restart(path, comm, lambda: resolve_options(size, None, aggregators, None), True)
         try:
-            # the scans on one host share its caches: each reads smaller windows (verify_scan.check_rows)
-            sharing = coord.members_on_host(comm, comm.Get_rank() in restart.aggregators)
+            # the scans that share a last-level cache each read smaller windows (verify_scan.check_rows)
+            sharing = coord.members_on_host(comm, comm.Get_rank() in restart.aggregators,
+                                            cpu_cache.last_level_id())
             if not restart.verify:  # the same on every rank (from rank 0's document)
                 raise UnknownFormatError(f"{path}: not a ckptio checkpoint (a plain file has no checksums to "
                                          "verify)")

@@ -8,7 +8,8 @@ then:
 ``corrupt``  verifies it (``CLEAN`` problems and ranges), rank 0 flips one byte in two blocks, verifies again
              (``CORRUPT``); rank 0 also verifies serially (``SERIAL``, ``ckptio.verify.verify_checkpoint``);
              ``SHARING``: the ``sharing`` each of this rank's parallel scans got (``verify_scan.check_rows``);
-``fail``     rank 1's own verification raises OSError (its read fails): every rank must raise, none may hang.
+``fail``     rank 1's own verification raises OSError (its read fails): every rank must raise, none may hang;
+``one-aggregator``  verifies with one aggregator (``SHARING``: each rank's scans' ``sharing``).
 
 Every rank prints ``RESULT {json}`` (``corrupt``) or ``RAISED <rank> <class> <message>`` (``fail``). ``WINDOW``:
 bytes per read of the verification (default: the module's), to force many windows.
@@ -95,6 +96,11 @@ def main() -> None:
         return check_rows(*args, **kw)
 
     verify_scan.check_rows = recording
+    if case == "one-aggregator":
+        checked = verify.verify_parallel(path, comm, aggregators=1)
+        print("SHARING", json.dumps({"rank": r, "sharing": sharing, "aggregators": checked.aggregators,
+                                     "problems": len(checked.problems)}), flush=True)
+        return
     out = {"rank": r, "size": comm.Get_size(), "clean": as_json(verify.verify_parallel(path, comm, ranges=True))}
     comm.Barrier()
     if r == 0:
