@@ -19,6 +19,7 @@ Everything here is local to one process.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import sys
 from collections.abc import Callable
@@ -85,6 +86,28 @@ class Spans:
             if stop > first:
                 self.started += start(fd, first, stop - first)
             self._span, self._pending = None, 0
+
+
+def fsync_file(path: str) -> bool:
+    """Local: make what this node's page cache holds of ``path`` durable with an ``fsync`` of a read-only
+    descriptor of its own, whoever wrote it (a format library's MPI-IO handle): no collective inside, so a
+    write error that reached some ranks only cannot leave the others waiting in the library's ``MPI_File_sync``
+    (Open MPI's OMPIO returns from it on the failing rank before its barrier). False where the path does not open
+    as a file (a file system only an MPI-IO driver reaches) or the system refuses ``fsync`` on such a descriptor:
+    the caller then syncs through the library. Raises OSError where the ``fsync`` reports a failed write."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno in (errno.EBADF, errno.EINVAL, errno.EROFS):
+            return False
+        raise
+    finally:
+        os.close(fd)
+    return True
 
 
 class FileWriteback:

@@ -77,3 +77,18 @@ def test_a_failure_in_any_group_fails_every_rank_and_restores_the_arrays(tmp_pat
         assert f"RESTORED {r}" in out and f"NEXT OK {r}" in out, out
     assert "LEFT" not in out, out
     assert list(tmp_path.iterdir()) == [path], list(tmp_path.iterdir())
+
+
+@pytest.mark.mpi
+def test_a_write_error_on_one_rank_only_fails_every_rank_without_a_hang(tmp_path):
+    """Rank 1 may not write past 256 KiB of a file (RLIMIT_FSIZE): Open MPI's OMPIO logs the failed pwritev and
+    reports nothing to PnetCDF's wait_all, and its MPI_File_sync failed on rank 1 alone while the other ranks
+    waited in it (found by an outside trial: the job hung). The data is now synced with each rank's own fsync
+    (engine.write._sync_data) and what did not land is found by the planning rank, for every rank alike."""
+    path = tmp_path / "chk_000001"
+    proc = run_mpi(3, [PROGRAM, "limit", str(path)], timeout=180, check=False)
+    raised = [line.split(" ", 3) for line in proc.stdout.splitlines() if line.startswith("RAISED ")]
+    assert sorted(r[1] for r in raised) == ["0", "1", "2"] and "NOT RAISED" not in proc.stdout, \
+        proc.stdout + proc.stderr
+    assert all("lost writes" in r[3] or "File too large" in r[3] for r in raised), raised
+    assert list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())  # the temporary file is gone

@@ -4,18 +4,21 @@ own nothing of some groups.
 
     mpirun -n N python pnetcdf_groups.py write PATH     (CKPTIO_WRITEBACK_BYTES from the environment)
     mpirun -n N python pnetcdf_groups.py fail PATH K    (rank 1's K-th data wait_all fails, K from 0)
+    mpirun -n N python pnetcdf_groups.py limit PATH     (rank 1 may write no file past 256 KiB: RLIMIT_FSIZE)
     mpirun -n M python pnetcdf_groups.py read PATH
 
-``write``: six 2-D float64 variables of 64 rows x 1024 (512 KiB each): ``big0`` .. ``big5``; rank r owns the rows
-of ``bigK`` only when (K + r) % 3 != 0 (so with 3 ranks each rank sits out two of them, and with 64 KiB groups
-some groups hold nothing of a rank), cut evenly among the owners, the last owner's part a strided view; ten small
-int32 variables ``small0`` .. ``small9`` (64 per rank, contiguous: 768 bytes each on 3 ranks); a scalar ``step``
-on rank 0. Every rank prints ``STEPS <rank> <write-backs started> <data wait_all steps>``. ``fail``: the same
-write, where rank 1's K-th data ``wait_all`` reports a failed request in its status array (or, where rank 1 posted
-nothing in that group, raises as pnetcdf-python does); every rank prints ``RAISED <rank> <class>``, then
-``RESTORED <rank>`` once its arrays hold their own bytes again (PnetCDF swaps them in place while it writes), and
-``NEXT OK <rank>`` after a checkpoint at the same path wrote and restarted. ``read``: every rank restarts its share
-of every variable and checks each value; rank 0 prints ``READ OK <M>``.
+``write``: six 2-D float64 variables of 64 rows x 1024 (512 KiB each): ``big0`` .. ``big5``; rank r owns the rows of
+``bigK`` only when (K + r) % 3 != 0 (so with 3 ranks each rank sits out two of them, and with 64 KiB groups some
+groups hold nothing of a rank), cut evenly among the owners, the last owner's part a strided view; ten small int32
+variables ``small0`` .. ``small9`` (64 per rank, contiguous: 768 bytes each on 3 ranks); a scalar ``step`` on rank
+0. Every rank prints ``STEPS <rank> <write-backs started> <data wait_all steps>``. ``fail``: the same write, where
+rank 1's K-th data ``wait_all`` reports a failed request in its status array (or, where rank 1 posted nothing in
+that group, raises as pnetcdf-python does); every rank prints ``RAISED <rank> <class>``, then ``RESTORED <rank>``
+once its arrays hold their own bytes again (PnetCDF swaps them in place while it writes), and ``NEXT OK <rank>``
+after a checkpoint at the same path wrote and restarted. ``limit``: the same write, with rank 1 unable to write past
+256 KiB of any file (a write error on one client only: the MPI-IO library reports it on that rank alone, or not at
+all); every rank prints ``RAISED <rank> <class> <message>`` or ``NOT RAISED``. ``read``: every rank restarts its
+share of every variable and checks each value; rank 0 prints ``READ OK <M>``.
 """
 
 from __future__ import annotations
@@ -162,8 +165,22 @@ def read(path: str, comm, quiet: bool = False) -> None:
         print("READ OK", m, flush=True)
 
 
+def limited(path: str, comm) -> None:
+    import resource
+
+    if comm.Get_rank() == 1:  # (Python ignores SIGXFSZ: the write fails with EFBIG instead)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, 256 << 10))
+    try:
+        checkpoint(path, comm, arrays_of(comm.Get_rank(), comm.Get_size()))
+        print("NOT RAISED", comm.Get_rank(), flush=True)
+    except ckptio.CheckpointError as exc:
+        print("RAISED", comm.Get_rank(), type(exc).__name__, str(exc).replace("\n", " ")[:400], flush=True)
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "fail":
+    if sys.argv[1] == "limit":
+        limited(sys.argv[2], MPI.COMM_WORLD)
+    elif sys.argv[1] == "fail":
         write(sys.argv[2], MPI.COMM_WORLD, int(sys.argv[3]))
     else:
         {"write": write, "read": read}[sys.argv[1]](sys.argv[2], MPI.COMM_WORLD)
