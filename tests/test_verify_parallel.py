@@ -213,3 +213,13 @@ def test_python_m_ckptio_verify_under_mpirun_prints_what_inspect_prints(tmp_path
     assert doc["verified_on"] == {"ranks": 2, "aggregators": 2}
     missing = subprocess.run([*run, str(tmp_path / "nothing")], capture_output=True, text=True, env=env, timeout=240)
     assert missing.returncode == 2 and "no such file" in missing.stdout
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "2.5", "many"])
+def test_a_bad_aggregator_count_is_a_usage_error(tmp_path, value):
+    """Not a file status ("unreadable: ... aggregators=0 must be a positive integer", found by an outside trial):
+    argparse's usage error, exit 2, before any file is opened."""
+    bad = subprocess.run([sys.executable, "-m", "ckptio.verify", f"--aggregators={value}", str(tmp_path / "x")],
+                         capture_output=True, text=True, env=mpi_env(), timeout=120)
+    assert bad.returncode == 2 and "must be a positive integer" in bad.stderr, bad.stdout + bad.stderr
+    assert bad.stdout == "", bad.stdout

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from ckptio.errors import CheckpointError, CorruptCheckpointError, IncompleteCheckpointError
 from ckptio.model.inspection import InspectReport
+from ckptio.model.units import argparse_count
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -27,7 +28,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                                             "aggregator reads and checks its own file domains.")
     p.add_argument("path", nargs="+", help="one or more checkpoint files")
     p.add_argument("--json", action="store_true", help="print one JSON document (a list for several paths)")
-    p.add_argument("--aggregators", type=int, default=None,
+    p.add_argument("--aggregators", type=argparse_count("--aggregators"), default=None,
                    help="ranks that read (default: as a restart chooses them, at most the file's stripe count)")
     return p.parse_args(argv)
 
