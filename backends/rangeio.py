@@ -163,13 +163,10 @@ class MpiRangeWriter:
             self.fh = MPI.File.Open(comm, path, MPI.MODE_CREATE | MPI.MODE_WRONLY, own)
         finally:
             own.Free()
-        self._fd: int | None = None
         every = writeback.every_bytes(writeback_bytes, _MAX_CALL)
-        if every:
-            try:
-                self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            except OSError:
-                every = 0
+        self._fd = writeback.open_quietly(path) if every else None
+        if self._fd is None:
+            every = 0
         self._call = every or _MAX_CALL
         self._spans = writeback.Spans(every)
 

@@ -52,6 +52,16 @@ def start(fd: int, offset: int, nbytes: int) -> bool:
     return AVAILABLE and _sync_file_range(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE) == 0
 
 
+def open_quietly(path: str) -> int | None:
+    """Local: a read-only descriptor of ``path`` of this process's own (for the write-back and the ``fsync`` of a
+    file another handle writes), or None where the path does not open as a file (a file system only an MPI-IO
+    driver reaches): then nothing is started early, and nothing raised."""
+    try:
+        return os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+
+
 def every_bytes(setting: int, largest: int) -> int:
     """The bytes between two write-back starts for the setting ``CKPTIO_WRITEBACK_BYTES`` (0: none, and none
     where the system has no ``sync_file_range``): at least :data:`MIN_BYTES`, at most ``largest`` (a writer's
@@ -95,9 +105,8 @@ def fsync_file(path: str) -> bool:
     (Open MPI's OMPIO returns from it on the failing rank before its barrier). False where the path does not open
     as a file (a file system only an MPI-IO driver reaches) or the system refuses ``fsync`` on such a descriptor:
     the caller then syncs through the library. Raises OSError where the ``fsync`` reports a failed write."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
+    fd = open_quietly(path)
+    if fd is None:
         return False
     try:
         os.fsync(fd)
@@ -126,9 +135,8 @@ class FileWriteback:
         if not self.enabled:
             return
         if self._fd is None:
-            try:
-                self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            except OSError:
+            self._fd = open_quietly(self.path)
+            if self._fd is None:
                 self.enabled = False
                 return
         self.started += start(self._fd, 0, 0)
