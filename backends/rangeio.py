@@ -4,18 +4,25 @@ written there one after the other (a round buffer's bytes, or the caller's own a
 
 * :class:`PosixRangeWriter` (``CKPTIO_WRITE_IO=posix``, the default): ``pwritev`` on the aggregator's own file
   descriptor, no MPI: ``independent``, so the engine writes round k in a helper thread while round k+1 is
-  exchanged. Its calls write at most ``CKPTIO_WRITEBACK_BYTES`` (4 MiB; at least 64 KiB) each, ending on page
-  boundaries, and after each such amount it starts the write-back of the whole pages written
+  exchanged. Its calls write at most :data:`CALL_BYTES` (1 MiB) each, ending on page boundaries of the file, and
+  after each ``CKPTIO_WRITEBACK_BYTES`` (4 MiB; at least 64 KiB) it starts the write-back of the whole pages written
   (:mod:`ckptio.backends.writeback`: ``sync_file_range``, Linux; nothing elsewhere): the final ``fsync`` waits for the
   tail only, where it would otherwise start writing the whole domain after the last copy into the page cache
   (FLASH-IO's checkpoint shape on 4 ranks of a 2-core VM, ext4: 157 -> 111 ms per checkpoint, 2 GiB 2.39 ->
   1.49 s; benchmarks/README.md). It changes no guarantee: durability still comes from the ``fsync`` of
-  :meth:`sync`;
+  :meth:`sync`. Why 1 MiB calls: Linux sizes the page-cache folios a buffered write allocates by the write's
+  length (large folios: XFS, and ext4 since 6.16), so a call over a whole aligned 2 MiB range asks for a 2 MiB
+  folio. That order is the one a VM's free page reporting (virtio-balloon) hands back to the host, and the one
+  a fragmented node must compact for: on this project's VM (kernel 6.18, ext4, page_reporting_order 9) 4 MiB
+  calls made 14-17 of 100 FLASH-IO-shaped checkpoints take 0.2-0.7 s instead of 0.05 s, all of it CPU inside
+  ``pwritev``, and 1 MiB calls none. Plain ``pwritev`` of one shared file, without ckptio, splits alike: 4 MiB
+  and 2 MiB calls 7-9 slow rounds of 100, 1 MiB and 1.5 MiB calls none. A call costs microseconds; the file
+  systems' own requests (Lustre RPCs, block layer requests) are built from the dirty pages, not from the calls;
 * :class:`MpiRangeWriter` (``CKPTIO_WRITE_IO=mpiio``): the file opened by the aggregators' sub-communicator
   (``MPI_File_open``, collective over it), each run one independent ``MPI_File_write_at`` with an hindexed
-  memory type over its arrays (no packing); for file systems reached only through an MPI-IO driver. Its calls
-  are cut and followed by write-back starts as the POSIX writer's, where the path opens (a local or mounted
-  file system).
+  memory type over its arrays (no packing); for file systems reached only through an MPI-IO driver. Where the
+  path opens (a local or mounted file system, whose pages the kernel's page cache holds) its calls are cut and
+  followed by write-back starts as the POSIX writer's; elsewhere a call writes up to 1 GiB.
 
 Which ranks call what: opening, ``sync`` and ``close`` of an :class:`MpiRangeWriter` are collective over the
 aggregators' communicator; everything else is local to one aggregator.
@@ -37,6 +44,7 @@ from ckptio.coord.datatypes import buffers_type
 
 _MAX_IOV = 512  # arrays per pwritev call (well under IOV_MAX, 1024 on Linux)
 _MAX_CALL = 1 << 30  # bytes per call (Linux moves at most 0x7ffff000 per call; MPI counts are C ints)
+CALL_BYTES = 1 << 20  # bytes per write call: the page cache's folios for it stay below 2 MiB (module docstring)
 _PAGE = writeback.PAGE
 
 
@@ -75,6 +83,7 @@ class PosixRangeWriter:
         self.fd: int | None = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
         self.writeback_bytes = writeback.every_bytes(writeback_bytes, _MAX_CALL)
         self._spans = writeback.Spans(self.writeback_bytes)
+        self.call_bytes = CALL_BYTES
 
     @property
     def writebacks(self) -> int:
@@ -94,8 +103,7 @@ class PosixRangeWriter:
         total = sum(len(v) for v in views)
         calls, done, k, skip = 0, 0, 0, 0  # views[k][skip:] is the next memory to write
         while k < len(views):
-            # with early write-back, calls of at most writeback_bytes that end on a page boundary of the file
-            room = (self.writeback_bytes - (offset + done) % _PAGE) if self.writeback_bytes else _MAX_CALL
+            room = self.call_bytes - (offset + done) % _PAGE  # at most call_bytes, ending on a page boundary
             batch = []
             for v in views[k:k + _MAX_IOV]:
                 v = v[skip:] if not batch else v
@@ -167,7 +175,7 @@ class MpiRangeWriter:
         self._fd = writeback.open_quietly(path) if every else None
         if self._fd is None:
             every = 0
-        self._call = every or _MAX_CALL
+        self._call = CALL_BYTES if os.path.exists(path) else _MAX_CALL  # the kernel's page cache holds its pages
         self._spans = writeback.Spans(every)
 
     @property

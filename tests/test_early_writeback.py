@@ -111,9 +111,10 @@ def test_the_document_counts_the_write_backs_the_aggregators_started(tmp_path, s
 
 @pytest.mark.parametrize("io", ["posix", "mpiio"])
 @pytest.mark.parametrize("writeback", [0, 64 << 10, 4 << 20])
-def test_every_byte_lands_where_it_belongs_whatever_the_calls(tmp_path, writeback, io):
-    """Calls capped at ``writeback`` bytes and cut on page boundaries of the file: runs at odd offsets, views
-    larger than a call, many small views, strided copies; the file holds exactly what was written."""
+def test_every_byte_lands_where_it_belongs_whatever_the_calls(tmp_path, monkeypatch, writeback, io):
+    """Calls of at most ``rangeio.CALL_BYTES`` cut on page boundaries of the file, whatever the write-back
+    setting: runs at odd offsets, views larger than a call, many small views, strided copies; the file holds
+    exactly what was written, and the write-back is started every ``writeback`` bytes (0: never)."""
     rng = np.random.default_rng(7)
     path = tmp_path / "ranges"
     size = 32 << 20  # (more than the runs can take)
@@ -128,16 +129,37 @@ def test_every_byte_lands_where_it_belongs_whatever_the_calls(tmp_path, writebac
             expected[at:at + a.nbytes] = a
             at += a.nbytes
         at += 4097  # a hole, so the next run starts off a page boundary
+    run_ends = {off + sum(a.nbytes for a in arrays) for off, arrays in runs}
+    calls_seen: list[tuple[int, int, int]] = []
+    if io == "posix":  # every pwritev's (offset, bytes, iovecs), as the kernel gets them
+        real = os.pwritev
+
+        def recording(fd, buffers, offset, *flags):
+            put = real(fd, buffers, offset, *flags)
+            calls_seen.append((offset, sum(len(memoryview(b).cast("B")) for b in buffers), len(buffers)))
+            return put
+
+        monkeypatch.setattr(rangeio.os, "pwritev", recording)
     writer = range_writer(io, path, writeback)
     try:
         calls = writer.write(runs)
         writer.sync()
+        started = writer.writebacks
     finally:
         writer.close()
     got = np.fromfile(path, np.uint8)
     assert np.array_equal(got, expected[:got.size]) and got.size == at - 4097
-    if writeback:
-        assert calls >= sum(a.nbytes for _, arrays in runs for a in arrays) // writeback, calls
+    total = sum(a.nbytes for _, arrays in runs for a in arrays)
+    assert calls >= total // rangeio.CALL_BYTES, calls
+    for offset, nbytes, iovecs in calls_seen:  # a call ends on a page, at its run's end, or at the iovec limit
+        assert nbytes <= rangeio.CALL_BYTES, (offset, nbytes)
+        assert ((offset + nbytes) % rangeio._PAGE == 0 or offset + nbytes in run_ends
+                or iovecs == rangeio._MAX_IOV), (offset, nbytes, iovecs)
+    assert len(calls_seen) == (calls if io == "posix" else 0)
+    if writeback:  # at least one start per writeback bytes (a call of CALL_BYTES starts at most one)
+        assert started >= total // max(writeback, rangeio.CALL_BYTES) - len(runs), started
+    else:
+        assert started == 0
 
 
 def test_a_file_a_library_wrote_is_started_whole(tmp_path):
