@@ -13,11 +13,12 @@ written there one after the other (a round buffer's bytes, or the caller's own a
   :meth:`sync`. Why 1 MiB calls: Linux sizes the page-cache folios a buffered write allocates by the write's
   length (large folios: XFS, and ext4 since 6.16), so a call over a whole aligned 2 MiB range asks for a 2 MiB
   folio. That order is the one a VM's free page reporting (virtio-balloon) hands back to the host, and the one
-  a fragmented node must compact for: on this project's VM (kernel 6.18, ext4, page_reporting_order 9) 4 MiB
-  calls made 14-17 of 100 FLASH-IO-shaped checkpoints take 0.2-0.7 s instead of 0.05 s, all of it CPU inside
-  ``pwritev``, and 1 MiB calls none. Plain ``pwritev`` of one shared file, without ckptio, splits alike: 4 MiB
-  and 2 MiB calls 7-9 slow rounds of 100, 1 MiB and 1.5 MiB calls none. A call costs microseconds; the file
-  systems' own requests (Lustre RPCs, block layer requests) are built from the dirty pages, not from the calls;
+  a fragmented node must compact for (the likely mechanism; measured, not traced in the kernel): on this
+  project's VM (kernel 6.18, ext4, page_reporting_order 9) 4 MiB calls made 14-17 of 100 FLASH-IO-shaped
+  checkpoints take 0.2-0.7 s instead of 0.05 s, all of it CPU inside ``pwritev``, and 1 MiB calls none.
+  Plain ``pwritev`` of one shared file, without ckptio, splits alike: 4 MiB and 2 MiB calls 7-9 slow rounds of
+  100, 1 MiB and 1.5 MiB calls none. A call costs microseconds; the file systems' own requests (Lustre RPCs,
+  block layer requests) are built from the dirty pages, not from the calls;
 * :class:`MpiRangeWriter` (``CKPTIO_WRITE_IO=mpiio``): the file opened by the aggregators' sub-communicator
   (``MPI_File_open``, collective over it), each run one independent ``MPI_File_write_at`` with an hindexed
   memory type over its arrays (no packing); for file systems reached only through an MPI-IO driver. Where the
