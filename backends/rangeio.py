@@ -12,13 +12,15 @@ written there one after the other (a round buffer's bytes, or the caller's own a
   1.49 s; benchmarks/README.md). It changes no guarantee: durability still comes from the ``fsync`` of
   :meth:`sync`. Why 1 MiB calls: Linux sizes the page-cache folios a buffered write allocates by the write's
   length (large folios: XFS, and ext4 since 6.16), so a call over a whole aligned 2 MiB range asks for a 2 MiB
-  folio. That order is the one a VM's free page reporting (virtio-balloon) hands back to the host, and the one
-  a fragmented node must compact for (the likely mechanism; measured, not traced in the kernel): on this
-  project's VM (kernel 6.18, ext4, page_reporting_order 9) 4 MiB calls made 14-17 of 100 FLASH-IO-shaped
-  checkpoints take 0.2-0.7 s instead of 0.05 s, all of it CPU inside ``pwritev``, and 1 MiB calls none.
-  Plain ``pwritev`` of one shared file, without ckptio, splits alike: 4 MiB and 2 MiB calls 7-9 slow rounds of
-  100, 1 MiB and 1.5 MiB calls none. A call costs microseconds; the file systems' own requests (Lustre RPCs,
-  block layer requests) are built from the dirty pages, not from the calls;
+  folio. That order is the one a VM's free page reporting (virtio-balloon) hands back to the host
+  (the likely mechanism; inferred from measurements, not traced in the kernel, and measured on this project's
+  VM only: kernel 6.18, ext4, page_reporting_order 9). There, 4 MiB calls made 16 and 17 of 100 FLASH-IO-shaped
+  checkpoints (two launches, 2 ranks) take 0.2-0.7 s instead of 0.05 s, all of it CPU inside ``pwritev``; 1 MiB
+  calls none (two launches of 100). Plain ``pwritev`` into one shared file, without ckptio, split alike: 4 MiB
+  calls 8 and 7 slow rounds of 100, 2 MiB 7, 64 MiB 9; 1.5 MiB, 1 MiB (twice) and 256 KiB none. A ``pwritev``
+  costs a few microseconds here (not measured on Lustre or GPFS); the file systems' own requests (block layer
+  requests, Lustre RPCs) are built from the dirty pages, not from the calls. A ``CKPTIO_WRITEBACK_BYTES`` below
+  1 MiB makes the calls that small (:func:`call_bytes`);
 * :class:`MpiRangeWriter` (``CKPTIO_WRITE_IO=mpiio``): the file opened by the aggregators' sub-communicator
   (``MPI_File_open``, collective over it), each run one independent ``MPI_File_write_at`` with an hindexed
   memory type over its arrays (no packing); for file systems reached only through an MPI-IO driver. Where the
@@ -84,7 +86,7 @@ class PosixRangeWriter:
         self.fd: int | None = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
         self.writeback_bytes = writeback.every_bytes(writeback_bytes, _MAX_CALL)
         self._spans = writeback.Spans(self.writeback_bytes)
-        self.call_bytes = CALL_BYTES
+        self.call_bytes = call_bytes(self.writeback_bytes)
 
     @property
     def writebacks(self) -> int:
@@ -154,11 +156,12 @@ class PosixRangeWriter:
 
 
 class MpiRangeWriter:
-    """The aggregators' MPI-IO file: opened collectively by their sub-communicator (``comm``), written with one
-    independent ``MPI_File_write_at`` per run (memory described by an hindexed type: no packing), in calls of at
-    most ``writeback_bytes`` ending on page boundaries when it is set; after each such amount the aggregator
-    starts the write-back of the whole pages it wrote, as :class:`PosixRangeWriter` does, through a read-only
-    descriptor of its own (where the path cannot be opened, an MPI-IO driver's own file system: none)."""
+    """The aggregators' MPI-IO file: opened collectively by their sub-communicator (``comm``), written with
+    independent ``MPI_File_write_at`` calls (memory described by an hindexed type: no packing). Where the path
+    opens as a file of the kernel's, the calls are cut as :class:`PosixRangeWriter`'s (:func:`call_bytes`, ending on
+    page boundaries) and the aggregator starts the write-back of the whole pages it wrote every
+    ``writeback_bytes``, through a read-only descriptor of its own; where it does not (a file system only an
+    MPI-IO driver reaches), one call per run of up to 1 GiB and no write-back."""
 
     independent = False  # MPI calls: made in the engine's calling thread
 
@@ -172,11 +175,11 @@ class MpiRangeWriter:
             self.fh = MPI.File.Open(comm, path, MPI.MODE_CREATE | MPI.MODE_WRONLY, own)
         finally:
             own.Free()
-        every = writeback.every_bytes(writeback_bytes, _MAX_CALL)
-        self._fd = writeback.open_quietly(path) if every else None
-        if self._fd is None:
-            every = 0
-        self._call = CALL_BYTES if os.path.exists(path) else _MAX_CALL  # the kernel's page cache holds its pages
+        # a file the kernel opens (its page cache holds the pages): calls cut and write-back started as the POSIX
+        # writer's; else (a file system only the MPI-IO driver reaches) calls of up to 1 GiB and no write-back
+        self._fd = writeback.open_quietly(path)
+        every = writeback.every_bytes(writeback_bytes, _MAX_CALL) if self._fd is not None else 0
+        self._call = call_bytes(every) if self._fd is not None else _MAX_CALL
         self._spans = writeback.Spans(every)
 
     @property
@@ -185,7 +188,8 @@ class MpiRangeWriter:
         return self._spans.started
 
     def write(self, runs: Sequence[Run]) -> int:
-        """Local: each run with ``MPI_File_write_at`` (pieces of at most 1 GiB: C int counts); the number of calls.
+        """Local: each run with ``MPI_File_write_at`` in pieces (:func:`call_bytes`, or 1 GiB: C int counts, where
+        the path is not a kernel file); the number of calls.
         CheckpointIOError when the library wrote less than asked or failed."""
         from ckptio.coord.mpi import MPI
 
@@ -241,6 +245,12 @@ class MpiRangeWriter:
             self.close()
         except Exception:
             pass
+
+
+def call_bytes(writeback_every: int) -> int:
+    """The most bytes one write call of a kernel file takes: :data:`CALL_BYTES`, or the write-back interval where
+    that is smaller (a setting below 1 MiB keeps its meaning: a write-back started every that many bytes)."""
+    return min(CALL_BYTES, writeback_every) if writeback_every else CALL_BYTES
 
 
 def _chunks(offset: int, arrays: list[np.ndarray], call: int = _MAX_CALL) -> list[tuple[int, list[np.ndarray]]]:

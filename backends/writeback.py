@@ -7,8 +7,9 @@ scheduling hint and changes no guarantee: a failure of it is not raised (the ``f
 writes), and where there is no such call (another system) nothing starts early.
 
 * :class:`ckptio.backends.rangeio.PosixRangeWriter` and :class:`~ckptio.backends.rangeio.MpiRangeWriter` (the
-  native format's write aggregators) start the whole pages they wrote, every ``CKPTIO_WRITEBACK_BYTES``
-  (:class:`Spans`);
+  native format's write aggregators) start the whole pages they wrote once ``CKPTIO_WRITEBACK_BYTES`` are
+  written (:class:`Spans`; at the end of the call that reaches it: their calls take at most 1 MiB, or the
+  setting where it is smaller, :func:`ckptio.backends.rangeio.call_bytes`);
 * :class:`FileWriteback`: for files a format library writes (HDF5, PnetCDF: their own MPI-IO handles), the
   engine starts the write-back of the whole file on each rank that writes it after each of the library's data
   steps (:mod:`ckptio.engine.write`), through a read-only descriptor of its own.
@@ -64,8 +65,8 @@ def open_quietly(path: str) -> int | None:
 
 def every_bytes(setting: int, largest: int) -> int:
     """The bytes between two write-back starts for the setting ``CKPTIO_WRITEBACK_BYTES`` (0: none, and none
-    where the system has no ``sync_file_range``): at least :data:`MIN_BYTES`, at most ``largest`` (a writer's
-    largest call), whole pages."""
+    where the system has no ``sync_file_range``): at least :data:`MIN_BYTES`, at most ``largest`` (the most any
+    call of the writer can take), whole pages."""
     if not setting or not AVAILABLE:
         return 0
     return min(max(setting, MIN_BYTES), largest) // PAGE * PAGE

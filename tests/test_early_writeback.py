@@ -109,12 +109,31 @@ def test_the_document_counts_the_write_backs_the_aggregators_started(tmp_path, s
         assert f"READ OK {m}" in run_mpi(m, [PROGRAM, "read", str(path)], timeout=300).stdout
 
 
+class _RecordingFile:
+    """An MPI file handle that records each ``Write_at``'s (offset, bytes written); everything else passes."""
+
+    def __init__(self, fh, seen: list[tuple[int, int, int]]):
+        self._fh, self._seen = fh, seen
+
+    def Write_at(self, offset, buf, status):  # mpi4py's name
+        from mpi4py import MPI
+
+        self._fh.Write_at(offset, buf, status)
+        self._seen.append((int(offset), status.Get_count(MPI.BYTE), 0))
+
+    def __getattr__(self, name):
+        return getattr(self._fh, name)
+
+
 @pytest.mark.parametrize("io", ["posix", "mpiio"])
-@pytest.mark.parametrize("writeback", [0, 64 << 10, 4 << 20])
+@pytest.mark.parametrize("writeback", [0, 64 << 10, 1536 << 10, 4 << 20])
 def test_every_byte_lands_where_it_belongs_whatever_the_calls(tmp_path, monkeypatch, writeback, io):
-    """Calls of at most ``rangeio.CALL_BYTES`` cut on page boundaries of the file, whatever the write-back
-    setting: runs at odd offsets, views larger than a call, many small views, strided copies; the file holds
-    exactly what was written, and the write-back is started every ``writeback`` bytes (0: never)."""
+    """Calls of at most ``rangeio.call_bytes`` (1 MiB, or a smaller write-back setting) that end on page
+    boundaries of the file (or at a run's end, or at the iovec limit), whatever the write-back setting: runs at
+    odd offsets, views larger than a call, many small views; the file holds exactly what was written, and the
+    write-back is started in whole pages, at least once per setting plus one call (0: never)."""
+    from ckptio.backends import writeback as writeback_mod
+
     rng = np.random.default_rng(7)
     path = tmp_path / "ranges"
     size = 32 << 20  # (more than the runs can take)
@@ -130,8 +149,8 @@ def test_every_byte_lands_where_it_belongs_whatever_the_calls(tmp_path, monkeypa
             at += a.nbytes
         at += 4097  # a hole, so the next run starts off a page boundary
     run_ends = {off + sum(a.nbytes for a in arrays) for off, arrays in runs}
-    calls_seen: list[tuple[int, int, int]] = []
-    if io == "posix":  # every pwritev's (offset, bytes, iovecs), as the kernel gets them
+    calls_seen: list[tuple[int, int, int]] = []  # (offset, bytes, iovecs: 0 for MPI-IO) of every write call
+    if io == "posix":
         real = os.pwritev
 
         def recording(fd, buffers, offset, *flags):
@@ -140,7 +159,17 @@ def test_every_byte_lands_where_it_belongs_whatever_the_calls(tmp_path, monkeypa
             return put
 
         monkeypatch.setattr(rangeio.os, "pwritev", recording)
+    starts: list[tuple[int, int]] = []
+    real_start = writeback_mod.start
+
+    def recording_start(fd, offset, nbytes):
+        starts.append((offset, nbytes))
+        return real_start(fd, offset, nbytes)
+
+    monkeypatch.setattr(writeback_mod, "start", recording_start)
     writer = range_writer(io, path, writeback)
+    if io == "mpiio":
+        writer.fh = _RecordingFile(writer.fh, calls_seen)
     try:
         calls = writer.write(runs)
         writer.sync()
@@ -150,16 +179,21 @@ def test_every_byte_lands_where_it_belongs_whatever_the_calls(tmp_path, monkeypa
     got = np.fromfile(path, np.uint8)
     assert np.array_equal(got, expected[:got.size]) and got.size == at - 4097
     total = sum(a.nbytes for _, arrays in runs for a in arrays)
-    assert calls >= total // rangeio.CALL_BYTES, calls
+    every = writeback_mod.every_bytes(writeback, rangeio._MAX_CALL)
+    cap = rangeio.call_bytes(every)
+    assert cap == (min(every, 1 << 20) if every else 1 << 20)
+    assert len(calls_seen) == calls and sum(n for _, n, _ in calls_seen) == total
+    assert max(n for _, n, _ in calls_seen) == cap, "some call takes a whole cap (3 MiB arrays)"
     for offset, nbytes, iovecs in calls_seen:  # a call ends on a page, at its run's end, or at the iovec limit
-        assert nbytes <= rangeio.CALL_BYTES, (offset, nbytes)
+        assert 0 < nbytes <= cap, (offset, nbytes)
         assert ((offset + nbytes) % rangeio._PAGE == 0 or offset + nbytes in run_ends
                 or iovecs == rangeio._MAX_IOV), (offset, nbytes, iovecs)
-    assert len(calls_seen) == (calls if io == "posix" else 0)
-    if writeback:  # at least one start per writeback bytes (a call of CALL_BYTES starts at most one)
-        assert started >= total // max(writeback, rangeio.CALL_BYTES) - len(runs), started
-    else:
-        assert started == 0
+    assert started == len(starts)
+    if not writeback:
+        assert starts == []
+    elif writeback_mod.AVAILABLE:
+        assert all(o % rangeio._PAGE == 0 and n > 0 and n % rangeio._PAGE == 0 for o, n in starts), starts
+        assert started >= total // (every + cap), (started, total, every, cap)
 
 
 def test_a_file_a_library_wrote_is_started_whole(tmp_path):
