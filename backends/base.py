@@ -173,8 +173,8 @@ class CreateOptions:
     # why the format library must move the data with independent transfers (the engine's agreed answer,
     # ckptio.coord.hints.collective_write_hazard), None: collective transfers
     independent_because: str | None = None
-    # range_io "posix": the write aggregator starts the write-back of every this many bytes it wrote (0: none
-    # before the sync; ckptio.backends.rangeio.PosixRangeWriter)
+    # range_io "posix" or "mpiio": the write aggregator starts the write-back of every this many bytes it wrote
+    # (0: none before the sync; ckptio.backends.rangeio)
     writeback_bytes: int = 0
 
 

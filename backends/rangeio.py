@@ -1,6 +1,7 @@
 """Byte-range writers: how a write aggregator puts its file domain into the file, for ckptio's own collective
 buffering (:mod:`ckptio.engine.write_aggregate`). A *run* is a file offset and the contiguous byte arrays
-written there one after the other (a round buffer's bytes, or the caller's own arrays): one aligned write each.
+written there one after the other (a round buffer's bytes, or the caller's own arrays), written in calls of at
+most :func:`call_bytes` that end on page boundaries of the file.
 
 * :class:`PosixRangeWriter` (``CKPTIO_WRITE_IO=posix``, the default): ``pwritev`` on the aggregator's own file
   descriptor, no MPI: ``independent``, so the engine writes round k in a helper thread while round k+1 is
@@ -22,10 +23,10 @@ written there one after the other (a round buffer's bytes, or the caller's own a
   requests, Lustre RPCs) are built from the dirty pages, not from the calls. A ``CKPTIO_WRITEBACK_BYTES`` below
   1 MiB makes the calls that small (:func:`call_bytes`);
 * :class:`MpiRangeWriter` (``CKPTIO_WRITE_IO=mpiio``): the file opened by the aggregators' sub-communicator
-  (``MPI_File_open``, collective over it), each run one independent ``MPI_File_write_at`` with an hindexed
-  memory type over its arrays (no packing); for file systems reached only through an MPI-IO driver. Where the
-  path opens (a local or mounted file system, whose pages the kernel's page cache holds) its calls are cut and
-  followed by write-back starts as the POSIX writer's; elsewhere a call writes up to 1 GiB.
+  (``MPI_File_open``, collective over it), independent ``MPI_File_write_at`` calls with an hindexed memory type
+  over each call's arrays (no packing); for file systems reached only through an MPI-IO driver. Where the path
+  opens (a local or mounted file system, whose pages the kernel's page cache holds) its calls are cut and
+  followed by write-back starts as the POSIX writer's; elsewhere one call per run of up to 1 GiB, no write-back.
 
 Which ranks call what: opening, ``sync`` and ``close`` of an :class:`MpiRangeWriter` are collective over the
 aggregators' communicator; everything else is local to one aggregator.
@@ -232,13 +233,18 @@ class MpiRangeWriter:
             info.Free()
 
     def close(self) -> None:
-        """Collective over the aggregators."""
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
+        """Collective over the aggregators (the MPI file first: nothing local may keep a rank out of it)."""
         fh, self.fh = self.fh, None
-        if fh is not None:
-            fh.Close()
+        try:
+            if fh is not None:
+                fh.Close()
+        finally:
+            fd, self._fd = self._fd, None
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
     def abort(self) -> None:
         try:

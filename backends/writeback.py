@@ -65,8 +65,8 @@ def open_quietly(path: str) -> int | None:
 
 def every_bytes(setting: int, largest: int) -> int:
     """The bytes between two write-back starts for the setting ``CKPTIO_WRITEBACK_BYTES`` (0: none, and none
-    where the system has no ``sync_file_range``): at least :data:`MIN_BYTES`, at most ``largest`` (the most any
-    call of the writer can take), whole pages."""
+    where the system has no ``sync_file_range``): at least :data:`MIN_BYTES`, at most ``largest`` (the range
+    writers pass their 1 GiB limit), whole pages."""
     if not setting or not AVAILABLE:
         return 0
     return min(max(setting, MIN_BYTES), largest) // PAGE * PAGE

@@ -193,7 +193,31 @@ def test_every_byte_lands_where_it_belongs_whatever_the_calls(tmp_path, monkeypa
         assert starts == []
     elif writeback_mod.AVAILABLE:
         assert all(o % rangeio._PAGE == 0 and n > 0 and n % rangeio._PAGE == 0 for o, n in starts), starts
-        assert started >= total // (every + cap), (started, total, every, cap)
+        assert total // (every + cap) <= started <= total // every, (started, total, every, cap)
+
+
+def test_mpiio_on_a_file_the_kernel_cannot_open_writes_each_run_in_one_call(tmp_path, monkeypatch):
+    """A path only the MPI-IO driver reaches (here: the read-only open made to fail): no write-back, and each
+    run in one ``MPI_File_write_at`` (the page-cache reason for 1 MiB calls does not apply)."""
+    from ckptio.backends import writeback as writeback_mod
+
+    monkeypatch.setattr(writeback_mod, "open_quietly", lambda path: None)
+    path = tmp_path / "driver_only"
+    path.write_bytes(b"")
+    arrays = [np.full(3 << 20, 5, np.uint8), np.full(2 << 20, 6, np.uint8)]
+    runs = [(0, arrays[:1]), ((3 << 20) + 4096, arrays[1:])]
+    seen: list[tuple[int, int, int]] = []
+    writer = range_writer("mpiio", path, 4 << 20)
+    writer.fh = _RecordingFile(writer.fh, seen)
+    try:
+        calls = writer.write(runs)
+        writer.sync()
+    finally:
+        writer.close()
+    assert calls == 2 and [(o, n) for o, n, _ in seen] == [(0, 3 << 20), ((3 << 20) + 4096, 2 << 20)], seen
+    assert writer.writebacks == 0
+    got = np.fromfile(path, np.uint8)
+    assert (got[:3 << 20] == 5).all() and (got[(3 << 20) + 4096:] == 6).all() and got.size == (5 << 20) + 4096
 
 
 def test_a_file_a_library_wrote_is_started_whole(tmp_path):

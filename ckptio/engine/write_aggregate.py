@@ -11,7 +11,7 @@
                     (sparse exchange: O(peers) per rank, no P-sized array)
     round k: Isend its pieces of round k     ---->    Irecv into round buffer k % 2 (what others send: at most
              (zero-copy: datatypes over the            round_bytes); own pieces: no MPI, no round buffer
-              caller's arrays, strided views too)      write round k with large aligned writes (pwritev in a
+              caller's arrays, strided views too)      write round k, calls of <= 1 MiB (pwritev in a
                                                        helper thread while round k+1 is received; or
                                                        MPI_File_write_at in the calling thread)
     agree after every round: a failed write on one aggregator is the error of every rank at the next round
