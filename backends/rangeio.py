@@ -240,11 +240,7 @@ class MpiRangeWriter:
                 fh.Close()
         finally:
             fd, self._fd = self._fd, None
-            if fd is not None:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+            writeback.close_quietly(fd)
 
     def abort(self) -> None:
         try:

@@ -63,6 +63,16 @@ def open_quietly(path: str) -> int | None:
         return None
 
 
+def close_quietly(fd: int | None) -> None:
+    """Local: close a descriptor :func:`open_quietly` gave (None: nothing); an error closing it is not raised (it
+    was only read from, or only used to start write-backs and sync: the ``fsync`` reported any write error)."""
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
 def every_bytes(setting: int, largest: int) -> int:
     """The bytes between two write-back starts for the setting ``CKPTIO_WRITEBACK_BYTES`` (0: none, and none
     where the system has no ``sync_file_range``): at least :data:`MIN_BYTES`, at most ``largest`` (the range
@@ -144,8 +154,4 @@ class FileWriteback:
 
     def close(self) -> None:
         fd, self._fd = self._fd, None
-        if fd is not None:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        close_quietly(fd)
