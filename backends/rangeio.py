@@ -104,7 +104,6 @@ class PosixRangeWriter:
 
     def _pwritev(self, arrays: list[np.ndarray], offset: int) -> int:
         views = [memoryview(a).cast("B") for a in arrays if a.nbytes]
-        total = sum(len(v) for v in views)
         calls, done, k, skip = 0, 0, 0, 0  # views[k][skip:] is the next memory to write
         while k < len(views):
             room = self.call_bytes - (offset + done) % _PAGE  # at most call_bytes, ending on a page boundary
@@ -118,10 +117,11 @@ class PosixRangeWriter:
             try:
                 put = os.pwritev(self.fd, batch, offset + done)
             except OSError as exc:
-                raise _space_error(self.path, exc, total - done, offset + done) from None
+                raise _space_error(self.path, exc, sum(len(b) for b in batch), offset + done) from None
             calls += 1
             if put == 0:
-                raise _space_error(self.path, OSError(errno.ENOSPC, "short write"), total - done, offset + done)
+                raise _space_error(self.path, OSError(errno.ENOSPC, "short write"), sum(len(b) for b in batch),
+                                   offset + done)
             self._spans.written(self.fd, offset + done, put)
             done += put
             while put:
@@ -214,7 +214,8 @@ class MpiRangeWriter:
                 calls += 1
                 if status.Get_count(MPI.BYTE) != n:
                     raise CheckpointIOError(f"{self.path}: MPI-IO wrote {status.Get_count(MPI.BYTE):,} of {n:,} "
-                                            f"bytes at offset {at:,} (file system full?)")
+                                            f"bytes at offset {at:,} "
+                                            "(file system full, quota exceeded, or a file size limit: ulimit -f?)")
                 if self._fd is not None:
                     self._spans.written(self._fd, at, n)
         return calls

@@ -107,9 +107,10 @@ def reserve_space(path: str, ranges: Sequence[tuple[int, int]], what: str) -> bo
     fn = _fallocate_function() if ranges else None
     if fn is None:
         return not ranges
-    err = 0
+    err, grown = 0, 0
     fd = os.open(path, os.O_WRONLY)
     try:
+        blocks_before = os.fstat(fd).st_blocks
         for start, end in ranges:
             while fn(fd, 0, start, end - start) != 0:
                 err = ctypes.get_errno()
@@ -117,6 +118,7 @@ def reserve_space(path: str, ranges: Sequence[tuple[int, int]], what: str) -> bo
                     break
             else:
                 continue
+            grown = (os.fstat(fd).st_blocks - blocks_before) * 512  # what the failed call kept (ext4: some)
             break
     finally:
         os.close(fd)
@@ -128,8 +130,8 @@ def reserve_space(path: str, ranges: Sequence[tuple[int, int]], what: str) -> bo
     needed = sum(end - start for start, end in ranges)
     if err in (errno.ENOSPC, errno.EDQUOT):
         try:
-            st = os.statvfs(directory)
-            free = f"; {st.f_bavail * st.f_frsize:,} bytes are free there"
+            st = os.statvfs(directory)  # free before this reservation: what it took itself comes back with the file
+            free = f"; {st.f_bavail * st.f_frsize + max(grown, 0):,} bytes were free there"
         except OSError:
             free = ""
         raise CheckpointIOError(f"{path}: {os.strerror(err).lower()}: no space for {what} on the file system of "

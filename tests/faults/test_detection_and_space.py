@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import re
 
 import pytest
 from ckptio.backends import available_backends, detect_backend, get_backend
@@ -44,6 +45,13 @@ def test_reservation_fails_cleanly_on_a_full_file_system(tmp_path):
         assert str(path) in str(info.value)
         st = os.statvfs(fs)
         assert st.f_bavail * st.f_frsize > 512 << 10, "a failed reservation kept space"
+        # the first range fits, the second does not: the message gives what was free before this reservation,
+        # not what its own first range left
+        free_before = st.f_bavail * st.f_frsize
+        with pytest.raises(ckptio.CheckpointIOError) as info:
+            reserve_space(str(path), [(256 << 10, 768 << 10), (2 << 20, 6 << 20)], "its data")
+        said = int(re.search(r"([\d,]+) bytes were free there", str(info.value)).group(1).replace(",", ""))
+        assert abs(said - free_before) <= 64 << 10, (said, free_before, str(info.value))
         path.unlink()
 
 
