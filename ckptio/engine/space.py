@@ -118,7 +118,7 @@ def reserve_space(path: str, ranges: Sequence[tuple[int, int]], what: str) -> bo
                     break
             else:
                 continue
-            grown = (os.fstat(fd).st_blocks - blocks_before) * 512  # what the failed call kept (ext4: some)
+            grown = (os.fstat(fd).st_blocks - blocks_before) * 512  # taken so far: earlier ranges, part of this one
             break
     finally:
         os.close(fd)
