@@ -138,8 +138,8 @@ def test_never_more_is_kept_than_was_in_use_at_once(recycled):
 @pytest.mark.mpi
 def test_allocating_reads_reuse_dropped_outputs_and_return_the_right_values(tmp_path):
     """Under mpirun (3 ranks, shifted requests): a second allocating read of the same sizes is made in the first
-    one's memory (no fresh mapping, pages mapped before the read), and every value is right, also where the
-    recycled memory held another variable before."""
+    one's memory (no fresh mapping, pages mapped before the read), ``reader.stats`` counts both, and every value
+    is right, also where the recycled memory held another variable before."""
     proc = run_mpi(3, [str(PROGRAM), str(tmp_path / "chk")], timeout=300)
     lines = [json.loads(x.split(" ", 1)[1]) for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
     assert len(lines) == 3, proc.stdout + proc.stderr
@@ -149,3 +149,5 @@ def test_allocating_reads_reuse_dropped_outputs_and_return_the_right_values(tmp_
         assert r["second"]["fresh"] == 0 and r["second"]["reused"] >= 1, r  # nothing fresh the second time
         assert r["second"]["resident_before"] == 1.0, r
         assert r["second"]["addresses"] == r["first"]["addresses"], r
+        for read in ("first", "second"):  # what reader.stats says is what happened
+            assert r[read]["stats"] == {"fresh_outputs": r[read]["fresh"], "recycled_outputs": r[read]["reused"]}, r

@@ -72,6 +72,10 @@ class ReadStats:
     # ones are mostly the first touch of fresh memory (outputs a read allocates, buffers), major ones file pages
     page_faults: int = 0
     major_faults: int = 0
+    # outputs of at least restart_memory.MIN_BYTES this process allocated during the reads: in fresh memory (its
+    # first touch costs faults) or in memory recycled from dropped outputs (none)
+    fresh_outputs: int = 0
+    recycled_outputs: int = 0
     opened_file: bool = False
     host: str = ""  # where this rank runs (MPI_Get_processor_name)
     aggregator: bool = False  # whether this rank is a restart aggregator (one of reader.aggregators)
@@ -81,6 +85,7 @@ class ReadStats:
         return {"file_bytes": self.file_bytes, "file_calls": self.file_calls, "bytes_sent": self.bytes_sent,
                 "bytes_received": self.bytes_received, "rounds": self.rounds, "messages": self.messages,
                 "direct_bytes": self.direct_bytes, "page_faults": self.page_faults, "major_faults": self.major_faults,
+                "fresh_outputs": self.fresh_outputs, "recycled_outputs": self.recycled_outputs,
                 "seconds": dict(self.seconds), "opened_file": self.opened_file, "host": self.host,
                 "aggregator": self.aggregator, "read_ahead": self.read_ahead}
 
@@ -194,12 +199,15 @@ class Restart:
         round, reading round k+1 while round k is exchanged where the extent reader allows
         (:mod:`ckptio.engine.readpipe`)."""
         faults = resource.getrusage(resource.RUSAGE_SELF)
+        fresh, recycled = restart_memory.RECYCLED.fresh, restart_memory.RECYCLED.reused
         try:
             return self._read(check)
         finally:
             now = resource.getrusage(resource.RUSAGE_SELF)
             self.stats.page_faults += now.ru_minflt - faults.ru_minflt
             self.stats.major_faults += now.ru_majflt - faults.ru_majflt
+            self.stats.fresh_outputs += restart_memory.RECYCLED.fresh - fresh
+            self.stats.recycled_outputs += restart_memory.RECYCLED.reused - recycled
 
     def _read(self, check: Callable[[], tuple[list[Request], list[np.ndarray | None]]]) -> list[np.ndarray]:
         """Collective over ``comm``: :meth:`read` (page faults not counted)."""

@@ -3,7 +3,8 @@
 ``mpirun -n N python recycled_reads.py PATH``: every rank writes its rows of two float64 variables ``a`` and ``b``
 (each rank's share at least ``restart_memory.MIN_BYTES``), then reads a shifted range of ``a`` (allocating),
 drops it, and reads the same range of ``b``. Each rank prints ``RESULT {json}``: for each read, the outputs'
-addresses and how many mappings were fresh or reused, the fraction of the second outputs' pages mapped before the
+addresses and how many mappings were fresh or reused (by the pool's counters and by the reader's own
+``stats``), the fraction of the second outputs' pages mapped before the
 second read began (``mincore`` on the kept mappings), and whether every value read was right.
 """
 
@@ -62,10 +63,12 @@ def main() -> None:
             gc.collect()
             before = {"fresh": pool.fresh, "reused": pool.reused}
             resident = resident_of_kept() if key == "second" else None
+            stats_before = {k: ck.stats.to_json()[k] for k in ("fresh_outputs", "recycled_outputs")}
             arr = ck.read(name, (first, 0), (count, ROW))
             ok = ok and bool(np.array_equal(arr, values(name, first, first + count)))
+            stats = {k: v - stats_before[k] for k, v in ck.stats.to_json().items() if k in stats_before}
             out[key] = {"fresh": pool.fresh - before["fresh"], "reused": pool.reused - before["reused"],
-                        "addresses": [arr.ctypes.data], "resident_before": resident}
+                        "addresses": [arr.ctypes.data], "resident_before": resident, "stats": stats}
             del arr  # dropped: its mapping is kept for the next read
     out["values_ok"] = ok
     print("RESULT", json.dumps(out), flush=True)
