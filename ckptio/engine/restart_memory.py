@@ -20,7 +20,10 @@ each end of every output are 4 KiB pages (about 500 of the 550 faults of a 43 Mi
 1. an array of at least :data:`MIN_BYTES` is a view of its own private anonymous mapping, started on a 2 MiB
    boundary inside it and advised ``MADV_HUGEPAGE``: every page of it a huge page where the kernel has them;
 2. when the caller drops it (its last view), the mapping is kept, its pages mapped, and the next restart output
-   of a size it fits (at most twice its need) is made in it: no fault, no zeroing. Mappings kept longer than
+   of a size it fits (at most twice its need) is made in it: no fault, no zeroing. A kept mapping is advised
+   ``MADV_FREE``: under memory pressure the kernel may take its pages back as it takes clean page cache, so
+   memory merely kept for a next read is never pinned while the page cache and the simulation's own allocations
+   need it (a page taken comes back zeroed at its next touch). Mappings kept longer than
    ``CKPTIO_RECYCLE_SECONDS`` (default 60; 0: none kept) are unmapped by a helper thread (it makes no MPI call;
    none is started, and nothing is kept, where the MPI thread level is ``MPI_THREAD_SINGLE`` or
    ``CKPTIO_READ_THREAD=0``), and never more is kept than this process's restarts had in use at once.
@@ -127,7 +130,14 @@ class RecycledMemory:
         return _Mapping(mm, offset, size)
 
     def _give_back(self, found: _Mapping) -> None:
-        """The last view of an array over ``found`` went: keep the mapping for reuse, or unmap it."""
+        """The last view of an array over ``found`` went: keep the mapping for reuse, or unmap it.
+
+        A kept mapping is advised ``MADV_FREE`` first (before any other thread can take it): its pages stay
+        mapped, and a later output made in it is written without a fault, but the kernel may take them back
+        whenever memory runs short, as it takes clean page cache, instead of treating them as pinned. A page it
+        took comes back zeroed at its next touch, which a restart output never reads before the read writes it."""
+        if found.keep_for > 0:
+            _lazy_free(found)
         with self._lock:
             self._in_use_bytes -= found.size
             drop = [found]
@@ -187,6 +197,15 @@ class RecycledMemory:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._trimmer = None
+
+
+def _lazy_free(found: _Mapping) -> None:
+    """``MADV_FREE`` over ``found``'s usable pages (a kernel without it keeps them pinned, as before)."""
+    if hasattr(mmap, "MADV_FREE"):
+        try:
+            found.mm.madvise(mmap.MADV_FREE, found.offset, found.size)
+        except OSError:
+            pass
 
 
 def _retain_seconds() -> float:
