@@ -72,8 +72,10 @@ class ReadStats:
     # ones are mostly the first touch of fresh memory (outputs a read allocates, buffers), major ones file pages
     page_faults: int = 0
     major_faults: int = 0
-    # outputs of at least restart_memory.MIN_BYTES this process allocated during the reads: in fresh memory (its
-    # first touch costs faults) or in memory recycled from dropped outputs (none)
+    # outputs of at least restart_memory.MIN_BYTES this process allocated during the reads (like page_faults, the
+    # whole process's: a read in another thread meanwhile counts too): in fresh memory (its first touch costs
+    # faults) or in memory kept from dropped outputs (none, unless the kernel took pages of it back meanwhile:
+    # then page_faults shows them)
     fresh_outputs: int = 0
     recycled_outputs: int = 0
     opened_file: bool = False

@@ -21,9 +21,10 @@ each end of every output are 4 KiB pages (about 500 of the 550 faults of a 43 Mi
    boundary inside it and advised ``MADV_HUGEPAGE``: every page of it a huge page where the kernel has them;
 2. when the caller drops it (its last view), the mapping is kept, its pages mapped, and the next restart output
    of a size it fits (at most twice its need) is made in it: no fault, no zeroing. A kept mapping is advised
-   ``MADV_FREE``: under memory pressure the kernel may take its pages back as it takes clean page cache, so
-   memory merely kept for a next read is never pinned while the page cache and the simulation's own allocations
-   need it (a page taken comes back zeroed at its next touch). Mappings kept longer than
+   ``MADV_FREE`` (Linux 5.18 and later, see :func:`_lazy_free`): under memory pressure the kernel may take its
+   pages back, in LRU order with clean page cache, rather than having to leave them in place until the helper
+   thread unmaps them (a page taken comes back zeroed at its next touch, which then faults). They still count
+   as the process's resident memory until taken. Mappings kept longer than
    ``CKPTIO_RECYCLE_SECONDS`` (default 60; 0: none kept) are unmapped by a helper thread (it makes no MPI call;
    none is started, and nothing is kept, where the MPI thread level is ``MPI_THREAD_SINGLE`` or
    ``CKPTIO_READ_THREAD=0``), and never more is kept than this process's restarts had in use at once.
@@ -39,6 +40,7 @@ from __future__ import annotations
 import math
 import mmap
 import os
+import re
 import threading
 import time
 import weakref
@@ -132,10 +134,11 @@ class RecycledMemory:
     def _give_back(self, found: _Mapping) -> None:
         """The last view of an array over ``found`` went: keep the mapping for reuse, or unmap it.
 
-        A kept mapping is advised ``MADV_FREE`` first (before any other thread can take it): its pages stay
-        mapped, and a later output made in it is written without a fault, but the kernel may take them back
-        whenever memory runs short, as it takes clean page cache, instead of treating them as pinned. A page it
-        took comes back zeroed at its next touch, which a restart output never reads before the read writes it."""
+        A kept mapping is advised ``MADV_FREE`` first (:func:`_lazy_free`; before the kept list holds it, so no
+        other thread can have written an output into it yet): its pages stay mapped, and a later output made in
+        it is written without a fault where they are still there, but the kernel may take them back when memory
+        runs short, in LRU order with clean page cache. A page it took comes back zeroed at its next touch,
+        which a restart output never reads before the read writes it."""
         if found.keep_for > 0:
             _lazy_free(found)
         with self._lock:
@@ -200,12 +203,22 @@ class RecycledMemory:
 
 
 def _lazy_free(found: _Mapping) -> None:
-    """``MADV_FREE`` over ``found``'s usable pages (a kernel without it keeps them pinned, as before)."""
-    if hasattr(mmap, "MADV_FREE"):
+    """``MADV_FREE`` over ``found``'s usable pages, on Linux 5.18 and later only: before "mm: fix race between
+    MADV_FREE reclaim and blkdev direct IO read" (5.18) reclaim could discard a lazily freed page that was still
+    pinned for I/O, e.g. registered for RDMA by an MPI library's registration cache, which would then deliver a
+    next output's data into the old page. Elsewhere (and where the call fails) the pages stay as they are."""
+    if hasattr(mmap, "MADV_FREE") and _kernel_at_least(5, 18):
         try:
             found.mm.madvise(mmap.MADV_FREE, found.offset, found.size)
         except OSError:
             pass
+
+
+def _kernel_at_least(major: int, minor: int) -> bool:
+    """Whether this is Linux ``major.minor`` or later (``os.uname().release``, e.g. "6.18.0-foo")."""
+    uname = os.uname()
+    found = re.match(r"(\d+)\.(\d+)", uname.release)
+    return uname.sysname == "Linux" and found is not None and (int(found[1]), int(found[2])) >= (major, minor)
 
 
 def _retain_seconds() -> float:
