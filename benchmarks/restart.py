@@ -82,7 +82,8 @@ def run(world, contexts: dict[int, Context], reference: Case, repeats: int, log)
             label = f"{reference.label}: read of the same bytes" if key == "reference" else label
             case = files[readers[key][0]]
             out["readers"][str(r)][key] = ({"label": label, "status": "ok", "read_cold_seconds": [],
-                                            "read_hot_seconds": [], "resident_before_cold_read": []}
+                                            "read_hot_seconds": [], "resident_before_cold_read": [],
+                                            "resident_before_hot_read": []}
                                            if case.available else
                                            {"label": label, "status": "skipped", "reason": case.reason})
     try:
@@ -109,8 +110,10 @@ def run(world, contexts: dict[int, Context], reference: Case, repeats: int, log)
                 try:
                     one_read(world, ctx, files[file_key], read, prepare, entry, verify=rep == 0 and
                              file_key != "reference")
+                    resident = entry["resident_before_hot_read"][-1]
                     log(f"  [{rep + 1}/{repeats}] restart {world.Get_size()} -> {r}, {entry['label']}: cold "
-                        f"{entry['read_cold_seconds'][-1]:.2f} s, hot {entry['read_hot_seconds'][-1]:.2f} s")
+                        f"{entry['read_cold_seconds'][-1]:.2f} s, hot {entry['read_hot_seconds'][-1]:.2f} s" +
+                        ("" if resident >= 0.99 else f" (only {resident:.0%} of the file resident before it)"))
                 except BenchError as exc:
                     entry.update(status="failed", reason=str(exc))
                     log(f"  restart {world.Get_size()} -> {r}, {entry['label']}: FAILED {exc}")
@@ -186,6 +189,9 @@ def one_read(world, ctx: Context, file_case: Case, read, prepare, entry: dict[st
         collective(world, lambda got=arrays: _verify(ctx, got))
         entry["verified"] = True
     arrays = None
+    # a hot read is one of a resident file: on a host short of memory the cold read's pages may be gone again
+    entry["resident_before_hot_read"].append(world.bcast(resident_fraction(paths) if world.Get_rank() == 0
+                                                         else None, root=0))
     t_hot, (_, hinfo) = timed(world, lambda: read(ctx))
     entry["read_cold_seconds"].append(reported(world, t_cold, cinfo or {}, entry, "read_cold"))
     entry["read_hot_seconds"].append(reported(world, t_hot, hinfo or {}, entry, "read_hot"))
@@ -201,6 +207,8 @@ def _phases_and_faults(info: dict[str, Any]) -> dict[str, float]:
     stats = info.get("stats") or {}
     if "page_faults" in stats:
         phases["faults"] = float(stats["page_faults"])
+    if "fresh_outputs" in stats:  # outputs of 4 MiB and more made in fresh memory (not in kept memory)
+        phases["fresh_outputs"] = float(stats["fresh_outputs"])
     return phases
 
 
