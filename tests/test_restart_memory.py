@@ -12,6 +12,8 @@ import json
 import mmap
 import os
 import resource
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from ckptio.engine import restart_memory
 from ckptio.engine.restart_memory import HUGE_PAGE, MIN_BYTES, RecycledMemory
 
 PROGRAM = Path(__file__).resolve().parent / "programs" / "recycled_reads.py"
+UNDER_LIMIT = Path(__file__).resolve().parent / "programs" / "kept_memory_under_limit.py"
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
 
@@ -145,6 +148,58 @@ def test_kept_memory_is_lazily_freed_and_reused_without_faults(recycled):
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
     assert faults <= 2, faults  # (fresh or given back: 3,072 faults of 4 KiB pages, or 6 of huge ones)
     assert lazy_free_bytes(where) == 0 and float(b[0]) == 2.5 and float(b[-1]) == 2.5
+
+
+def memory_cgroup(limit: int) -> tuple[Path, Path] | None:
+    """A new memory cgroup limited to ``limit`` bytes: (its directory, the file a process joins it by), or None
+    where this process cannot make one (not root, no memory controller). cgroup v1 or v2."""
+    v1, v2 = Path("/sys/fs/cgroup/memory"), Path("/sys/fs/cgroup")
+    try:
+        if (v1 / "memory.limit_in_bytes").exists():
+            d = Path(unique_cgroup_path(v1))
+            d.mkdir()
+            (d / "memory.limit_in_bytes").write_text(str(limit))
+            return d, d / "cgroup.procs"
+        if "memory" in (v2 / "cgroup.subtree_control").read_text().split():
+            d = Path(unique_cgroup_path(v2))
+            d.mkdir()
+            (d / "memory.max").write_text(str(limit))
+            (d / "memory.swap.max").write_text("0")
+            return d, d / "cgroup.procs"
+    except OSError:
+        return None
+    return None
+
+
+def unique_cgroup_path(parent: Path) -> str:
+    """A cgroup path under ``parent`` no other test process uses."""
+    return str(parent / f"ckptio-test-{os.getpid()}-{time.monotonic_ns()}")
+
+
+@pytest.mark.skipif(not hasattr(mmap, "MADV_FREE") or not restart_memory._kernel_at_least(5, 18),
+                    reason="no MADV_FREE, or a kernel before 5.18, here")
+def test_kept_memory_gives_way_to_the_simulations_own_allocations_under_a_memory_limit():
+    """In a 400 MiB memory cgroup: a 200 MiB restart output is dropped (kept for a next read), then the
+    simulation allocates 250 MiB. Kept memory that stayed pinned would get the process killed (it did, before
+    the kept mappings were advised MADV_FREE); the kernel must take the kept pages back instead."""
+    made = memory_cgroup(400 << 20)
+    if made is None:
+        pytest.skip("cannot make a memory cgroup here (needs root and a memory controller)")
+    d, procs = made
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(UNDER_LIMIT)], capture_output=True, text=True, timeout=120,
+            env={k: v for k, v in os.environ.items() if k != "CKPTIO_READ_THREAD"} | {"CKPTIO_RECYCLE_SECONDS": "60"},
+            preexec_fn=lambda: procs.write_text(str(os.getpid())))
+    finally:
+        for _ in range(50):  # the cgroup goes once its (killed) process is gone
+            try:
+                d.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+    assert "KEPT 200" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "OK" in proc.stdout, (proc.returncode, proc.stdout, proc.stderr)
 
 
 def test_a_view_keeps_the_memory_and_its_contents(recycled):
