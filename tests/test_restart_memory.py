@@ -26,6 +26,8 @@ from ckptio.engine.restart_memory import HUGE_PAGE, MIN_BYTES, RecycledMemory
 
 PROGRAM = Path(__file__).resolve().parent / "programs" / "recycled_reads.py"
 UNDER_LIMIT = Path(__file__).resolve().parent / "programs" / "kept_memory_under_limit.py"
+needs_lazy_free = pytest.mark.skipif(not hasattr(mmap, "MADV_FREE") or not restart_memory._kernel_at_least(5, 18),
+                                     reason="no MADV_FREE, or a kernel before 5.18, here")
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
 
@@ -126,8 +128,7 @@ def test_lazy_freeing_only_on_kernels_with_the_pinned_page_fix(monkeypatch, sysn
     assert restart_memory._kernel_at_least(5, 18) is expected
 
 
-@pytest.mark.skipif(not hasattr(mmap, "MADV_FREE") or not restart_memory._kernel_at_least(5, 18),
-                    reason="no MADV_FREE, or a kernel before 5.18, here")
+@needs_lazy_free
 def test_kept_memory_is_lazily_freed_and_reused_without_faults(recycled):
     """A kept mapping stays mapped but is the kernel's to take under memory pressure (MADV_FREE), and the next
     output written into it takes it back without a page fault (x86-64 and arm64 set the dirty bit in hardware)."""
@@ -154,21 +155,25 @@ def memory_cgroup(limit: int) -> tuple[Path, Path] | None:
     """A new memory cgroup limited to ``limit`` bytes: (its directory, the file a process joins it by), or None
     where this process cannot make one (not root, no memory controller). cgroup v1 or v2."""
     v1, v2 = Path("/sys/fs/cgroup/memory"), Path("/sys/fs/cgroup")
+    if (v1 / "memory.limit_in_bytes").exists():
+        parent, limit_file = v1, "memory.limit_in_bytes"
+    elif (v2 / "cgroup.subtree_control").exists() and "memory" in (v2 / "cgroup.subtree_control").read_text().split():
+        parent, limit_file = v2, "memory.max"
+    else:
+        return None
+    d = Path(unique_cgroup_path(parent))
     try:
-        if (v1 / "memory.limit_in_bytes").exists():
-            d = Path(unique_cgroup_path(v1))
-            d.mkdir()
-            (d / "memory.limit_in_bytes").write_text(str(limit))
-            return d, d / "cgroup.procs"
-        if "memory" in (v2 / "cgroup.subtree_control").read_text().split():
-            d = Path(unique_cgroup_path(v2))
-            d.mkdir()
-            (d / "memory.max").write_text(str(limit))
-            (d / "memory.swap.max").write_text("0")
-            return d, d / "cgroup.procs"
+        d.mkdir()
     except OSError:
         return None
-    return None
+    try:
+        (d / limit_file).write_text(str(limit))
+    except OSError:
+        d.rmdir()
+        return None
+    if (d / "memory.swap.max").exists():  # v2 with swap accounting: no swap either, as on the test machines
+        (d / "memory.swap.max").write_text("0")
+    return d, d / "cgroup.procs"
 
 
 def unique_cgroup_path(parent: Path) -> str:
@@ -176,8 +181,7 @@ def unique_cgroup_path(parent: Path) -> str:
     return str(parent / f"ckptio-test-{os.getpid()}-{time.monotonic_ns()}")
 
 
-@pytest.mark.skipif(not hasattr(mmap, "MADV_FREE") or not restart_memory._kernel_at_least(5, 18),
-                    reason="no MADV_FREE, or a kernel before 5.18, here")
+@needs_lazy_free
 def test_kept_memory_gives_way_to_the_simulations_own_allocations_under_a_memory_limit():
     """In a 400 MiB memory cgroup: a 200 MiB restart output is dropped (kept for a next read), then the
     simulation allocates 250 MiB. Kept memory that stayed pinned would get the process killed (it did, before
