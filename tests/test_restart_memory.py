@@ -26,6 +26,7 @@ from ckptio.engine.restart_memory import HUGE_PAGE, MIN_BYTES, RecycledMemory
 
 PROGRAM = Path(__file__).resolve().parent / "programs" / "recycled_reads.py"
 UNDER_LIMIT = Path(__file__).resolve().parent / "programs" / "kept_memory_under_limit.py"
+BAD_SETTING = Path(__file__).resolve().parent / "programs" / "bad_recycle_setting.py"
 needs_lazy_free = pytest.mark.skipif(not hasattr(mmap, "MADV_FREE") or not restart_memory._kernel_at_least(5, 18),
                                      reason="no MADV_FREE, or a kernel before 5.18, here")
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -274,3 +275,16 @@ def test_allocating_reads_reuse_dropped_outputs_and_return_the_right_values(tmp_
         assert r["second"]["addresses"] == r["first"]["addresses"], r
         for read in ("first", "second"):  # what reader.stats says is what happened
             assert r[read]["stats"] == {"fresh_outputs": r[read]["fresh"], "recycled_outputs": r[read]["reused"]}, r
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("bad", ["abc", "-1"])
+def test_a_bad_recycle_setting_on_one_rank_fails_the_open_on_every_rank(tmp_path, bad):
+    """CKPTIO_RECYCLE_SECONDS is local and used only when a read allocates, yet a malformed value on one rank
+    fails ``ckptio.open`` itself, with the same clear error on every rank (not a later read, and no hang)."""
+    proc = run_mpi(3, [str(BAD_SETTING), str(tmp_path / "chk"), bad], timeout=120)
+    lines = [json.loads(x.split(" ", 1)[1]) for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    assert len(lines) == 3, proc.stdout + proc.stderr
+    for r in lines:
+        assert r["error"] is not None, r
+        assert "CKPTIO_RECYCLE_SECONDS" in r["error"] and "rank 2" in r["error"], r

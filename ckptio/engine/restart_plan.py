@@ -64,6 +64,9 @@ def resolve_options(size: int, hints: Mapping[str, Any] | None, aggregators: obj
         nbytes = DEFAULT_BUFFER_BYTES
     count = (units.parse_count(aggregators, "aggregators") if aggregators is not None
              else hintsmod.aggregator_override(hints))
+    # local (it may differ between ranks) and used only when a read allocates an output, but checked here: a bad
+    # value fails the open on every rank, not some later read, or none at all in a job that reads into out=
+    settings.get("CKPTIO_RECYCLE_SECONDS")
     return ReadOptions(resolved, nbytes, count, settings.get("CKPTIO_READ_IO"))
 
 
