@@ -108,7 +108,8 @@ DRIVER_TESTS := tests/test_conformance.py tests/test_async_series.py::test_confo
                 tests/test_mpi_stacks.py tests/test_aggregators_strace.py tests/faults/test_killed_writer.py \
                 tests/faults/test_killed_write_leftovers.py tests/faults/test_rank_leaves.py \
                 tests/faults/test_lost_writes.py tests/faults/test_aggregated_write_failure.py \
-                tests/faults/test_disk_and_permissions.py tests/test_pnetcdf_swap.py
+                tests/faults/test_disk_and_permissions.py tests/faults/test_one_client_write_error.py \
+                tests/test_pnetcdf_swap.py
 test-matrix-driver: install
 	$(PY) -m pytest $(DRIVER_TESTS) -m "not slow and not stack_independent" $(PYTEST_FLAGS)
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 from ckptio.backends import hdf5_lib as lib
+from ckptio.backends import writeback
 from ckptio.backends.base import (
     USER_CHECKSUMS_NOTE,
     USER_TABLE_NOTE,
@@ -210,10 +211,10 @@ class HDF5WriteHandle:
         return list(self._written)
 
     def sync(self) -> None:
-        """HDF5's flush: its metadata cache, then ``MPI_File_sync`` (the mpio driver syncs on flush). The datasets
-        opened for the write are closed first (after the write, the engine's next call on a handle is this)."""
+        """This rank's writes durable (:func:`.writeback.sync_own_writes`, not ``H5Fflush``: its ``MPI_File_sync``
+        may fail on one rank alone); HDF5's cached metadata goes out at :meth:`close`. Closes the write's datasets."""
         self._open.clear()
-        self._io("flush", self.file.flush)
+        writeback.sync_own_writes(self.path, lambda: self._io("flush", self.file.flush))
 
     def _dataset(self, name: str) -> Any:
         """Local: the low-level dataset of variable ``name``, opened for this rank's writes (kept until
@@ -310,9 +311,11 @@ class HDF5WriteHandle:
                  lambda: self.file[GROUP].attrs.modify("complete", np.int64(COMPLETE)))]
 
     def close(self) -> None:
+        """Collective: ``H5Fclose`` (writes the cached metadata, syncs nothing), then this rank's own ``fsync``."""
         file, self.file = self.file, None
         file.close()
         self._release()
+        writeback.sync_own_writes(self.path, lambda: None)
 
     def _release(self) -> None:
         """Local, after the file's close: drop this handle's HDF5 objects (each freed into HDF5's free lists when
@@ -325,13 +328,11 @@ class HDF5WriteHandle:
     def abort(self) -> None:
         """Collective (as every parallel HDF5 close): release the file after a failure; the file is discarded.
 
-        ``H5Fclose`` first flushes HDF5's cached metadata. When that flush fails, HDF5 1.10 frees the file but
-        keeps its ID, and its clean-up at interpreter exit (after MPI_Finalize) closes that ID again and crashes
-        (and after any failed flush, every later one fails: its metadata cache stays broken). Hence the space
-        reservations before every write, so that a full file system never makes HDF5 fail to write; and the
-        engine truncates the temporary file to 0 bytes before every rank aborts (giving its space back): the close
-        then only has to write a few KiB of metadata, which fits even when a reservation just failed.
-        """
+        ``H5Fclose`` first writes HDF5's cached metadata (from every rank). When that fails, HDF5
+        1.10 frees the file but keeps its ID, which its clean-up at exit closes again and crashes, and every later
+        flush fails. Hence the space reservations before every write (a full file system never makes HDF5 fail
+        to write), and the engine truncates the temporary file to 0 bytes before every rank aborts: the close
+        then writes a few KiB of metadata, which fits even when a reservation just failed."""
         file, self.file = self.file, None
         if file is None:
             return

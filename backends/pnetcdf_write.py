@@ -260,7 +260,10 @@ class PnetCDFWriteHandle:
         return list(self._written)
 
     def sync(self) -> None:
-        self._io_error(self.file.sync)()
+        """Local where the path opens as a file (:func:`.writeback.sync_own_writes`): the data and the document
+        are in the file through MPI-IO; what PnetCDF still holds (the record count in the header) it writes at
+        :meth:`close`, which syncs again."""
+        writeback.sync_own_writes(self.path, self._io_error(self.file.sync))
 
     def _io_error(self, call: Callable[[], Any]) -> Callable[[], Any]:
         """``call`` with PnetCDF's write errors (pnetcdf-python raises RuntimeError, e.g. "Unknown error occurs
@@ -339,11 +342,15 @@ class PnetCDFWriteHandle:
         return [("write the completion mark", lambda: self._independently(put))]
 
     def close(self) -> None:
+        """Collective: ``ncmpi_close`` (it writes the header's record count and syncs nothing), then this rank's
+        writes made durable (:func:`.writeback.sync_own_writes`; where the path does not open as a file, nothing
+        more: the engine's sync before the close went through PnetCDF)."""
         file, self.file = self.file, None
         try:
             file.close()
         finally:
             _never_closed_by_gc(file)
+        writeback.sync_own_writes(self.path, lambda: None)
 
     def _independently(self, write: Callable[[], Any]) -> None:
         """Collective: ``write`` (local puts or waits) in PnetCDF's independent data mode. Entering and leaving that

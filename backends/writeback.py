@@ -130,6 +130,26 @@ def fsync_file(path: str) -> bool:
     return True
 
 
+def sync_own_writes(path: str, library_sync: Callable[[], object]) -> None:
+    """Local where the path opens as a file: what this rank's library handle wrote of ``path`` made durable with
+    :func:`fsync_file`, not the library's collective sync. Open MPI's OMPIO keeps a collective write's request
+    that failed on one rank in its list of pending requests for good (``MPI_Wait`` does not free a request
+    that failed), and from then on its ``MPI_File_sync`` of ANY file returns at once on that rank, before its
+    barrier, while the other ranks wait in it: after a write error on one client, every later checkpoint of a
+    format library that synced through MPI-IO hung (found by ``tests/test_pnetcdf_groups.py``, Open MPI
+    4.1.4). Only where the path does not open as a file (a file system only an MPI-IO driver reaches; the
+    same on every rank) is ``library_sync`` called instead, collective like the library's sync it is.
+    Raises CheckpointIOError where the ``fsync`` reports a failed write."""
+    from ckptio.errors import CheckpointIOError
+
+    try:
+        if fsync_file(path):
+            return
+    except OSError as exc:
+        raise CheckpointIOError(f"{path}: fsync failed: {os.strerror(exc.errno or 0)}") from None
+    library_sync()
+
+
 class FileWriteback:
     """The write-back of a file another library writes, started whole each time :meth:`start` is called: on a
     read-only descriptor of its own, opened at the first call (a file that cannot be opened: nothing is started,

@@ -1,0 +1,52 @@
+"""A write error on one client only (here a file size limit on one rank), and then the job goes on: every rank gets
+the error, nothing is left behind, and the NEXT checkpoint writes and restarts.
+
+Found by running it: after the failed checkpoint the next PnetCDF checkpoint hung. Open MPI's OMPIO keeps
+the failed collective write's request in its pending list for good, and its ``MPI_File_sync`` of any later file
+then returns on that rank before its barrier (the library syncs are now each rank's own ``fsync``:
+``backends.writeback.sync_own_writes``)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from mpi_helpers import PROGRAMS, mpi_flavour, run_mpi
+
+PROGRAM = str(PROGRAMS / "one_client_write_error.py")
+
+
+def outcome(stdout: str) -> tuple[list[str], list[str], list[str], list[str]]:
+    """(ranks that raised, ranks that did not, what the failed checkpoint left, ranks whose next checkpoint was
+    read back right)."""
+    lines = stdout.splitlines()
+    raised = sorted(line.split()[1] for line in lines if line.startswith("RAISED "))
+    not_raised = sorted(line.split()[2] for line in lines if line.startswith("NOT RAISED "))
+    left = [line.split()[1:] for line in lines if line.startswith("LEFT")]
+    next_ok = sorted(line.split()[2] for line in lines if line.startswith("NEXT OK "))
+    return raised, not_raised, left[0] if left else ["(no LEFT line)"], next_ok
+
+
+CASES = [("mpiio", 0), ("mpiio", 1), ("pnetcdf", 0), ("pnetcdf", 1), ("pnetcdf", 2)]
+
+
+@pytest.mark.parametrize("backend,limited", CASES, ids=[f"{b}-rank{r}" for b, r in CASES])
+def test_a_write_error_on_one_client_fails_every_rank_and_the_next_checkpoint_works(tmp_path, backend, limited):
+    proc = run_mpi(3, [PROGRAM, backend, str(tmp_path), str(limited)], timeout=180, check=False)
+    raised, not_raised, left, next_ok = outcome(proc.stdout)
+    report = proc.stdout + proc.stderr
+    assert proc.returncode == 0, report
+    # Where a library's ROMIO did every write from its aggregators (one per node: rank 0 here) the limited rank
+    # wrote nothing and the checkpoint is good; ckptio's own aggregators and OMPIO's write from every rank here
+    romio = mpi_flavour() == "mpich" or "romio" in os.environ.get("OMPI_MCA_io", "")
+    if not_raised and backend != "mpiio" and romio:
+        assert not_raised == ["0", "1", "2"] and not raised and left == ["chk"], report
+    else:
+        assert raised == ["0", "1", "2"], report
+        assert left == [], report
+        # every rank's error is the limited rank's own write error, or (where the library reported nothing) the
+        # planning rank's finding that data did not land
+        assert all(f"rank {limited}: CheckpointIOError" in line or "the file system lost writes" in line
+                   for line in proc.stdout.splitlines() if line.startswith("RAISED ")), report
+    assert next_ok == ["0", "1", "2"], report
+    assert sorted(os.listdir(tmp_path)) == ["chk"]
