@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 from ckptio.backends import hdf5_lib as lib
-from ckptio.backends import writeback
+from ckptio.backends import hdf5_mdc, writeback
 from ckptio.backends.base import (
     USER_CHECKSUMS_NOTE,
     USER_TABLE_NOTE,
@@ -83,6 +83,7 @@ class HDF5WriteHandle:
         self.file: h5py.File | None = h5py.File(
             path, "w", driver="mpio", comm=comm, info=info if info is not None else MPI.Info(),
             alignment_threshold=options.stripe_unit, alignment_interval=options.stripe_unit)
+        self.metadata_writers = "rank 0" if hdf5_mdc.metadata_from_rank_0(h5py, self.file.id.id) else "every rank"
 
     def notes(self) -> list[str]:
         """Why the data goes out with independent transfers, when it does."""
@@ -280,6 +281,7 @@ class HDF5WriteHandle:
             _, info = self.file.id.get_access_plist().get_fapl_mpio()
             hints = info_to_dict(info)
         hints["ckptio_hdf5_transfer"] = self.transfer
+        hints["ckptio_hdf5_metadata_writers"] = self.metadata_writers
         return hints
 
     def document_slot(self, slot: DocumentSlot) -> None:
@@ -328,7 +330,7 @@ class HDF5WriteHandle:
     def abort(self) -> None:
         """Collective (as every parallel HDF5 close): release the file after a failure; the file is discarded.
 
-        ``H5Fclose`` first writes HDF5's cached metadata (from every rank). When that fails, HDF5
+        ``H5Fclose`` first writes HDF5's cached metadata (from rank 0: :mod:`.hdf5_mdc`). When that fails, HDF5
         1.10 frees the file but keeps its ID, which its clean-up at exit closes again and crashes, and every later
         flush fails. Hence the space reservations before every write (a full file system never makes HDF5 fail
         to write), and the engine truncates the temporary file to 0 bytes before every rank aborts: the close

@@ -9,7 +9,8 @@ the writes fail with EFBIG; the MPI-IO library reports that on that rank alone, 
 the ranks, the last rank's part a strided view, and one int32 variable of 64 values per rank. Every rank prints
 ``RAISED <rank> <class> <message>`` (or ``NOT RAISED <rank>``), then rank 0 ``LEFT <names>`` for whatever the failed
 checkpoint left in ``DIR``. The limit is lifted, the same checkpoint is written again at the same path and read
-back on every rank, which prints ``NEXT OK <rank>`` once every value it read is right.
+back on every rank, which prints ``NEXT OK <rank>`` once every value it read is right. With HDF5, rank 0 then
+prints ``METADATA WRITERS <who>`` as the checkpoint records it (``backends.hdf5_mdc``).
 """
 
 from __future__ import annotations
@@ -86,6 +87,9 @@ def main(backend: str, directory: str, limited: int) -> None:
     checkpoint(path, comm, backend)
     read_back(path, comm)
     say("NEXT OK", r)
+    if r == 0 and backend == "hdf5":
+        with ckptio.open(path, comm=MPI.COMM_SELF) as ck:
+            say("METADATA WRITERS", ck.meta["hints"]["effective"].get("ckptio_hdf5_metadata_writers"))
 
 
 if __name__ == "__main__":
