@@ -12,8 +12,9 @@ rank can no longer happen inside HDF5's flush.
 h5py does not expose the setting (its CacheConfig wraps the struct without that field), so this calls
 ``H5Fget_mdc_config``/``H5Fset_mdc_config`` through ctypes with ``H5AC_cache_config_t`` as declared in
 H5ACpublic.h of HDF5 1.10 to 1.14 (version 1; ``hbool_t`` a C ``bool``), under h5py's lock. The layout is checked before
-anything is set: the struct read back must carry version 1 and the two parallel fields' documented values (a
-dirty-bytes threshold within HDF5's limits and a known strategy); otherwise nothing is changed. Local.
+anything is set: only for those versions, with room behind the struct, and only where the struct HDF5 filled
+has its parallel fields (at the end) in the ranges HDF5 accepts; the strategy is read back after it is set.
+Local.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from typing import Any
 PROCESS_0_ONLY = 0  # H5AC_METADATA_WRITE_STRATEGY__PROCESS_0_ONLY
 DISTRIBUTED = 1  # H5AC_METADATA_WRITE_STRATEGY__DISTRIBUTED (HDF5's default)
 _MAX_TRACE_FILE_NAME_LEN = 1024
-_MIN_DIRTY, _MAX_DIRTY = 1024, 256 * 1024 * 1024  # H5C__MIN_MAX_CACHE_SIZE .. H5C__MAX_MAX_CACHE_SIZE / 4
+_MIN_DIRTY, _MAX_DIRTY = 512, 32 * 1024 * 1024  # H5AC__MIN/MAX_DIRTY_BYTES_THRESHOLD (H5ACprivate.h)
+SUPPORTED = {(1, 10), (1, 12), (1, 14)}  # HDF5 versions whose H5ACpublic.h declares the struct below
 
 
 class CacheConfig(ctypes.Structure):
@@ -64,9 +66,22 @@ class CacheConfig(ctypes.Structure):
     ]
 
 
-def _functions(h5py: Any) -> tuple[Any, Any]:
-    lib = ctypes.CDLL(h5py.h5f.__file__)  # dlsym on it also searches its dependency libhdf5
-    get, put = lib.H5Fget_mdc_config, lib.H5Fset_mdc_config
+class _Padded(ctypes.Structure):
+    """The struct with room behind it: were HDF5's struct ever longer than this one, its writes land here."""
+
+    _fields_ = [("config", CacheConfig), ("spare", ctypes.c_char * 4096)]
+
+
+def _functions(h5py: Any) -> tuple[Any, Any] | None:
+    """``H5Fget_mdc_config`` and ``H5Fset_mdc_config`` of the libhdf5 under h5py, or None where that HDF5 is not
+    one whose struct this module declares (1.10 to 1.14) or the functions are not there."""
+    if tuple(h5py.version.hdf5_version_tuple[:2]) not in SUPPORTED:
+        return None
+    try:
+        lib = ctypes.CDLL(h5py.h5f.__file__)  # dlsym on it also searches its dependency libhdf5
+        get, put = lib.H5Fget_mdc_config, lib.H5Fset_mdc_config
+    except (OSError, AttributeError):
+        return None
     for function in (get, put):
         function.argtypes = [ctypes.c_int64, ctypes.POINTER(CacheConfig)]  # hid_t is 64-bit since HDF5 1.10
         function.restype = ctypes.c_int
@@ -74,39 +89,51 @@ def _functions(h5py: Any) -> tuple[Any, Any]:
 
 
 def plausible(config: CacheConfig) -> bool:
-    """Whether a struct HDF5 filled looks like the layout above (its last fields in their documented ranges)."""
+    """Whether a struct HDF5 filled looks like the layout above: its parallel fields, at the struct's end, in
+    the ranges HDF5 accepts (H5ACprivate.h), and a fraction where a fraction belongs."""
     return (config.version == 1 and config.metadata_write_strategy in (PROCESS_0_ONLY, DISTRIBUTED)
             and _MIN_DIRTY <= config.dirty_bytes_threshold <= _MAX_DIRTY and 0.0 <= config.min_clean_fraction <= 1.0)
 
 
+def _read(get: Any, file_id: int) -> _Padded | None:
+    """The file's cache configuration (caller holds h5py's lock), None where HDF5 refused or it looks wrong."""
+    padded = _Padded()
+    padded.config.version = 1  # the version of the struct the caller passes (HDF5 checks it, never writes it)
+    if get(file_id, ctypes.byref(padded.config)) < 0 or not plausible(padded.config):
+        return None
+    return padded
+
+
 def metadata_write_strategy(h5py: Any, file_id: int) -> int | None:
     """The strategy of the open file ``file_id`` (PROCESS_0_ONLY or DISTRIBUTED), None where it cannot be read."""
-    try:
-        get, _ = _functions(h5py)
-    except (OSError, AttributeError):
+    functions = _functions(h5py)
+    if functions is None:
         return None
     from h5py import _objects
 
-    config = CacheConfig(version=1)
     with _objects.phil:
-        if get(file_id, ctypes.byref(config)) < 0 or not plausible(config):
-            return None
-    return config.metadata_write_strategy
+        padded = _read(functions[0], file_id)
+    return None if padded is None else padded.config.metadata_write_strategy
 
 
 def metadata_from_rank_0(h5py: Any, file_id: int) -> bool:
-    """Every rank of the open parallel file ``file_id``, right after its creation (the same setting on every rank):
-    HDF5's metadata written by rank 0 only from the next sync point on. False (nothing changed) where the
-    functions or a plausible struct are not there."""
-    try:
-        get, put = _functions(h5py)
-    except (OSError, AttributeError):
+    """Every rank of the open parallel file ``file_id``, right after its creation: HDF5's metadata written by
+    rank 0 only from the next sync point on. True where the file's configuration reads back so; False (nothing
+    changed) where the functions or a plausible struct are not there. Nothing is agreed between ranks: the same
+    library, file and call give the same answer on every rank."""
+    functions = _functions(h5py)
+    if functions is None:
         return False
+    get, put = functions
     from h5py import _objects
 
-    config = CacheConfig(version=1)
     with _objects.phil:
-        if get(file_id, ctypes.byref(config)) < 0 or not plausible(config):
+        padded = _read(get, file_id)
+        if padded is None:
             return False
-        config.metadata_write_strategy = PROCESS_0_ONLY
-        return put(file_id, ctypes.byref(config)) >= 0
+        padded.config.metadata_write_strategy = PROCESS_0_ONLY
+        padded.config.set_initial_size = False  # change nothing else (True would resize the cache and its stats)
+        if put(file_id, ctypes.byref(padded.config)) < 0:
+            return False
+        again = _read(get, file_id)
+    return again is not None and again.config.metadata_write_strategy == PROCESS_0_ONLY

@@ -57,6 +57,7 @@ class HDF5WriteHandle:
 
         h5py = lib.load()
         self.path = path
+        self._own = writeback.OwnDescriptor(path)  # what sync() fsyncs (opened at the first sync)
         self.variables = variables
         self.described = options.described
         self.attrs = options.attrs
@@ -212,10 +213,10 @@ class HDF5WriteHandle:
         return list(self._written)
 
     def sync(self) -> None:
-        """This rank's writes durable (:func:`.writeback.sync_own_writes`, not ``H5Fflush``: its ``MPI_File_sync``
+        """This rank's writes durable (:class:`.writeback.OwnDescriptor`, not ``H5Fflush``, whose ``MPI_File_sync``
         may fail on one rank alone); HDF5's cached metadata goes out at :meth:`close`. Closes the write's datasets."""
         self._open.clear()
-        writeback.sync_own_writes(self.path, lambda: self._io("flush", self.file.flush))
+        self._own.sync()
 
     def _dataset(self, name: str) -> Any:
         """Local: the low-level dataset of variable ``name``, opened for this rank's writes (kept until
@@ -315,9 +316,7 @@ class HDF5WriteHandle:
     def close(self) -> None:
         """Collective: ``H5Fclose`` (writes the cached metadata, syncs nothing), then this rank's own ``fsync``."""
         file, self.file = self.file, None
-        file.close()
-        self._release()
-        writeback.sync_own_writes(self.path, lambda: None)
+        self._own.after(lambda: (file.close(), self._release()))
 
     def _release(self) -> None:
         """Local, after the file's close: drop this handle's HDF5 objects (each freed into HDF5's free lists when
@@ -335,6 +334,7 @@ class HDF5WriteHandle:
         flush fails. Hence the space reservations before every write (a full file system never makes HDF5 fail
         to write), and the engine truncates the temporary file to 0 bytes before every rank aborts: the close
         then writes a few KiB of metadata, which fits even when a reservation just failed."""
+        self._own.close()
         file, self.file = self.file, None
         if file is None:
             return

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 import xxhash
-from ckptio.backends import rangeio, rawio
+from ckptio.backends import rangeio, rawio, writeback
 from ckptio.backends.base import (
     Backend,
     BlockTable,
@@ -124,6 +124,7 @@ class _NativeWriteHandle:
 
         self.path, self.share = path, share
         self._ranges = None
+        self._own = writeback.OwnDescriptor(path)  # what sync() fsyncs without range_io (opened at the first sync)
         if range_io is None:
             self.fh = MPI.File.Open(comm, path, MPI.MODE_CREATE | MPI.MODE_WRONLY,
                                     info if info is not None else MPI.INFO_NULL)
@@ -164,10 +165,12 @@ class _NativeWriteHandle:
         return self._ranges
 
     def sync(self) -> None:
+        """Local: the byte-range writer's sync, or this rank's own ``fsync`` (:class:`.writeback.OwnDescriptor`:
+        not ``MPI_File_sync``, which Open MPI's OMPIO fails on one rank alone after a failed collective write)."""
         if self._ranges is not None:
             self._ranges.sync()
         else:
-            self.fh.Sync()
+            self._own.sync()
 
     def storage_info(self) -> dict[str, dict[str, Any]]:
         return {}  # every block's place is in the block table
@@ -222,13 +225,17 @@ class _NativeWriteHandle:
             self.fh = None
             return
         fh, self.fh = self.fh, None
-        fh.Close()
+        try:
+            fh.Close()
+        finally:
+            self._own.close()
 
     def abort(self) -> None:
         if self._ranges is not None:
             self._ranges.abort()
             self.fh = None
             return
+        self._own.close()
         fh, self.fh = self.fh, None
         if fh is not None:
             try:

@@ -106,6 +106,7 @@ class PnetCDFWriteHandle:
         from ckptio.coord.mpi import MPI
 
         self.path, self.variables, self.options = path, variables, options
+        self._own = writeback.OwnDescriptor(path)  # what sync() fsyncs (opened at the first sync)
         self.described = options.described
         self._why_independent = options.independent_because  # where OMPIO would corrupt collective transfers
         self.transfer = "collective" if self._why_independent is None else "independent"
@@ -260,10 +261,9 @@ class PnetCDFWriteHandle:
         return list(self._written)
 
     def sync(self) -> None:
-        """Local where the path opens as a file (:func:`.writeback.sync_own_writes`): the data and the document
-        are in the file through MPI-IO; what PnetCDF still holds (the record count in the header) it writes at
-        :meth:`close`, which syncs again."""
-        writeback.sync_own_writes(self.path, self._io_error(self.file.sync))
+        """This rank's writes durable (:class:`.writeback.OwnDescriptor`, not ``ncmpi_sync``, whose
+        ``MPI_File_sync`` may fail on one rank alone). Local."""
+        self._own.sync()
 
     def _io_error(self, call: Callable[[], Any]) -> Callable[[], Any]:
         """``call`` with PnetCDF's write errors (pnetcdf-python raises RuntimeError, e.g. "Unknown error occurs
@@ -342,15 +342,12 @@ class PnetCDFWriteHandle:
         return [("write the completion mark", lambda: self._independently(put))]
 
     def close(self) -> None:
-        """Collective: ``ncmpi_close`` (it writes the header's record count and syncs nothing), then this rank's
-        writes made durable (:func:`.writeback.sync_own_writes`; where the path does not open as a file, nothing
-        more: the engine's sync before the close went through PnetCDF)."""
+        """Collective: ``ncmpi_close`` (syncs nothing), then this rank's own ``fsync`` of anything it still wrote."""
         file, self.file = self.file, None
         try:
-            file.close()
+            self._own.after(file.close)
         finally:
             _never_closed_by_gc(file)
-        writeback.sync_own_writes(self.path, lambda: None)
 
     def _independently(self, write: Callable[[], Any]) -> None:
         """Collective: ``write`` (local puts or waits) in PnetCDF's independent data mode. Entering and leaving that
@@ -372,6 +369,7 @@ class PnetCDFWriteHandle:
         pending it only synchronizes; in define mode it fails alike everywhere): a file closed with pending puts
         has PnetCDF cancel them inside ``ncmpi_close``, and after that the next checkpoint's ``wait_all`` hung on
         every rank (Open MPI's OMPIO; found by the rank-leaving tests, SIGINT on one rank before the data write)."""
+        self._own.close()
         file, self.file = self.file, None
         if file is not None:
             try:

@@ -221,8 +221,17 @@ class MpiRangeWriter:
         return calls
 
     def sync(self) -> None:
-        """Collective over the aggregators: ``MPI_File_sync``."""
-        self.fh.Sync()
+        """Local where the kernel opens the file: ``fsync`` of this aggregator's read-only descriptor (opened before
+        its writes), not ``MPI_File_sync``, which Open MPI's OMPIO fails on one rank alone once any collective
+        write of the process failed there (:class:`.writeback.OwnDescriptor`). Elsewhere (a file system only the
+        MPI-IO driver reaches) collective over the aggregators: ``MPI_File_sync``."""
+        if self._fd is None:
+            self.fh.Sync()
+            return
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise CheckpointIOError(f"{self.path}: fsync failed: {os.strerror(exc.errno or 0)}") from None
 
     def hints(self) -> dict[str, str]:
         from ckptio.coord.hints import info_to_dict

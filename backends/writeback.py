@@ -20,7 +20,6 @@ Everything here is local to one process.
 from __future__ import annotations
 
 import ctypes
-import errno
 import os
 import sys
 from collections.abc import Callable
@@ -109,45 +108,52 @@ class Spans:
             self._span, self._pending = None, 0
 
 
-def fsync_file(path: str) -> bool:
-    """Local: make what this node's page cache holds of ``path`` durable with an ``fsync`` of a read-only
-    descriptor of its own, whoever wrote it (a format library's MPI-IO handle): no collective inside, so a
-    write error that reached some ranks only cannot leave the others waiting in the library's ``MPI_File_sync``
-    (Open MPI's OMPIO returns from it on the failing rank before its barrier). False where the path does not open
-    as a file (a file system only an MPI-IO driver reaches) or the system refuses ``fsync`` on such a descriptor:
-    the caller then syncs through the library. Raises OSError where the ``fsync`` reports a failed write."""
-    fd = open_quietly(path)
-    if fd is None:
-        return False
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        if exc.errno in (errno.EBADF, errno.EINVAL, errno.EROFS):
-            return False
-        raise
-    finally:
-        os.close(fd)
-    return True
+class OwnDescriptor:
+    """Local: a read-only descriptor of a file a library handle writes (MPI-IO, HDF5, PnetCDF), opened at the
+    first sync (the engine's data sync, before the library closes the file) and kept until the close, and its
+    ``fsync``: how each rank makes what it wrote through the library durable without the library's collective sync.
 
+    Why not ``MPI_File_sync`` (``H5Fflush``, ``ncmpi_sync``): Open MPI's OMPIO does not free a collective write
+    request that failed (``MPI_Wait`` keeps an errored request), so after a write error on one client it stays in
+    the process's list of pending requests for good, and every later ``MPI_File_sync`` of ANY file returns at once on
+    that rank, before its barrier, while the other ranks wait in it (Open MPI 4.1.4; after such an error the next
+    PnetCDF or HDF5 checkpoint hung: ``tests/faults/test_one_client_write_error.py``). An ``fsync`` has no
+    collective inside, and its failure is raised on its rank for the engine's agreement.
+    Why kept from the first sync to the close: an ``fsync`` reports the write-back errors that happened since its
+    descriptor was opened, even those another descriptor reported first (Linux 4.16 and later), so a failure of
+    what the library's close writes (HDF5's metadata) still comes back here after that close.
+    :meth:`sync` raises CheckpointIOError (inside the engine's agreed phase: every rank learns of it) where the
+    file cannot be opened or the ``fsync`` fails; nothing here ever calls the library's sync instead."""
 
-def sync_own_writes(path: str, library_sync: Callable[[], object]) -> None:
-    """Local where the path opens as a file: what this rank's library handle wrote of ``path`` made durable with
-    :func:`fsync_file`, not the library's collective sync. Open MPI's OMPIO keeps a collective write's request
-    that failed on one rank in its list of pending requests for good (``MPI_Wait`` does not free a request
-    that failed), and from then on its ``MPI_File_sync`` of ANY file returns at once on that rank, before its
-    barrier, while the other ranks wait in it: after a write error on one client, every later checkpoint of a
-    format library that synced through MPI-IO hung (found by ``tests/test_pnetcdf_groups.py``, Open MPI
-    4.1.4). Only where the path does not open as a file (a file system only an MPI-IO driver reaches; the
-    same on every rank) is ``library_sync`` called instead, collective like the library's sync it is.
-    Raises CheckpointIOError where the ``fsync`` reports a failed write."""
-    from ckptio.errors import CheckpointIOError
+    def __init__(self, path: str):
+        self.path = path
+        self.fd: int | None = None
 
-    try:
-        if fsync_file(path):
-            return
-    except OSError as exc:
-        raise CheckpointIOError(f"{path}: fsync failed: {os.strerror(exc.errno or 0)}") from None
-    library_sync()
+    def sync(self) -> None:
+        """This process's writes to the file durable, whichever of its descriptors wrote them."""
+        from ckptio.errors import CheckpointIOError
+
+        try:
+            if self.fd is None:
+                self.fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            os.fsync(self.fd)
+        except OSError as exc:
+            raise CheckpointIOError(f"{self.path}: fsync of this rank's writes failed: "
+                                    f"{os.strerror(exc.errno or 0)}") from None
+
+    def after(self, close_library: Callable[[], object]) -> None:
+        """The library's close (collective), then this rank's ``fsync`` of what that close wrote, then this
+        descriptor closed (also when either raised)."""
+        try:
+            close_library()
+            self.sync()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Idempotent; an error closing a read-only descriptor is not raised (its ``fsync`` reported any)."""
+        fd, self.fd = self.fd, None
+        close_quietly(fd)
 
 
 class FileWriteback:

@@ -48,3 +48,13 @@ def test_only_a_struct_that_looks_filled_by_hdf5_is_taken():
                                      metadata_write_strategy=7))  # a field read from the wrong place
     assert not plausible(CacheConfig(version=1, min_clean_fraction=0.3, dirty_bytes_threshold=3,
                                      metadata_write_strategy=DISTRIBUTED))
+
+
+def test_an_hdf5_whose_struct_is_not_declared_here_is_left_alone():
+    from types import SimpleNamespace
+
+    from ckptio.backends import hdf5_mdc
+
+    newer = SimpleNamespace(version=SimpleNamespace(hdf5_version_tuple=(2, 0, 0)))
+    assert hdf5_mdc.metadata_from_rank_0(newer, 1) is False  # (never reaches the library: no h5f module here)
+    assert hdf5_mdc.metadata_write_strategy(newer, 1) is None

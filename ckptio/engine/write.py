@@ -36,7 +36,7 @@ import numpy as np
 
 from ckptio import _warn, coord, settings
 from ckptio.backends.base import Backend, BlockToWrite, CreateOptions, Step, WriteHandle
-from ckptio.backends.writeback import FileWriteback, fsync_file
+from ckptio.backends.writeback import FileWriteback
 from ckptio.coord import comms
 from ckptio.coord import hints as hintsmod
 from ckptio.engine import commit as commitmod
@@ -359,23 +359,14 @@ class _Job:
                           aggregation)
 
     def _sync_data(self) -> None:
-        """Local, in the agreed "sync data" phase: the data durable. A format library's file (HDF5, PnetCDF) is
-        synced with an ``fsync`` of this rank's own descriptor, not the library's collective sync: a data write that
-        failed on one rank only (EIO or a file size limit on one client) left the others in ``MPI_File_sync``
-        while that rank went on to the agreement (found by an outside trial); what did not land is then found by
-        the planning rank's check (:func:`ckptio.engine.space.missing_data`), on every rank alike. The library
-        flushes its own metadata with the document (the commit's syncs); the write aggregators' writers and a file
-        the path does not reach sync as before."""
-        if self.handle is None:
-            return
-        if self.write_io is None:
-            try:
-                if fsync_file(self.fs_layout[0]):
-                    return
-            except OSError as exc:
-                raise CheckpointIOError(f"{self.fs_layout[0]}: fsync of the data failed: "
-                                        f"{os.strerror(exc.errno or 0)}") from None
-        self.handle.sync()
+        """Local, in the agreed "sync data" phase: the data durable, by the handle's own sync, which never waits for
+        other ranks: a format library's file is synced with an ``fsync`` of this rank's own descriptor, not the
+        library's collective ``MPI_File_sync`` (:class:`ckptio.backends.writeback.OwnDescriptor`: a write that
+        failed on one rank only, EIO or a file size limit on one client, left the others waiting in it); what did not
+        land is then found by the planning rank's check (:func:`ckptio.engine.space.missing_data`), on every rank
+        alike. The write aggregators' byte-range writers sync as they write."""
+        if self.handle is not None:
+            self.handle.sync()
 
     def _blocks(self) -> list[BlockToWrite]:
         """This rank's blocks in declaration order: its declarations, each where it lies in its variable

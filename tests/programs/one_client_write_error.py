@@ -8,9 +8,11 @@ the writes fail with EFBIG; the MPI-IO library reports that on that rank alone, 
 ``DIR/chk`` with backend ``BACKEND``: four 2-D float64 variables of 96 x 1024 (768 KiB each), rows cut evenly among
 the ranks, the last rank's part a strided view, and one int32 variable of 64 values per rank. Every rank prints
 ``RAISED <rank> <class> <message>`` (or ``NOT RAISED <rank>``), then rank 0 ``LEFT <names>`` for whatever the failed
-checkpoint left in ``DIR``. The limit is lifted, the same checkpoint is written again at the same path and read
-back on every rank, which prints ``NEXT OK <rank>`` once every value it read is right. With HDF5, rank 0 then
-prints ``METADATA WRITERS <who>`` as the checkpoint records it (``backends.hdf5_mdc``).
+checkpoint left in ``DIR``; where the checkpoint succeeded (the limited rank wrote nothing), every rank reads it
+back and prints ``FIRST OK <rank>``. The limit is lifted, the same checkpoint is written again at the same path and read
+back on every rank, which prints ``NEXT OK <rank>`` once every value it read is right. With PnetCDF and HDF5,
+rank 0 then prints ``TRANSFER <collective|independent>`` and (HDF5) ``METADATA WRITERS <who>`` as the checkpoint
+records them (``backends.hdf5_mdc``).
 """
 
 from __future__ import annotations
@@ -76,8 +78,13 @@ def main(backend: str, directory: str, limited: int) -> None:
     try:
         checkpoint(path, comm, backend)
         say("NOT RAISED", r)
+        failed = False
     except ckptio.CheckpointError as exc:
         say("RAISED", r, type(exc).__name__, str(exc).replace("\n", " ")[:1000])
+        failed = True
+    if not failed:  # (the same on every rank: the checkpoint's outcome is agreed) a good one must hold the data
+        read_back(path, comm)
+        say("FIRST OK", r)
     if r == limited:
         resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
     comm.Barrier()
@@ -87,9 +94,12 @@ def main(backend: str, directory: str, limited: int) -> None:
     checkpoint(path, comm, backend)
     read_back(path, comm)
     say("NEXT OK", r)
-    if r == 0 and backend == "hdf5":
+    if r == 0 and backend != "mpiio":
         with ckptio.open(path, comm=MPI.COMM_SELF) as ck:
-            say("METADATA WRITERS", ck.meta["hints"]["effective"].get("ckptio_hdf5_metadata_writers"))
+            effective = ck.meta["hints"]["effective"]
+        say("TRANSFER", effective.get(f"ckptio_{backend}_transfer"))
+        if backend == "hdf5":
+            say("METADATA WRITERS", effective.get("ckptio_hdf5_metadata_writers"))
 
 
 if __name__ == "__main__":
