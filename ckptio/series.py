@@ -256,7 +256,7 @@ class Series:
             record, parent = start_record(entries, steps[0], chosen, run_id)
             return record.to_json(), parent
 
-        record, parent = coord.gather_and_plan(self.comm, f"series {self.directory}: read the timeline",
+        record, parent = coord.gather_and_plan(self.comm, f"series {self.directory}: take the lease, read the timeline",
                                                checked_step, look)
         self._record = SeriesRecord.from_json(record)
         if self._restart_from is None:

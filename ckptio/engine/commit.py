@@ -58,8 +58,10 @@ def commit(comm, backend: Backend, handle: WriteHandle | None, tmp: str, path: s
         why = space.missing_data(tmp, backend, typed if typed is not None else document)
         if why is not None:
             directory = os.path.dirname(os.path.abspath(tmp))
-            raise CheckpointIOError(f"{tmp}: the file system lost writes (no space left on {directory}, a quota "
-                                    f"exceeded, or a rank's file size limit, ulimit -f?): {why}")
+            raise CheckpointIOError(f"{tmp}: the file system lost writes of some rank, found by the planning rank "
+                                    f"reading the file back (a write failed on some client: no space left on "
+                                    f"{directory}, a quota exceeded, an I/O error, or a rank's file size limit, "
+                                    f"ulimit -f?): {why}")
 
     coord.bcast_from_root(comm, f"{where}: check that the data landed", landed, root=ROOT)
     encoded = metamod.dumps(typed if typed is not None else document) if root else None  # (the same text)

@@ -81,17 +81,24 @@ def _read(path: str) -> tuple[Lease | None, int]:
 
 
 def _write(path: str, lease: Lease) -> None:
-    """Atomically (a temporary in the same directory, then a rename)."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".ckptio-lease-")
+    """Atomically (a temporary in the same directory, then a rename); CheckpointIOError naming the lease file
+    where it cannot be written (a full file system, a file size limit)."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".ckptio-lease-")
+    except OSError as exc:
+        raise CheckpointIOError(f"{path}: cannot write the series' lease: {os.strerror(exc.errno or 0)}") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(asdict(lease), f)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, OSError):
+            raise CheckpointIOError(f"{path}: cannot write the series' lease: "
+                                    f"{os.strerror(exc.errno or 0)}") from None
         raise
 
 
