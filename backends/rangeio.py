@@ -135,10 +135,7 @@ class PosixRangeWriter:
 
     def sync(self) -> None:
         """Local: this aggregator's writes are durable (``fsync``)."""
-        try:
-            os.fsync(self.fd)
-        except OSError as exc:
-            raise CheckpointIOError(f"{self.path}: fsync failed: {os.strerror(exc.errno or 0)}") from None
+        writeback.fsync_or_raise(self.fd, self.path)
 
     def hints(self) -> dict[str, str]:
         """No MPI-IO file: no hints took effect."""
@@ -227,11 +224,8 @@ class MpiRangeWriter:
         MPI-IO driver reaches) collective over the aggregators: ``MPI_File_sync``."""
         if self._fd is None:
             self.fh.Sync()
-            return
-        try:
-            os.fsync(self._fd)
-        except OSError as exc:
-            raise CheckpointIOError(f"{self.path}: fsync failed: {os.strerror(exc.errno or 0)}") from None
+        else:
+            writeback.fsync_or_raise(self._fd, self.path)
 
     def hints(self) -> dict[str, str]:
         from ckptio.coord.hints import info_to_dict

@@ -108,6 +108,16 @@ class Spans:
             self._span, self._pending = None, 0
 
 
+def fsync_or_raise(fd: int, path: str) -> None:
+    """Local: ``fsync(fd)``, a failure raised as CheckpointIOError naming ``path`` (for the engine's agreement)."""
+    from ckptio.errors import CheckpointIOError
+
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        raise CheckpointIOError(f"{path}: fsync failed: {os.strerror(exc.errno or 0)}") from None
+
+
 class OwnDescriptor:
     """Local: a read-only descriptor of a file a library handle writes (MPI-IO, HDF5, PnetCDF), opened at the
     first sync (the engine's data sync, before the library closes the file) and kept until the close, and its
@@ -133,13 +143,13 @@ class OwnDescriptor:
         """This process's writes to the file durable, whichever of its descriptors wrote them."""
         from ckptio.errors import CheckpointIOError
 
-        try:
-            if self.fd is None:
+        if self.fd is None:
+            try:
                 self.fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            os.fsync(self.fd)
-        except OSError as exc:
-            raise CheckpointIOError(f"{self.path}: fsync of this rank's writes failed: "
-                                    f"{os.strerror(exc.errno or 0)}") from None
+            except OSError as exc:
+                raise CheckpointIOError(f"{self.path}: cannot open it to sync this rank's writes: "
+                                        f"{os.strerror(exc.errno or 0)}") from None
+        fsync_or_raise(self.fd, self.path)
 
     def after(self, close_library: Callable[[], object]) -> None:
         """The library's close (collective), then this rank's ``fsync`` of what that close wrote, then this
