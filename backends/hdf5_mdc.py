@@ -5,16 +5,15 @@ Why: by default parallel HDF5 spreads the writes of its metadata cache over ever
 the flush without the barrier the others wait in, and the job hangs: ckptio's agreements cannot reach a rank
 stuck inside the library (found by ``tests/faults/test_one_client_write_error.py``: under ROMIO, whose one
 aggregator wrote all the data, the limited rank's first failing write was its share of the metadata at the
-close). With
-``H5AC_METADATA_WRITE_STRATEGY__PROCESS_0_ONLY`` only rank 0 writes metadata, so a write error on any other
-rank can no longer happen inside HDF5's flush.
+close). With ``H5AC_METADATA_WRITE_STRATEGY__PROCESS_0_ONLY`` only rank 0 writes metadata, so a write error on
+any other rank can no longer happen inside HDF5's flush.
 
 h5py does not expose the setting (its CacheConfig wraps the struct without that field), so this calls
 ``H5Fget_mdc_config``/``H5Fset_mdc_config`` through ctypes with ``H5AC_cache_config_t`` as declared in
-H5ACpublic.h of HDF5 1.10 to 1.14 (version 1; ``hbool_t`` a C ``bool``), under h5py's lock. The layout is checked before
-anything is set: only for those versions, with room behind the struct, and only where the struct HDF5 filled
-has its parallel fields (at the end) in the ranges HDF5 accepts; the strategy is read back after it is set.
-Local.
+H5ACpublic.h of HDF5 1.10 to 1.14 (version 1; ``hbool_t`` a C ``bool``), under h5py's lock. The layout is
+checked before anything is set: only for those versions, with room behind the struct, and only where the struct
+HDF5 filled has its parallel fields (at the end) in the ranges HDF5 accepts; the strategy is read back after it
+is set. Local.
 """
 
 from __future__ import annotations
@@ -102,18 +101,6 @@ def _read(get: Any, file_id: int) -> _Padded | None:
     if get(file_id, ctypes.byref(padded.config)) < 0 or not plausible(padded.config):
         return None
     return padded
-
-
-def metadata_write_strategy(h5py: Any, file_id: int) -> int | None:
-    """The strategy of the open file ``file_id`` (PROCESS_0_ONLY or DISTRIBUTED), None where it cannot be read."""
-    functions = _functions(h5py)
-    if functions is None:
-        return None
-    from h5py import _objects
-
-    with _objects.phil:
-        padded = _read(functions[0], file_id)
-    return None if padded is None else padded.config.metadata_write_strategy
 
 
 def metadata_from_rank_0(h5py: Any, file_id: int) -> bool:

@@ -57,4 +57,3 @@ def test_an_hdf5_whose_struct_is_not_declared_here_is_left_alone():
 
     newer = SimpleNamespace(version=SimpleNamespace(hdf5_version_tuple=(2, 0, 0)))
     assert hdf5_mdc.metadata_from_rank_0(newer, 1) is False  # (never reaches the library: no h5f module here)
-    assert hdf5_mdc.metadata_write_strategy(newer, 1) is None
