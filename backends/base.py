@@ -176,6 +176,10 @@ class CreateOptions:
     # range_io "posix" or "mpiio": the write aggregator starts the write-back of every this many bytes it wrote
     # (0: none before the sync; ckptio.backends.rangeio)
     writeback_bytes: int = 0
+    # (aggregators, bytes per aggregator and round) of OMPIO's collective buffering, which the library's collective
+    # data writes are cut to, one round per call, so that a write error on one rank cannot leave the others
+    # waiting inside one; (0, 0): no cut (ckptio.backends.collective_calls, ckptio.coord.hints.library_rounds)
+    collective_rounds: tuple[int, int] = (0, 0)
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from ckptio.backends import collective_calls, hdf5_mdc, writeback
 from ckptio.backends import hdf5_lib as lib
-from ckptio.backends import hdf5_mdc, writeback
 from ckptio.backends.base import (
     USER_CHECKSUMS_NOTE,
     USER_TABLE_NOTE,
@@ -76,6 +76,7 @@ class HDF5WriteHandle:
         self.transfer = "collective" if self._why_independent is None else "independent"
         self._dxpl.set_dxpl_mpio(h5py.h5fd.MPIO_INDEPENDENT if self.transfer == "independent"
                                  else h5py.h5fd.MPIO_COLLECTIVE)
+        self._rounds = options.collective_rounds if self.transfer == "collective" else (0, 0)  # collective_calls
         self._dxpl_independent = h5py.h5p.create(h5py.h5p.DATASET_XFER)
         self._dxpl_independent.set_dxpl_mpio(h5py.h5fd.MPIO_INDEPENDENT)
         self._written: list[WrittenBlock] = []
@@ -178,8 +179,8 @@ class HDF5WriteHandle:
         """One step of independent raw writes (the datasets are allocated at creation): the block tables by the
         rank that holds them and the small variables that one rank holds whole by that rank (``by_owner`` of the
         placement: an independent write cannot leave another rank waiting, so it needs no step of its own); then
-        ``ncalls[name]`` collective ``H5Dwrite`` calls per other variable on every rank (see
-        :func:`ckptio.backends.hdf5_lib.write_calls`)."""
+        ``ncalls[name]`` collective ``H5Dwrite`` calls per other variable and slab of it on every rank (see
+        :func:`ckptio.backends.hdf5_lib.write_calls`, :func:`ckptio.backends.collective_calls.calls`)."""
         by_var: dict[str, list[tuple[Box, np.ndarray]]] = {}
         self._written = []
         for block in blocks:
@@ -200,11 +201,10 @@ class HDF5WriteHandle:
                         *args, dxpl=self._dxpl_independent))
 
         yield "write the block tables and the small variables", write_independently
-        for name in self.variables:
+        for name, var in self.variables.items():
             mine = by_var.get(name, [])
-            groups = write_groups([box for box, _ in mine])
-            for k in range(self._ncalls[name]):
-                pieces = [mine[i] for i in groups[k]] if k < len(groups) else []
+            cut = collective_calls.variable_calls(var.shape, np.dtype(var.dtype).itemsize, *self._rounds)
+            for pieces in collective_calls.calls(mine, write_groups([b for b, _ in mine]), self._ncalls[name], cut):
                 args = self._selection(name, pieces)  # prepared here: the engine agrees before the collective call
                 yield f"write {name!r}", lambda name=name, args=args: self._io(
                     f"write of variable {name!r}", lambda: self._dataset(name).write(*args, dxpl=self._dxpl))

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from ckptio.backends import writeback
+from ckptio.backends import collective_calls, writeback
 from ckptio.backends.base import (
     USER_TABLE_NOTE,
     BlockToWrite,
@@ -44,7 +44,9 @@ from ckptio.backends.base import (
     user_table_shape,
 )
 from ckptio.backends.cdf import CDFHeader, read_header
+from ckptio.backends.collective_calls import VariableCut
 from ckptio.backends.pnetcdf_buffers import write_buffers
+from ckptio.backends.pnetcdf_steps import _TABLES, Part, block_parts, data_groups, within_calls
 
 from ckptio.coord.hints import info_to_dict
 from ckptio.model import meta as metamod
@@ -55,7 +57,6 @@ COMPLETE_VAR = "ckptio_complete"
 META_VAR = "ckptio_metadata"
 META_SUM_VAR = "ckptio_metadata_checksum"
 CHECKSUM_LEN = 16
-_TABLES = ""  # the block tables' requests (no variable has an empty name)
 IN_PLACE_SWAP = "nc_in_place_swap"  # PnetCDF's hint: byte-swap write buffers in place ("enable") or a copy
 NC_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.+-]*$")  # a name netCDF tools take as is
 NOTE = (f"ckptio checkpoint: the metadata document (JSON) is the text variable {META_VAR}; the checkpoint "
@@ -196,12 +197,18 @@ class PnetCDFWriteHandle:
         rounds: 0.089 s in one ``wait_all``, 0.067-0.073 in groups; direct PnetCDF 0.081-0.084)."""
         keep: list[np.ndarray] = []  # the buffers must live until wait_all (abort's too: held by the handle)
         self._pending_buffers = keep
-        requests = self._post(blocks, tables, keep, self._memtypes)
+        # a variable larger than one round of OMPIO's collective buffering: one wait_all per call of one round
+        rounds = self.options.collective_rounds if self.transfer == "collective" else (0, 0)
+        cuts = {name: collective_calls.variable_calls(var.shape, np.dtype(var.dtype).itemsize, *rounds)
+                for name, var in self.variables.items() if name in self.vars}  # (the stored ones)
+        requests = self._post(blocks, tables, keep, self._memtypes, cuts)
         # (the setting as the range writers take it: at least 64 KiB, and nothing to split for where the system
         # has no sync_file_range: 1 KiB would otherwise be a collective step per small variable)
         groups = data_groups(self.variables, list(self.vars), writeback.every_bytes(self.options.writeback_bytes,
                                                                                      1 << 62))
-        groups[-1].append(_TABLES)
+        nrows, ncols = user_table_shape(self.variables)
+        groups = within_calls(groups, self.variables, cuts, rounds, _padding(self.options, self.variables),
+                              nrows * (ncols + 1) * 8)
         self._written = [WrittenBlock(None, int(b.data.nbytes)) for b in blocks]
 
         def write(ids: list[int], last: bool) -> None:
@@ -222,8 +229,8 @@ class PnetCDFWriteHandle:
                                         "space left on the file system, a quota, or a refused write")
 
         steps: list[Step] = []
-        for k, names in enumerate(groups):
-            ids = [r for name in names for r in requests.get(name, ())]
+        for k, parts in enumerate(groups):
+            ids = [r for part in parts for r in requests.get(part, ())]
             steps.append(("write the data (wait_all)", functools.partial(write, ids, k == len(groups) - 1)))
         return steps
 
@@ -234,23 +241,24 @@ class PnetCDFWriteHandle:
             t.Free()
 
     def _post(self, blocks: Sequence[BlockToWrite], tables: tuple[np.ndarray, np.ndarray] | None,
-              keep: list[np.ndarray], memtypes: list[Any]) -> dict[str, list[int]]:
-        """Post one ``iput_var`` per non-empty block (and the block tables): their request ids per variable (the
-        tables' under :data:`_TABLES`)."""
-        posted = [b for b in blocks if b.box.size and b.var in self.vars]
-        requests: dict[str, list[int]] = {}
-        for block, buf in zip(posted, write_buffers([b.data for b in posted], self.swaps_in_place), strict=True):
+              keep: list[np.ndarray], memtypes: list[Any], cuts: Mapping[str, VariableCut]) -> dict[Part, list[int]]:
+        """Post one ``iput_var`` per non-empty block and run of a call of its variable it meets (its part there, a
+        view; and the block tables): their request ids per (variable, call) (the tables' under :data:`_TABLES`)."""
+        posted = block_parts(blocks, cuts)
+        requests: dict[Part, list[int]] = {}
+        for (key, box, _), buf in zip(posted, write_buffers([data for _, _, data in posted], self.swaps_in_place),
+                                      strict=True):
             keep.append(buf.data)
-            var = self.vars[block.var]
-            if block.box.ndim == 0:
+            var = self.vars[key[0]]
+            if box.ndim == 0:
                 request = var.iput_var(buf.data)
             elif buf.memtype is not None:  # a view (halo'd interior): PnetCDF's flexible API reads it in place
                 memtypes.append(buf.memtype)
-                request = var.iput_var(buf.data, start=list(block.box.offset), count=list(block.box.shape),
+                request = var.iput_var(buf.data, start=list(box.offset), count=list(box.shape),
                                        bufcount=1, buftype=buf.memtype)
             else:
-                request = var.iput_var(buf.data, start=list(block.box.offset), count=list(block.box.shape))
-            requests.setdefault(block.var, []).append(int(request))
+                request = var.iput_var(buf.data, start=list(box.offset), count=list(box.shape))
+            requests.setdefault(key, []).append(int(request))
         if tables is not None and self.table is not None:
             rows, sums = tables
             keep += [rows, sums]
@@ -399,27 +407,9 @@ def _never_closed_by_gc(file: Any) -> None:
         pass
 
 
-def data_groups(variables: Mapping[str, VariablePlan], names: Sequence[str], group_bytes: int) -> list[list[str]]:
-    """``names`` (the stored variables, in definition order) as the groups of the data write's steps: consecutive
-    variables until a group holds ``group_bytes`` in the file (every rank's blocks: from the plan's global shapes,
-    so the same groups on every rank), the rest with the last; one group when ``group_bytes`` is 0 (no early
-    write-back) or there are no variables. At most ``len(names)`` groups, and at most the data's bytes /
-    ``group_bytes``: 10,000 variables of 1 KiB make a few steps, not 10,000."""
-    if group_bytes <= 0 or not names:
-        return [list(names)]
-    groups: list[list[str]] = []
-    current: list[str] = []
-    held = 0
-    for name in names:
-        var = variables[name]
-        current.append(name)
-        held += math.prod(var.shape) * np.dtype(var.dtype).itemsize
-        if held >= group_bytes:
-            groups.append(current)
-            current, held = [], 0
-    if current:
-        if groups:
-            groups[-1].extend(current)  # a small tail joins the group before it
-        else:
-            groups.append(current)
-    return groups
+def _padding(options: CreateOptions, variables: Mapping[str, VariablePlan]) -> int:
+    """The most PnetCDF may leave between two fixed-size variables: ``nc_var_align_size`` (the user's hint or
+    ckptio's, :func:`_var_align`), at least 512 bytes (its default alignment of the variables' section)."""
+    given = options.hints.get("nc_var_align_size")
+    align = int(given) if given is not None and str(given).isdigit() else (_var_align(options, variables) or 0)
+    return max(align, 512)

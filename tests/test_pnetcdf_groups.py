@@ -1,4 +1,4 @@
-"""PnetCDF's data write in steps of variable groups (``backends.pnetcdf_write.data_groups``): the engine starts
+"""PnetCDF's data write in steps of variable groups (``backends.pnetcdf_steps.data_groups``): the engine starts
 the write-back after each, so the storage works while PnetCDF copies the next group (FLASH-IO's shape on 2 ranks:
 0.089 s in one ``wait_all``, 0.073 s in groups; direct PnetCDF 0.084: benchmarks/README.md)."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ckptio.backends.pnetcdf_write import data_groups
+from ckptio.backends.pnetcdf_steps import data_groups
 from mpi_helpers import run_mpi
 
 from ckptio.model.variable_plan import VariablePlan

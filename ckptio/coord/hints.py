@@ -183,6 +183,20 @@ def io_component() -> str:
     return lib
 
 
+def library_rounds(hints: Mapping[str, str], nprocs: int, romio: bool | None = None) -> tuple[int, int]:
+    """Local: (aggregators, bytes per aggregator and round) of Open MPI's OMPIO collective buffering for a file
+    opened with ``hints`` by ``nprocs`` ranks: ``min(cb_nodes, nprocs)`` (OMPIO takes the hint's count) and half of
+    ``cb_buffer_size`` (its round). HDF5's and PnetCDF's collective data writes are cut into calls of one round
+    each from these (:mod:`ckptio.backends.collective_calls`: an aggregator whose write fails in one of several
+    rounds leaves the other ranks waiting in the next). (0, 0), no cut, under ROMIO, which finishes its rounds
+    after a failed write. The same on every rank: from the agreed hints, the job size and the launch's MPI-IO
+    layer. ``romio`` None asks :func:`uses_romio`."""
+    if uses_romio() if romio is None else romio:
+        return 0, 0
+    aggregators = max(1, min(int(hints.get("cb_nodes", nprocs)), nprocs))
+    return aggregators, int(hints.get("cb_buffer_size", DEFAULTS["cb_buffer_size"])) // 2
+
+
 def collective_write_hazard() -> str | None:
     """Why collective writes through HDF5 or PnetCDF are unsafe in this process, or None. Local; the answer is
     the same on every rank of one launch (one environment, one MPI_Init).

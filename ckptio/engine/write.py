@@ -275,7 +275,8 @@ class _Job:
             """Local, in the agreed phase (a setting read here fails every rank alike)."""
             self.writeback_bytes = settings.get("CKPTIO_WRITEBACK_BYTES")
             options = CreateOptions(request.hints, self.stripe_unit, request.attrs, described, self.write_io,
-                                    self.independent_because, self.writeback_bytes)
+                                    self.independent_because, self.writeback_bytes,
+                                    hintsmod.library_rounds(request.hints, self.comm.Get_size()))
             created.append(request.backend.create(tmp, comm, info, variables, placement, options))
 
         try:

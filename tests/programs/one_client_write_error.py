@@ -5,8 +5,9 @@ job goes on and checkpoints again, as a code that catches the failed checkpoint 
 
 Rank ``RANK`` may write no file past 256 KiB (``RLIMIT_FSIZE``, its soft limit only: Python ignores SIGXFSZ, so
 the writes fail with EFBIG; the MPI-IO library reports that on that rank alone, or not at all). Every rank writes
-``DIR/chk`` with backend ``BACKEND``: four 2-D float64 variables of 96 x 1024 (768 KiB each), rows cut evenly among
-the ranks, the last rank's part a strided view, and one int32 variable of 64 values per rank. Every rank prints
+``DIR/chk`` with backend ``BACKEND``: four 2-D float64 variables of ROWS x 1024 (``$ROWS``, default 96: 768 KiB
+each), rows cut evenly among the ranks, the last rank's part a strided view, and one int32 variable of 64 values
+per rank. Every rank prints
 ``RAISED <rank> <class> <message>`` (or ``NOT RAISED <rank>``), then rank 0 ``LEFT <names>`` for whatever the failed
 checkpoint left in ``DIR``; where the checkpoint succeeded (the limited rank wrote nothing), every rank reads it
 back and prints ``FIRST OK <rank>``. The limit is lifted, the same checkpoint is written again at the same path and read
@@ -26,7 +27,7 @@ from mpi4py import MPI
 
 import ckptio
 
-ROWS, COLS, BIG, PER_RANK = 96, 1024, 4, 64
+ROWS, COLS, BIG, PER_RANK = int(os.environ.get("ROWS", 96)), 1024, 4, 64
 LIMIT = 256 << 10
 
 

@@ -1,5 +1,5 @@
 """The MPI program of ``tests/test_pnetcdf_groups.py``: a PnetCDF checkpoint whose data write is several
-collective ``wait_all`` steps (one per group of variables, ``backends.pnetcdf_write.data_groups``), with ranks that
+collective ``wait_all`` steps (one per group of variables, ``backends.pnetcdf_steps.data_groups``), with ranks that
 own nothing of some groups.
 
     mpirun -n N python pnetcdf_groups.py write PATH     (CKPTIO_WRITEBACK_BYTES from the environment)
