@@ -179,6 +179,8 @@ def test_the_rounds_are_ompios_and_none_under_romio():
     assert library_rounds(hints, 7, romio=False) == (7, 8 * MiB)  # cb_nodes beyond the ranks: one per rank
     assert library_rounds({**hints, "cb_nodes": "2"}, 7, romio=False) == (2, 8 * MiB)
     assert library_rounds(hints, 7, romio=True) == (0, 0)
+    assert library_rounds(hints, 2, romio=False) == (0, 0)  # OMPIO's "individual" writes: no rounds at all
+    assert library_rounds(hints, 3, romio=False) == (3, 8 * MiB)
 
 
 def plans(sizes: dict[str, int]) -> dict[str, VariablePlan]:

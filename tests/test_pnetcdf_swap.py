@@ -103,6 +103,16 @@ def test_callers_arrays_restored_and_file_right(nprocs, tmp_path):
 
 @needs_pnetcdf
 @pytest.mark.mpi
+def test_callers_arrays_restored_and_file_right_when_the_write_is_cut_into_rounds(tmp_path):
+    """Under OMPIO with 32 KiB rounds (``cb_buffer_size`` 64 KiB) every variable of more than 4 x 32 KiB goes out in
+    several ``wait_all`` calls, each block's parts in several of them (``backends.collective_calls``): each part is
+    swapped and restored on its own."""
+    proc = run_mpi(4, [PROGRAM, "restored", str(tmp_path / "chk.nc")], env={"CKPTIO_HINTS": "cb_buffer_size=65536"})
+    assert proc.stdout.count("OK") == 4, proc.stdout + proc.stderr
+
+
+@needs_pnetcdf
+@pytest.mark.mpi
 def test_arrays_restored_when_the_checkpoint_fails_after_posting(tmp_path):
     proc = run_mpi(2, [PROGRAM, "failure", str(tmp_path / "chk.nc")])
     assert proc.stdout.count("OK") == 2, proc.stdout + proc.stderr

@@ -189,9 +189,10 @@ def library_rounds(hints: Mapping[str, str], nprocs: int, romio: bool | None = N
     ``cb_buffer_size`` (its round). HDF5's and PnetCDF's collective data writes are cut into calls of one round
     each from these (:mod:`ckptio.backends.collective_calls`: an aggregator whose write fails in one of several
     rounds leaves the other ranks waiting in the next). (0, 0), no cut, under ROMIO, which finishes its rounds
-    after a failed write. The same on every rank: from the agreed hints, the job size and the launch's MPI-IO
-    layer. ``romio`` None asks :func:`uses_romio`."""
-    if uses_romio() if romio is None else romio:
+    after a failed write, and on 2 ranks or fewer, where OMPIO writes each rank's part on its own (its ``individual``
+    component takes priority there: ``mca_fcoll_base_query_table``, Open MPI 4.1.4). The same on every rank: from
+    the agreed hints, the job size and the launch's MPI-IO layer. ``romio`` None asks :func:`uses_romio`."""
+    if nprocs <= 2 or (uses_romio() if romio is None else romio):
         return 0, 0
     aggregators = max(1, min(int(hints.get("cb_nodes", nprocs)), nprocs))
     return aggregators, int(hints.get("cb_buffer_size", DEFAULTS["cb_buffer_size"])) // 2

@@ -83,10 +83,13 @@ def _read(path: str) -> tuple[Lease | None, int]:
 def _write(path: str, lease: Lease) -> None:
     """Atomically (a temporary in the same directory, then a rename); CheckpointIOError naming the lease file
     where it cannot be written (a full file system, a file size limit)."""
+    def unwritable(exc: OSError) -> CheckpointIOError:
+        return CheckpointIOError(f"{path}: cannot write the series' lease: {os.strerror(exc.errno or 0)}")
+
     try:
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".ckptio-lease-")
     except OSError as exc:
-        raise CheckpointIOError(f"{path}: cannot write the series' lease: {os.strerror(exc.errno or 0)}") from None
+        raise unwritable(exc) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(asdict(lease), f)
@@ -97,8 +100,7 @@ def _write(path: str, lease: Lease) -> None:
         except OSError:
             pass
         if isinstance(exc, OSError):
-            raise CheckpointIOError(f"{path}: cannot write the series' lease: "
-                                    f"{os.strerror(exc.errno or 0)}") from None
+            raise unwritable(exc) from None
         raise
 
 
