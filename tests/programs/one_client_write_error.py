@@ -4,7 +4,9 @@ job goes on and checkpoints again, as a code that catches the failed checkpoint 
     mpirun -n N python one_client_write_error.py BACKEND DIR RANK
 
 Rank ``RANK`` may write no file past 256 KiB (``RLIMIT_FSIZE``, its soft limit only: Python ignores SIGXFSZ, so
-the writes fail with EFBIG; the MPI-IO library reports that on that rank alone, or not at all). Every rank writes
+the writes fail with EFBIG; the MPI-IO library reports that on that rank alone, or not at all); with ``$BELOW``, past
+the checkpoint's size less that many bytes (learnt from a first, unlimited write of it), so that the write crossing
+the limit is cut short by the kernel without an error. Every rank writes
 ``DIR/chk`` with backend ``BACKEND``: four 2-D float64 variables of ROWS x 1024 (``$ROWS``, default 96: 768 KiB
 each), rows cut evenly among the ranks, the last rank's part a strided view, and one int32 variable of 64 values
 per rank. Every rank prints
@@ -29,6 +31,7 @@ import ckptio
 
 ROWS, COLS, BIG, PER_RANK = int(os.environ.get("ROWS", 96)), 1024, 4, 64
 LIMIT = 256 << 10
+BELOW = int(os.environ.get("BELOW", 0))  # if set: the limit is the checkpoint's size less this many bytes
 
 
 def big_value(k: int, lo: int, hi: int) -> np.ndarray:
@@ -74,8 +77,16 @@ def main(backend: str, directory: str, limited: int) -> None:
     r = comm.Get_rank()
     path = os.path.join(directory, "chk")
     hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+    limit = LIMIT
+    if BELOW:  # just below the file's size: the write that crosses it is cut short, without an error
+        checkpoint(path, comm, backend)
+        limit = os.path.getsize(path) - BELOW
+        comm.Barrier()
+        if r == 0:
+            os.remove(path)
+        comm.Barrier()
     if r == limited:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT, hard))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
     try:
         checkpoint(path, comm, backend)
         say("NOT RAISED", r)
