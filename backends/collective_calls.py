@@ -1,27 +1,38 @@
 """How a format library's (HDF5's, PnetCDF's) collective data write of one variable is cut into calls that Open
 MPI's OMPIO writes in one round each: pure and local, the same on every rank.
 
-OMPIO (its default ``vulcan`` component) writes a collective call in rounds of at most half of ``cb_buffer_size``
-per aggregator, and an aggregator whose write fails in a round leaves the call at once while the other ranks wait
-for it in the next round's exchange: a write error on one client (its node's I/O error, a file size limit, a
-quota) hung the whole job inside the library's write, with HDF5 and PnetCDF checkpoints of some 30 MB and more on
-3 ranks (Open MPI 4.1.4, ``fcoll_vulcan_file_write_all.c``; the failure never reached the engine's agreement). A
-call of ONE round has no later exchange: the failing rank returns its error, the others return, and the engine's
-agreement after the step fails every rank. ``vulcan`` cuts a call's file extent (the lowest to the highest byte any
-rank writes in it) into ``cb_nodes`` equal domains, one per aggregator (ckptio sets ``cb_nodes``; OMPIO takes its
-count of aggregators from it), and writes each domain's bytes in rounds; a call is one round when no domain holds
-more than a round's bytes (:func:`one_round`; :func:`ckptio.coord.hints.library_rounds` gives the two figures).
+OMPIO (its default ``vulcan`` component, on 3 ranks or more outside Lustre) writes a collective call in rounds of
+at most half of ``cb_buffer_size`` per aggregator, and an aggregator whose write fails in a round leaves the call
+at once while the other ranks wait for it in the next round's exchange: a write error on one client (its node's
+I/O error, a file size limit, a quota) hung the whole job inside the library's write, with HDF5 and PnetCDF
+checkpoints of some 30 MB and more on 3 ranks (Open MPI 4.1.4, ``fcoll_vulcan_file_write_all.c``; the failure
+never reached the engine's agreement). A call of ONE round has no later exchange: the failing rank returns its
+error, the others return, and the engine's agreement after the step fails every rank.
 
-A variable larger than the aggregators' rounds together is cut into :func:`runs` of at most one round's bytes
-(whole C-order runs: each a box, contiguous in the file), dealt out to calls the way ``vulcan`` deals domains to
-aggregators: the runs in as many consecutive stretches as there are aggregators, call ``k`` the ``k``-th run of
-each stretch (:func:`variable_calls`). Each aggregator's domain then holds one run, the same one it would have
-written in the uncut call's ``k``-th round: where each rank's blocks are its own stretch (an even decomposition),
-every aggregator still writes its own rank's data and nothing crosses ranks that did not before (contiguous
-slices of the variable made every call move most of its bytes to other ranks' domains: measured 40% slower for
-PnetCDF, 2 GiB on 4 ranks). A call that is not one round by :func:`one_round` (runs of unequal length) goes
-out as one call per run. ROMIO goes on with its rounds after a failed write and reports the error at the end, so
-under ROMIO (and MPICH) nothing is cut.
+How ``vulcan`` deals a call's bytes: stripes of ``D = ceil(extent / cb_nodes)`` bytes counted from the start of
+the FILE (not of the call), stripe ``j`` to aggregator ``j % cb_nodes`` (ckptio sets ``cb_nodes``; OMPIO takes its
+count of aggregators from it); a call is one round when no aggregator holds more than a round's bytes
+(:func:`ckptio.coord.hints.library_rounds` gives the two figures). A call's extent meets at most ``cb_nodes + 1``
+stripes, so only its first and its last stripe can belong to the same aggregator.
+
+A variable larger than the aggregators' rounds together is cut into :func:`runs` of at most HALF a round (whole
+C-order runs: each a box, contiguous in the file), dealt out to calls: the runs in as many consecutive stretches as
+there are aggregators, call ``k`` the ``k``-th run of each stretch (:func:`variable_calls`). Each call then spans
+the variable with one run per stripe, and an aggregator holds at most one run, or two (its first and last
+stripe), a round's bytes, wherever the variable lies in the file; :func:`one_round` checks every call so, and one
+that would not be one round goes out run by run (never seen with half-round runs: a guard). The first version
+dealt runs of a whole round and hung an outside trial (3 ranks, one 40 MiB variable: the first and the last stripe
+of a call went to one aggregator).
+
+What this does not cover: a rank that writes nothing in a call gives ``mca_fcoll_vulcan_minmax`` a lowest offset
+of 0, so the call's stripes then span the file from its start and one aggregator may hold several runs (found
+when contiguous slices of the variable were tried instead: most slices leave most ranks empty, and they hung the
+outside trial's cases). Dealt calls spread over the whole variable, so in an even decomposition every rank has a
+run in every call; with uneven ones, or a variable only some ranks hold, a call may still take several rounds.
+Making that exact needs every rank's blocks and the variable's file offset in one place (the planning rank, after
+the file's structures exist): not done.
+ROMIO goes on with its rounds after a failed write and reports the error at the end, so under ROMIO (and MPICH)
+nothing is cut.
 """
 
 from __future__ import annotations
@@ -64,18 +75,31 @@ def byte_range(run: Box, shape: tuple[int, ...], itemsize: int) -> tuple[int, in
 
 
 def one_round(call: Call, shape: tuple[int, ...], itemsize: int, aggregators: int, round_bytes: int) -> bool:
-    """Whether OMPIO's ``vulcan`` writes this call in one round: its extent cut into ``aggregators`` equal
-    domains (``ceil(extent / aggregators)`` bytes each, ``mca_fcoll_vulcan_minmax``), none holding more than
-    ``round_bytes`` of the call's runs (every element of a variable is some rank's: the plan refuses holes).
-    Local; O(runs)."""
+    """Whether OMPIO's ``vulcan`` writes this call in one round wherever the variable lies in the file: vulcan cuts
+    the file into stripes of ``D = ceil(extent / aggregators)`` bytes from offset 0 of the FILE (not of the call)
+    and gives stripe ``j`` to aggregator ``j % aggregators`` (``mca_fcoll_vulcan_minmax``,
+    ``mca_fcoll_vulcan_break_file_view``), so the call's extent meets at most ``aggregators + 1`` stripes and only
+    the first and the last can share an aggregator. One round when, for every position of that grid, no stripe,
+    nor the first and the last together, holds more than ``round_bytes`` of the call's runs (every element of a
+    variable is some rank's: the plan refuses holes). Local; numpy over O(runs) breakpoints."""
     spans = np.array([byte_range(run, shape, itemsize) for run in call], np.int64).reshape(-1, 2)
-    lo, hi = int(spans[:, 0].min()), int(spans[:, 1].max())
-    domain = max(1, -(-(hi - lo) // aggregators))
-    held = np.zeros(aggregators + 1, np.int64)
-    for first, end in spans.tolist():
-        for d in range((first - lo) // domain, (end - 1 - lo) // domain + 1):
-            held[d] += min(end, lo + (d + 1) * domain) - max(first, lo + d * domain)
-    return bool(held.max() <= round_bytes)
+    starts, ends = spans[:, 0] - spans[0, 0], spans[:, 1] - spans[0, 0]
+    extent = int(ends[-1])
+    total = int((ends - starts).sum())
+    stripe = max(1, -(-extent // aggregators))
+
+    def held(x: np.ndarray) -> np.ndarray:
+        """The call's bytes in [its first byte, + x), for each x."""
+        return np.clip(x[:, None] - starts[None, :], 0, (ends - starts)[None, :]).sum(axis=1)
+
+    bounds = np.concatenate([starts, ends])
+    windows = np.concatenate([bounds, bounds - stripe])  # a window's start or end meets a run's boundary
+    one = held(windows + stripe) - held(windows)
+    shift = (aggregators - 1) * stripe  # from the first stripe's end to the start of the one after the last
+    firsts = np.concatenate([bounds, bounds - shift, [stripe]])
+    firsts = firsts[(firsts > 0) & (firsts <= stripe)]
+    both = held(firsts) + total - held(firsts + shift) if len(firsts) else np.zeros(1, np.int64)
+    return bool(max(int(one.max()), int(both.max())) <= round_bytes)
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,7 +138,7 @@ def variable_calls(shape: tuple[int, ...], itemsize: int, aggregators: int, roun
     if not round_bytes or not shape or math.prod(shape) * itemsize <= aggregators * round_bytes:
         whole = Box((0,) * len(shape), shape)
         return VariableCut(shape, [[whole]], [whole], np.zeros(1, np.int64), [0])
-    parts = runs(shape, itemsize, round_bytes)
+    parts = runs(shape, itemsize, max(itemsize, round_bytes // 2))  # (a first and a last stripe may share one)
     stretch = -(-len(parts) // aggregators)
     calls: list[Call] = []
     call_of = [0] * len(parts)
