@@ -31,6 +31,7 @@ outside trial's cases). Dealt calls spread over the whole variable, so in an eve
 run in every call; with uneven ones, or a variable only some ranks hold, a call may still take several rounds.
 Making that exact needs every rank's blocks and the variable's file offset in one place (the planning rank, after
 the file's structures exist): not done.
+
 ROMIO goes on with its rounds after a failed write and reports the error at the end, so under ROMIO (and MPICH)
 nothing is cut.
 """

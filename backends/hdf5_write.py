@@ -179,7 +179,7 @@ class HDF5WriteHandle:
         """One step of independent raw writes (the datasets are allocated at creation): the block tables by the
         rank that holds them and the small variables that one rank holds whole by that rank (``by_owner`` of the
         placement: an independent write cannot leave another rank waiting, so it needs no step of its own); then
-        ``ncalls[name]`` collective ``H5Dwrite`` calls per other variable and slab of it on every rank (see
+        ``ncalls[name]`` collective ``H5Dwrite`` calls per other variable and cut call of it on every rank (see
         :func:`ckptio.backends.hdf5_lib.write_calls`, :func:`ckptio.backends.collective_calls.calls`)."""
         by_var: dict[str, list[tuple[Box, np.ndarray]]] = {}
         self._written = []

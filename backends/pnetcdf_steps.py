@@ -14,7 +14,7 @@ from ckptio.backends.collective_calls import VariableCut
 from ckptio.model.layout import Box
 
 _TABLES = ("", 0)  # the block tables' requests (no variable has an empty name)
-Part = tuple[str, int]  # (variable, slab index): what one step holds of a variable
+Part = tuple[str, int]  # (variable, call index): what one step holds of a variable
 
 
 def data_groups(variables: Mapping[str, VariablePlan], names: Sequence[str], group_bytes: int) -> list[list[str]]:
@@ -66,25 +66,21 @@ def within_calls(groups: Sequence[Sequence[str]], variables: Mapping[str, Variab
                     current, extent = [], 0
                 out.extend([(name, k)] for k in range(len(cuts[name].calls)))
                 continue
-            span = _nbytes(variables[name]) + (pad if current else 0)
+            span = variables[name].nbytes + (pad if current else 0)
             if limit and current and extent + span > limit:
                 out.append(current)
-                current, extent, span = [], 0, _nbytes(variables[name])
+                current, extent, span = [], 0, variables[name].nbytes
             current.append((name, 0))
             extent += span
         if current or not names:  # (no stored variable: still one, empty, collective step)
             out.append(current)
     last = out[-1]
     whole = all(len(cuts[name].calls) == 1 for name, _ in last)
-    if not limit or (whole and sum(_nbytes(variables[n]) + pad for n, _ in last) + table_bytes + 2 * pad <= limit):
+    if not limit or (whole and sum(variables[n].nbytes + pad for n, _ in last) + table_bytes + 2 * pad <= limit):
         last.append(_TABLES)  # (the block table and its checksums, each a variable of its own)
     else:
         out.append([_TABLES])
     return out
-
-
-def _nbytes(var: VariablePlan) -> int:
-    return math.prod(var.shape) * np.dtype(var.dtype).itemsize
 
 
 def block_parts(blocks: Sequence[BlockToWrite],
