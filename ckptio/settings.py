@@ -108,6 +108,11 @@ TABLE: dict[str, Setting] = {s.name: s for s in (
             "native checkpoints: ckptio's write aggregators write their file domains with pwritev (posix) or "
             "MPI_File_write_at on their sub-communicator (mpiio); write_all: one collective MPI_File_write_all, "
             "MPI-IO's own collective buffering (before issue 29)"),
+    Setting("CKPTIO_READ_BACK", "auto", _choice("auto", "always"), True,
+            "auto: a checkpoint whose data went out in collective MPI-IO writes that may lose a client's write "
+            "error (Open MPI's OMPIO) is read back and its checksums compared before it is committed, where the file "
+            "system would not show the lost data as a hole (ckptio.engine.space.lost_writes_show); always: every "
+            "checkpoint is"),
     Setting("CKPTIO_WRITE_AGGREGATORS", "", _optional_count, True,
             "write aggregator count (overrides the automatic choice, as does an explicit cb_nodes hint)"),
     Setting("CKPTIO_WRITE_BUFFER_BYTES", "", _optional_size, True,

@@ -124,3 +124,13 @@ def parse_cases(stdout: str) -> dict[str, str]:
             _, name, rest = line.split(" ", 2)
             out[name] = rest
     return out
+
+
+def eio_preload(directory: str | os.PathLike) -> str:
+    """``tests/programs/eio_preload.c`` built into ``directory`` (once): the library a test preloads so that one
+    rank's writes of a checkpoint fail with EIO (see that file). Needs a C compiler (``cc``), as the bindings do."""
+    out = Path(directory) / "libeio_preload.so"
+    if not out.exists():
+        subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(out), str(PROGRAMS / "eio_preload.c"), "-ldl"],
+                       check=True, capture_output=True, text=True)
+    return str(out)

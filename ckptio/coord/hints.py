@@ -198,6 +198,17 @@ def library_rounds(hints: Mapping[str, str], nprocs: int, romio: bool | None = N
     return aggregators, int(hints.get("cb_buffer_size", DEFAULTS["cb_buffer_size"])) // 2
 
 
+def collective_write_errors_lost(nprocs: int, romio: bool | None = None) -> bool:
+    """Local: whether a collective MPI-IO write (``MPI_File_write_all`` and the like, which HDF5's and PnetCDF's
+    collective data writes are) may return success on every rank while a write of the file failed on one: Open
+    MPI's OMPIO on 3 ranks or more. Its collective components (``vulcan``, and ``dynamic_gen2`` on Lustre) print
+    "fbtl_pwritev failed" and end with ``return OMPI_SUCCESS`` whatever failed (Open MPI 4.1.4,
+    ``fcoll_vulcan_file_write_all.c``; measured: an aggregator's EIO lost its domain, every rank returned
+    success); on 2 ranks or fewer its ``individual`` component, whose writes report their errors, takes over.
+    ROMIO reports the error. The same on every rank of one launch (``romio`` None asks :func:`uses_romio`)."""
+    return nprocs > 2 and "mpi4py.MPI" in sys.modules and not (uses_romio() if romio is None else romio)
+
+
 def collective_write_hazard() -> str | None:
     """Why collective writes through HDF5 or PnetCDF are unsafe in this process, or None. Local; the answer is
     the same on every rank of one launch (one environment, one MPI_Init).

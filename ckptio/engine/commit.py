@@ -12,6 +12,9 @@ any rank is the same error on every rank and no rank goes on into a collective t
       -> sync
       -> completion mark          the backend's steps (written last: a file without it is incomplete)
       -> sync, close              (the agreement after the close is the vote: every rank's part succeeded)
+      -> read back                only where a client's write error may have been lost unseen (Open MPI's OMPIO,
+                                  a file system that shows no holes; :func:`read_back`): the restart aggregators
+                                  check every block's checksum
       -> check and rename         planning rank: read the document back from the file as the file system has
                                   it, then rename the temporary file to the final name and sync the directory
 
@@ -30,7 +33,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ckptio import coord
+from ckptio import coord, settings
 from ckptio.backends.base import Backend, DocumentSlot, WriteHandle, stored_document_of
 from ckptio.engine import faults as _faults
 from ckptio.engine import space
@@ -44,26 +47,31 @@ ROOT = 0  # the planning rank: it holds the whole plan and the document, reserve
 
 def commit(comm, backend: Backend, handle: WriteHandle | None, tmp: str, path: str,
            document: dict[str, Any] | None, before_rename: Callable[[], None] | None = None,
-           typed: CheckpointDocument | None = None) -> None:
+           typed: CheckpointDocument | None = None, errors_lost: bool = False) -> None:
     """Collective: commit the temporary file ``tmp`` (data written and synced) as the checkpoint ``path``.
     ``document`` is the metadata document on the planning rank and None elsewhere (``typed``: its typed form,
     where the caller has it: the data check reads it instead of typing the dict again); ``handle`` None on a rank
     that holds none (not a write aggregator). ``before_rename`` runs on the
-    planning rank right before the rename (a Series checks its lease there). Raises the same error on every rank;
-    the caller then calls :func:`abort`."""
+    planning rank right before the rename (a Series checks its lease there). ``errors_lost``: the data went out in
+    collective MPI-IO writes that may have lost a client's write error (the same on every rank; see
+    :func:`read_back`). Raises the same error on every rank; the caller then calls :func:`abort`."""
     where = f"checkpoint {path}"
     root = comm.Get_rank() == ROOT
 
-    def landed() -> None:
+    directory = os.path.dirname(os.path.abspath(tmp))
+
+    def landed() -> bool:
+        """The planning rank: no holes where data was written; then whether to read it all back (see
+        :func:`read_back`)."""
         why = space.missing_data(tmp, backend, typed if typed is not None else document)
         if why is not None:
-            directory = os.path.dirname(os.path.abspath(tmp))
             raise CheckpointIOError(f"{tmp}: the file system lost writes of some rank, found by the planning rank "
                                     f"reading the file back (a write failed on some client: no space left on "
                                     f"{directory}, a quota exceeded, an I/O error, or a rank's file size limit, "
                                     f"ulimit -f?): {why}")
+        return settings.get("CKPTIO_READ_BACK") == "always" or (errors_lost and not space.lost_writes_show(directory))
 
-    coord.bcast_from_root(comm, f"{where}: check that the data landed", landed, root=ROOT)
+    reread = coord.bcast_from_root(comm, f"{where}: check that the data landed", landed, root=ROOT)
     encoded = metamod.dumps(typed if typed is not None else document) if root else None  # (the same text)
     slot = coord.bcast_from_root(comm, f"{where}: encode the metadata document",
                                  lambda: DocumentSlot(len(encoded), metamod.checksum(encoded)), root=ROOT)
@@ -79,10 +87,29 @@ def commit(comm, backend: Backend, handle: WriteHandle | None, tmp: str, path: s
               None if handle is None else lambda: handle.mark_complete(root))
     coord.run(comm, f"{where}: sync the completion mark", lambda: held(handle, "sync"))
     coord.run(comm, f"{where}: close", lambda: (held(handle, "close"), _faults.point("commit vote", comm)))
+    if reread:
+        read_back(comm, tmp)
     _faults.point("rename", comm)
     coord.bcast_from_root(comm, f"{where}: check and rename", lambda: (
         check_written(backend, tmp, encoded), before_rename and before_rename(), rename_durably(tmp, path)),
         root=ROOT)
+
+
+def read_back(comm, tmp: str) -> None:
+    """Collective: every block of the closed temporary file ``tmp`` read back and its checksum compared, by the
+    restart aggregators in parallel (:func:`ckptio.verify.verify_parallel`); the same CheckpointIOError on every
+    rank when a block does not hold what was written. For data written where a client's write error may be lost
+    (:func:`ckptio.coord.hints.collective_write_errors_lost`) on a file system that would not show the lost bytes
+    as a hole, or everywhere with ``CKPTIO_READ_BACK=always``: a checkpoint is never committed with a block that
+    does not hold the caller's data. It costs a read of the checkpoint (mostly from the writers' page cache)."""
+    from ckptio.verify import verify_parallel  # (the restart's reader: imported only where it is needed)
+
+    problems = verify_parallel(tmp, comm).problems
+    if problems:  # (the same Verification on every rank)
+        raise CheckpointIOError(f"{tmp}: {len(problems)} block(s) of the data did not land, found by reading the "
+                                f"checkpoint back before its commit (a write failed on some client without an error "
+                                f"from the MPI-IO library; Open MPI's OMPIO loses such errors, ROMIO reports them: "
+                                f"OMPI_MCA_io=romio321): {problems[0]}")
 
 
 def held(handle: WriteHandle | None, method: str, *args: Any) -> Any:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,6 +30,8 @@ _NO_PREALLOCATION = {errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}  # (ENOTSUP =
 _fallocate: Any = None
 # Fault injection (tests/faults): set to 1, every reservation behaves as on a file system that cannot preallocate
 NO_FALLOCATE_ENV = "CKPTIO_FAULT_NO_FALLOCATE"
+# ... and every file system as one that shows no holes (CephFS through ceph-fuse): :func:`holes` finds none
+NO_HOLES_ENV = "CKPTIO_FAULT_NO_HOLES"
 
 
 def _fallocate_function():
@@ -144,6 +147,8 @@ def holes(path: str, ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]
     (``SEEK_HOLE``/``SEEK_DATA``) or that lie beyond the end of the file. A file system that cannot tell
     reports no holes. Written data is never a hole, except where a file system stores blocks of zeros as holes
     (ZFS or btrfs with compression): callers check the contents of what this finds."""
+    if os.environ.get(NO_HOLES_ENV) == "1":
+        return []
     ranges = coalesce(ranges, merge_gap=1, max_ranges=1 << 62)  # only touching ranges: gaps between them are no data
     found: list[tuple[int, int]] = []
     fd = os.open(path, os.O_RDONLY)
@@ -173,6 +178,48 @@ def holes(path: str, ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]
     finally:
         os.close(fd)
     return found
+
+
+_SHOWN: dict[int, bool] = {}  # lost_writes_show's answer, by file system (st_dev)
+
+
+def lost_writes_show(directory: str) -> bool:
+    """Local: whether data that was never written reads as a hole on the file system of ``directory``, as
+    :func:`missing_data` needs to find it: bytes reserved as :func:`reserve_space` reserves them, or, where nothing
+    can be reserved, left sparse. Probed once per file system and process with a file of ckptio's own (created
+    exclusively, removed at once): its first 64 KiB reserved, a byte written at 128 KiB, then ``SEEK_HOLE`` from
+    offset 0. ext4, XFS and tmpfs show the hole; CephFS through ceph-fuse answers the file's end (measured: a
+    lost write of an HDF5 checkpoint was found only at its restart). False where the probe cannot be made."""
+    if os.environ.get(NO_HOLES_ENV) == "1":
+        return False
+    try:
+        device = os.stat(directory).st_dev
+    except OSError:
+        return False
+    if device in _SHOWN:
+        return _SHOWN[device]
+    probe = os.path.join(directory, f".ckptio-holes-probe-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError:
+        return False
+    shown = False
+    try:
+        fn = _fallocate_function()
+        if fn is not None:
+            fn(fd, 0, 0, 64 << 10)  # (where it cannot, the range stays sparse: the other case)
+        os.pwrite(fd, b"\x01", 128 << 10)
+        shown = os.lseek(fd, 0, os.SEEK_HOLE) == 0
+    except OSError:
+        shown = False
+    finally:
+        os.close(fd)
+        try:
+            os.unlink(probe)
+        except OSError:
+            pass
+    _SHOWN[device] = shown
+    return shown
 
 
 def missing_data(path: str, backend: Any, meta: CheckpointDocument | Mapping[str, Any]) -> str | None:
