@@ -27,10 +27,14 @@ of a call went to one aggregator).
 What this does not cover: a rank that writes nothing in a call gives ``mca_fcoll_vulcan_minmax`` a lowest offset
 of 0, so the call's stripes then span the file from its start and one aggregator may hold several runs (found
 when contiguous slices of the variable were tried instead: most slices leave most ranks empty, and they hung the
-outside trial's cases). Dealt calls spread over the whole variable, so in an even decomposition every rank has a
-run in every call; with uneven ones, or a variable only some ranks hold, a call may still take several rounds.
-Making that exact needs every rank's blocks and the variable's file offset in one place (the planning rank, after
-the file's structures exist): not done.
+outside trial's cases). Dealt calls spread over the whole variable, which kept every rank in every call in the cases
+the trials hung, but not always: with more ranks than aggregators (beyond ``cb_nodes``, 80 by ckptio's default) a
+call of one run per aggregator leaves most ranks out (a model of an 8 GiB variable on 160 ranks and more: every call,
+up to 11 rounds where the variable starts far into the file); some even decompositions on fewer ranks, uneven ones
+and a variable only some ranks hold leave a rank out too. Making that exact needs every rank's blocks and the
+variable's file offset in one place (the planning rank, after the file's structures exist): not done. (OMPIO also
+returns success where the write failed, so the engine reads such checkpoints back where the loss would not show:
+:func:`ckptio.engine.commit.read_back`.)
 
 ROMIO goes on with its rounds after a failed write and reports the error at the end, so under ROMIO (and MPICH)
 nothing is cut.
