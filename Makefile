@@ -101,15 +101,15 @@ test-matrix: install
 
 # `make test-matrix-driver`: the part of the matrix that goes through the MPI-IO driver, for a second driver of the
 # same MPI library (CI: Open MPI's ROMIO beside its default OMPIO): conformance, N-to-M, background modes, the
-# cross-MPI restart, the aggregators' strace check, killed and leaving ranks, lost writes, full disks. What does not
-# depend on the driver (declarations refused before any file is opened, edge paths, series identity, the C/Fortran
+# cross-MPI restart, the aggregators' strace check, killed and leaving ranks, lost writes and write errors, full
+# disks. What does not depend on the driver (declarations refused before any file is opened, edge paths, series identity, the C/Fortran
 # glue, damaged files found by checksums) runs under OMPIO in `make test` and under MPICH in `make test-matrix`.
 DRIVER_TESTS := tests/test_conformance.py tests/test_async_series.py::test_conformance_in_background_modes \
                 tests/test_mpi_stacks.py tests/test_aggregators_strace.py tests/faults/test_killed_writer.py \
                 tests/faults/test_killed_write_leftovers.py tests/faults/test_rank_leaves.py \
                 tests/faults/test_lost_writes.py tests/faults/test_aggregated_write_failure.py \
                 tests/faults/test_disk_and_permissions.py tests/faults/test_one_client_write_error.py \
-                tests/test_pnetcdf_swap.py
+                tests/faults/test_write_error_lost_by_mpiio.py tests/test_pnetcdf_swap.py
 test-matrix-driver: install
 	$(PY) -m pytest $(DRIVER_TESTS) -m "not slow and not stack_independent" $(PYTEST_FLAGS)
 
