@@ -252,6 +252,13 @@ class WriteHandle(Protocol):
         """Local: what the user should be told about this file (e.g. a slower transfer mode chosen for safety);
         the engine warns once, on the planning rank."""
 
+    def in_small_calls(self, below: int) -> set[str] | None:
+        """Local, on the planning rank, after the data write: the variables that went out in a collective MPI-IO
+        call of less than ``below`` bytes of the file, where an aggregator's lost share could be smaller than a
+        block and leave no hole (:func:`ckptio.engine.space.unseen_losses` reads them back); None where the handle
+        cannot tell (then every extent smaller than ``below`` is read back), as for a handle without the method.
+        Variables written with independent transfers report their errors and are never in it."""
+
     def reserved_ranges(self) -> list[tuple[int, int]]:
         """Local, on the planning rank: the byte ranges ``[start, end)`` that what this handle writes next will
         occupy (after ``define``: the data and the format's structures so far; after

@@ -33,7 +33,7 @@ call of one run per aggregator leaves most ranks out (a model of an 8 GiB variab
 up to 11 rounds where the variable starts far into the file); some even decompositions on fewer ranks, uneven ones
 and a variable only some ranks hold leave a rank out too. Making that exact needs every rank's blocks and the
 variable's file offset in one place (the planning rank, after the file's structures exist): not done. (OMPIO also
-returns success where the write failed, so the engine reads such checkpoints back where the loss would not show:
+returns success where the write failed, so the engine reads such checkpoints back before their commit:
 :func:`ckptio.engine.commit.read_back`.)
 
 ROMIO goes on with its rounds after a failed write and reports the error at the end, so under ROMIO (and MPICH)

@@ -5,7 +5,7 @@ file layout's constants and the planning of collective writes. Local, no MPI.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -123,6 +123,15 @@ def write_calls(var: VariablePlan) -> int:
                  for i in rows[start:start + count].tolist()]
         calls = max(calls, len(write_groups(boxes)))
     return calls
+
+
+def small_collective_variables(variables: Mapping[str, VariablePlan], ncalls: Mapping[str, int],
+                               by_owner: Sequence[str], below: int) -> set[str]:
+    """Local: the variables of fewer than ``below`` bytes that go out in collective ``H5Dwrite`` calls (one call,
+    or its cut calls, per variable, :func:`write_calls`): not those their one holder writes independently
+    (:func:`written_by_its_owner`) nor those with no data (:meth:`ckptio.backends.base.WriteHandle.in_small_calls`)."""
+    return {name for name, var in variables.items()
+            if ncalls.get(name, 0) and name not in by_owner and var.nbytes < below}
 
 
 def written_by_its_owner(var: VariablePlan, stripe_unit: int) -> bool:

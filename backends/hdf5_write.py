@@ -30,7 +30,16 @@ from ckptio.backends.base import (
     WrittenBlock,
     user_table_shape,
 )
-from ckptio.backends.hdf5_lib import COMPLETE, FORMAT_VERSION, GROUP, NOT_A_VARIABLE, attr_value, dcpl, write_groups
+from ckptio.backends.hdf5_lib import (
+    COMPLETE,
+    FORMAT_VERSION,
+    GROUP,
+    NOT_A_VARIABLE,
+    attr_value,
+    dcpl,
+    small_collective_variables,
+    write_groups,
+)
 
 from ckptio.coord.hints import info_to_dict
 from ckptio.model import memsel
@@ -43,6 +52,14 @@ h5py: Any = None  # the module, set by the first HDF5WriteHandle (writing needs 
 # HDF5 1.12 through h5py). Refused beyond this many, before anything is attached.
 MAX_SCALE_USERS = 4000
 MAX_LISTED_NAMES = 60_000  # the 'variables' attribute of the block table (HDF5 attributes: 64 KiB)
+
+
+# OPEN_DATASETS: a small variable's dataset is closed once created (its offset kept): HDF5 pins the object header of
+# every open object in its metadata cache, and with 10,000 small datasets held open the creation ran 20% and the
+# file's close 6x slower (measured with plain h5py: 1.03 -> 0.87 s and 0.46 -> 0.07 s); its one writer opens it again
+# for the write (HDF5WriteHandle._dataset). A variable written collectively stays open from its creation (a reopened
+# dataset made a 1 GiB collective write of 24 variables on 4 ranks 0.15 s slower, measured: 0.80-0.85 s against
+# 0.65-0.69). All are closed after the write (HDF5WriteHandle.sync).
 
 
 class HDF5WriteHandle:
@@ -63,12 +80,7 @@ class HDF5WriteHandle:
         self.attrs = options.attrs
         self._ncalls: Mapping[str, int] = placement["ncalls"]
         self._by_owner: Sequence[str] = placement.get("by_owner", ())  # written independently by their one writer
-        # A small variable's dataset is closed once created (its offset kept): HDF5 pins the object header of every
-        # open object in its metadata cache, and with 10,000 small datasets held open the creation ran 20% and
-        # the file's close 6x slower (measured with plain h5py: 1.03 -> 0.87 s and 0.46 -> 0.07 s); its one writer
-        # opens it again for the write (:meth:`_dataset`). A variable written collectively stays open from its
-        # creation (a reopened dataset made a 1 GiB collective write of 24 variables on 4 ranks 0.15 s slower,
-        # measured: 0.80-0.85 s against 0.65-0.69). All are closed after the write (:meth:`sync`).
+        # (_offsets, _open: see OPEN_DATASETS)
         self._offsets: dict[str, int | None] = {}
         self._open: dict[str, Any] = {}  # name -> h5py DatasetID, this rank's datasets during the write
         self._dxpl = h5py.h5p.create(h5py.h5p.DATASET_XFER)
@@ -269,6 +281,11 @@ class HDF5WriteHandle:
     def storage_info(self) -> dict[str, dict[str, Any]]:
         return {name: {"format": "hdf5", "dataset": f"/{name}", "layout": "contiguous", "file_offset": offset,
                        "file_dtype": self.variables[name].dtype} for name, offset in self._offsets.items()}
+
+    def in_small_calls(self, below: int) -> set[str]:
+        """:func:`~ckptio.backends.hdf5_lib.small_collective_variables` of this file (none if independent)."""
+        return small_collective_variables(self.variables, self._ncalls, self._by_owner, below) if (
+            self.transfer == "collective") else set()
 
     def reserved_ranges(self) -> list[tuple[int, int]]:
         """All of ``[0, EOA)``, alignment holes included (HDF5 may put metadata into them later); after

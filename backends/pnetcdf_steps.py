@@ -89,3 +89,15 @@ def block_parts(blocks: Sequence[BlockToWrite],
     its variable's calls it meets: (variable, call index), the part's box, a view of its elements. Local."""
     return [((block.var, call), box, data) for block in blocks if block.box.size and block.var in cuts
             for call, box, data in cuts[block.var].parts(block.box, block.data)]
+
+
+def in_small_steps(steps: Sequence[Sequence[Part]], variables: Mapping[str, VariablePlan], below: int) -> set[str]:
+    """The variables of the data write's collective steps (:func:`within_calls`) whose variables hold fewer than
+    ``below`` bytes together: a step's extent in the file is at least that, and a cut variable's step is one call of
+    it, spread over the variable (:meth:`ckptio.backends.base.WriteHandle.in_small_calls`). Local."""
+    out: set[str] = set()
+    for parts in steps:
+        names = {name for name, _ in parts if name}  # (not the block tables: _TABLES)
+        if sum(variables[name].nbytes for name in names) < below:
+            out |= names
+    return out

@@ -46,7 +46,7 @@ from ckptio.backends.base import (
 from ckptio.backends.cdf import CDFHeader, read_header
 from ckptio.backends.collective_calls import VariableCut
 from ckptio.backends.pnetcdf_buffers import write_buffers
-from ckptio.backends.pnetcdf_steps import _TABLES, Part, block_parts, data_groups, within_calls
+from ckptio.backends.pnetcdf_steps import _TABLES, Part, block_parts, data_groups, in_small_steps, within_calls
 
 from ckptio.coord.hints import info_to_dict
 from ckptio.model import meta as metamod
@@ -204,11 +204,10 @@ class PnetCDFWriteHandle:
         requests = self._post(blocks, tables, keep, self._memtypes, cuts)
         # (the setting as the range writers take it: at least 64 KiB, and nothing to split for where the system
         # has no sync_file_range: 1 KiB would otherwise be a collective step per small variable)
-        groups = data_groups(self.variables, list(self.vars), writeback.every_bytes(self.options.writeback_bytes,
-                                                                                     1 << 62))
         nrows, ncols = user_table_shape(self.variables)
-        groups = within_calls(groups, self.variables, cuts, rounds, _padding(self.options, self.variables),
-                              nrows * (ncols + 1) * 8)
+        self._steps = groups = within_calls(data_groups(self.variables, list(self.vars), writeback.every_bytes(
+            self.options.writeback_bytes, 1 << 62)), self.variables, cuts, rounds,
+            _padding(self.options, self.variables), nrows * (ncols + 1) * 8)
         self._written = [WrittenBlock(None, int(b.data.nbytes)) for b in blocks]
 
         def write(ids: list[int], last: bool) -> None:
@@ -228,11 +227,8 @@ class PnetCDFWriteHandle:
                                         f"{len(ids)} requests of this step (first error code {failed[0]}): no "
                                         "space left on the file system, a quota, or a refused write")
 
-        steps: list[Step] = []
-        for k, parts in enumerate(groups):
-            ids = [r for part in parts for r in requests.get(part, ())]
-            steps.append(("write the data (wait_all)", functools.partial(write, ids, k == len(groups) - 1)))
-        return steps
+        return [("write the data (wait_all)", functools.partial(write, [r for p in parts for r in requests.get(p, ())],
+                                                               k == len(groups) - 1)) for k, parts in enumerate(groups)]
 
     def _free_memtypes(self) -> None:
         """The memory datatypes of strided views posted for the data write, freed once it completed (or failed)."""
@@ -301,6 +297,11 @@ class PnetCDFWriteHandle:
                          "file_offset": header.vars[name].begin if name in self.vars else None,
                          "file_dtype": _file_dtype(var.dtype)}
         return out
+
+    def in_small_calls(self, below: int) -> set[str]:
+        """:func:`~ckptio.backends.pnetcdf_steps.in_small_steps` of the data write (none if independent)."""
+        steps = getattr(self, "_steps", [])  # (set by write)
+        return in_small_steps(steps, self.variables, below) if self.transfer == "collective" else set()
 
     def reserved_ranges(self) -> list[tuple[int, int]]:
         """Up to the end of the fixed-size variables, from the header PnetCDF wrote at ``enddef`` (the metadata

@@ -109,10 +109,10 @@ TABLE: dict[str, Setting] = {s.name: s for s in (
             "MPI_File_write_at on their sub-communicator (mpiio); write_all: one collective MPI_File_write_all, "
             "MPI-IO's own collective buffering (before issue 29)"),
     Setting("CKPTIO_READ_BACK", "auto", _choice("auto", "always"), True,
-            "auto: a checkpoint whose data went out in collective MPI-IO writes that may lose a client's write "
-            "error (Open MPI's OMPIO) is read back and its checksums compared before it is committed, where the file "
-            "system would not show the lost data as a hole (ckptio.engine.space.lost_writes_show); always: every "
-            "checkpoint is"),
+            "auto: where a client's write error may have been lost (HDF5, PnetCDF and CKPTIO_WRITE_IO=write_all "
+            "under Open MPI's OMPIO on 3 ranks or more), the planning rank reads back the extents too small to leave "
+            "a hole, and on a file system that shows no holes (CephFS) the whole checkpoint is read back and its "
+            "checksums compared before the commit (ckptio.engine.commit); always: every checkpoint is read back"),
     Setting("CKPTIO_WRITE_AGGREGATORS", "", _optional_count, True,
             "write aggregator count (overrides the automatic choice, as does an explicit cb_nodes hint)"),
     Setting("CKPTIO_WRITE_BUFFER_BYTES", "", _optional_size, True,

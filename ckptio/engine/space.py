@@ -251,3 +251,33 @@ def missing_data(path: str, backend: Any, meta: CheckpointDocument | Mapping[str
     missing = sum(b - a for a, b in gaps)
     return (f"{len(problems)} block(s) of the data did not land ({problems[0]}); the file has {missing:,} bytes of "
             f"holes where data was written, first at byte {gaps[0][0]:,}")
+
+
+def unseen_losses(path: str, backend: Any, meta: CheckpointDocument | Mapping[str, Any], below: int,
+                  names: set[str] | None = None) -> str | None:
+    """Local, the planning rank, where a client's write error may have been lost (Open MPI's OMPIO) on a file
+    system that shows holes (:func:`lost_writes_show`): why the data of ``meta`` did not all land in ``path``, from
+    reading back and checking every extent smaller than ``below`` bytes, or None. :func:`missing_data` finds a lost
+    share only where it left a whole block unwritten; an aggregator's share of a collective call of an extent of
+    ``below`` = 4 x aggregators x block bytes or more holds half a stripe, two blocks or more, in one piece (OMPIO's
+    stripes are a call's extent over the aggregators), so only the smaller ones are read here: an outside trial lost
+    1,000 B of each 3,000 B variable on 3 ranks in blocks that the other ranks had filled in part. ``names``: only
+    these variables' extents (the write handle's :meth:`~ckptio.backends.base.WriteHandle.in_small_calls`: a small
+    variable written independently reports its errors, one in a large call leaves a hole)."""
+    from ckptio.verify import verify_blocks  # (verify reads through the backends: imported where it is needed)
+
+    if names is not None and not names:
+        return None
+    if type(backend).extent_table is Backend.extent_table:
+        small = [e for e in backend.extents(meta) if (e.var in names if names is not None else e.nbytes < below)]
+    else:
+        table = backend.extent_table(meta)
+        rows = (np.isin(table.var, [i for i, name in enumerate(table.names) if name in names]) if names is not None
+                else table.nbytes < below)
+        small = [table.extent(int(i)) for i in np.flatnonzero(rows)]
+    if not small:
+        return None
+    problems = verify_blocks(backend, path, meta, extents=small)
+    if not problems:
+        return None
+    return f"{len(problems)} block(s) of the data did not land ({problems[0]})"

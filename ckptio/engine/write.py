@@ -419,7 +419,9 @@ def write_checkpoint(request: WriteRequest) -> WriteResult:
             report = job.write(variables)
         t = time.perf_counter()
         meta = job.index(variables, report)
-        lost = job.write_io is None and hintsmod.collective_write_errors_lost(job.comm.Get_size())  # (library's)
+        nprocs = job.comm.Get_size()  # the library's collective writes, through min(cb_nodes, nprocs) aggregators
+        lost = hintsmod.library_rounds(request.hints, nprocs)[0] if (
+            job.write_io is None and hintsmod.collective_write_errors_lost(nprocs)) else 0
         commitmod.commit(job.comm, request.backend, job.handle, tmp, request.path,
                          meta if job.plan is not None else None, request.before_rename, job.typed, errors_lost=lost)
         job.handle = None  # committed and closed: nothing to abort any more

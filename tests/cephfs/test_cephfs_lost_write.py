@@ -2,29 +2,20 @@
 
 CephFS through ceph-fuse answers ``SEEK_HOLE`` with the file's end, so data that never landed does not show as a
 hole there, and before the commit read the checkpoint back, HDF5 and PnetCDF checkpoints with a lost write were
-reported good on every rank (their restart then failed on the checksums). ``ckptio.engine.space.lost_writes_show``
-says so for this file system, and the commit reads such checkpoints back (``ckptio.engine.commit.read_back``):
-every rank raises, nothing is left, and the next checkpoint, read back too, commits.
+reported good on every rank (their restart then failed on the checksums). The commit reads such checkpoints back
+(``ckptio.engine.commit.read_back``): every rank raises, nothing is left, and the next checkpoint, read back too,
+commits.
 (tests/faults/test_write_error_lost_by_mpiio.py has the same cases on a simulated file system.)"""
 
 from __future__ import annotations
-
-import os
 
 import pytest
 from mpi_helpers import PROGRAMS, eio_preload, run_mpi
 
 from ckptio.coord.hints import collective_write_errors_lost
-from ckptio.engine import space
 
 pytestmark = [pytest.mark.cephfs, pytest.mark.mpi]
 PROGRAM = str(PROGRAMS / "lost_write_error.py")
-
-
-def test_cephfs_shows_no_holes(cephdir):
-    space._SHOWN.clear()
-    assert not space.lost_writes_show(str(cephdir))
-    assert os.listdir(cephdir) == []
 
 
 @pytest.mark.timeout(600)

@@ -4,11 +4,12 @@ with EIO (``tests/programs/eio_preload.c``, preloaded), then the job goes on and
     mpirun -n N python lost_write_error.py BACKEND DIR RANK
 
 Rank ``RANK`` sets ``CKPTIO_TEST_EIO_UNDER`` to ``DIR/`` before the checkpoint, so its writes of the temporary file
-fail. Every rank writes ``DIR/chk`` with backend ``BACKEND``: four 2-D float64 variables of ROWS x 1024 (``$ROWS``,
-default 4096: 32 MiB each), rows cut evenly among the ranks. Every rank prints ``RAISED <rank> <class> <message>``
-or ``NOT RAISED <rank>``; where nothing was raised, every rank reads the checkpoint back and prints ``FIRST <rank>
-right`` or ``FIRST <rank> WRONG`` (or what the read raised). Rank 0 prints ``LEFT <names>`` for what ``DIR`` holds
-after the failed checkpoint. The fault is lifted, the checkpoint is written again and read back: ``NEXT OK <rank>``.
+fail. Every rank writes ``DIR/chk`` with backend ``BACKEND``: four 2-D float64 variables of ROWS x COLS (``$ROWS``,
+default 4096, ``$COLS``, default 1024: 32 MiB each), rows cut evenly among the ranks. Every rank prints
+``RAISED <rank> <class> <message>`` or ``NOT RAISED <rank>``; where nothing was raised, every rank reads the
+checkpoint back and prints ``FIRST <rank> right`` or ``FIRST <rank> WRONG`` (or what the read raised). Rank 0 prints
+``LEFT <names>`` for what ``DIR`` holds after the failed checkpoint. The fault is lifted, the checkpoint is written
+again and read back: ``NEXT OK <rank>``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from mpi4py import MPI
 
 import ckptio
 
-ROWS, COLS = int(os.environ.get("ROWS", 4096)), 1024
+ROWS, COLS = int(os.environ.get("ROWS", 4096)), int(os.environ.get("COLS", 1024))
 
 
 def value(k: int, lo: int, hi: int) -> np.ndarray:
