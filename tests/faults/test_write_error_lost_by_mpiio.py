@@ -55,10 +55,17 @@ def test_a_write_error_the_library_does_not_report_fails_every_rank(tmp_path, pr
     got = outcome(proc.stdout)
     report = proc.stdout + proc.stderr[-3000:]
     assert proc.returncode == 0, report
-    assert got["raised"] == ["0", "1", "2"] and not got["not_raised"], report
-    assert got["left"] == [], report
     assert got["next_ok"] == ["0", "1", "2"], report
     assert sorted(os.listdir(tmp_path)) == ["chk"]
+    first = sorted(line for line in proc.stdout.splitlines() if line.startswith("FIRST "))
+    if not collective_write_errors_lost(3) and got["not_raised"] == ["0", "1", "2"]:
+        # ROMIO (and MPICH) give a call of a few KiB fewer aggregators than ranks (a minimum file domain), so
+        # rank 1 may have written nothing: then the checkpoint must be complete and read back right
+        assert first == ["FIRST 0 right", "FIRST 1 right", "FIRST 2 right"], report
+        assert shape == "small", report  # (the 8 MiB variables are always written by rank 1 there)
+        return
+    assert got["raised"] == ["0", "1", "2"] and not got["not_raised"], report
+    assert got["left"] == [], report
     if collective_write_errors_lost(3):  # OMPIO: the library said nothing; what was read back found it
         found = {"small": "reading the small variables back",
                  "no-holes": "reading the checkpoint back before its commit"}
