@@ -74,10 +74,12 @@ def commit(comm, backend: Backend, handle: WriteHandle | None, tmp: str, path: s
                                     f"ulimit -f?): {why}")
         if settings.get("CKPTIO_READ_BACK") == "always" or (errors_lost and not space.lost_writes_show(directory)):
             return True
-        below = 4 * errors_lost * os.statvfs(directory).f_bsize
+        if not errors_lost:
+            return False
+        below = 4 * errors_lost * os.statvfs(directory).f_bsize  # (only here: a statfs may cost an RPC)
         small_calls = getattr(handle, "in_small_calls", None)  # (optional in the WriteHandle protocol)
         why = space.unseen_losses(tmp, backend, typed if typed is not None else document, below,
-                                  small_calls(below) if small_calls is not None else None) if errors_lost else None
+                                  small_calls(below) if small_calls is not None else None)
         if why is not None:
             raise CheckpointIOError(f"{tmp}: the file system lost writes of some rank, found by the planning rank "
                                     f"reading the small variables back (a write failed on some client without an "
