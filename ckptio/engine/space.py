@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from ckptio.backends.base import Backend
 from ckptio.errors import CheckpointIOError
 from ckptio.model.document import CheckpointDocument
+from ckptio.model.extent_table import ExtentTable
 
 _NO_PREALLOCATION = {errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}  # (ENOTSUP == EOPNOTSUPP on Linux)
 _fallocate: Any = None
@@ -222,35 +222,38 @@ def lost_writes_show(directory: str) -> bool:
     return shown
 
 
+def _not_landed(path: str, backend: Any, meta: CheckpointDocument | Mapping[str, Any], table: ExtentTable,
+                rows: np.ndarray) -> str | None:
+    """Local: read back the extents ``rows`` (a boolean mask over ``table``) and compare their blocks' checksums;
+    what did not land, or None."""
+    from ckptio.verify import verify_rows  # (verify reads through the backends: imported where it is needed)
+
+    chosen = np.flatnonzero(rows)
+    if not len(chosen):
+        return None
+    problems = verify_rows(backend, path, meta, table, chosen)
+    return f"{len(problems)} block(s) of the data did not land ({problems[0]})" if problems else None
+
+
 def missing_data(path: str, backend: Any, meta: CheckpointDocument | Mapping[str, Any]) -> str | None:
     """Local, rank 0 after the data was written and synced: why the data of the checkpoint ``meta`` did not all
     land in ``path``, or None. Extents that cross a hole (:func:`holes`) are read back and their blocks'
     checksums compared (a hole whose blocks check out holds zeros a file system chose not to store); nothing
-    else is read, so a complete file costs a few ``lseek`` calls."""
-    from ckptio.verify import verify_blocks  # (verify reads through the backends: imported when data is missing)
-
-    if type(backend).extent_table is Backend.extent_table:  # no columnar builder: the default builds it from extents()
-        extents = backend.extents(meta)
-        gaps = holes(path, [(e.file_offset, e.file_offset + e.nbytes) for e in extents])
-        if not gaps:
-            return None
-        suspect = [e for e in extents if any(a < e.file_offset + e.nbytes and e.file_offset < b for a, b in gaps)]
-    else:  # the backend's columns: a checkpoint of many small variables costs a few numpy calls
-        table = backend.extent_table(meta)
-        starts, ends = table.file_offset, table.file_offset + table.nbytes
-        gaps = holes(path, touching_runs(starts, ends))
-        if not gaps:
-            return None
-        crossing = np.zeros(len(table), bool)
-        for a, b in gaps:
-            crossing |= (starts < b) & (a < ends)
-        suspect = [table.extent(int(i)) for i in np.flatnonzero(crossing)]
-    problems = verify_blocks(backend, path, meta, extents=suspect)
-    if not problems:
+    else is read, so a complete file costs a few ``lseek`` calls and a checkpoint of many small variables a few
+    numpy calls (the backend's columns, :meth:`~ckptio.backends.base.Backend.extent_table`)."""
+    table = backend.extent_table(meta)
+    starts, ends = table.file_offset, table.file_offset + table.nbytes
+    gaps = holes(path, touching_runs(starts, ends))
+    if not gaps:
+        return None
+    crossing = np.zeros(len(table), bool)
+    for a, b in gaps:
+        crossing |= (starts < b) & (a < ends)
+    why = _not_landed(path, backend, meta, table, crossing)
+    if why is None:
         return None
     missing = sum(b - a for a, b in gaps)
-    return (f"{len(problems)} block(s) of the data did not land ({problems[0]}); the file has {missing:,} bytes of "
-            f"holes where data was written, first at byte {gaps[0][0]:,}")
+    return f"{why}; the file has {missing:,} bytes of holes where data was written, first at byte {gaps[0][0]:,}"
 
 
 def unseen_losses(path: str, backend: Any, meta: CheckpointDocument | Mapping[str, Any], below: int,
@@ -264,20 +267,9 @@ def unseen_losses(path: str, backend: Any, meta: CheckpointDocument | Mapping[st
     1,000 B of each 3,000 B variable on 3 ranks in blocks that the other ranks had filled in part. ``names``: only
     these variables' extents (the write handle's :meth:`~ckptio.backends.base.WriteHandle.in_small_calls`: a small
     variable written independently reports its errors, one in a large call leaves a hole)."""
-    from ckptio.verify import verify_blocks  # (verify reads through the backends: imported where it is needed)
-
     if names is not None and not names:
         return None
-    if type(backend).extent_table is Backend.extent_table:
-        small = [e for e in backend.extents(meta) if (e.var in names if names is not None else e.nbytes < below)]
-    else:
-        table = backend.extent_table(meta)
-        rows = (np.isin(table.var, [i for i, name in enumerate(table.names) if name in names]) if names is not None
-                else table.nbytes < below)
-        small = [table.extent(int(i)) for i in np.flatnonzero(rows)]
-    if not small:
-        return None
-    problems = verify_blocks(backend, path, meta, extents=small)
-    if not problems:
-        return None
-    return f"{len(problems)} block(s) of the data did not land ({problems[0]})"
+    table = backend.extent_table(meta)
+    rows = (np.isin(table.var, [i for i, name in enumerate(table.names) if name in names]) if names is not None
+            else table.nbytes < below)
+    return _not_landed(path, backend, meta, table, rows)

@@ -63,6 +63,17 @@ def verify_blocks(backend: Backend, path: str, meta: CheckpointDocument | Mappin
     return verify_checkpoint(backend, path, meta, extents=extents).problems
 
 
+def verify_rows(backend: Backend, path: str, meta: CheckpointDocument | Mapping[str, Any], table: Any,
+                rows: Any) -> list[Problem]:
+    """Local, serial: :func:`verify_blocks` of the rows ``rows`` (indices) of ``table``
+    (``backend.extent_table(meta)``) without turning them into :class:`Extent` objects and back (the commit's
+    checks of the extents a lost write may have touched)."""
+    from ckptio.engine import readpipe
+
+    return _verification(_scan_rows(backend, path, meta, table.take(rows), readpipe.helper_thread_allowed(),
+                                     False)).problems
+
+
 def verify_checkpoint(backend: Backend, path: str, meta: CheckpointDocument | Mapping[str, Any],
                       extents: Sequence[Extent] | None = None,
                       ranges: bool = False) -> Verification:
