@@ -346,3 +346,25 @@ def test_a_changed_plan_makes_its_columns_again():
         fresh = joined_columns(dict(plans))
         for key in ("counts", "rank", "checksum", "offset", "size"):
             assert np.array_equal(getattr(joined_columns(plans), key), getattr(fresh, key)), key
+
+
+@settings(max_examples=60, deadline=None)
+@given(checkpoint=_checkpoints())
+def test_a_parsed_documents_tables_are_cut_on_first_use_and_hold_the_written_blocks(checkpoint):
+    """The decoder defers each variable's table (a restart plans from the joined columns and never looks at most
+    tables): decoding, checking and typing the document cut none of one block (checked for all variables at once;
+    a table of several blocks is checked, so cut, on its own), the count needs no cut, the cut table equals the
+    written one, and a table pickles as its own columns, never the document's."""
+    _plans, built = _built(*checkpoint)
+    written = CheckpointDocument.of(built.document)
+    parsed = meta.loads(meta.dumps(built.document))
+    for name, var in parsed.variables.items():
+        table, want = var.blocks, written.variables[name].blocks
+        assert var.nblocks == len(table) == len(want)
+        if len(want) == 1:
+            assert table._deferred is not None
+        again = pickle.loads(pickle.dumps(table))
+        assert again._deferred is None and again == want
+        assert table == want and table._deferred is None
+        assert all(not getattr(table, k).flags.writeable for k in block_table.COLUMNS)
+        assert list(table) == list(want) and table.codec_names() == want.codec_names()
