@@ -67,6 +67,7 @@ class Reader:
         self._attrs: dict[str, Any] = dict(self.meta.attrs)
         self._variables: Mapping[str, VariableInfo] = r.variables
         self._last_failed = False
+        self._left_by: str | None = None  # other ranks closed it while this one read (see read_many)
         self._closed = False
 
     @property
@@ -119,15 +120,21 @@ class Reader:
         return self.read_many([(name, offset, shape)], out=None if out is None else [out])[0]
 
     def read_many(self, requests: Sequence[tuple[str, Sequence[int] | None, Sequence[int] | None]],
-                  out: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
+                  out: Sequence[np.ndarray | None] | None = None, *,
+                  error: BaseException | None = None) -> list[np.ndarray]:
         """Collective: several hyperslabs in one two-phase exchange (the count may differ between ranks).
-        ``out``: one array (or None: allocate) per request, as for :meth:`read`'s ``out``."""
+        ``out``: one array (or None: allocate) per request, as for :meth:`read`'s ``out``. ``error``: a problem
+        this rank found with its own arguments before the call (the C/Fortran bindings': a NULL buffer, a dtype
+        that does not match): raised in the read's first agreed phase, so every rank fails alike, naming it, and
+        the reader stays usable (its requests are then not looked at)."""
         if self._closed:  # local: after close() this rank's collectives with the others are over
             raise ClosedCheckpointError(f"checkpoint {self.path}: read after Reader.close()")
+        coord.raise_if_left(self.path, self._left_by)
         with coord.collective_section():
             self._last_failed = True  # until every rank got through: an agreed failure leaves it set everywhere
             # the restart engine's read, with this call's requests checked as its first agreed phase
-            outputs = self._restart.read(lambda: self._requests(requests, out))
+            with coord.noting_ranks_that_left(self):
+                outputs = self._restart.read(lambda: self._requests(requests, out, error))
             self._last_failed = False  # before a held signal is delivered (at the end of the section)
             return outputs
 
@@ -157,11 +164,14 @@ class Reader:
                 self._restart.close()
 
     # ------------------------------------------------------------------------------------------ helpers
-    def _requests(self, requests, out=None) -> tuple[list[Request], list[np.ndarray | None]]:
+    def _requests(self, requests, out=None, error: BaseException | None = None
+                  ) -> tuple[list[Request], list[np.ndarray | None]]:
         """Local part of a read's first phase: this rank's requests and the arrays to fill (None: allocate),
-        checked (ReadRequestError otherwise)."""
+        checked (ReadRequestError otherwise); ``error``: the caller's own finding, raised first."""
         if self._closed:
             raise ClosedCheckpointError(f"checkpoint {self.path}: read after Reader.close()")
+        if error is not None:
+            raise error
         return checked_requests(self.path, requests, out, self._variables, self._own_segment,
                                 self.meta.get("plain_skipped", {}))
 

@@ -32,6 +32,21 @@ def test_read_after_close_on_one_rank_is_a_local_error(tmp_path):
 
 
 @pytest.mark.mpi
+def test_a_readers_own_error_fails_every_rank_and_a_read_after_others_closed_is_local(tmp_path):
+    """``read_many(error=...)`` (what the C/Fortran bindings pass for a bad buffer) fails every rank in the read's
+    first phase and leaves the reader usable; after some ranks closed the reader during a read, the next read
+    on the others fails at once instead of waiting in a collective the closed ranks never enter (outside trial
+    14 hung C ranks there), and their close still returns."""
+    proc = run_mpi(3, [PROGRAM, "read_on", str(tmp_path / "chk")], timeout=120)
+    out = proc.stdout
+    assert out.count("ERRORARG") == 3 and "IGNORED" not in out and out.count("USABLE") == 3, out
+    assert out.count(" True") == 3 + 3 + 4, out  # ERRORARG, USABLE, FAILED1 and FAILED2 on ranks 0 and 2
+    assert out.count("FAILED1") == 2 and out.count("CollectiveClosedCheckpointError True") == 2, out
+    assert out.count("FAILED2") == 2 and out.count(" ClosedCheckpointError True") == 2, out
+    assert "READ " not in out and out.count("AFTER") == 3, out
+
+
+@pytest.mark.mpi
 def test_an_undecodable_compressed_block_is_named_like_a_checksum_mismatch(tmp_path):
     """Outside trial: a zstd block that cannot be decompressed was reported by file offset only."""
     proc = run_mpi(2, [PROGRAM, "undecodable", str(tmp_path / "chk")], timeout=180)

@@ -27,7 +27,7 @@ from ckptio.coord.agreement import (
 )
 from ckptio.coord.comms import members_on_host, node_leader
 from ckptio.coord.held_signals import collective_section, deliver_held_signals
-from ckptio.coord.leaving import close_on_exit, warn_from_root
+from ckptio.coord.leaving import close_on_exit, noting_ranks_that_left, raise_if_left, warn_from_root
 
 __all__ = [
     "agree",
@@ -40,6 +40,8 @@ __all__ = [
     "members_on_host",
     "merge_in_rank_order",
     "node_leader",
+    "noting_ranks_that_left",
+    "raise_if_left",
     "run",
     "scatter_from_root",
     "sum_min_max",

@@ -5,11 +5,13 @@ collective because another raised."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 from ckptio import _warn
 from ckptio.coord.agreement import run
-from ckptio.errors import CheckpointError
+from ckptio.errors import CheckpointError, ClosedCheckpointError, CollectiveError
 
 
 def warn_from_root(comm, phase: str, message: str | None, category: type[Warning] = RuntimeWarning) -> None:
@@ -35,3 +37,26 @@ def close_on_exit(close: Callable[[BaseException | None], None], exc: BaseExcept
     except BaseException as close_exc:
         if exc is None or (close_exc is not exc and not isinstance(close_exc, CheckpointError)):
             raise
+
+
+@contextmanager
+def noting_ranks_that_left(reader: Any) -> Iterator[None]:
+    """Local, around a reader's collective read: when the read fails on every rank because some ranks closed the
+    reader meanwhile (their close met this read: :func:`ckptio.coord.agreement.agree` with ``closing``), note it
+    in ``reader._left_by``. Those ranks take part in no further read, so the next one must not start a collective
+    they would never enter (:func:`raise_if_left`); the reader's own close is still collective with theirs."""
+    try:
+        yield
+    except CollectiveError as exc:
+        if isinstance(exc, ClosedCheckpointError):
+            ranks = sorted(r for r, failure in exc.failures.items() if failure[0] == "ClosedCheckpointError")
+            reader._left_by = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+        raise
+
+
+def raise_if_left(path: str, left_by: str | None) -> None:
+    """Local: ClosedCheckpointError when other ranks closed the reader of ``path`` during an earlier read
+    (:func:`noting_ranks_that_left`): every rank that saw that read fail gets it alike, and only close() is left."""
+    if left_by is not None:
+        raise ClosedCheckpointError(f"checkpoint {path}: read after {left_by} closed it during an earlier read "
+                                    "(a read needs every rank): only close() is left")

@@ -178,6 +178,7 @@ class StagedReader:
         self.aggregators = range(size)  # every rank reads its own piece
         self._closed = True  # until opened
         self._last_failed = False
+        self._left_by: str | None = None  # other ranks closed it while this one read (see read_many)
         self._exchanges = 0
         parsed: list[list[StagedBlock]] = []
 
@@ -313,25 +314,31 @@ class StagedReader:
         return self._own_segment[name]
 
     def read_many(self, requests: Sequence[tuple[str, Sequence[int] | None, Sequence[int] | None]],
-                  out: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
-        """Collective: several hyperslabs in one exchange (the count may differ between ranks); ``out`` as for
-        :meth:`ckptio.Reader.read_many`. Bad requests are a ReadRequestError on every rank."""
+                  out: Sequence[np.ndarray | None] | None = None, *,
+                  error: BaseException | None = None) -> list[np.ndarray]:
+        """Collective: several hyperslabs in one exchange (the count may differ between ranks); ``out`` and
+        ``error`` as for :meth:`ckptio.Reader.read_many`. Bad requests are a ReadRequestError on every rank."""
         if self._closed:  # local: after close() this rank's collectives with the others are over
             raise ClosedCheckpointError(f"checkpoint {self.path}: read after close()")
+        coord.raise_if_left(self.path, self._left_by)
         with coord.collective_section():
             self._last_failed = True  # until every rank got through: an agreed failure leaves it set everywhere
-            outputs = self._read_many(requests, out)
+            with coord.noting_ranks_that_left(self):
+                outputs = self._read_many(requests, out, error)
             self._last_failed = False
             return outputs
 
     # ------------------------------------------------------------------------------------------- the read
-    def _read_many(self, requests, out) -> list[np.ndarray]:
+    def _read_many(self, requests, out, error: BaseException | None = None) -> list[np.ndarray]:
         """Collective over ``comm``: requests to their directory ranks, pieces to their owners and requesters,
-        then the data from owners to requesters (:func:`ckptio.coord.exchange.move_pieces`)."""
+        then the data from owners to requesters (:func:`ckptio.coord.exchange.move_pieces`); ``error`` (the
+        caller's own finding) raised in the first phase."""
         comm, nd = self.comm, self._nd
         phase = f"read {self.path} (staged)"
 
         def requests_by_directory():
+            if error is not None:
+                raise error
             found, given = checked_requests(self.path, requests, out, self.variables, self._own)
             records = np.zeros((len(found), 2 + 2 * nd), np.int64)
             records[:, 2 + nd:] = 1

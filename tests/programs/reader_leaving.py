@@ -3,6 +3,9 @@
 * ``leave PATH BACKEND once|twice``: rank 1 leaves its Reader's with block while the others still read: every
   rank prints ``RAISED <rank> <class> <names rank 1 as closed>`` (or ``NOERROR <rank>``), then ``AFTER <rank>``;
 * ``after_close PATH``: a read after ``close()`` on rank 1 only: ``CLOSED 1 <message>``, then ``AFTER <rank>``;
+* ``read_on PATH``: ``read_many(error=...)`` on rank 0 only (``ERRORARG``, then the reader still reads:
+  ``USABLE``); then rank 1 closes while the others read twice: ``FAILED1``/``FAILED2 <rank> <class> <names rank
+  1>`` (the second without a collective), and every rank's close returns: ``AFTER <rank>``;
 * ``undecodable PATH``: a zstd block whose frame header is damaged: ``NAMED <rank> <message names the block>``;
 * ``damaged_signature PATH BACKEND``: the file's first 8 bytes zeroed: ``ERROR <rank> <class>``.
 """
@@ -53,6 +56,35 @@ def after_close(comm, path: str) -> None:
     print("AFTER", r, flush=True)
 
 
+def read_on(comm, path: str) -> None:
+    r, n = comm.Get_rank(), comm.Get_size()
+    with ckptio.create(path, comm) as ck:
+        ck.write("a", np.arange(3.0) + r, offset=(3 * r,), global_shape=(3 * n,))
+    ck = ckptio.open(path, comm)
+    try:  # a problem one rank found with its own arguments fails every rank in the read's first phase
+        ck.read_many([("a", None, None)], error=ValueError("my buffer is wrong") if r == 0 else None)
+        print("ERRORARG-IGNORED", r, flush=True)
+    except ckptio.CheckpointError as exc:
+        print("ERRORARG", r, "rank 0" in str(exc) and "my buffer is wrong" in str(exc), flush=True)
+    want = np.concatenate([np.arange(3.0) + q for q in range(n)])
+    print("USABLE", r, bool(np.array_equal(ck.read("a"), want)), flush=True)
+    if r == 1:
+        try:  # (its close met the others' read: it learns the mismatch too)
+            ck.close()
+        except ckptio.ClosedCheckpointError:
+            pass
+    else:
+        for k in (1, 2):
+            try:
+                ck.read("a")
+                print("READ", r, flush=True)
+            except ckptio.ClosedCheckpointError as exc:
+                print(f"FAILED{k}", r, type(exc).__name__, "rank 1" in str(exc), flush=True)
+        ck.close()
+    assert comm.allreduce(1) == n
+    print("AFTER", r, flush=True)
+
+
 def undecodable(comm, path: str) -> None:
     r, n = comm.Get_rank(), comm.Get_size()
     with ckptio.create(path, comm, compression="zstd") as ck:
@@ -87,7 +119,7 @@ def damaged_signature(comm, path: str, backend: str) -> None:
         print("ERROR", r, type(exc).__name__, flush=True)
 
 
-CASES = {"leave": leave, "after_close": after_close, "undecodable": undecodable,
+CASES = {"leave": leave, "after_close": after_close, "read_on": read_on, "undecodable": undecodable,
          "damaged_signature": damaged_signature}
 
 
