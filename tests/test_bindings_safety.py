@@ -11,7 +11,9 @@ Compiled test programs (fortran_bindings/tests/) under mpirun, checked from Pyth
 * ``ckptio_create``/``ckptio_open`` on a Fortran handle that is still open is an error (collective for open);
 * messages to Fortran callers name the Fortran routines and show shapes in Fortran order;
 * logical and complex arrays, real32 attributes and ``ckptio_initialize`` from Fortran;
-* ``ckptio_latest`` of a missing directory is an error status.
+* ``ckptio_latest`` of a missing directory is an error status;
+* a rank that leaves a reader or writer early (closes it while the others read, or calls ``ckptio_finalize``
+  with it still open) fails the others' calls instead of leaving them waiting (outside trial 14: both hung).
 """
 
 from __future__ import annotations
@@ -131,3 +133,43 @@ def test_c_latest_of_missing_directory_is_an_error(build, tmp_path):
             assert status == CODES["CKPTIO_ERR_IO"], (case, rank, status, message)
             assert "no_such_directory" in message, message
     same_everywhere(cases, "latest_missing_comm", nprocs, CODES["CKPTIO_ERR_IO"])
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_c_ranks_that_leave_early_fail_the_others_instead_of_hanging(build, tmp_path, nprocs):
+    """The last rank closes a reader right after opening it: the others' read fails naming it, their next read
+    fails at once (a collective it would never enter) and their close returns; an unknown backend's attribute
+    calls are accepted (no Python traceback) and its close names it; a writer the last rank leaves open at
+    ckptio_finalize fails the others' ckptio_close of it and that finalize, and nothing is committed."""
+    proc = run_program(nprocs, [build / "ckptio_test_c", "leaving", tmp_path], timeout=120)
+    cases = error_lines(proc.stdout)
+    last, others = nprocs - 1, list(range(nprocs - 1))
+    for case in ("read_while_closed", "read_again"):
+        assert sorted(cases[case]) == others, (case, cases.get(case))
+        for status, message in cases[case].values():
+            assert status != 0, (case, status, message)
+            assert f"rank {last}" in message and "closed it" in message, (case, message)
+    assert all(status == 0 for status, _ in cases["close_after"].values()), cases["close_after"]
+    for case in ("bad_backend_set_attr", "bad_backend_set_var_attr"):
+        assert all(status == 0 for status, _ in cases[case].values()), cases[case]
+    message = same_everywhere(cases, "bad_backend_close", nprocs, CODES["CKPTIO_ERR_CAPABILITY"])
+    assert "unknown backend 'no_such_backend'" in message and "Traceback" not in proc.stderr
+    message = same_everywhere(cases, "bad_backend_series", nprocs, CODES["CKPTIO_ERR_CAPABILITY"])
+    assert "unknown backend 'hdf'" in message and not (tmp_path / "series_typo").exists()  # no empty run directory
+    assert sorted(cases["close_left_open_elsewhere"]) == others
+    assert list(cases["finalize_left_open"]) == [last]
+    for status, message in [*cases["close_left_open_elsewhere"].values(), *cases["finalize_left_open"].values()]:
+        assert status == CODES["CKPTIO_ERR_ARGUMENT"], (status, message)
+        assert f"ckptio_finalize was called on rank {last} with checkpoint" in message, message
+    assert not (tmp_path / "left_open").exists() and not (tmp_path / "bad_backend").exists()
+    assert not [p for p in tmp_path.iterdir() if "ckptio-tmp" in p.name]
+
+
+def test_fortran_messages_list_every_declaration_in_fortran_order(build, tmp_path):
+    """On 3 ranks a differing global shape lists every rank's declaration: in Fortran order too (outside trial 14
+    found the list in C order after a Fortran-order head: "[6, 5, 7] but ... [6, 6, 7] (every declaration:
+    [7, 5, 6] on ranks 0, 2; ...)")."""
+    proc = run_program(3, [build / "ckptio_test_f", "errors", tmp_path], timeout=180)
+    message = same_everywhere(error_lines(proc.stdout), "inconsistent_shape", 3, CODES["CKPTIO_ERR_DECLARATION"])
+    assert ("declared global shape [4, 6] but rank 1 declared [4, 7] (every declaration: [4, 6] on rank 0; [4, 7] on "
+            "rank 1; [4, 8] on rank 2) (shapes and offsets in Fortran order" in message), message

@@ -30,6 +30,16 @@ if "mpi4py.MPI" not in sys.modules:
     mpi4py.rc.finalize = False
     mpi4py.rc.errors = "default"
 
+    import warnings
+
+    def _one_line(message, category, filename, lineno, line=None) -> str:
+        """A warning as C and Fortran users should see it: its class and ckptio's message, not the line of
+        this file it was raised through (an outside trial saw ``_ckptio_bridge.py:371: UserWarning`` and the
+        bridge's source line on a Fortran program's stderr)."""
+        return f"{category.__name__}: {message}\n"
+
+    warnings.formatwarning = _one_line
+
 import os
 import re
 import traceback
@@ -57,11 +67,11 @@ DTYPE_CODES = {np.dtype(t): code for code, t in enumerate(
     ("i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f4", "f8", "?", "c8", "c16"), start=1)}
 
 
-def _argument_errors_specialized(fn, *args):
+def _argument_errors_specialized(fn, *args, **kwargs):
     """Call fn; a plain CollectiveError caused by an ArgumentError on some rank becomes CollectiveArgumentError
     (ckptio.errors.collective_error_class only knows ckptio's own classes)."""
     try:
-        return fn(*args)
+        return fn(*args, **kwargs)
     except CollectiveError as exc:
         if type(exc) is CollectiveError and any(cls == "ArgumentError" for cls, *_ in exc.failures.values()):
             raise CollectiveArgumentError(exc.phase, exc.failures, exc.planner) from None
@@ -106,13 +116,50 @@ class WriteHandle:
         return [w.where for w in self.watched if memsel.checksum(w.array) != w.checksum]
 
 
+# every handle this process holds open (a writer until its ckptio_close, a reader until its ckptio_close), in the
+# order they were made: ckptio_finalize closes what the program left open (close_left_open)
+_open_handles: dict[int, object] = {}
+
+
+def _held(handle):
+    """Local: remember ``handle`` as open (see :func:`close_left_open`); returns it."""
+    _open_handles[id(handle)] = handle
+    return handle
+
+
+def close_left_open(where: str) -> None:
+    """Collective over each handle's communicator, in the order the handles were made (ckptio_finalize, before it
+    waits for background checkpoints): every writer and reader this process still holds open is closed with an
+    error naming this rank, so that the other ranks, waiting in their ckptio_close of it, fail instead of waiting
+    for this rank for ever (an outside trial: a rank that skipped ckptio_close and called ckptio_finalize hung
+    the others); nothing of such a writer is committed. Raises the first failure (this rank's own)."""
+    first: BaseException | None = None
+    for handle in list(_open_handles.values()):
+        _open_handles.pop(id(handle), None)
+        user = handle.writer if isinstance(handle, WriteHandle) else handle
+        what = f"{'checkpoint' if isinstance(handle, WriteHandle) else 'the reader of'} {user.path}"
+        error = ArgumentError(f"{where} was called on rank {user.comm.Get_rank()} with {what} still open: call "
+                              "ckptio_close on every rank first (nothing of a checkpoint left open is committed)")
+        try:
+            if isinstance(handle, WriteHandle):
+                _poison(handle.writer, error)
+                close(handle)
+            else:
+                handle.__exit__(ArgumentError, error, None)  # (the agreement of a reader's close, failing)
+                raise error
+        except BaseException as exc:
+            first = first or exc
+    if first is not None:
+        raise first
+
+
 def create(path: str, comm, backend: str, mode: str | None = None, stage_dir: str | None = None,
            compression: str | None = None) -> WriteHandle:
     """Local: ckptio.create (None: its default for mode, stage_dir, compression); the writer is wrapped for the
     zero-copy bookkeeping. A mode or compression that is wrong in itself, or differs between ranks, is raised by
     the close on every rank (as in Python)."""
-    return WriteHandle(ckptio.create(path, comm, backend=backend, mode=mode or "sync", stage_dir=stage_dir,
-                                     compression=compression))
+    return _held(WriteHandle(ckptio.create(path, comm, backend=backend, mode=mode or "sync", stage_dir=stage_dir,
+                                           compression=compression)))
 
 
 # multi-level series (ckptio_series_create_ml): how many checkpoints this process created per (directory,
@@ -128,21 +175,20 @@ def series_create(directory: str, comm, prefix: str, keep: int, step: int, backe
     """Collective: ``ckptio.Series(directory, comm, prefix=prefix, keep=keep, backend=backend, stage_dir=stage_dir,
     mode=mode, compression=compression, redundancy=redundancy, drain_every=drain_every,
     failure_group=failure_group).create(step)`` (None: the defaults); its close applies the retention (for a
-    background checkpoint: in the I/O thread after the commit). The directory is made by rank 0 first, errors
-    reaching every rank. With ``drain_every=k`` the k-th, 2k-th, ... checkpoint this process creates in the
-    series is drained to ``directory`` (the others stay at the node-local level, protected by ``redundancy``)."""
-    _agree(comm, f"series {directory}", problem)
-    coord.bcast_from_root(comm, f"create the series directory {directory}",
-                          lambda: os.makedirs(directory, exist_ok=True))
+    background checkpoint: in the I/O thread after the commit). The Series makes the directory (rank 0, errors
+    reaching every rank) after checking its arguments: a bad one leaves nothing behind. With ``drain_every=k``
+    the k-th, 2k-th, ... checkpoint this process creates in the series is drained to ``directory`` (the others
+    stay at the node-local level, protected by ``redundancy``)."""
+    _agree(comm, f"series {directory}", problem)  # (the Series makes its directory once its arguments passed)
     options = {k: v for k, v in (("mode", mode), ("compression", compression), ("redundancy", redundancy),
                                  ("failure_group", failure_group)) if v is not None}
     series = ckptio.Series(directory, comm, prefix=prefix, keep=keep, backend=backend, stage_dir=stage_dir,
                            drain_every=drain_every, **options)
     if redundancy is None and drain_every == 1:
-        return WriteHandle(series.create(step))
+        return _held(WriteHandle(series.create(step)))
     key = (os.path.abspath(directory), prefix)
     _series_counts[key] = _series_counts.get(key, 0) + 1
-    return WriteHandle(series.create(step, drain=_series_counts[key] % drain_every == 0))
+    return _held(WriteHandle(series.create(step, drain=_series_counts[key] % drain_every == 0)))
 
 
 def _selected(array, select):
@@ -200,7 +246,8 @@ def _describe(handle: WriteHandle, name: str, where: str, problem: str | None, w
         else:
             attrs = {**entry.get("attrs", {}), what: value}
             varmeta.declare(name, 0, None, attrs, rank)  # checks the names and values
-            handle.writer.backend.check_attr(what, value)
+            if handle.writer.backend is not None:  # (None: ckptio_create's arguments were wrong, which the
+                handle.writer.backend.check_attr(what, value)  # close reports on every rank)
             entry["attrs"] = attrs
     except BaseException as exc:
         _poison(handle.writer, exc)
@@ -228,6 +275,7 @@ def set_attr(handle: WriteHandle, key: str, value) -> None:
 def close(obj) -> None:
     """Collective. A writer poisoned by a local ArgumentError fails here on every rank with ARGUMENT status --
     also one whose zero-copy memory changed between ckptio_write and ckptio_close (nothing is committed)."""
+    _open_handles.pop(id(obj), None)
     if isinstance(obj, WriteHandle):
         changed = obj.changed_blocks()
         if changed:  # (the collective error names this rank)
@@ -265,7 +313,7 @@ def wait_all(where: str = "ckptio_wait_all") -> None:
 def open_reader(path: str, comm, problem: str | None, stage_dir: str | None = None):
     """Collective: ckptio.open (with ``stage_dir``: from the node-local stages when they are usable)."""
     _agree(comm, f"open {path}", problem)
-    return ckptio.open(path, comm, stage_dir=stage_dir)
+    return _held(ckptio.open(path, comm, stage_dir=stage_dir))
 
 
 def _buffer_problem(reader, name: str, out) -> str | None:
@@ -291,8 +339,7 @@ def read(reader, name: str, out, offset, problem: str | None, select=None) -> No
         out = _selected(out, select)
     if not problem:
         problem = _buffer_problem(reader, name, out)
-    _agree(reader.comm, f"read {reader.path}: {name!r}", problem)
-    _read_into(reader, [(name, offset, out.shape)], [out])
+    _read_into(reader, [] if problem else [(name, offset, out.shape)], [] if problem else [out], problem)
 
 
 def read_many(reader, names: list[str], outs: list, offsets: list, problem: str | None, selects=None) -> None:
@@ -304,14 +351,19 @@ def read_many(reader, names: list[str], outs: list, offsets: list, problem: str 
         outs = [out if sel is None else _selected(out, sel) for out, sel in zip(outs, selects, strict=True)]
     for name, out in zip(names, outs, strict=True):
         problem = problem or _buffer_problem(reader, name, out)
-    _agree(reader.comm, f"read_many {reader.path}", problem)
-    _read_into(reader, [(n, off, out.shape) for n, off, out in zip(names, offsets, outs, strict=True)], outs)
+    _read_into(reader, [] if problem else [(n, off, out.shape) for n, off, out in zip(names, offsets, outs,
+                                                                                      strict=True)],
+               [] if problem else outs, problem)
 
 
-def _read_into(reader, requests: list, outs: list) -> None:
+def _read_into(reader, requests: list, outs: list, problem: str | None) -> None:
     """Collective: the requests, received straight into the caller's (possibly strided) arrays with the
-    reader's ``out=`` (a file's Reader and a staged checkpoint's StagedReader alike): no copy."""
-    reader.read_many(requests, out=outs)
+    reader's ``out=`` (a file's Reader and a staged checkpoint's StagedReader alike): no copy. ``problem`` (this
+    rank's bad argument) fails the read's own first agreed phase on every rank: an agreement of the bridge's own
+    before it would meet a rank that closed the reader early, and the reader, which never saw that failure,
+    would then wait in its close for the rank that had left (an outside trial hung C ranks that way)."""
+    _argument_errors_specialized(reader.read_many, requests, outs,
+                                 error=ArgumentError(problem) if problem else None)
 
 
 def _lookup_attr(reader, key: str):
@@ -406,12 +458,26 @@ def should_exit(comm, problem: str | None) -> int:
 _SHAPE_LIST = re.compile(r"\b(offset|shape|declared|element|dimension\(s\))('?:?\s)\[(\d+(?:,\s*\d+)+)\]")
 
 
+# a declaration listed with the ranks that made it: "(every declaration: [7, 5, 6] on ranks 0, 2; [7, 6, 6] on
+# rank 1)"; and the axis of a hole's neighbouring block: "(offset [0, 0, 2], shape [6, 5, 1]) along axis 0"
+_RANKS_LIST = re.compile(r"\[(\d+(?:,\s*\d+)+)\](?= on ranks? \d)")
+_ALONG_AXIS = re.compile(r"(shape \[(\d+(?:,\s*\d+)*)\]\)) along axis (\d+)")
+
+
 def fortran_order(text: str) -> str:
-    """Shapes, offsets and indices of a message in Fortran order (reversed), for callers of module ckptio."""
+    """Shapes, offsets, indices and axes of a message in Fortran order (reversed; an axis as the Fortran
+    dimension, 1-based), for callers of module ckptio."""
     def flip(m: re.Match) -> str:
         items = [s.strip() for s in m.group(3).split(",")]
         return f"{m.group(1)}{m.group(2)}[{', '.join(reversed(items))}]"
-    flipped = _SHAPE_LIST.sub(flip, text)
+
+    def flip_listed(m: re.Match) -> str:
+        return f"[{', '.join(reversed([s.strip() for s in m.group(1).split(',')]))}]"
+
+    def dimension(m: re.Match) -> str:
+        return f"{m.group(1)} along dimension {len(m.group(2).split(',')) - int(m.group(3))}"
+
+    flipped = _SHAPE_LIST.sub(flip, _RANKS_LIST.sub(flip_listed, _ALONG_AXIS.sub(dimension, text)))
     return flipped if flipped == text else flipped + " (shapes and offsets in Fortran order, offsets 0-based)"
 
 

@@ -1281,7 +1281,15 @@ int ckptio_finalize(void) {
   PyGILState_STATE gil = g_own_interpreter ? PyGILState_UNLOCKED : PyGILState_Ensure();
   /* Background checkpoints finish first; a failure nobody was told about becomes this call's error (otherwise
    * ckptio's exit handler would report it while Py_FinalizeEx runs, and might end the process). */
-  if (g_bridge != NULL) st = wait_all_locked("ckptio_finalize");
+  if (g_bridge != NULL) {
+    /* A writer or reader still open is closed with an error first (collective with the other ranks' ckptio_close
+     * of it, which then fail instead of waiting for this rank); then background checkpoints finish. */
+    PyObject *left = bridge_call("close_left_open", Py_BuildValue("(s)", "ckptio_finalize"));
+    if (left == NULL) st = fail_python("ckptio_finalize");
+    Py_XDECREF(left);
+    int waited = wait_all_locked("ckptio_finalize");
+    if (st == CKPTIO_OK) st = waited;
+  }
   for (size_t i = 0; i < NERRMAP; i++) Py_CLEAR(g_errmap[i].cls);
   Py_CLEAR(g_bridge);
   if (g_own_interpreter) {
