@@ -266,7 +266,10 @@ int ckptio_latest_comm(MPI_Comm comm, const char *dir, const char *prefix, char 
 
 /* Collective. Like ckptio_latest_comm, but every block of a candidate is read and its checksum verified: the
  * newest checkpoint that verifies, falling back past corrupt or incomplete newer ones (as ckptio.Series.latest
- * does on restart). Costs a full read of the skipped and the chosen checkpoint, by rank 0. */
+ * does on restart). Costs a full read of the skipped and the chosen checkpoint, by rank 0. An empty string (and
+ * CKPTIO_OK) also when checkpoints exist but none verifies: each skipped one is named in a warning on stderr, and
+ * a series' retention deletes them once `keep` newer ones committed. A code that must not start over in that
+ * case compares with ckptio_latest_comm (metadata only): a non-empty path there means checkpoints were skipped. */
 int ckptio_latest_verified(MPI_Comm comm, const char *dir, const char *prefix, char *buf, size_t buflen);
 
 /* Collective. Start checkpoint `step` of the series `{dir}/{prefix}_{step:06d}` (prefix NULL: "chk"), like
