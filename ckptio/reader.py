@@ -133,10 +133,14 @@ class Reader:
         with coord.collective_section():
             self._last_failed = True  # until every rank got through: an agreed failure leaves it set everywhere
             # the restart engine's read, with this call's requests checked as its first agreed phase
-            with coord.noting_ranks_that_left(self):
+            with coord.noting_ranks_that_left(self._note_left):
                 outputs = self._restart.read(lambda: self._requests(requests, out, error))
             self._last_failed = False  # before a held signal is delivered (at the end of the section)
             return outputs
+
+    def _note_left(self, ranks: str) -> None:
+        """Local: the ranks that closed this reader during a read (see :func:`ckptio.coord.noting_ranks_that_left`)."""
+        self._left_by = ranks
 
     def close(self) -> None:
         """Collective: agree with the other ranks, then close the file on the aggregators and free the

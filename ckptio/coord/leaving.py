@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from ckptio import _warn
 from ckptio.coord.agreement import run
@@ -40,17 +39,18 @@ def close_on_exit(close: Callable[[BaseException | None], None], exc: BaseExcept
 
 
 @contextmanager
-def noting_ranks_that_left(reader: Any) -> Iterator[None]:
+def noting_ranks_that_left(note: Callable[[str], None]) -> Iterator[None]:
     """Local, around a reader's collective read: when the read fails on every rank because some ranks closed the
-    reader meanwhile (their close met this read: :func:`ckptio.coord.agreement.agree` with ``closing``), note it
-    in ``reader._left_by``. Those ranks take part in no further read, so the next one must not start a collective
-    they would never enter (:func:`raise_if_left`); the reader's own close is still collective with theirs."""
+    reader meanwhile (their close met this read: :func:`ckptio.coord.agreement.agree` with ``closing``), call
+    ``note("rank 1")`` (or ``"ranks 1, 3"``) before the error goes on. Those ranks take part in no further read,
+    so the next one must not start a collective they would never enter (:func:`raise_if_left`); the reader's own
+    close is still collective with theirs."""
     try:
         yield
     except CollectiveError as exc:
         if isinstance(exc, ClosedCheckpointError):
             ranks = sorted(r for r, failure in exc.failures.items() if failure[0] == "ClosedCheckpointError")
-            reader._left_by = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+            note(f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}")
         raise
 
 

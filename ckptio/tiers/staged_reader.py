@@ -274,6 +274,10 @@ class StagedReader:
         coord.close_on_exit(self._close, exc)  # collective: an exception here may be this rank's alone
         return False
 
+    def _note_left(self, ranks: str) -> None:
+        """Local: the ranks that closed this reader during a read (see :func:`ckptio.coord.noting_ranks_that_left`)."""
+        self._left_by = ranks
+
     def close(self) -> None:
         """Collective: agree with the other ranks (as :meth:`ckptio.Reader.close`), then drop the mapped pieces."""
         self._close(None)
@@ -323,7 +327,7 @@ class StagedReader:
         coord.raise_if_left(self.path, self._left_by)
         with coord.collective_section():
             self._last_failed = True  # until every rank got through: an agreed failure leaves it set everywhere
-            with coord.noting_ranks_that_left(self):
+            with coord.noting_ranks_that_left(self._note_left):
                 outputs = self._read_many(requests, out, error)
             self._last_failed = False
             return outputs
