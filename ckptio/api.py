@@ -77,10 +77,11 @@ def latest(directory: str | os.PathLike, prefix: str = "chk", verify: bool = Fal
     (checkpoints superseded by a restart from an older step are never chosen, see :mod:`ckptio.tiers.catalog`);
     the step is the number of the exact pattern (``chk_000010.h5`` is newer than ``chk_000005.h5``). Incomplete,
     truncated or damaged-index checkpoints are skipped with a warning; ``verify=True`` also reads every block and
-    checks its checksum. With ``comm``: collective, rank 0 looks and every rank gets its answer or its error;
-    without, the calling process looks by itself. With ``comm`` and ``stage_dir``, a staged checkpoint newer than
-    anything valid in ``directory`` (its drain was interrupted) is drained first, when every rank's piece is
-    present and verified on its own node (see :func:`ckptio.tiers.staging.recover`); without ``comm``,
+    checks its checksum, and marks a damaged one (never chosen nor deleted again, see
+    :mod:`ckptio.engine.damage_marks`). With ``comm``: collective, rank 0 looks and every rank gets its answer or
+    its error; without, the calling process looks by itself. With ``comm`` and ``stage_dir``, a staged checkpoint
+    newer than anything valid in ``directory`` (its drain was interrupted) is drained first, when every rank's
+    piece is present and verified on its own node (see :func:`ckptio.tiers.staging.recover`); without ``comm``,
     ``stage_dir`` is ignored (one process cannot see every node's stage).
     """
     def recover(comm, directory: str, pattern, stage_dir: str) -> None:

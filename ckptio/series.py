@@ -13,7 +13,10 @@ Retention semantics (what a user can rely on):
 * **Ownership by exact name.** The series' checkpoints are exactly ``{prefix}_{step:0{digits}d}{suffix}``
   (:class:`ckptio.tiers.catalog.NamePattern`). No other file is opened, chosen or deleted: not ``chk_notes.txt``,
   ``chk_000001.bak``, another series' ``chk_fine_000300``, Open MPI's ``NAME-<n>-<pid>.lock``/``.locktest.*``.
-  Only checkpoints whose metadata can be read are ever deleted; a damaged file stays for the user to look at.
+  Only checkpoints whose metadata can be read are ever deleted; a damaged file stays for the user to look at, and
+  so does a checkpoint whose *data* a lookup found damaged (it is marked, :mod:`ckptio.engine.damage_marks`: never
+  chosen, never deleted, takes none of the ``keep`` places, and moved aside to ``{name}.damaged`` when a new
+  checkpoint is committed under its name).
 * **Identity and timeline.** Each checkpoint records its series identity (document key ``series``, see
   :mod:`ckptio.model.series_record` and :mod:`ckptio.tiers.catalog`): the series id (a run continues the id of the
   checkpoint it restarted from, else of the newest checkpoint of the directory that has one, else a new one),
@@ -56,7 +59,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ckptio import _warn, coord
-from ckptio.errors import CheckpointIOError, DeclarationError
+from ckptio.engine import damage_marks
+from ckptio.errors import CheckpointIOError, CorruptCheckpointError, DeclarationError
 from ckptio.model.agreement import first_difference
 from ckptio.model.series_record import SeriesRecord
 from ckptio.tiers import async_io, batch, catalog, lease, staging
@@ -104,6 +108,7 @@ class Series:
         self._highest_step: int | None = None  # the highest step this object created (a step again: a warning)
         self._background: list[async_io.AsyncCheckpoint] = []  # not yet waited for by Series.wait()
         self._restart_from: str | None = None  # protected from retention while this object lives
+        self.skipped: tuple[str, ...] = ()  # what the last latest() skipped as unreadable or damaged
         self._record: SeriesRecord | None = None  # the next checkpoint's series identity, once the run started
         self._lease: lease.Lease | None = None  # rank 0: this run's lease on the series (ckptio.tiers.lease)
         self._last_commit: float | None = None  # rank 0: when this run's last checkpoint committed (monotonic)
@@ -296,6 +301,7 @@ class Series:
                 self._lease = dataclasses.replace(self._lease, interval=interval)
                 lease.refresh(self._lease_path(), self._lease)
             entries = catalog.scan(self.directory, self.pattern)
+            damage_marks.remove_stale(self.directory, catalog.list_directory(self.directory))
             protected = {p for p in (self._restart_from, committed) if p}
             series_id = self._record.series_id if self._record is not None else \
                 continued_series(catalog.timeline(entries), None)
@@ -313,20 +319,33 @@ class Series:
         """Collective: the newest valid checkpoint of the timeline (after draining an interrupted staged one, see
         :func:`ckptio.tiers.staging.recover`), falling back with a warning; None if there is none. Raises on every rank
         if ``directory`` is missing. Called before this object wrote a checkpoint, its answer is the checkpoint
-        this run restarts from: retention never deletes it while this object lives."""
+        this run restarts from: retention never deletes it while this object lives.
 
+        ``skipped``: the newer checkpoints it passed over as unreadable or damaged (kept, see above). When none
+        is valid but some were skipped, a ``must_exist=True`` Series (a restart job) raises
+        :class:`~ckptio.CorruptCheckpointError` on every rank naming them instead of returning None."""
+        found = self.latest_and_skipped()
+        if found is None and self.skipped and self.must_exist:
+            raise _nothing_valid(self.directory, self.skipped)
+        return found
+
+    def latest_and_skipped(self) -> str | None:
+        """Collective: :meth:`latest` without the ``must_exist`` error (None and ``skipped`` set when every
+        checkpoint is damaged): for a caller that reports the skipped checkpoints itself (the C/Fortran API)."""
         if self.stage_dir:  # a staged checkpoint whose drain was interrupted: drain it now, on the same nodes
             staging.recover(self.comm, self.directory, self.pattern, self.stage_dir, restaging_writer)
 
-        def look() -> str | None:
+        def look() -> tuple[str | None, list[str]]:
             with self._lock:
                 if self.must_exist and not catalog.scan(self.directory, self.pattern, read=False):
                     misses = catalog.near_misses(self.directory, self.pattern)
                     if misses:  # a restart job whose pattern is misspelt: an error, not a silent cold start
                         raise CheckpointIOError(catalog.near_miss_message(self.directory, self.pattern, misses))
-                return catalog.find_latest(self.directory, self.pattern, verify=self.verify_on_restart)
+                skipped: list[str] = []  # (filled by find_latest)
+                return catalog.find_latest(self.directory, self.pattern, self.verify_on_restart, skipped), skipped
 
-        found = coord.bcast_from_root(self.comm, f"series {self.directory}: latest checkpoint", look)
+        found, skipped = coord.bcast_from_root(self.comm, f"series {self.directory}: latest checkpoint", look)
+        self.skipped = tuple(skipped)
         if found is not None and self._record is None:  # before this object wrote anything: the restart point
             self._restart_from = os.path.join(self.directory, os.path.basename(found))
         return found
@@ -346,6 +365,15 @@ class Series:
         warning signal on any rank, or less wall time left than this series' last checkpoint took plus
         ``margin``); see :func:`ckptio.tiers.batch.should_exit`. One small allreduce per call."""
         return batch.should_exit(self.comm, last_checkpoint=self._previous, margin=margin)
+
+
+def _nothing_valid(directory: str, skipped: tuple[str, ...]) -> CorruptCheckpointError:
+    """The error of a restart job's ``latest()`` when every checkpoint of its series was ``skipped``."""
+    names = ", ".join(os.path.basename(p) for p in skipped[:5]) + (", ..." if len(skipped) > 5 else "")
+    return CorruptCheckpointError(
+        f"series {directory}: no valid checkpoint to restart from: {len(skipped)} checkpoint(s) of the series are "
+        f"damaged or unreadable ({names}; the warnings above say why). They are kept. To start over anyway, "
+        "construct the Series with must_exist=False (its latest() then returns None)")
 
 
 def start_record(entries: list[catalog.Entry], step: int, chosen: str | None,
@@ -384,11 +412,12 @@ def plan_retention(entries: list[catalog.Entry], keep: int, protected: set[str],
     Order of preference: the timeline newest first, then superseded checkpoints newest first; the first ``keep``
     and every ``protected`` path stay. Deletable are the checkpoints of series ``series_id``, those without a
     series identity or with an older ckptio's counter, and superseded ones; never a checkpoint of another series
-    that no run abandoned (a copy from elsewhere), never an unreadable file (not in the timeline)."""
+    that no run abandoned (a copy from elsewhere), never an unreadable file (not in the timeline), never one
+    marked damaged (which takes no ``keep`` place either)."""
     gone = catalog.superseded(entries)
     line = catalog.timeline(entries)
     abandoned = sorted((e for e in entries if e.path in gone), key=lambda e: e.step, reverse=True)
-    order = line + abandoned
+    order = [e for e in line + abandoned if e.damage is None]
     stay = {e.path for e in order[:keep]} | protected
     ours = {None, catalog.LEGACY_SERIES, series_id}
     newest = line[0] if line else None

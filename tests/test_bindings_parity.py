@@ -64,8 +64,17 @@ def test_latest_verified_falls_back_past_a_corrupt_checkpoint(build, tmp_path):
     proc = run_program(2, [build / "ckptio_test_c", "latest", tmp_path])
     assert f"LATEST {tmp_path}/chk_000002" in proc.stdout          # metadata only: does not see it
     assert f"VERIFIED {tmp_path}/chk_000001" in proc.stdout        # checksums: falls back
+    assert f"VERIFIED_N {tmp_path}/chk_000001 1" in proc.stdout    # ... past one damaged checkpoint
+    assert f"LATEST_AFTER {tmp_path}/chk_000001" in proc.stdout    # marked: now skipped without reading it
+    assert (tmp_path / ".chk_000002.ckptio-damaged").is_file()
     # the fallback's warning as C users should see it: ckptio's message, not the bridge's file and source line
     assert "UserWarning: ckptio: skipping" in proc.stderr and "_ckptio_bridge" not in proc.stderr, proc.stderr
+    # every checkpoint damaged: an empty path, as for a new run, but the count tells a restart job to stop
+    assert "CORRUPTED" in run_mpi(1, [PROGRAM, "corrupt_newest", str(tmp_path / "chk_000001")]).stdout
+    proc = run_program(2, [build / "ckptio_test_c", "latest", tmp_path])
+    assert "VERIFIED \n" in proc.stdout and "VERIFIED_N  2\n" in proc.stdout and "LATEST_AFTER \n" in proc.stdout
+    assert sorted(p.name for p in tmp_path.iterdir() if "chk_" in p.name) == [
+        ".chk_000001.ckptio-damaged", ".chk_000002.ckptio-damaged", "chk_000001", "chk_000002"]
 
 
 @pytest.mark.parametrize("program", ["ckptio_test_c", "ckptio_test_f"])

@@ -92,6 +92,16 @@ def test_restart_from_older_step_keeps_the_source_and_supersedes_newer(keep, how
 
 @pytest.mark.mpi
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("nprocs", [1, 3])
+def test_damaged_checkpoints_stop_a_restart_job_and_are_never_deleted(nprocs, tmp_path):
+    d = tmp_path / "run"
+    d.mkdir()
+    proc = run_mpi(nprocs, [PROGRAM, "all_damaged", str(d)], timeout=100)
+    assert proc.stdout.count("OK") == nprocs
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("nprocs", [1, 2, 4])
 def test_missing_directory_is_an_error_on_every_rank(nprocs, tmp_path):
     proc = run_mpi(nprocs, [PROGRAM, "missing_directory", str(tmp_path / "run")], timeout=60)

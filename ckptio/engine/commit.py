@@ -35,10 +35,10 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ckptio import coord, settings
+from ckptio import _warn, coord, settings
 from ckptio.backends.base import Backend, DocumentSlot, WriteHandle, stored_document_of
+from ckptio.engine import damage_marks, space
 from ckptio.engine import faults as _faults
-from ckptio.engine import space
 from ckptio.engine.steps import run_steps
 from ckptio.errors import CheckpointError, CheckpointIOError
 from ckptio.model import meta as metamod
@@ -178,7 +178,13 @@ def check_written(backend: Backend, tmp: str, encoded: bytes) -> None:
 
 
 def rename_durably(tmp: str, path: str) -> None:
-    """Planning rank: ``tmp`` becomes ``path`` atomically, and the directory entry is synced."""
+    """Planning rank: ``tmp`` becomes ``path`` atomically, and the directory entry is synced. A checkpoint now at
+    ``path`` that a lookup marked damaged is first moved aside (:func:`ckptio.engine.damage_marks.move_aside`),
+    with a warning: the new checkpoint never destroys the evidence of storage damage."""
+    aside = damage_marks.move_aside(path)
+    if aside is not None:
+        _warn.warn(f"ckptio: {path} was marked damaged by an earlier lookup; it is kept as {aside} and the new "
+                   "checkpoint takes its name")
     os.replace(tmp, path)
     fd = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY)
     try:

@@ -34,10 +34,11 @@ def directory_problem(path: str) -> str | None:
 def existing_file_problem(path: str) -> str | None:
     """Local (the planning rank): why the file already at ``path`` must not be replaced, or None (nothing there, or
     a ckptio checkpoint: complete, damaged, of a newer version or rewritten by another tool, which a new checkpoint
-    of the same name replaces, as before). Refused (outside trial, 2026-12-06: a text file and a symbolic link at
-    the name were silently replaced by the commit's rename): a symbolic link (the rename would replace the link,
-    not its target), anything but a regular file, and a file in no ckptio format (a text file, a plain HDF5 or
-    netCDF file other software wrote): ckptio never deletes a file it did not create."""
+    of the same name replaces, as before; one a lookup marked damaged is moved aside by the commit instead,
+    :func:`ckptio.engine.damage_marks.move_aside`). Refused (outside trial, 2026-12-06: a text file and a symbolic
+    link at the name were silently replaced by the commit's rename): a symbolic link (the rename would replace the
+    link, not its target), anything but a regular file, and a file in no ckptio format (a text file, a plain HDF5
+    or netCDF file other software wrote): ckptio never deletes a file it did not create."""
     from ckptio.backends import detect_backend
     from ckptio.errors import CheckpointError, UnknownFormatError
 

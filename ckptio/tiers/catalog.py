@@ -25,7 +25,9 @@ each other by ``seq``: they are placed by step. The *timeline* is every committe
 newest step first; :func:`latest` chooses only from it; retention (ckptio.series) deletes superseded checkpoints
 first and never deletes a checkpoint of another series that no run of this one abandoned. A file whose metadata
 cannot be read (truncated, damaged index), and an HDF5/netCDF file ckptio did not write (no checksums), cannot say
-where it belongs: it supersedes nothing, is never chosen, never deleted.
+where it belongs: it supersedes nothing, is never chosen, never deleted. A committed checkpoint whose data a
+lookup found damaged is marked (:mod:`ckptio.engine.damage_marks`): it stays in the timeline (it still places the
+series' steps) but is never chosen nor deleted.
 """
 
 from __future__ import annotations
@@ -39,7 +41,15 @@ from typing import Any
 
 from ckptio import _warn
 from ckptio.backends import detect_backend
-from ckptio.errors import CapabilityError, CheckpointError, CheckpointIOError, DeclarationError
+from ckptio.engine import damage_marks
+from ckptio.errors import (
+    CapabilityError,
+    CheckpointError,
+    CheckpointIOError,
+    CorruptCheckpointError,
+    DeclarationError,
+    IncompleteCheckpointError,
+)
 from ckptio.model.document import CheckpointDocument
 from ckptio.model.series_record import Abandoned, SeriesRecord
 
@@ -106,6 +116,7 @@ class Entry:
     series_id: str | None = None  # None: no series record; LEGACY_SERIES: an older ckptio's directory counter
     created: str | None = None  # the commit time its metadata records
     record: SeriesRecord | None = None
+    damage: damage_marks.DamageMark | None = None  # a verification found its data damaged (never deleted)
 
     @property
     def committed(self) -> bool:
@@ -139,7 +150,9 @@ def scan(directory: str | os.PathLike, pattern: NamePattern, read: bool = True) 
     metadata is read (not its data) for its sequence number; a file that cannot be read gets ``seq=None``."""
     directory = os.fspath(directory)
     entries = []
-    for name in list_directory(directory):
+    names = list_directory(directory)
+    listed = set(names)
+    for name in names:
         step = pattern.step(name)
         if step is None:
             continue
@@ -150,7 +163,7 @@ def scan(directory: str | os.PathLike, pattern: NamePattern, read: bool = True) 
             continue  # vanished meanwhile
         if not stat.S_ISREG(st.st_mode):
             continue
-        entry = Entry(path, step, None, st.st_mtime_ns)
+        entry = Entry(path, step, None, st.st_mtime_ns, damage=damage_marks.find(path, st, listed))
         if read:
             try:
                 describe(entry, read_metadata(path))
@@ -244,25 +257,38 @@ def iter_valid(directory: str | os.PathLike, prefix: str = "chk", verify: bool =
     yield from _iter_valid(scan(directory, NamePattern.for_prefix(prefix, suffix)), verify)
 
 
-def _iter_valid(entries: list[Entry], verify: bool) -> Iterator[str]:
-    """Checkpoints by step, newest first. Unreadable, superseded or (with ``verify``) damaged files are skipped
-    with a warning."""
+def _iter_valid(entries: list[Entry], verify: bool, skipped: list[str] | None = None) -> Iterator[str]:
+    """Checkpoints by step, newest first. Unreadable, superseded, marked damaged or (with ``verify``) damaged
+    files are skipped with a warning; a committed checkpoint that fails :func:`check` with damage is marked
+    (:mod:`ckptio.engine.damage_marks`). ``skipped`` collects the paths skipped as unreadable or damaged (not the
+    superseded ones, which a later run replaced on purpose)."""
     gone = superseded(entries)
     for e in sorted(entries, key=lambda e: e.step, reverse=True):
-        if not e.committed:
-            _skip(e.path, e.problem or "unreadable")
-        elif e.path in gone:
+        if e.path in gone:
             _skip(e.path, f"superseded by {os.path.basename(gone[e.path].path)}, committed later by a run that "
                           f"restarted from an older step")
+            continue
+        why = None
+        if not e.committed:
+            why = e.problem or "unreadable"
+        elif e.damage is not None:
+            why = e.damage.describe()
         else:
             try:
                 check(e.path, verify)
             except CapabilityError:
                 raise  # see scan()
+            except (CorruptCheckpointError, IncompleteCheckpointError) as exc:
+                e.damage = damage_marks.mark(e.path, str(exc))
+                why = str(exc) + ("" if e.damage is None else f" (marked: {damage_marks.mark_name(e.name)})")
             except (CheckpointError, OSError) as exc:
-                _skip(e.path, str(exc))
-                continue
+                why = str(exc)
+        if why is None:
             yield e.path
+            continue
+        _skip(e.path, why)
+        if skipped is not None:
+            skipped.append(e.path)
 
 
 def _skip(path: str, why: str) -> None:
@@ -305,8 +331,14 @@ def latest(directory: str | os.PathLike, prefix: str = "chk", verify: bool = Fal
 
 def _checked_prefix(prefix: str, suffix: str) -> None:
     """Local: a DeclarationError when ``prefix``/``suffix`` cannot name checkpoints."""
+    pattern_of(prefix, suffix)
+
+
+def pattern_of(prefix: str, suffix: str = "") -> NamePattern:
+    """Local: the pattern of ``prefix``/``suffix`` as :func:`latest` takes them; a DeclarationError when they
+    cannot name checkpoints."""
     try:
-        NamePattern.for_prefix(prefix, suffix)
+        return NamePattern.for_prefix(prefix, suffix)
     except (TypeError, ValueError, AttributeError) as exc:
         raise DeclarationError(f"ckptio.latest: prefix={prefix!r}, suffix={suffix!r}: {exc}") from None
 
@@ -322,12 +354,14 @@ def _same_latest_arguments(gathered: list[tuple]) -> NamePattern:
     return NamePattern.for_prefix(prefix, suffix)
 
 
-def find_latest(directory: str | os.PathLike, pattern: NamePattern, verify: bool = False) -> str | None:
+def find_latest(directory: str | os.PathLike, pattern: NamePattern, verify: bool = False,
+                skipped: list[str] | None = None) -> str | None:
     """Local: :func:`latest` for an explicit pattern (Series uses this). When nothing is named by ``pattern``
     but files are named like checkpoints of a near pattern (another case, padding or suffix), warns naming them:
-    a restart with a misspelt pattern must not look like a first run."""
+    a restart with a misspelt pattern must not look like a first run. ``skipped`` collects the newer files
+    skipped as unreadable or damaged (see :func:`_iter_valid`)."""
     entries = scan(directory, pattern)
-    found = next(_iter_valid(entries, verify), None)
+    found = next(_iter_valid(entries, verify, skipped), None)
     if not entries:
         misses = near_misses(directory, pattern)
         if misses:

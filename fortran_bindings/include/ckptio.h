@@ -266,10 +266,11 @@ int ckptio_latest_comm(MPI_Comm comm, const char *dir, const char *prefix, char 
 
 /* Collective. Like ckptio_latest_comm, but every block of a candidate is read and its checksum verified: the
  * newest checkpoint that verifies, falling back past corrupt or incomplete newer ones (as ckptio.Series.latest
- * does on restart). Costs a full read of the skipped and the chosen checkpoint, by rank 0. An empty string (and
- * CKPTIO_OK) also when checkpoints exist but none verifies: each skipped one is named in a warning on stderr, and
- * a series' retention deletes them once `keep` newer ones committed. A code that must not start over in that
- * case compares with ckptio_latest_comm (metadata only): a non-empty path there means checkpoints were skipped. */
+ * does on restart). Costs a full read of the skipped and the chosen checkpoint, by rank 0. Each skipped one is
+ * named in a warning on stderr; a damaged one is marked (.NAME.ckptio-damaged beside it): no later lookup reads
+ * or chooses it again, retention never deletes it, and a new checkpoint committed under its name moves it aside
+ * to NAME.damaged. An empty string (and CKPTIO_OK) also when checkpoints exist but none verifies: a code that
+ * must not start over then uses ckptio_latest_verified_n, which says how many were skipped. */
 int ckptio_latest_verified(MPI_Comm comm, const char *dir, const char *prefix, char *buf, size_t buflen);
 
 /* Collective. Start checkpoint `step` of the series `{dir}/{prefix}_{step:06d}` (prefix NULL: "chk"), like
@@ -314,8 +315,16 @@ int ckptio_series_create_ml(MPI_Comm comm, const char *dir, const char *prefix, 
 int ckptio_latest_verified_ex(MPI_Comm comm, const char *dir, const char *prefix, const char *stage_dir, char *buf,
                               size_t buflen);
 
+/* Collective. ckptio_latest_verified_ex (stage_dir NULL or "": ckptio_latest_verified), and in *nskipped (may
+ * be NULL) how many checkpoints of the series newer than the answer were skipped as damaged, incomplete or
+ * unreadable (superseded ones are not counted). An empty path with *nskipped > 0 means "checkpoints exist but
+ * none is valid": a restart job should stop there rather than start from step 0 (they are kept). */
+int ckptio_latest_verified_n(MPI_Comm comm, const char *dir, const char *prefix, const char *stage_dir, char *buf,
+                             size_t buflen, int *nskipped);
+
 /* Collective. Retention, as ckptio.Series(dir, prefix=prefix, keep=keep) does after each commit: delete all but
  * the newest `keep` complete checkpoints named `{prefix}_NNNNNN` in `dir` (prefix NULL: "chk"); rank 0 deletes.
+ * Checkpoints a lookup marked damaged are never deleted (see ckptio_latest_verified).
  * nremoved may be NULL. */
 int ckptio_prune(MPI_Comm comm, const char *dir, const char *prefix, int keep, int *nremoved);
 
@@ -369,6 +378,8 @@ int ckptio_series_create_ml_f(MPI_Fint comm, const char *dir, const char *prefix
                               const char *backend, const char *mode, const char *stage_dir, const char *compression,
                               const char *redundancy, int drain_every, const char *failure_group,
                               const char *problem, ckptio_file *file);
+int ckptio_latest_verified_n_f(MPI_Fint comm, const char *dir, const char *prefix, const char *stage_dir, char *buf,
+                               size_t buflen, int *nskipped);
 int ckptio_latest_verified_ex_f(MPI_Fint comm, const char *dir, const char *prefix, const char *stage_dir, char *buf,
                                 size_t buflen);
 int ckptio_prune_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int *nremoved);

@@ -51,7 +51,7 @@ import ckptio
 from ckptio import coord
 from ckptio.errors import CheckpointError, CollectiveError, ReadRequestError
 from ckptio.model import memsel, varmeta
-from ckptio.tiers import async_io
+from ckptio.tiers import async_io, catalog
 
 
 class ArgumentError(CheckpointError, ValueError):
@@ -414,21 +414,28 @@ def var_names(reader) -> list[str]:
     return sorted(reader.variables)
 
 
-def latest(directory: str, prefix: str, comm, verify: int = 0) -> str:
-    """The newest valid checkpoint ('' if none); with ``comm``, found by rank 0 and broadcast (error-safe).
-    ``verify``: read every block and check its checksum, falling back past corrupt newer checkpoints."""
+def latest(directory: str, prefix: str, comm, verify: int = 0) -> tuple[str, int]:
+    """The newest valid checkpoint ('' if none) and how many newer ones were skipped as unreadable or damaged;
+    with ``comm``, found by rank 0 and broadcast (error-safe). ``verify``: read every block and check its checksum,
+    falling back past corrupt newer checkpoints (which are marked and kept, see ckptio.engine.damage_marks)."""
+    def look() -> tuple[str, int]:
+        skipped: list[str] = []
+        found = catalog.find_latest(directory, catalog.pattern_of(prefix), bool(verify), skipped)
+        return found or "", len(skipped)
+
     if comm is None:
-        return ckptio.latest(directory, prefix, verify=bool(verify)) or ""
-    return coord.bcast_from_root(comm, f"latest checkpoint in {directory}",
-                                 lambda: ckptio.latest(directory, prefix, verify=bool(verify)) or "")
+        return look()
+    return coord.bcast_from_root(comm, f"latest checkpoint in {directory}", look)
 
 
-def latest_staged(directory: str, prefix: str, comm, stage_dir: str) -> str:
+def latest_staged(directory: str, prefix: str, comm, stage_dir: str) -> tuple[str, int]:
     """Collective: ``ckptio.Series(directory, comm, prefix=prefix, stage_dir=stage_dir, must_exist=True).latest()``
-    ('' if none): the newest checkpoint of the series on any level -- a staged one that never reached
-    ``directory`` is rebuilt from the other nodes' redundancy if a node lost it, verified and drained first."""
-    found = ckptio.Series(directory, comm, prefix=prefix, stage_dir=stage_dir, must_exist=True).latest()
-    return found or ""
+    ('' if none) and the number of checkpoints it skipped as unreadable or damaged: the newest checkpoint of the
+    series on any level -- a staged one that never reached ``directory`` is rebuilt from the other nodes'
+    redundancy if a node lost it, verified and drained first."""
+    series = ckptio.Series(directory, comm, prefix=prefix, stage_dir=stage_dir, must_exist=True)
+    found = series.latest_and_skipped()
+    return found or "", len(series.skipped)
 
 
 def prune(directory: str, prefix: str, keep: int, comm, problem: str | None) -> int:

@@ -1137,9 +1137,10 @@ int ckptio_var_name(ckptio_file f, int index, char *buf, size_t buflen) {
 /* ---------------------------------------------------------------------------------------------------------
  * Finding checkpoints
  * ------------------------------------------------------------------------------------------------------- */
-/* stage_dir non-NULL and non-empty (ckptio_latest_verified_ex, verify 1): the series' node-local level too */
+/* stage_dir non-NULL and non-empty (ckptio_latest_verified_ex, verify 1): the series' node-local level too.
+ * nskipped (may be NULL): how many newer checkpoints were skipped as unreadable or damaged. */
 static int latest_impl(MPI_Comm *comm, const char *dir, const char *prefix, char *buf, size_t buflen, int verify,
-                       const char *stage_dir) {
+                       const char *stage_dir, int *nskipped) {
   char where[1200];
   snprintf(where, sizeof where, "%s(\"%.1000s\")", verify ? "ckptio_latest_verified" : "ckptio_latest",
            dir ? dir : "(null)");
@@ -1153,12 +1154,21 @@ static int latest_impl(MPI_Comm *comm, const char *dir, const char *prefix, char
                                                                  stage_dir))
                     : bridge_call("latest", Py_BuildValue("(ssNi)", dir ? dir : "", prefix ? prefix : "chk", c,
                                                           verify));
+  if (nskipped) *nskipped = 0;
   if (r == NULL) st = fail_python(where);
   else if (dir == NULL) st = recordf(CKPTIO_ERR_ARGUMENT, "%s: dir is NULL", where);
   else {
-    Py_ssize_t n;
-    const char *s = PyUnicode_AsUTF8AndSize(r, &n);
-    st = s ? copy_out(where, "the path", s, n, buf, buflen) : fail_python(where);
+    Py_ssize_t n = 0;
+    const char *s = NULL;
+    long skipped = 0;
+    if (PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2) {
+      s = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(r, 0), &n);
+      skipped = PyLong_AsLong(PyTuple_GET_ITEM(r, 1));
+    } else {
+      PyErr_SetString(PyExc_TypeError, "the bridge's latest() did not return (path, skipped)");
+    }
+    st = s && !PyErr_Occurred() ? copy_out(where, "the path", s, n, buf, buflen) : fail_python(where);
+    if (st == CKPTIO_OK && nskipped) *nskipped = (int)skipped;
   }
   Py_XDECREF(r);
   LEAVE();
@@ -1167,23 +1177,29 @@ static int latest_impl(MPI_Comm *comm, const char *dir, const char *prefix, char
 
 int ckptio_latest(const char *dir, const char *prefix, char *buf, size_t buflen) {
   t_fortran = 0;
-  return latest_impl(NULL, dir, prefix, buf, buflen, 0, NULL);
+  return latest_impl(NULL, dir, prefix, buf, buflen, 0, NULL, NULL);
 }
 
 int ckptio_latest_comm(MPI_Comm comm, const char *dir, const char *prefix, char *buf, size_t buflen) {
   t_fortran = 0;
-  return latest_impl(&comm, dir, prefix, buf, buflen, 0, NULL);
+  return latest_impl(&comm, dir, prefix, buf, buflen, 0, NULL, NULL);
 }
 
 int ckptio_latest_verified(MPI_Comm comm, const char *dir, const char *prefix, char *buf, size_t buflen) {
   t_fortran = 0;
-  return latest_impl(&comm, dir, prefix, buf, buflen, 1, NULL);
+  return latest_impl(&comm, dir, prefix, buf, buflen, 1, NULL, NULL);
 }
 
 int ckptio_latest_verified_ex(MPI_Comm comm, const char *dir, const char *prefix, const char *stage_dir, char *buf,
                               size_t buflen) {
   t_fortran = 0;
-  return latest_impl(&comm, dir, prefix, buf, buflen, 1, stage_dir);
+  return latest_impl(&comm, dir, prefix, buf, buflen, 1, stage_dir, NULL);
+}
+
+int ckptio_latest_verified_n(MPI_Comm comm, const char *dir, const char *prefix, const char *stage_dir, char *buf,
+                             size_t buflen, int *nskipped) {
+  t_fortran = 0;
+  return latest_impl(&comm, dir, prefix, buf, buflen, 1, stage_dir, nskipped);
 }
 
 static int prune_impl(MPI_Comm comm, const char *dir, const char *prefix, int keep, int *nremoved) {
@@ -1329,23 +1345,29 @@ int ckptio_open_f(const char *path, MPI_Fint comm, const char *stage_dir, const 
 
 int ckptio_latest_comm_f(MPI_Fint comm, const char *dir, const char *prefix, char *buf, size_t buflen) {
   FORTRAN_COMM("ckptio_latest", comm, c);
-  return latest_impl(&c, dir, prefix, buf, buflen, 0, NULL);
+  return latest_impl(&c, dir, prefix, buf, buflen, 0, NULL, NULL);
 }
 
 int ckptio_latest_verified_f(MPI_Fint comm, const char *dir, const char *prefix, char *buf, size_t buflen) {
   FORTRAN_COMM("ckptio_latest_verified", comm, c);
-  return latest_impl(&c, dir, prefix, buf, buflen, 1, NULL);
+  return latest_impl(&c, dir, prefix, buf, buflen, 1, NULL, NULL);
+}
+
+int ckptio_latest_verified_n_f(MPI_Fint comm, const char *dir, const char *prefix, const char *stage_dir, char *buf,
+                               size_t buflen, int *nskipped) {
+  FORTRAN_COMM("ckptio_latest_verified", comm, c);
+  return latest_impl(&c, dir, prefix, buf, buflen, 1, stage_dir, nskipped);
 }
 
 int ckptio_latest_verified_ex_f(MPI_Fint comm, const char *dir, const char *prefix, const char *stage_dir, char *buf,
                                 size_t buflen) {
   FORTRAN_COMM("ckptio_latest_verified", comm, c);
-  return latest_impl(&c, dir, prefix, buf, buflen, 1, stage_dir);
+  return latest_impl(&c, dir, prefix, buf, buflen, 1, stage_dir, NULL);
 }
 
 int ckptio_latest_f(const char *dir, const char *prefix, char *buf, size_t buflen) {
   t_fortran = 1;
-  return latest_impl(NULL, dir, prefix, buf, buflen, 0, NULL);
+  return latest_impl(NULL, dir, prefix, buf, buflen, 0, NULL, NULL);
 }
 
 int ckptio_series_create_f(MPI_Fint comm, const char *dir, const char *prefix, int keep, int64_t step,

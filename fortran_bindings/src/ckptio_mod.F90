@@ -145,10 +145,12 @@ module ckptio
   interface ckptio_series_create
      module procedure series_f08, series_int
   end interface ckptio_series_create
-  !> ckptio_latest_verified(comm, dir, path [, prefix] [, ierr] [, stage_dir=]) -- collective: the newest checkpoint
-  !> whose checksums verify, falling back past corrupt or incomplete newer ones (as ckptio.Series.latest). With
-  !> stage_dir= (a multi-level series): a newer checkpoint on the node-local level is verified, rebuilt from the
-  !> other nodes' redundancy if a node lost it, and drained to dir first (ckptio_latest_verified_ex in ckptio.h).
+  !> ckptio_latest_verified(comm, dir, path [, prefix] [, ierr] [, stage_dir=] [, nskipped=]) -- collective: the
+  !> newest checkpoint whose checksums verify, falling back past corrupt or incomplete newer ones (as
+  !> ckptio.Series.latest; a damaged one is marked and kept). With stage_dir= (a multi-level series): a newer
+  !> checkpoint on the node-local level is verified, rebuilt from the other nodes' redundancy if a node lost it,
+  !> and drained to dir first (ckptio_latest_verified_ex in ckptio.h). nskipped=: how many newer checkpoints were
+  !> skipped as damaged or unreadable (a blank path with nskipped > 0: checkpoints exist but none is valid).
   interface ckptio_latest_verified
      module procedure latest_verified_f08, latest_verified_int
   end interface ckptio_latest_verified
@@ -241,13 +243,14 @@ module ckptio
        integer(c_int64_t), value :: step
        type(c_ptr), intent(inout) :: file
      end function c_series_create
-     integer(c_int) function c_latest_verified(comm, dir, prefix, stage_dir, buf, buflen) &
-          bind(C, name="ckptio_latest_verified_ex_f")
+     integer(c_int) function c_latest_verified(comm, dir, prefix, stage_dir, buf, buflen, nskipped) &
+          bind(C, name="ckptio_latest_verified_n_f")
        import :: c_int, c_char, c_size_t
        integer(c_int), value :: comm
        character(kind=c_char), intent(in) :: dir(*), prefix(*), stage_dir(*)
        character(kind=c_char), intent(out) :: buf(*)
        integer(c_size_t), value :: buflen
+       integer(c_int), intent(out) :: nskipped
      end function c_latest_verified
      integer(c_int) function c_set_zero_copy(file, enable) bind(C, name="ckptio_set_zero_copy")
        import :: c_int, c_ptr
@@ -1511,29 +1514,32 @@ contains
          redundancy, drain_every, failure_group)
   end subroutine series_f08
 
-  subroutine latest_verified_int(comm, dir, path, prefix, ierr, stage_dir)
+  subroutine latest_verified_int(comm, dir, path, prefix, ierr, stage_dir, nskipped)
     integer, intent(in) :: comm
     character(len=*), intent(in) :: dir
     character(len=*), intent(out) :: path              !< blank when no checkpoint verifies
     character(len=*), intent(in), optional :: prefix   !< default "chk"
     integer, intent(out), optional :: ierr
     character(len=*), intent(in), optional :: stage_dir  !< a multi-level series' node-local stage
+    integer, intent(out), optional :: nskipped         !< newer checkpoints skipped as damaged or unreadable
     character(kind=c_char) :: buf(len(path) + 1)
-    integer(c_int) :: st
+    integer(c_int) :: st, n
     path = ' '
+    n = 0
     st = c_latest_verified(int(comm, c_int), cstr(dir), cstr(opt(prefix, 'chk')), cstr(opt(stage_dir, '')), buf, &
-         size(buf, kind=c_size_t))
+         size(buf, kind=c_size_t), n)
     if (st == CKPTIO_OK) call from_c(buf, path)
+    if (present(nskipped)) nskipped = int(n)
     call finish(st, comm, ierr)
   end subroutine latest_verified_int
 
-  subroutine latest_verified_f08(comm, dir, path, prefix, ierr, stage_dir)
+  subroutine latest_verified_f08(comm, dir, path, prefix, ierr, stage_dir, nskipped)
     type(MPI_Comm), intent(in) :: comm
     character(len=*), intent(in) :: dir
     character(len=*), intent(out) :: path
     character(len=*), intent(in), optional :: prefix, stage_dir
-    integer, intent(out), optional :: ierr
-    call latest_verified_int(comm%MPI_VAL, dir, path, prefix, ierr, stage_dir)
+    integer, intent(out), optional :: ierr, nskipped
+    call latest_verified_int(comm%MPI_VAL, dir, path, prefix, ierr, stage_dir, nskipped)
   end subroutine latest_verified_f08
 
   subroutine prune_int(comm, dir, keep, prefix, nremoved, ierr)

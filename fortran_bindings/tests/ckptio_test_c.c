@@ -16,7 +16,9 @@
  *                                           one ckptio_read each (TIMING line); a wrong request on one rank
  *                                           fails every rank (ERR lines). "MANY OK"
  *   ckptio_test_c series DIR                4 checkpoints of a series with keep=2, restart: "SERIES OK <path>"
- *   ckptio_test_c latest DIR                print "LATEST <ckptio_latest_comm>" and "VERIFIED <ckptio_latest_verified>"
+ *   ckptio_test_c latest DIR                print "LATEST <ckptio_latest_comm>" and "VERIFIED <ckptio_latest_verified>",
+ *                                           "VERIFIED_N <ckptio_latest_verified_n> <nskipped>", then "LATEST_AFTER
+ *                                           <ckptio_latest_comm>" (after the verification marked damaged ones)
  *   ckptio_test_c startup DIR [baseline]    benchmarks/startup.py: per rank "STARTUP <rank> init_s .. first_call_s ..
  *                                           total_s .. rss_delta_kib .." (baseline: MPI only, no ckptio call)
  *   ckptio_test_c background DIR [single]   ckptio_create_ex: async (buffer reused right after close), staged
@@ -443,6 +445,11 @@ static int latest(const char *dir) {
   if (rank == 0) printf("LATEST %s\n", found);
   CHECK(ckptio_latest_verified(MPI_COMM_WORLD, dir, "chk", found, sizeof found));
   if (rank == 0) printf("VERIFIED %s\n", found);
+  int nskipped = -1;
+  CHECK(ckptio_latest_verified_n(MPI_COMM_WORLD, dir, "chk", NULL, found, sizeof found, &nskipped));
+  if (rank == 0) printf("VERIFIED_N %s %d\n", found, nskipped);
+  CHECK(ckptio_latest_comm(MPI_COMM_WORLD, dir, "chk", found, sizeof found)); /* a marked one is skipped too */
+  if (rank == 0) printf("LATEST_AFTER %s\n", found);
   return 0;
 }
 

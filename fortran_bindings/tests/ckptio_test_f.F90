@@ -714,7 +714,7 @@ contains
     integer(int32) :: k(M, NV), kback(M, NV)
     type(ckptio_file) :: f
     type(ckptio_read_batch) :: batch
-    integer :: v, i, other, ierr
+    integer :: v, i, other, ierr, nskipped
     character(len=16) :: name
     character(len=1024) :: path, found
     do v = 1, NV
@@ -766,8 +766,10 @@ contains
     call ckptio_read_many(f, batch, ierr=ierr)          ! the batch was emptied: nothing to do, no error
     call expect(ierr == CKPTIO_OK, 'empty batch')
     call ckptio_close(f)
-    call ckptio_latest_verified(MPI_COMM_WORLD, dir, found, ierr=ierr)
+    nskipped = -1
+    call ckptio_latest_verified(MPI_COMM_WORLD, dir, found, ierr=ierr, nskipped=nskipped)
     call expect(ierr == CKPTIO_OK .and. trim(found) == trim(path), 'latest_verified ' // trim(found))
+    call expect(nskipped == 0, 'latest_verified skipped nothing')
     if (rank == 0) print '(a,i0,a)', 'MANY OK ', nprocs, ' ranks'
   end subroutine many
 

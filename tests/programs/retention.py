@@ -4,7 +4,11 @@ ARGS...``). Every case prints ``OK <rank>`` when its checks passed (an assertion
 * ``adversarial DIR sync|async|staged``: a Series owns only its exact names (another series' checkpoints, a
   user's look-alike files, a write still going on stay) and applies keep=2 as each checkpoint commits;
 * ``restart DIR KEEP rerun|fallback``: a new run restarting from an older step (chosen, or because the newer
-  ones are corrupt) keeps its source and supersedes the newer checkpoints;
+  ones are corrupt) keeps its source and supersedes the newer checkpoints; corrupt ones are kept (marked), and
+  moved aside when the run commits a checkpoint under their name;
+* ``all_damaged DIR``: every checkpoint of a series is damaged: a restart job (``must_exist=True``) stops with an
+  error naming them on every rank; a run that starts over keeps them (marked: never chosen, never deleted, no
+  ``keep`` place), moves one aside when it reuses its name, and retention drops a mark whose file is gone;
 * ``suffix DIR``: a Series with ``suffix=".h5"``; ``missing_directory DIR``: a missing directory (or a file in
   its place) is an error on every rank;
 * ``async_failure DIR 0|close|1``: a failed background checkpoint is raised by ``Series.wait()`` (0), by the
@@ -129,6 +133,9 @@ def restart(comm, d: str, keep_arg: str, how: str) -> None:
         assert ckptio.latest(d) == run.path(start)
     want = {1: [source, run.path(start)], 2: [source, run.path(start)]}.get(keep)
     if want is not None:
+        if how == "fallback":  # the damaged 6 is marked and kept; the damaged 5 was moved aside by the new 5
+            want.append(run.path(6))
+            assert os.path.isfile(run.path(5) + ".damaged"), os.listdir(d)
         assert names == sorted(os.path.basename(p) for p in want), (keep, names)
     else:  # keep=10: nothing deleted, but the abandoned newer ones are never chosen again
         assert len(names) == 6 and run.path(6)[-10:] in names
@@ -147,6 +154,70 @@ def restart(comm, d: str, keep_arg: str, how: str) -> None:
         assert names == sorted(os.path.basename(p) for p in (source, run.path(start), run.path(start + 1))), names
     assert run.latest() == run.path(start + 1)
     assert step_of(comm, run.path(start + 1)) == start + 1
+    print("OK", r, flush=True)
+
+
+def all_damaged(comm, d: str) -> None:
+    import ckptio
+    from ckptio.tools.commands.ls import list_run
+
+    r = comm.Get_rank()
+    first = ckptio.Series(d, comm, keep=2)
+    for s in (10, 20):
+        write(comm, first, s)
+    corrupt(comm, first.path(10))
+    corrupt(comm, first.path(20))
+    job = ckptio.Series(d, comm, keep=1, must_exist=True)   # a restart job
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            job.latest()
+        except ckptio.CorruptCheckpointError as exc:
+            assert "2 checkpoint(s)" in str(exc) and "chk_000020, chk_000010" in str(exc), exc
+            assert "must_exist=False" in str(exc), exc
+        else:
+            raise AssertionError("a restart job over a series of damaged checkpoints did not stop")
+    assert job.skipped == (first.path(20), first.path(10)), job.skipped
+    marks = sorted(f for f in os.listdir(d) if f.endswith(".ckptio-damaged"))
+    assert marks == [".chk_000010.ckptio-damaged", ".chk_000020.ckptio-damaged"], marks
+    if r == 0:  # ``ckptio ls`` (no --verify) shows what latest() would skip, and no newest valid checkpoint
+        rows = list_run(d)
+        assert [(x.name, x.status) for x in rows] == [("chk_000010", "corrupt"), ("chk_000020", "corrupt")], rows
+        assert all("marked damaged" in x.error and not x.newest_valid for x in rows), rows
+
+    fresh = ckptio.Series(d, comm, keep=1)                    # a run that starts over on purpose
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert fresh.latest() is None
+    if r == 0:  # skipped by their marks, without reading them again
+        texts = [str(w.message) for w in caught]
+        assert sum("marked damaged by ckptio" in t for t in texts) == 2, texts
+    assert fresh.skipped == job.skipped
+    size10 = os.path.getsize(first.path(10))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for s in (5, 10, 15):
+            write(comm, fresh, s)
+    if r == 0:
+        texts = [str(w.message) for w in caught]
+        assert any("chk_000010.damaged" in t and "marked damaged" in t for t in texts), texts
+    comm.Barrier()
+    assert ours(d) == ["chk_000015", "chk_000020"], ours(d)   # keep=1, and the damaged 20 (no keep place)
+    assert os.path.getsize(first.path(10) + ".damaged") == size10   # the damaged 10, moved aside by the new 10
+    marks = sorted(f for f in os.listdir(d) if f.endswith(".ckptio-damaged"))
+    assert marks == [".chk_000010.damaged.ckptio-damaged", ".chk_000020.ckptio-damaged"], marks
+    if r == 0:
+        status = {x.name: x.status for x in list_run(d)}
+        assert status["chk_000010.damaged"] == "corrupt" and status["chk_000015"] == "valid", status
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert fresh.latest() == fresh.path(15)
+    if r == 0:
+        os.remove(first.path(20))  # the user deletes it by hand: its mark no longer applies to anything
+    comm.Barrier()
+    fresh.prune()
+    marks = sorted(f for f in os.listdir(d) if f.endswith(".ckptio-damaged"))
+    assert marks == [".chk_000010.damaged.ckptio-damaged"], marks
     print("OK", r, flush=True)
 
 
@@ -314,9 +385,9 @@ def own_exception_async(comm, path: str) -> None:
     print("HANDLED", r, flush=True)
 
 
-CASES = {"adversarial": adversarial, "restart": restart, "suffix": suffix, "missing_directory": missing_directory,
-         "async_failure": async_failure, "series_args": series_args, "must_exist": must_exist,
-         "own_exception_async": own_exception_async}
+CASES = {"adversarial": adversarial, "restart": restart, "all_damaged": all_damaged, "suffix": suffix,
+         "missing_directory": missing_directory, "async_failure": async_failure, "series_args": series_args,
+         "must_exist": must_exist, "own_exception_async": own_exception_async}
 
 
 def main(argv: list[str]) -> int:

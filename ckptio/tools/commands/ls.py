@@ -4,7 +4,8 @@ size, and which one is the newest valid checkpoint of each series.
 A file is listed when its name has a step (``{stem}_{digits}{suffix}``, ckptio.tiers.catalog's exact names), when it is
 a ckptio temporary (``.{name}.ckptio-tmp-{hex}``: a write in progress or interrupted), or when its content is in
 a checkpoint format whatever its name. Statuses: ``valid``, ``valid+verified`` (``--verify``), ``superseded``
-(a later run restarted from an older step; ckptio.latest never chooses it), ``incomplete``, ``corrupt``,
+(a later run restarted from an older step; ckptio.latest never chooses it), ``incomplete``, ``corrupt`` (also
+a checkpoint a lookup marked damaged, :mod:`ckptio.engine.damage_marks`, and one moved aside as ``NAME.damaged``),
 ``unsupported version``, ``temporary``, ``unreadable here`` (a valid structure this installation cannot read,
 e.g. an HDF5 feature that needs h5py), ``not a ckptio checkpoint`` (any other file with a step-like name, e.g. a
 plain HDF5 or netCDF file such as the FLASH file ``convert --to flash`` writes: the same words ``inspect`` uses).
@@ -24,6 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckptio.engine import damage_marks
 from ckptio.errors import (
     CapabilityError,
     CheckpointError,
@@ -127,7 +129,8 @@ def list_run(directory: str, verify: bool = False) -> list[ListedFile]:
     """Local: one row per listed file, sorted by series then step (newest last). Raises CheckpointIOError if
     ``directory`` is missing or not a directory."""
     rows: list[ListedFile] = []
-    for name in sorted(list_directory(directory)):
+    names = list_directory(directory)
+    for name in sorted(names):
         path = os.path.join(directory, name)
         try:
             st = os.stat(path)
@@ -147,6 +150,13 @@ def list_run(directory: str, verify: bool = False) -> list[ListedFile]:
                                    "or interrupted)")
             continue
         examine(row, verify)
+        if row.status in VALID:  # a lookup found its data damaged: what ckptio.latest skips (damage_marks)
+            try:
+                mark = damage_marks.find(row.path, os.stat(row.path), names)
+            except OSError:
+                mark = None
+            if mark is not None:
+                row.found("corrupt", mark.describe())
     rows = [r for r in rows if r.series is not None or r.temporary or r.status != NOT_CKPTIO]
     for row in rows:
         row.time = row.attrs.get("time")
