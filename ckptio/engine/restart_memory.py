@@ -24,7 +24,9 @@ each end of every output are 4 KiB pages (about 500 of the 550 faults of a 43 Mi
    ``MADV_FREE`` (Linux 5.18 and later, see :func:`_lazy_free`): under memory pressure the kernel may take its
    pages back, in LRU order with clean page cache, rather than having to leave them in place until the helper
    thread unmaps them (a page taken comes back zeroed at its next touch, which then faults). They still count
-   as the process's resident memory until taken. Mappings kept longer than
+   as the process's resident memory until taken. A kept mapping the kernel took pages of is unmapped when it
+   would be reused, and the output gets a fresh one (:func:`_all_pages_mapped`: reclaim splits huge pages, so
+   the pages that come back are 4 KiB pages, one fault each). Mappings kept longer than
    ``CKPTIO_RECYCLE_SECONDS`` (default 60; 0: none kept) are unmapped by a helper thread (it makes no MPI call;
    none is started, and nothing is kept, where the MPI thread level is ``MPI_THREAD_SINGLE`` or
    ``CKPTIO_READ_THREAD=0``), and never more is kept than this process's restarts had in use at once.
@@ -37,6 +39,7 @@ thread-safe (an array may die in any thread).
 
 from __future__ import annotations
 
+import ctypes
 import math
 import mmap
 import os
@@ -45,6 +48,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -76,6 +80,7 @@ class _Mapping:
     size: int
     keep_for: float = 0.0  # seconds to keep it once freed (decided when it is handed out, inside a read)
     freed_at: float = 0.0
+    filled: bool = False  # every page was mapped when it was freed (a read filled it)
 
 
 class RecycledMemory:
@@ -91,6 +96,7 @@ class RecycledMemory:
         self._trimmer: threading.Thread | None = None
         self.fresh = 0  # mappings made (for tests and benchmarks: how often a read got fresh memory)
         self.reused = 0  # outputs made in a kept mapping
+        self.taken_back = 0  # kept mappings unmapped at reuse because the kernel had taken pages of them back
 
     # ------------------------------------------------------------------ the arrays
     def take(self, nbytes: int) -> np.ndarray:
@@ -101,9 +107,16 @@ class RecycledMemory:
             found = min(fits, key=lambda m: m.size) if fits else None
             if found is not None:
                 self._kept.remove(found)
-                self.reused += 1
+        if found is not None and found.filled and not _all_pages_mapped(found):  # the kernel took pages back
+            _unmap([found])
+            found = None
+            with self._lock:
+                self.taken_back += 1
         if found is None:
             found = self._map(nbytes)
+        else:
+            with self._lock:
+                self.reused += 1
         found.keep_for = _retain_seconds()
         with self._lock:
             self._in_use_bytes += found.size
@@ -140,6 +153,7 @@ class RecycledMemory:
         runs short, in LRU order with clean page cache. A page it took comes back zeroed at its next touch,
         which a restart output never reads before the read writes it."""
         if found.keep_for > 0:
+            found.filled = _all_pages_mapped(found)
             _lazy_free(found)
         with self._lock:
             self._in_use_bytes -= found.size
@@ -212,6 +226,43 @@ def _lazy_free(found: _Mapping) -> None:
             found.mm.madvise(mmap.MADV_FREE, found.offset, found.size)
         except OSError:
             pass
+
+
+_libc_mincore: Any = None  # libc's mincore, found at first use (False: none)
+
+
+def _all_pages_mapped(found: _Mapping) -> bool:
+    """Whether every page of ``found``'s usable bytes is still mapped (``mincore``; True where it cannot be asked).
+
+    A kept mapping is advised ``MADV_FREE``; under memory pressure (a page cache filling the node, a cgroup's
+    limit) the kernel takes its pages back, splitting its huge pages to do so: the pages that come back at the
+    next touch are 4 KiB pages, one fault each, where a fresh mapping gets a 2 MiB page per fault. Measured in a
+    320 MiB cgroup (tests/test_restart_memory.py): 16,384 faults to touch a reused 160 MiB output whose 64 MiB had
+    been taken back, 84 for a fresh one; in ``make bench`` on the 2-vCPU Intel VM the allocating restart averaged
+    203,505 faults per cold 4 -> 2 read with every output made in kept memory, against 4,048 into ``out=``.
+    Such a mapping is not worth reusing: any missing page may sit in a split huge page. (One that was not filled
+    when it was freed, an output a failed read never wrote, is reused as it is: nothing was taken from it.)"""
+    probe = np.frombuffer(found.mm, np.uint8, count=1)
+    start = probe.ctypes.data + found.offset
+    del probe  # (a mapping with an export cannot be closed)
+    npages = found.size // mmap.PAGESIZE
+    vec = (ctypes.c_ubyte * npages)()
+    if _mincore(start, found.size, vec) != 0:
+        return True
+    return bool(np.all(np.frombuffer(vec, np.uint8) & 1))
+
+
+def _mincore(start: int, size: int, vec) -> int:
+    """``mincore(2)``, or -1 where libc has none."""
+    global _libc_mincore
+    if _libc_mincore is None:
+        try:
+            _libc_mincore = ctypes.CDLL(None, use_errno=True).mincore
+            _libc_mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+            _libc_mincore.restype = ctypes.c_int
+        except (OSError, AttributeError):
+            _libc_mincore = False
+    return _libc_mincore(start, size, vec) if _libc_mincore else -1
 
 
 def _kernel_at_least(major: int, minor: int) -> bool:
