@@ -50,6 +50,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ckptio.coord import hints as hintsmod
+from ckptio.errors import CheckpointIOError
 from ckptio.model.document import CheckpointDocument, LayoutRecord
 from ckptio.model.fs_layout_record import FsLayoutRecord, StripeLayout
 
@@ -227,8 +228,8 @@ def apply(path: str, count: int, unit: int, environ: Mapping[str, str] | None = 
     """Local (rank 0 of a checkpoint): create ``path`` if it does not exist, with stripe count ``count`` and
     unit ``unit`` where its file system lets a program set them (see the module docstring), and return the
     record (without ``got``: :func:`finish` adds it once the data is written). Never raises because a layout
-    could not be set: the record's ``reason`` says why; raises OSError only when the file cannot be created at
-    all (the backend's create would fail the same way)."""
+    could not be set: the record's ``reason`` says why; raises CheckpointIOError only when the file cannot be
+    created at all (the backend's create would fail the same way)."""
     chosen = mode(environ)
     directory = os.path.dirname(os.path.abspath(path))
     record: dict[str, Any] = {"type": None, "mode": chosen, "method": None, "asked": None, "got": None,
@@ -258,7 +259,13 @@ def _apply(path: str, fs: str | None, chosen: str, count: int, unit: int, record
         why = _lfs_setstripe(path, count, unit)
         record["method"] = "lfs setstripe" if why is None else "MPI hints (striping_factor, striping_unit)"
         record["reason"] = why or record["reason"]
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o666)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o666)
+    except OSError as exc:  # (/proc, /sys, a read-only mount the access check let through): say what, not the name
+        directory = os.path.dirname(os.path.abspath(path))
+        raise CheckpointIOError(f"cannot create files in {directory}: {exc.strerror or exc} (creating the "
+                                f"checkpoint's temporary file {os.path.basename(path)}); write checkpoints to a "
+                                "directory of a regular file system") from None
     os.close(fd)
     if fs == "lustre" and chosen == "inherit":
         record.update(method="inherited from the directory", reason=f"{ENV_LAYOUT}=inherit")
