@@ -77,6 +77,21 @@ def test_latest_verified_falls_back_past_a_corrupt_checkpoint(build, tmp_path):
         ".chk_000001.ckptio-damaged", ".chk_000002.ckptio-damaged", "chk_000001", "chk_000002"]
 
 
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_lookup_arguments_that_differ_on_one_rank_fail_every_rank(build, tmp_path, nprocs):
+    """Outside trial 15: a different dir or prefix on one rank got rank 0's answer, a stage_dir on one rank hung."""
+    proc = run_program(nprocs, [build / "ckptio_test_c", "latest_args", tmp_path], timeout=120)
+    cases = error_lines(proc.stdout)
+    for case, key in (("latest_dir_differs", "dir"), ("latest_prefix_differs", "prefix"),
+                      ("latest_stage_differs", "stage_dir"), ("latest_verify_differs", "verify")):
+        ranks = cases.get(case, {})  # (each rank's message starts with its own call: its dir, its function)
+        assert sorted(ranks) == list(range(nprocs)), (case, ranks)
+        for status, message in ranks.values():
+            assert status == CODES["CKPTIO_ERR_DECLARATION"], (case, ranks)
+            assert f"{key} differs between ranks" in message and f"rank {nprocs - 1}" in message, (case, message)
+    assert {s for s, _ in cases["latest_same"].values()} == {CODES["CKPTIO_OK"]}, cases["latest_same"]
+
+
 @pytest.mark.parametrize("program", ["ckptio_test_c", "ckptio_test_f"])
 def test_series_keeps_the_newest_and_restarts(build, tmp_path, program):
     nprocs = 2

@@ -29,6 +29,7 @@ def test_a_mark_applies_to_its_file_only(tmp_path):
     assert "remove it to have the checkpoint checked again" in record.describe()
     # a new checkpoint renamed onto the name is another file: the mark does not apply to it
     new = _checkpoint(tmp_path, ".tmp", b"y" * 100)
+    os.utime(new, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 1))  # (coarse clocks: one tick)
     os.replace(new, path)
     assert dm.find(path, os.stat(path)) is None
     assert dm.remove_stale(str(tmp_path), os.listdir(tmp_path)) == [str(marker)]
@@ -50,6 +51,23 @@ def test_move_aside_keeps_every_damaged_file_with_its_mark(tmp_path):
     assert dm.move_aside(path) == path + ".damaged.1"      # never over an earlier one
     assert os.path.getsize(path + ".damaged") == 100 and os.path.getsize(path + ".damaged.1") == 7
     assert dm.move_aside(str(tmp_path / "chk_000099")) is None
+
+
+def test_a_copy_that_keeps_modification_times_keeps_the_marks(tmp_path):
+    """cp -a, rsync -a, an archive: other inodes, the same sizes and times (outside trial 15: retention in the
+    copy deleted the damaged checkpoint and its mark)."""
+    import shutil
+
+    run = tmp_path / "run"
+    run.mkdir()
+    path = _checkpoint(run)
+    dm.mark(path, "checksum mismatch")
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)  # (copy2: contents and times)
+    copied = str(copy / "chk_000010")
+    assert os.stat(copied).st_ino != os.stat(path).st_ino
+    assert dm.find(copied, os.stat(copied)) is not None
+    assert dm.remove_stale(str(copy), os.listdir(copy)) == []
 
 
 def test_files_that_are_not_our_marks_are_never_touched(tmp_path):

@@ -37,7 +37,7 @@ from typing import Any
 
 from ckptio import _warn, coord, settings
 from ckptio.backends.base import Backend, DocumentSlot, WriteHandle, stored_document_of
-from ckptio.engine import damage_marks, space
+from ckptio.engine import damage_marks, space, target_path
 from ckptio.engine import faults as _faults
 from ckptio.engine.steps import run_steps
 from ckptio.errors import CheckpointError, CheckpointIOError
@@ -178,13 +178,14 @@ def check_written(backend: Backend, tmp: str, encoded: bytes) -> None:
 
 
 def rename_durably(tmp: str, path: str) -> None:
-    """Planning rank: ``tmp`` becomes ``path`` atomically, and the directory entry is synced. A checkpoint now at
-    ``path`` that a lookup marked damaged is first moved aside (:func:`ckptio.engine.damage_marks.move_aside`),
-    with a warning: the new checkpoint never destroys the evidence of storage damage."""
-    aside = damage_marks.move_aside(path)
+    """Planning rank: ``tmp`` becomes ``path`` atomically, and the directory entry is synced. A damaged checkpoint
+    now at ``path`` (marked by a lookup, or whose metadata does not read) is first moved aside
+    (:func:`ckptio.engine.damage_marks.move_aside`), with a warning: a new checkpoint never destroys what may be
+    the only copy of a run's state."""
+    aside = damage_marks.move_aside(path, target_path.damaged_checkpoint(path))
     if aside is not None:
-        _warn.warn(f"ckptio: {path} was marked damaged by an earlier lookup; it is kept as {aside} and the new "
-                   "checkpoint takes its name")
+        _warn.warn(f"ckptio: {path} was a damaged checkpoint; it is kept as {aside} and the new checkpoint takes "
+                   "its name")
     os.replace(tmp, path)
     fd = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY)
     try:

@@ -8,11 +8,13 @@ truncated block: storage damage after the commit) is *damaged*. When a lookup (`
 small versioned JSON record (:class:`DamageMark`)::
 
     {"format": "ckptio-damage-mark", "version": 1, "checkpoint": "chk_000020",
-     "size": 25165824, "mtime_ns": 1796688000123456789, "inode": 1234567,
+     "size": 25165824, "mtime_ns": 1796688000123456789,
      "found": "2026-12-07T23:50:00Z", "reason": "checksum mismatch in block 3 of 'dens' ..."}
 
-A mark applies only to the file it was written for (same name, size, modification time and inode): a checkpoint
-committed later under that name is not marked by it, and a stale mark is removed by retention. What a mark does:
+A mark applies only to the file it was written for (same name, size and modification time to the nanosecond):
+a checkpoint committed later under that name is not marked by it, and a stale mark is removed by retention. A
+copy of the directory that keeps modification times (``cp -a``, ``rsync -a``, an archive) keeps the marks valid
+(the inode is not part of the identity for that reason). What a mark does:
 
 * a lookup skips the checkpoint at once, naming the mark, without reading the file again (remove the mark to
   have the checkpoint checked again);
@@ -38,22 +40,22 @@ from dataclasses import asdict, dataclass
 FORMAT = "ckptio-damage-mark"
 VERSION = 1
 _MARK = re.compile(r"\.(?P<name>.+)\.ckptio-damaged")
+_ASIDE = re.compile(r"\.damaged(\.[0-9]+)?(\.ckptio-damaged)?$")
 _MAX_BYTES = 64 * 1024  # a mark is a few hundred bytes; anything larger is not one of ours
 
 
 @dataclass(frozen=True)
 class DamageMark:
-    """What a verification found about one checkpoint file, and which file it was (its stat identity)."""
+    """What a verification found about one checkpoint file, and which file it was (its size and mtime)."""
 
     checkpoint: str  # the checkpoint's name in its directory
     size: int
     mtime_ns: int
-    inode: int
     found: str  # UTC, ISO 8601
     reason: str
 
     def matches(self, st: os.stat_result) -> bool:
-        return (self.size, self.mtime_ns, self.inode) == (st.st_size, st.st_mtime_ns, st.st_ino)
+        return (self.size, self.mtime_ns) == (st.st_size, st.st_mtime_ns)
 
     def describe(self) -> str:
         return (f"marked damaged by ckptio at {self.found}: {self.reason} (the mark is "
@@ -69,11 +71,16 @@ class DamageMark:
             raw = json.loads(text)
             if not isinstance(raw, dict) or raw.get("format") != FORMAT or raw.get("version") != VERSION:
                 return None
-            mark = cls(str(raw["checkpoint"]), int(raw["size"]), int(raw["mtime_ns"]), int(raw["inode"]),
-                       str(raw["found"]), str(raw["reason"]))
+            mark = cls(str(raw["checkpoint"]), int(raw["size"]), int(raw["mtime_ns"]), str(raw["found"]),
+                       str(raw["reason"]))
         except (ValueError, TypeError, KeyError):
             return None
         return mark
+
+
+def is_set_aside(name: str) -> bool:
+    """Whether ``name`` is one :func:`move_aside` gives a damaged checkpoint (``NAME.damaged[.N]``, or its mark)."""
+    return _ASIDE.search(name) is not None
 
 
 def mark_name(checkpoint: str) -> str:
@@ -90,7 +97,7 @@ def mark(path: str, reason: str) -> DamageMark | None:
     except OSError:
         return None
     found = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    record = DamageMark(name, st.st_size, st.st_mtime_ns, st.st_ino, found, reason[:2000])
+    record = DamageMark(name, st.st_size, st.st_mtime_ns, found, reason[:2000])
     return record if _write(os.path.join(directory, mark_name(name)), record) else None
 
 
@@ -118,18 +125,22 @@ def find(path: str, st: os.stat_result, names: Collection[str] | None = None) ->
     return record if record is not None and record.checkpoint == name and record.matches(st) else None
 
 
-def move_aside(path: str) -> str | None:
+def move_aside(path: str, damaged: str | None = None) -> str | None:
     """Planning rank of a commit, right before a new checkpoint is renamed onto ``path``: when the file now at
-    ``path`` is marked damaged, rename it to the first free ``{path}.damaged[.N]``, its mark with it (``ckptio ls``
-    still shows it damaged); returns the new path (None when nothing was moved). An error to move is raised: the
-    new checkpoint must not replace the damaged one silently."""
+    ``path`` is marked damaged, or ``damaged`` says why it is (its metadata does not read, see
+    :func:`ckptio.engine.target_path.damaged_checkpoint`), rename it to the first free ``{path}.damaged[.N]`` with
+    a mark (``ckptio ls`` still shows it damaged); returns the new path (None when nothing was moved). An error
+    to move is raised: the new checkpoint must not replace the damaged one silently."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
         return None
     record = find(path, st)
-    if record is None:
+    if record is None and damaged is None:
         return None
+    if record is None:
+        found = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        record = DamageMark(os.path.basename(path), st.st_size, st.st_mtime_ns, found, damaged[:2000])
     aside = f"{path}.damaged"
     n = 0
     while os.path.lexists(aside):

@@ -60,4 +60,24 @@ def existing_file_problem(path: str) -> str | None:
     return None
 
 
-__all__ = ["directory_problem", "existing_file_problem"]
+def damaged_checkpoint(path: str) -> str | None:
+    """The planning rank, right before a commit's rename onto ``path``: why the file now at ``path`` is a damaged
+    ckptio checkpoint (its metadata does not read: truncated, a damaged header or index), else None (nothing
+    there, a complete checkpoint, or no checkpoint at all, which :func:`existing_file_problem` refused). A damaged
+    one is moved aside rather than replaced (:func:`ckptio.engine.damage_marks.move_aside`): it may be all that is
+    left of a run (outside trial 15: a run that started over wrote its steps over them)."""
+    from ckptio.backends import detect_backend
+    from ckptio.errors import CapabilityError, CheckpointError, UnknownFormatError
+
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return None
+        detect_backend(path, thorough=True).read_document(path)
+    except (UnknownFormatError, CapabilityError, FileNotFoundError):  # not ckptio's, or not damage
+        return None
+    except (CheckpointError, OSError) as exc:
+        return str(exc)
+    return None
+
+
+__all__ = ["damaged_checkpoint", "directory_problem", "existing_file_problem"]

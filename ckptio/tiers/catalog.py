@@ -280,7 +280,9 @@ def _iter_valid(entries: list[Entry], verify: bool, skipped: list[str] | None = 
                 raise  # see scan()
             except (CorruptCheckpointError, IncompleteCheckpointError) as exc:
                 e.damage = damage_marks.mark(e.path, str(exc))
-                why = str(exc) + ("" if e.damage is None else f" (marked: {damage_marks.mark_name(e.name)})")
+                why = str(exc) + (f" (marked: {damage_marks.mark_name(e.name)})" if e.damage is not None else
+                                  f" (it could NOT be marked as damaged in {os.path.dirname(e.path)}: it is not "
+                                  "protected from retention nor from a new checkpoint of its step)")
             except (CheckpointError, OSError) as exc:
                 why = str(exc)
         if why is None:
@@ -373,8 +375,8 @@ def near_misses(directory: str | os.PathLike, pattern: NamePattern, shown: int =
     """Local: up to ``shown`` names in ``directory`` that look like checkpoints of ``pattern`` but are not named
     by it: the stem in another case, another number of digits, another suffix (never ckptio temporaries)."""
     loose = re.compile(re.escape(pattern.stem.rstrip("_")) + r"_?([0-9]+)(.*)", re.IGNORECASE)
-    names = sorted(n for n in list_directory(directory)
-                   if loose.fullmatch(n) and pattern.step(n) is None and _TEMP.fullmatch(n) is None)
+    names = sorted(n for n in list_directory(directory) if loose.fullmatch(n) and pattern.step(n) is None
+                   and _TEMP.fullmatch(n) is None and not damage_marks.is_set_aside(n))
     return names[:shown]
 
 

@@ -94,6 +94,10 @@ def inspect_checkpoint(path: str, verify: bool) -> tuple[int, InspectReport]:
         return EXIT_BAD, report
     report.document = DocumentSummary.of(meta)
     report.set_status("complete")
+    mark = _damage_mark(path)
+    if mark is not None and not verify:  # what ckptio.latest and ckptio ls go by (outside trial 15)
+        report.set_status("corrupt", mark.describe())
+        return EXIT_BAD, report
     if verify:
         try:  # each variable's min and max come from the same pass (printed by inspect --verify)
             checked = verify_checkpoint(backend, path, meta, ranges=True)
@@ -110,7 +114,19 @@ def inspect_checkpoint(path: str, verify: bool) -> tuple[int, InspectReport]:
         if problems:
             report.set_status("corrupt", f"{len(problems)} block(s) failed verification: {problems[0]}")
             return EXIT_BAD, report
+        if mark is not None:
+            report.set_status("complete", f"verified now, but {mark.describe()}")
     return EXIT_OK, report
+
+
+def _damage_mark(path: str):
+    """The mark a lookup left on ``path`` (:mod:`ckptio.engine.damage_marks`), or None."""
+    from ckptio.engine import damage_marks
+
+    try:
+        return damage_marks.find(path, os.stat(path))
+    except OSError:
+        return None
 
 
 def _print_inspect(report: InspectReport, show_stats: bool) -> None:

@@ -261,7 +261,9 @@ int ckptio_var_name(ckptio_file file, int index, char *buf, size_t buflen);
 /* Local. Path of the newest complete and valid checkpoint in `dir` whose name starts with `prefix` (NULL:
  * "chk"), written to buf; an empty string (and CKPTIO_OK) when there is none. */
 int ckptio_latest(const char *dir, const char *prefix, char *buf, size_t buflen);
-/* Collective. The same, looked up by rank 0 of `comm` and broadcast (what a restarting job should use). */
+/* Collective. The same, looked up by rank 0 of `comm` and broadcast (what a restarting job should use). Every
+ * rank passes the same dir and prefix (and, for the functions below, stage_dir): one that differs on any rank is
+ * CKPTIO_ERR_DECLARATION on every rank. */
 int ckptio_latest_comm(MPI_Comm comm, const char *dir, const char *prefix, char *buf, size_t buflen);
 
 /* Collective. Like ckptio_latest_comm, but every block of a candidate is read and its checksum verified: the

@@ -49,8 +49,9 @@ import numpy as np
 
 import ckptio
 from ckptio import coord
-from ckptio.errors import CheckpointError, CollectiveError, ReadRequestError
+from ckptio.errors import CheckpointError, CollectiveError, DeclarationError, ReadRequestError
 from ckptio.model import memsel, varmeta
+from ckptio.model.agreement import first_difference
 from ckptio.tiers import async_io, catalog
 
 
@@ -414,10 +415,17 @@ def var_names(reader) -> list[str]:
     return sorted(reader.variables)
 
 
-def latest(directory: str, prefix: str, comm, verify: int = 0) -> tuple[str, int]:
-    """The newest valid checkpoint ('' if none) and how many newer ones were skipped as unreadable or damaged;
-    with ``comm``, found by rank 0 and broadcast (error-safe). ``verify``: read every block and check its checksum,
-    falling back past corrupt newer checkpoints (which are marked and kept, see ckptio.engine.damage_marks)."""
+def latest(directory: str, prefix: str, comm, verify: int = 0, stage_dir: str = "") -> tuple[str, int]:
+    """The newest valid checkpoint ('' if none) and how many newer ones were skipped as unreadable or damaged
+    (which are marked and kept, see ckptio.engine.damage_marks). ``verify``: read every block and check its
+    checksum, falling back past corrupt newer checkpoints. Without ``comm``: this process looks by itself.
+
+    With ``comm``: collective. The arguments are agreed first (outside trial 15: a different directory or prefix
+    on one rank got rank 0's answer for another directory, a different ``stage_dir`` hung the others), then rank
+    0 looks and every rank gets its answer or its error. ``stage_dir`` (non-empty): ``ckptio.Series(directory,
+    comm, prefix=prefix, stage_dir=stage_dir, must_exist=True)``'s restart point -- a staged checkpoint that
+    never reached ``directory`` is rebuilt from the other nodes' redundancy if a node lost it, verified and
+    drained first."""
     def look() -> tuple[str, int]:
         skipped: list[str] = []
         found = catalog.find_latest(directory, catalog.pattern_of(prefix), bool(verify), skipped)
@@ -425,17 +433,29 @@ def latest(directory: str, prefix: str, comm, verify: int = 0) -> tuple[str, int
 
     if comm is None:
         return look()
-    return coord.bcast_from_root(comm, f"latest checkpoint in {directory}", look)
+    where = f"latest checkpoint in {directory}"
+    coord.gather_and_plan(comm, f"{where}: arguments", lambda: _latest_arguments(directory, prefix, verify, stage_dir),
+                          lambda gathered: _same_arguments(where, gathered))
+    if stage_dir:
+        series = ckptio.Series(directory, comm, prefix=prefix, stage_dir=stage_dir, must_exist=True)
+        return series.latest_and_skipped() or "", len(series.skipped)
+    return coord.bcast_from_root(comm, where, look)
 
 
-def latest_staged(directory: str, prefix: str, comm, stage_dir: str) -> tuple[str, int]:
-    """Collective: ``ckptio.Series(directory, comm, prefix=prefix, stage_dir=stage_dir, must_exist=True).latest()``
-    ('' if none) and the number of checkpoints it skipped as unreadable or damaged: the newest checkpoint of the
-    series on any level -- a staged one that never reached ``directory`` is rebuilt from the other nodes'
-    redundancy if a node lost it, verified and drained first."""
-    series = ckptio.Series(directory, comm, prefix=prefix, stage_dir=stage_dir, must_exist=True)
-    found = series.latest_and_skipped()
-    return found or "", len(series.skipped)
+def _latest_arguments(directory: str, prefix: str, verify: int, stage_dir: str) -> dict[str, object]:
+    """Local: what :func:`latest` needs every rank to pass alike (a bad prefix is an error here)."""
+    catalog.pattern_of(prefix)
+    return {"dir": os.path.abspath(directory), "prefix": prefix, "verify": bool(verify),
+            "stage_dir": os.path.abspath(stage_dir) if stage_dir else None}
+
+
+def _same_arguments(where: str, gathered: list[dict[str, object]]) -> None:
+    """Rank 0: a DeclarationError naming the first argument that differs between ranks."""
+    found = first_difference(gathered)
+    if found is not None:
+        key, rank = found
+        raise DeclarationError(f"{where}: {key} differs between ranks (rank 0: {gathered[0][key]!r}, rank {rank}: "
+                               f"{gathered[rank][key]!r}); every rank must pass the same dir, prefix and stage_dir")
 
 
 def prune(directory: str, prefix: str, keep: int, comm, problem: str | None) -> int:

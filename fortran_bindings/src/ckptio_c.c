@@ -1149,11 +1149,9 @@ static int latest_impl(MPI_Comm *comm, const char *dir, const char *prefix, char
   int st = CKPTIO_OK;
   /* collective with comm: take part even with bad arguments (they are reported afterwards, locally) */
   PyObject *c = comm ? PyMPIComm_New(*comm) : Py_NewRef(Py_None);
-  PyObject *r = comm && stage_dir && *stage_dir
-                    ? bridge_call("latest_staged", Py_BuildValue("(ssNs)", dir ? dir : "", prefix ? prefix : "chk", c,
-                                                                 stage_dir))
-                    : bridge_call("latest", Py_BuildValue("(ssNi)", dir ? dir : "", prefix ? prefix : "chk", c,
-                                                          verify));
+  /* (the bridge agrees dir, prefix and stage_dir between the ranks first: one rank's different one fails all) */
+  PyObject *r = bridge_call("latest", Py_BuildValue("(ssNis)", dir ? dir : "", prefix ? prefix : "chk", c, verify,
+                                                    comm && stage_dir ? stage_dir : ""));
   if (nskipped) *nskipped = 0;
   if (r == NULL) st = fail_python(where);
   else if (dir == NULL) st = recordf(CKPTIO_ERR_ARGUMENT, "%s: dir is NULL", where);

@@ -19,6 +19,8 @@
  *   ckptio_test_c latest DIR                print "LATEST <ckptio_latest_comm>" and "VERIFIED <ckptio_latest_verified>",
  *                                           "VERIFIED_N <ckptio_latest_verified_n> <nskipped>", then "LATEST_AFTER
  *                                           <ckptio_latest_comm>" (after the verification marked damaged ones)
+ *   ckptio_test_c latest_args DIR           lookups whose dir, prefix, stage_dir or verification differ on the last
+ *                                           rank (ERR lines: every rank fails), then the same ones (latest_same)
  *   ckptio_test_c startup DIR [baseline]    benchmarks/startup.py: per rank "STARTUP <rank> init_s .. first_call_s ..
  *                                           total_s .. rss_delta_kib .." (baseline: MPI only, no ckptio call)
  *   ckptio_test_c background DIR [single]   ckptio_create_ex: async (buffer reused right after close), staged
@@ -450,6 +452,24 @@ static int latest(const char *dir) {
   if (rank == 0) printf("VERIFIED_N %s %d\n", found, nskipped);
   CHECK(ckptio_latest_comm(MPI_COMM_WORLD, dir, "chk", found, sizeof found)); /* a marked one is skipped too */
   if (rank == 0) printf("LATEST_AFTER %s\n", found);
+  return 0;
+}
+
+/* Lookup arguments that differ on the last rank: an error on every rank (outside trial 15: the odd rank got rank
+ * 0's answer for another directory, and a stage_dir on one rank only hung the others). */
+static int latest_args(const char *dir) {
+  char found[1100], other[1100], stage[1100];
+  int n = 0, last = rank == nprocs - 1;
+  snprintf(other, sizeof other, "%s/other", dir);
+  snprintf(stage, sizeof stage, "%s/stage", dir);
+  report("latest_dir_differs", ckptio_latest_comm(MPI_COMM_WORLD, last ? other : dir, "chk", found, sizeof found));
+  report("latest_prefix_differs",
+         ckptio_latest_verified_n(MPI_COMM_WORLD, dir, last ? "xyz" : "chk", NULL, found, sizeof found, &n));
+  report("latest_stage_differs",
+         ckptio_latest_verified_n(MPI_COMM_WORLD, dir, "chk", last ? stage : NULL, found, sizeof found, &n));
+  report("latest_verify_differs", last ? ckptio_latest_comm(MPI_COMM_WORLD, dir, "chk", found, sizeof found)
+                                       : ckptio_latest_verified(MPI_COMM_WORLD, dir, "chk", found, sizeof found));
+  report("latest_same", ckptio_latest_verified_n(MPI_COMM_WORLD, dir, "chk", NULL, found, sizeof found, &n));
   return 0;
 }
 
@@ -994,6 +1014,7 @@ int main(int argc, char **argv) {
   else if (strcmp(argv[1], "latest_missing") == 0) latest_missing(argv[2]);
   else if (strcmp(argv[1], "many") == 0) many(argv[2], argc > 3 ? atoi(argv[3]) : 200);
   else if (strcmp(argv[1], "latest") == 0) latest(argv[2]);
+  else if (strcmp(argv[1], "latest_args") == 0) latest_args(argv[2]);
   else if (strcmp(argv[1], "series") == 0) series(argv[2]);
   else if (strcmp(argv[1], "background") == 0) unwaited = background(argv[2]);
   else if (strcmp(argv[1], "selections") == 0) selections(argv[2], argc > 3 ? argv[3] : "mpiio");

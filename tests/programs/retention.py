@@ -158,32 +158,45 @@ def restart(comm, d: str, keep_arg: str, how: str) -> None:
 
 
 def all_damaged(comm, d: str) -> None:
+    import shutil
+
     import ckptio
+    from ckptio.tools.cli import inspect_report
     from ckptio.tools.commands.ls import list_run
 
+    def marks(directory=d):
+        return sorted(f for f in os.listdir(directory) if f.endswith(".ckptio-damaged"))
+
     r = comm.Get_rank()
-    first = ckptio.Series(d, comm, keep=2)
-    for s in (10, 20):
+    first = ckptio.Series(d, comm, keep=3)
+    for s in (10, 20, 30):
         write(comm, first, s)
-    corrupt(comm, first.path(10))
+    corrupt(comm, first.path(10))  # data damaged: marked by the lookup
     corrupt(comm, first.path(20))
+    if r == 0:  # truncated: its metadata does not read (never marked, never deleted, moved aside by a new 30)
+        os.truncate(first.path(30), os.path.getsize(first.path(30)) // 2)
+    comm.Barrier()
     job = ckptio.Series(d, comm, keep=1, must_exist=True)   # a restart job
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             job.latest()
         except ckptio.CorruptCheckpointError as exc:
-            assert "2 checkpoint(s)" in str(exc) and "chk_000020, chk_000010" in str(exc), exc
+            assert "3 checkpoint(s)" in str(exc) and "chk_000030, chk_000020, chk_000010" in str(exc), exc
             assert "must_exist=False" in str(exc), exc
         else:
             raise AssertionError("a restart job over a series of damaged checkpoints did not stop")
-    assert job.skipped == (first.path(20), first.path(10)), job.skipped
-    marks = sorted(f for f in os.listdir(d) if f.endswith(".ckptio-damaged"))
-    assert marks == [".chk_000010.ckptio-damaged", ".chk_000020.ckptio-damaged"], marks
+    assert job.skipped == (first.path(30), first.path(20), first.path(10)), job.skipped
+    assert marks() == [".chk_000010.ckptio-damaged", ".chk_000020.ckptio-damaged"], marks()
     if r == 0:  # ``ckptio ls`` (no --verify) shows what latest() would skip, and no newest valid checkpoint
         rows = list_run(d)
-        assert [(x.name, x.status) for x in rows] == [("chk_000010", "corrupt"), ("chk_000020", "corrupt")], rows
-        assert all("marked damaged" in x.error and not x.newest_valid for x in rows), rows
+        assert [x.name for x in rows] == ["chk_000010", "chk_000020", "chk_000030"], rows
+        assert all(x.status in ("corrupt", "incomplete") and not x.newest_valid for x in rows), rows
+        assert all("marked damaged" in x.error for x in rows[:2]), rows
+        code, report = inspect_report(first.path(20), False)  # ``ckptio inspect`` says so too (exit 1)
+        assert code == 1 and report["status"] == "corrupt" and "marked damaged" in report["error"], report
+        code, report = inspect_report(first.path(20), True)   # and --verify finds the damage itself
+        assert code == 1 and "failed verification" in report["error"], report
 
     fresh = ckptio.Series(d, comm, keep=1)                    # a run that starts over on purpose
     with warnings.catch_warnings(record=True) as caught:
@@ -193,31 +206,44 @@ def all_damaged(comm, d: str) -> None:
         texts = [str(w.message) for w in caught]
         assert sum("marked damaged by ckptio" in t for t in texts) == 2, texts
     assert fresh.skipped == job.skipped
-    size10 = os.path.getsize(first.path(10))
+    size10, size30 = os.path.getsize(first.path(10)), os.path.getsize(first.path(30))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for s in (5, 10, 15):
+        for s in (5, 10, 15, 30):
             write(comm, fresh, s)
     if r == 0:
         texts = [str(w.message) for w in caught]
-        assert any("chk_000010.damaged" in t and "marked damaged" in t for t in texts), texts
+        for name in ("chk_000010.damaged", "chk_000030.damaged"):
+            assert any(name in t and "was a damaged checkpoint" in t for t in texts), (name, texts)
     comm.Barrier()
-    assert ours(d) == ["chk_000015", "chk_000020"], ours(d)   # keep=1, and the damaged 20 (no keep place)
+    assert ours(d) == ["chk_000020", "chk_000030"], ours(d)   # keep=1, and the damaged 20 (no keep place)
     assert os.path.getsize(first.path(10) + ".damaged") == size10   # the damaged 10, moved aside by the new 10
-    marks = sorted(f for f in os.listdir(d) if f.endswith(".ckptio-damaged"))
-    assert marks == [".chk_000010.damaged.ckptio-damaged", ".chk_000020.ckptio-damaged"], marks
+    assert os.path.getsize(first.path(30) + ".damaged") == size30   # the truncated 30, moved aside by the new 30
+    assert marks() == [".chk_000010.damaged.ckptio-damaged", ".chk_000020.ckptio-damaged",
+                       ".chk_000030.damaged.ckptio-damaged"], marks()
     if r == 0:
         status = {x.name: x.status for x in list_run(d)}
-        assert status["chk_000010.damaged"] == "corrupt" and status["chk_000015"] == "valid", status
+        assert status["chk_000010.damaged"] == "corrupt" and status["chk_000030"] == "valid", status
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert fresh.latest() == fresh.path(15)
+        assert fresh.latest() == fresh.path(30)
+
+    copy = d + "_copy"  # a copy that keeps modification times (cp -a, rsync -a): the marks still apply
+    if r == 0:
+        shutil.copytree(d, copy)
+    comm.Barrier()
+    elsewhere = ckptio.Series(copy, comm, keep=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        write(comm, elsewhere, 40)
+    assert ours(copy) == ["chk_000020", "chk_000030", "chk_000040"], ours(copy)  # (30: the restart point)
+    assert ".chk_000020.ckptio-damaged" in marks(copy), marks(copy)
+
     if r == 0:
         os.remove(first.path(20))  # the user deletes it by hand: its mark no longer applies to anything
     comm.Barrier()
     fresh.prune()
-    marks = sorted(f for f in os.listdir(d) if f.endswith(".ckptio-damaged"))
-    assert marks == [".chk_000010.damaged.ckptio-damaged"], marks
+    assert marks() == [".chk_000010.damaged.ckptio-damaged", ".chk_000030.damaged.ckptio-damaged"], marks()
     print("OK", r, flush=True)
 
 

@@ -157,6 +157,8 @@ def list_run(directory: str, verify: bool = False) -> list[ListedFile]:
                 mark = None
             if mark is not None:
                 row.found("corrupt", mark.describe())
+            elif damage_marks.is_set_aside(row.name):  # (its mark removed: still no series' checkpoint)
+                row.found("corrupt", "set aside by ckptio as damaged when a new checkpoint took its name")
     rows = [r for r in rows if r.series is not None or r.temporary or r.status != NOT_CKPTIO]
     for row in rows:
         row.time = row.attrs.get("time")
