@@ -244,6 +244,11 @@ def all_damaged(comm, d: str) -> None:
     comm.Barrier()
     fresh.prune()
     assert marks() == [".chk_000010.damaged.ckptio-damaged", ".chk_000030.damaged.ckptio-damaged"], marks()
+    comm.Barrier()
+    if r == 0:  # a set-aside file whose mark the user removed is still no series' valid checkpoint for ``ls``
+        os.remove(os.path.join(d, ".chk_000010.damaged.ckptio-damaged"))
+        row = next(x for x in list_run(d) if x.name == "chk_000010.damaged")
+        assert row.status == "corrupt" and "set aside" in row.error and not row.newest_valid, row
     print("OK", r, flush=True)
 
 
