@@ -96,8 +96,7 @@ def mark(path: str, reason: str) -> DamageMark | None:
         st = os.stat(path)
     except OSError:
         return None
-    found = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    record = DamageMark(name, st.st_size, st.st_mtime_ns, found, reason[:2000])
+    record = DamageMark(name, st.st_size, st.st_mtime_ns, _now(), reason[:2000])
     return record if _write(os.path.join(directory, mark_name(name)), record) else None
 
 
@@ -139,8 +138,7 @@ def move_aside(path: str, damaged: str | None = None) -> str | None:
     if record is None and damaged is None:
         return None
     if record is None:
-        found = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        record = DamageMark(os.path.basename(path), st.st_size, st.st_mtime_ns, found, damaged[:2000])
+        record = DamageMark(os.path.basename(path), st.st_size, st.st_mtime_ns, _now(), damaged[:2000])
     aside = f"{path}.damaged"
     n = 0
     while os.path.lexists(aside):
@@ -177,6 +175,11 @@ def remove_stale(directory: str, names: Iterable[str]) -> list[str]:
             _remove_quietly(marker)
             removed.append(marker)
     return removed
+
+
+def _now() -> str:
+    """The time a mark records: UTC, ISO 8601, to the second."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def _read(marker: str) -> DamageMark | None:
