@@ -124,6 +124,15 @@ def find(path: str, st: os.stat_result, names: Collection[str] | None = None) ->
     return record if record is not None and record.checkpoint == name and record.matches(st) else None
 
 
+def mark_of(path: str, names: Collection[str] | None = None) -> DamageMark | None:
+    """:func:`find` for ``path`` as it is now (None also when it cannot be stat'ed): what ``ckptio ls`` and
+    ``ckptio inspect`` report."""
+    try:
+        return find(path, os.stat(path), names)
+    except OSError:
+        return None
+
+
 def move_aside(path: str, damaged: str | None = None) -> str | None:
     """Planning rank of a commit, right before a new checkpoint is renamed onto ``path``: when the file now at
     ``path`` is marked damaged, or ``damaged`` says why it is (its metadata does not read, see

@@ -94,7 +94,9 @@ def inspect_checkpoint(path: str, verify: bool) -> tuple[int, InspectReport]:
         return EXIT_BAD, report
     report.document = DocumentSummary.of(meta)
     report.set_status("complete")
-    mark = _damage_mark(path)
+    from ckptio.engine.damage_marks import mark_of
+
+    mark = mark_of(path)
     if mark is not None and not verify:  # what ckptio.latest and ckptio ls go by (outside trial 15)
         report.set_status("corrupt", mark.describe())
         return EXIT_BAD, report
@@ -117,16 +119,6 @@ def inspect_checkpoint(path: str, verify: bool) -> tuple[int, InspectReport]:
         if mark is not None:
             report.set_status("complete", f"verified now, but {mark.describe()}")
     return EXIT_OK, report
-
-
-def _damage_mark(path: str):
-    """The mark a lookup left on ``path`` (:mod:`ckptio.engine.damage_marks`), or None."""
-    from ckptio.engine import damage_marks
-
-    try:
-        return damage_marks.find(path, os.stat(path))
-    except OSError:
-        return None
 
 
 def _print_inspect(report: InspectReport, show_stats: bool) -> None:

@@ -129,7 +129,7 @@ def list_run(directory: str, verify: bool = False) -> list[ListedFile]:
     """Local: one row per listed file, sorted by series then step (newest last). Raises CheckpointIOError if
     ``directory`` is missing or not a directory."""
     rows: list[ListedFile] = []
-    names = list_directory(directory)
+    names = set(list_directory(directory))
     for name in sorted(names):
         path = os.path.join(directory, name)
         try:
@@ -151,10 +151,7 @@ def list_run(directory: str, verify: bool = False) -> list[ListedFile]:
             continue
         examine(row, verify)
         if row.status in VALID:  # a lookup found its data damaged: what ckptio.latest skips (damage_marks)
-            try:
-                mark = damage_marks.find(row.path, os.stat(row.path), names)
-            except OSError:
-                mark = None
+            mark = damage_marks.mark_of(row.path, names)
             if mark is not None:
                 row.found("corrupt", mark.describe())
             elif damage_marks.is_set_aside(row.name):  # (its mark removed: still no series' checkpoint)
